@@ -91,9 +91,10 @@ def config_hash(obj) -> str:
 # `paper` follows Table 1 and trains well past the paper's ">50%" accuracy.
 PROFILE_CONFIGS: dict[tuple[str, str], TrainConfig] = {
     ("mnist", "smoke"): TrainConfig(
-        model="mnist", profile="smoke", epochs=1, train_subset=2048, test_subset=512, ckpt_every=8
+        model="mnist", profile="smoke", lr=1e-2, schedule="cosine", epochs=2, train_subset=2048,
+        test_subset=512, ckpt_every=8,
     ),
-    ("mnist", "paper"): TrainConfig(model="mnist", profile="paper", epochs=10),
+    ("mnist", "paper"): TrainConfig(model="mnist", profile="paper", lr=1e-2, schedule="cosine", epochs=15),
     ("cifar100", "smoke"): TrainConfig(
         model="cifar100", profile="smoke", epochs=1, batch_size=32, train_subset=256,
         test_subset=128, ckpt_every=4, model_overrides=(("n_blocks", 2),),
@@ -135,7 +136,7 @@ UNSTATED: list[dict] = [
     dict(name="classifier", value="mean over tokens, then linear head", reason="'outputs is averaged to obtain classification logits'; 16 ≠ 10 classes needs a head"),
     dict(name="weight init", value="N(0, 1/fan_in) for matrices, zeros for biases, γ=1, β=0", reason="variance-preserving; the paper does not say"),
     dict(name="preprocessing", value="ToTensor + Normalize(0.5, 0.5)", reason="as in the sibling code of Kiselev & Grabovoy"),
-    dict(name="MNIST optimizer", value="Adam, lr 1e-3 constant, batch 128, 10 epochs", reason="Kiselev & Grabovoy train with Adam at constant 1e-3; 10 epochs pass 95% test accuracy"),
+    dict(name="MNIST optimizer", value="Adam, lr 1e-2 with cosine decay, batch 128, 15 epochs", reason="Adam as in Kiselev & Grabovoy; their constant 1e-3 reaches only 90% in 10 epochs on this tiny ViT, 1e-2 + cosine passes 96%"),
     dict(name="CIFAR-100 optimizer", value="AdamW, lr 1e-3, wd 0.05, cosine, batch 256, 200 epochs, crop+flip, clip 1.0", reason="standard small-ViT recipe needed to pass the paper's >50% from scratch"),
     dict(name="seed", value="0", reason="any fixed seed; determinism is tested"),
     dict(name="Hessian batch", value="first 128 training images (fixed order)", reason="Fig. 5 says one batch of 128; which batch is not stated"),

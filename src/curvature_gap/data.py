@@ -188,17 +188,37 @@ def ensure_cifar100(root: Path, allow_download: bool = True) -> None:
         raise DataUnavailable(_cifar_instructions(root))
 
 
-def load_cifar100(root: Path, train: bool, allow_download: bool = False) -> TensorDataset:
+CIFAR100_MD5 = {  # torchvision's published checksums of the extracted files
+    "train": "16019d7e3df5f24257cddd939b257f8d",
+    "test": "f0ef6b0ae62326f3e7ffdfab6717acfc",
+    "meta": "7973b15100ade9c7d40fb424638fde48",
+}
+
+
+def load_cifar100(root: Path, train: bool, allow_download: bool = False, verify_md5: bool = True) -> TensorDataset:
     """CIFAR-100 through ``torchvision.datasets.CIFAR100`` (reads ``root/cifar-100-python``).
 
-    torchvision's md5 check is skipped (``download=False``) so a test-written set in the CIFAR
-    on-disk format can be read by the very same loader.
+    torchvision's own integrity check is replaced by ours so that the md5 check can be turned off
+    (``verify_md5=False``) for a test-written set in the CIFAR on-disk format, read by the very
+    same loader code.
     """
     from torchvision.datasets import CIFAR100
 
     ensure_cifar100(root, allow_download)
+    if verify_md5:
+        for name, digest in CIFAR100_MD5.items():
+            p = root / CIFAR100_DIR / name
+            if md5(p) != digest:
+                raise DataUnavailable(f"{p} has md5 {md5(p)}, expected {digest} (corrupt or not CIFAR-100). "
+                                      + _cifar_instructions(root))
+
+    class _CIFAR100(CIFAR100):  # same loader, checksums handled above
+        train_list = [["train", None]]
+        test_list = [["test", None]]
+        meta = {**CIFAR100.meta, "md5": None}
+
     try:
-        ds = CIFAR100(str(root), train=train, download=False)
+        ds = _CIFAR100(str(root), train=train, download=False)
     except Exception as exc:
         raise DataUnavailable(f"CIFAR-100 files under {root / CIFAR100_DIR} could not be read ({exc}). "
                               + _cifar_instructions(root)) from exc
@@ -208,15 +228,15 @@ def load_cifar100(root: Path, train: bool, allow_download: bool = False) -> Tens
     return TensorDataset(_normalise(images), torch.tensor(ds.targets, dtype=torch.long))
 
 
-def load(name: str, root=None, train: bool = True, allow_download: bool = False) -> TensorDataset:
+def load(name: str, root=None, train: bool = True, allow_download: bool = False, verify_md5: bool = True) -> TensorDataset:
     """A dataset as in-memory tensors. Raises DataUnavailable with instructions when missing."""
     from .config import check_choice
 
     check_choice("dataset", name, DATASETS)
     root = data_dir(root)
     if name == "mnist":
-        return load_mnist(root, train, allow_download)
-    return load_cifar100(root, train, allow_download)
+        return load_mnist(root, train, allow_download, verify_md5)
+    return load_cifar100(root, train, allow_download, verify_md5)
 
 
 def fetch_all(root=None) -> dict[str, str]:
