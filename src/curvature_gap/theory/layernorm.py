@@ -1,0 +1,303 @@
+"""LayerNorm without affine parameters and without ε: Theorems 2 and 3.
+
+``LayerNorm(X) = P(X) M(X)`` for ``X`` of shape (L, d_V) with (paper, Theorem 2)
+
+* ``M(X) = X - (1/d_V) X 1_{d_V} 1_{d_V}^T``                   (centering, (L, d_V))
+* ``σ(X) = (1/√d_V) (M(X)^{∘2} 1_{d_V})^{∘1/2}``               (row std, population, (L,))
+* ``P(X) = diag^{-1}(σ(X))``                                   ((L, L))
+
+γ = 1, β = 0 and no ε: Assumption 2 (every row has non-zero variance) is enforced
+by :func:`check_assumption2`, which raises ``ValueError`` instead of returning NaN.
+
+Shapes follow the paper's row-wise, numerator layout (see :mod:`.calculus`): the
+Jacobian is (L d_V, L d_V) and the Hessian (Theorem 3) is ((L d_V)^2, L d_V).
+In code the paper's centering Jacobian ``G`` is :func:`dM_dX` and the paper's
+``H = ∂P/∂X`` is :func:`dP_dX` (see :mod:`.notation`).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .calculus import commutation, d_diag, eye, kron, kron3, ones, vec_r
+
+__all__ = [
+    "check_assumption2", "layernorm_printed_definition", "center", "sigma", "P", "layernorm", "dM_dX",
+    "dsigma_dX", "dP_dX",
+    "jacobian", "d_PkronI_dX", "d_PkronI_dX_printed", "d_IkronMT_dX", "dD_dX", "dD_dX_printed",
+    "d2P_dX2", "d2P_dX2_printed", "hessian", "hessian_printed", "hessian_rowwise",
+    "assemble_rowwise", "contract_hessian",
+]
+
+
+def check_assumption2(X: torch.Tensor) -> None:
+    """Raise ``ValueError`` if a row of ``X`` (L, d_V) has (numerically) zero variance.
+
+    Assumption 2 of the paper requires ``min_i σ_i^2 > 0`` for every LayerNorm input;
+    LayerNorm without ε is undefined (0/0) on a constant row.  A row counts as
+    constant when its standard deviation is below 64 ulp of its largest entry.
+    """
+    M = X - X.mean(dim=1, keepdim=True)
+    std = M.pow(2).mean(dim=1).sqrt()
+    scale = X.abs().amax(dim=1).clamp_min(torch.finfo(X.dtype).tiny)
+    bad = (std <= 64 * torch.finfo(X.dtype).eps * scale).nonzero().flatten()
+    if bad.numel() > 0:
+        i = int(bad[0])
+        raise ValueError(
+            f"LayerNorm input row {i} has zero variance (σ_{i}^2 = {float(std[i]) ** 2:.3e}): "
+            "Assumption 2 (min_i σ_i^2 > 0) is violated, so LayerNorm without ε and its "
+            "Jacobian/Hessian are undefined there. Fix: add ε to the variance, "
+            "(X - μ)/sqrt(σ^2 + ε), or perturb the input so that no row is constant."
+        )
+
+
+def center(X: torch.Tensor) -> torch.Tensor:
+    """``M(X) = X - (1/d_V) X 1 1^T`` (Theorem 2); X (L, d_V) -> (L, d_V)."""
+    d = X.shape[1]
+    return X - (X @ ones(d, ref=X) @ ones(d, ref=X).T) / d
+
+
+def sigma(X: torch.Tensor) -> torch.Tensor:
+    """``σ(X) = (1/√d_V)(M^{∘2} 1_{d_V})^{∘1/2}`` (Theorem 2); X (L, d_V) -> (L,)."""
+    check_assumption2(X)
+    d = X.shape[1]
+    M = center(X)
+    return ((M.pow(2) @ ones(d, ref=X)).reshape(-1)).sqrt() / math.sqrt(d)
+
+
+def P(X: torch.Tensor) -> torch.Tensor:
+    """``P(X) = diag^{-1}(σ(X))`` (Theorem 2); X (L, d_V) -> (L, L)."""
+    return torch.diag(1.0 / sigma(X))
+
+
+def layernorm(X: torch.Tensor) -> torch.Tensor:
+    """``LayerNorm(X) = P(X) M(X)`` (Theorem 2, γ = 1, β = 0, no ε); (L, d_V) -> (L, d_V)."""
+    return P(X) @ center(X)
+
+
+def layernorm_printed_definition(U: torch.Tensor) -> torch.Tensor:
+    """§2's LayerNorm definition as printed for U (m, n): statistics over ``j = 1..m`` with ``1/m``.
+
+    Evaluable only when m <= n (the sum then runs over the first m entries of each row).
+    """
+    m, n = U.shape
+    if m > n:
+        raise ValueError(f"ill-dimensioned: sum over j = 1..m = {m} exceeds the row length n = {n}")
+    mu = U[:, :m].sum(dim=1, keepdim=True) / m
+    var = (U[:, :m] - mu).pow(2).sum(dim=1, keepdim=True) / m
+    return (U - mu) / var.sqrt()
+
+
+def dM_dX(L: int, d: int, ref: torch.Tensor | None = None) -> torch.Tensor:
+    """Centering Jacobian, the paper's ``G = I_{L d_V} - (1/d_V)(I_L ⊗ 1_{d_V x d_V})``; (L d, L d)."""
+    return eye(L * d, ref) - kron(eye(L, ref), ones(d, d, ref)) / d
+
+
+def _factors(X: torch.Tensor):
+    """Factors of ``∂σ/∂X = (1/√d) A_2 J A_3 G`` (Theorem 2 proof / Theorem 3 proof)."""
+    L, d = X.shape
+    M = center(X)
+    tau = (M.pow(2) @ ones(d, ref=X)).reshape(-1)          # τ = M^{∘2} 1_{d_V}, (L,)
+    A2 = torch.diag(1.0 / tau.sqrt())                        # diag^{-1}(vec_r^{∘1/2} τ), (L, L)
+    J = kron(eye(L, X), ones(d, ref=X).T)                    # I_L ⊗ 1_{d_V}^T, (L, L d)
+    A3 = torch.diag(vec_r(M))                                # diag(vec_r M), (L d, L d)
+    G = dM_dX(L, d, X)
+    return M, A2, J, A3, G
+
+
+def dsigma_dX(X: torch.Tensor) -> torch.Tensor:
+    """``∂σ/∂X = (1/√d_V) diag^{-1}(vec_r^{∘1/2}(M^{∘2}1)) (I_L ⊗ 1^T) diag(vec_r M) G``; (L, L d_V)."""
+    check_assumption2(X)
+    d = X.shape[1]
+    _, A2, J, A3, G = _factors(X)
+    return A2 @ J @ A3 @ G / math.sqrt(d)
+
+
+def dP_dX(X: torch.Tensor) -> torch.Tensor:
+    """Theorem 2 (detailed): ``∂P/∂X = (1/√d_V)(-D^{-1} ⊗ D^{-T}) E (A_2 J A_3 G)``; (L^2, L d_V).
+
+    ``D = diag(σ)``, ``E = (e_1 ⊗ e_1, ..., e_L ⊗ e_L)``; the paper's symbol for this
+    matrix in Theorem 3 is ``H``.
+    """
+    check_assumption2(X)
+    L, d = X.shape
+    _, A2, J, A3, G = _factors(X)
+    Dinv = P(X)
+    A1 = -kron(Dinv, Dinv.T)
+    return A1 @ d_diag(L, X) @ (A2 @ J @ A3 @ G) / math.sqrt(d)
+
+
+def jacobian(X: torch.Tensor) -> torch.Tensor:
+    """Theorem 2: ``∂LN/∂X = (P ⊗ I_{d_V}) G + (I_L ⊗ M^T) ∂P/∂X``; X (L, d_V) -> (L d_V, L d_V)."""
+    check_assumption2(X)
+    L, d = X.shape
+    return kron(P(X), eye(d, X)) @ dM_dX(L, d, X) + kron(eye(L, X), center(X).T) @ dP_dX(X)
+
+
+# ---------------------------------------------------------------- Theorem 3 pieces
+def d_PkronI_dX(X: torch.Tensor) -> torch.Tensor:
+    """``∂(P ⊗ I_{d_V})/∂X = (I_L ⊗ K_{d_V,L} ⊗ I_{d_V})(I_{L^2} ⊗ vec_r I_{d_V}) ∂P/∂X``.
+
+    Kronecker-product derivative with first factor P (L, L) and second factor I_{d_V};
+    shape ((L d_V)^2, L d_V).  (Corrected form of the Theorem 3 proof, which prints
+    I_L / K_{L,L} in place of I_{d_V} / K_{d_V,L}.)
+    """
+    L, d = X.shape
+    left = kron3(eye(L, X), commutation(d, L, X), eye(d, X))
+    return left @ kron(eye(L * L, X), vec_r(eye(d, X)).reshape(-1, 1)) @ dP_dX(X)
+
+
+def d_PkronI_dX_printed(X: torch.Tensor) -> torch.Tensor:
+    """Theorem 3 proof as printed: ``(I_L ⊗ K_{L,L} ⊗ I_L)(I_{L^2} ⊗ vec_r I_L) ∂P/∂X``.
+
+    Gives L^4 rows where ((L d_V)^2) are needed: well-defined only when L = d_V.
+    """
+    L, d = X.shape
+    left = kron3(eye(L, X), commutation(L, L, X), eye(L, X))
+    out = left @ kron(eye(L * L, X), vec_r(eye(L, X)).reshape(-1, 1)) @ dP_dX(X)
+    if out.shape != (L * d * L * d, L * d):
+        raise ValueError(f"ill-dimensioned: printed form has shape {tuple(out.shape)}, "
+                         f"needs {(L * d * L * d, L * d)}")
+    return out
+
+
+def d_IkronMT_dX(X: torch.Tensor) -> torch.Tensor:
+    """Theorem 3 proof: ``∂(I_L ⊗ M^T)/∂X = (I_L ⊗ K_{d_V,L} ⊗ I_L)(vec_r I_L ⊗ I_{L d_V}) K_{d_V,L} G``.
+
+    ``I_L ⊗ M^T`` has shape (L d_V, L^2), so the derivative has shape (L^3 d_V, L d_V).
+    """
+    L, d = X.shape
+    left = kron3(eye(L, X), commutation(d, L, X), eye(L, X))
+    mid = kron(vec_r(eye(L, X)).reshape(-1, 1), eye(L * d, X))
+    return left @ mid @ commutation(d, L, X) @ dM_dX(L, d, X)
+
+
+def dD_dX(X: torch.Tensor) -> torch.Tensor:
+    """``∂D/∂X = E ∂σ/∂X`` with ``D = diag(σ)``; (L^2, L d_V)."""
+    L = X.shape[0]
+    return d_diag(L, X) @ dsigma_dX(X)
+
+
+def dD_dX_printed(X: torch.Tensor) -> torch.Tensor:
+    """Theorem 3 proof as printed: ``∂D/∂X = E (A_2 J A_3 G)`` -- without the 1/√d_V of ∂σ/∂X."""
+    L = X.shape[0]
+    _, A2, J, A3, G = _factors(X)
+    return d_diag(L, X) @ (A2 @ J @ A3 @ G)
+
+
+def _d2P_terms(X: torch.Tensor, dD: torch.Tensor):
+    """The two products of the Theorem 3 proof for ``∂²P/∂X²`` (without the 1/√d_V prefactor).
+
+    Returns ``T1 = (A_1 ⊗ I_{L d_V}) ∂B_1/∂X`` and ``T2 = (I_{L^2} ⊗ B_1^T) ∂A_1/∂X`` where
+    ``∂A_1/∂X`` is built from the supplied ``∂D/∂X``.
+    """
+    L, d = X.shape
+    n = L * d
+    M, A2, J, A3, G = _factors(X)
+    Dinv = P(X)
+    E = d_diag(L, X)
+    A1 = -kron(Dinv, Dinv.T)
+    B2 = J @ A3 @ G
+    B1 = E @ A2 @ B2
+    # ∂A_1/∂X via the Kronecker rule on (-D^{-1}) ⊗ D^{-T}
+    K_LL = commutation(L, L, X)
+    d_negDinv = kron(Dinv, Dinv.T) @ dD                     # ∂(-D^{-1})/∂X
+    d_DinvT = K_LL @ (-kron(Dinv, Dinv.T)) @ dD             # ∂D^{-T}/∂X
+    left = kron3(eye(L, X), K_LL, eye(L, X))
+    dA1 = left @ (kron(eye(L * L, X), vec_r(Dinv.T).reshape(-1, 1)) @ d_negDinv
+                  + kron(vec_r(-Dinv).reshape(-1, 1), eye(L * L, X)) @ d_DinvT)
+    # ∂A_3/∂X = E_{L d} ∂vec_r(M)/∂M ∂M/∂X ;  ∂B_3/∂X = ∂²M/∂X² = 0
+    dA3 = d_diag(n, X) @ G
+    dB2 = kron(J, eye(n, X)) @ (kron(A3, eye(n, X)) @ torch.zeros(n * n, n, dtype=X.dtype, device=X.device)
+                                + kron(eye(n, X), G.T) @ dA3)
+    # ∂A_2/∂X with A_2 = diag(√τ)^{-1}: inverse rule, diag rule, ∂√τ/∂X = A_2 J A_3 G
+    dA2 = -kron(A2, A2.T) @ E @ (A2 @ J @ A3 @ G)
+    dB1 = kron(E, eye(n, X)) @ (kron(A2, eye(n, X)) @ dB2 + kron(eye(L, X), B2.T) @ dA2)
+    T1 = kron(A1, eye(n, X)) @ dB1
+    T2 = kron(eye(L * L, X), B1.T) @ dA1
+    return T1, T2
+
+
+def d2P_dX2(X: torch.Tensor) -> torch.Tensor:
+    """``∂²P/∂X² = (1/√d_V)[(A_1 ⊗ I) ∂B_1/∂X + (I_{L^2} ⊗ B_1^T) ∂A_1/∂X]`` (Theorem 3 proof).
+
+    ``∂A_1/∂X`` uses ``∂D/∂X = E ∂σ/∂X`` (with the 1/√d_V of ∂σ/∂X); shape (L^3 d_V, L d_V).
+    """
+    check_assumption2(X)
+    d = X.shape[1]
+    T1, T2 = _d2P_terms(X, dD_dX(X))
+    return (T1 + T2) / math.sqrt(d)
+
+
+def d2P_dX2_printed(X: torch.Tensor, bracketed: bool = True) -> torch.Tensor:
+    """``∂²P/∂X²`` with the printed ``∂D/∂X`` (no 1/√d_V).
+
+    ``bracketed=True``: the 1/√d_V multiplies both terms (the main-text reading);
+    ``bracketed=False``: only the first term (the literal typesetting of the proof).
+    """
+    d = X.shape[1]
+    T1, T2 = _d2P_terms(X, dD_dX_printed(X))
+    if bracketed:
+        return (T1 + T2) / math.sqrt(d)
+    return T1 / math.sqrt(d) + T2
+
+
+def _hessian_from(X: torch.Tensor, d_PkronI: torch.Tensor, d2P: torch.Tensor) -> torch.Tensor:
+    L, d = X.shape
+    n = L * d
+    G = dM_dX(L, d, X)
+    H = dP_dX(X)
+    d2M = torch.zeros(n * n, n, dtype=X.dtype, device=X.device)     # ∂²M/∂X² = 0
+    return (kron(kron(P(X), eye(d, X)), eye(n, X)) @ d2M
+            + kron(eye(n, X), G.T) @ d_PkronI
+            + kron(kron(eye(L, X), center(X).T), eye(n, X)) @ d2P
+            + kron(eye(n, X), H.T) @ d_IkronMT_dX(X))
+
+
+def hessian(X: torch.Tensor) -> torch.Tensor:
+    """Theorem 3: LayerNorm Hessian, X (L, d_V) -> ((L d_V)^2, L d_V).
+
+    ``((P ⊗ I) ⊗ I) ∂²M/∂X² + (I ⊗ G^T) ∂(P ⊗ I_{d_V})/∂X + ((I_L ⊗ M^T) ⊗ I) ∂²P/∂X²
+    + (I ⊗ H^T) ∂(I_L ⊗ M^T)/∂X`` with the corrected ``∂(P ⊗ I_{d_V})/∂X`` and ``∂²P/∂X²``.
+    Entry ``[(a, b), c] = ∂² LN_a / ∂X_b ∂X_c``.  Dense: use :func:`hessian_rowwise` for large L.
+    """
+    check_assumption2(X)
+    return _hessian_from(X, d_PkronI_dX(X), d2P_dX2(X))
+
+
+def hessian_printed(X: torch.Tensor, bracketed: bool = True) -> torch.Tensor:
+    """Theorem 3 assembled from the proof's printed pieces (I_L slip and ∂D/∂X without 1/√d_V)."""
+    return _hessian_from(X, d_PkronI_dX_printed(X), d2P_dX2_printed(X, bracketed))
+
+
+def hessian_rowwise(X: torch.Tensor) -> torch.Tensor:
+    """Per-row LayerNorm Hessians: Theorem 3 applied to each row (L = 1); returns (L, d, d, d).
+
+    LayerNorm acts on rows independently, so the full Hessian is block-structured:
+    ``∂² LN_{(i,a)} / ∂X_{(i',b)} ∂X_{(i'',c)} = δ_{ii'} δ_{ii''} h_i[a, b, c]``.
+    """
+    check_assumption2(X)
+    d = X.shape[1]
+    return torch.stack([hessian(X[i:i + 1]).reshape(d, d, d) for i in range(X.shape[0])])
+
+
+def assemble_rowwise(h: torch.Tensor) -> torch.Tensor:
+    """Embed per-row Hessians (L, d, d, d) into the full ((L d)^2, L d) matrix of Theorem 3."""
+    L, d = h.shape[0], h.shape[1]
+    full = torch.zeros(L, d, L, d, L, d, dtype=h.dtype, device=h.device)
+    idx = torch.arange(L, device=h.device)
+    full[idx, :, idx, :, idx, :] = h
+    return full.reshape(L * d * L * d, L * d)
+
+
+def contract_hessian(X: torch.Tensor, v: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+    """``(v^T ⊗ I_{L d_V}) H_LN = Σ_a v_a ∂² LN_a / ∂X ∂X`` as an (L d_V, L d_V) block-diagonal matrix.
+
+    ``v`` has L*d_V entries; ``h`` are the per-row Hessians from :func:`hessian_rowwise`.
+    """
+    L, d = X.shape
+    if h is None:
+        h = hessian_rowwise(X)
+    blocks = torch.einsum("ia,iabc->ibc", v.reshape(L, d), h)
+    return torch.block_diag(*blocks)
