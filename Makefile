@@ -10,12 +10,13 @@ DEVICE  ?= auto
 DATA    ?= data
 export CURVATURE_GAP_DATA ?= $(abspath $(DATA))
 
-.PHONY: install reproduce test book data bench clean help
+.PHONY: install reproduce test book book-check kernel data bench clean help
 
 help:
 	@echo "make reproduce [PROFILE=paper|smoke] [DEVICE=auto|cpu|cuda]  regenerate every figure"
 	@echo "make test                                                  run the test suite"
-	@echo "make book [PROFILE=smoke|paper]                            build the Jupyter Book"
+	@echo "make book [PROFILE=smoke|paper]                            build the Jupyter Book (_build/html)"
+	@echo "make book-check                                            links, offline math, summary table, headless Chromium"
 	@echo "make data | bench | clean | install"
 
 install: $(STAMP)
@@ -32,14 +33,32 @@ data: install
 reproduce: install data
 	$(CG) reproduce --profile $(PROFILE) --device $(DEVICE) --data-dir $(DATA)
 
-test: install
+# The notebooks' kernel ("python3" in their metadata) is registered inside the virtual environment,
+# where it takes precedence over any user-level kernel of the same name.
+KERNEL := $(VENV)/share/jupyter/kernels/python3/kernel.json
+
+kernel: $(KERNEL)
+
+$(KERNEL): $(STAMP)
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (curvature-gap)"
+
+# pytest runs tests/ and, through nbval (--nbval-lax, see pyproject.toml), every notebook under the
+# smoke profile; the notebooks need MNIST, hence `data`.
+test: install kernel data
 	$(PY) -m pytest -q
 
 bench: install
 	$(PY) benchmarks/hessian.py
 
-book: install
-	$(PY) -m curvature_gap.book --profile $(PROFILE)
+# Executes every notebook with papermill (-p profile $(PROFILE)) and builds _build/html with
+# jupyter-book -W -n --keep-going: any execution error or warning fails it.
+book: install kernel data
+	$(PY) -m curvature_gap.book --profile $(PROFILE) --device $(DEVICE)
+
+# Checks the built book: internal links, offline MathJax, the introduction's table against the verify
+# JSON, and (headless Chromium) rendered math and loaded images; screenshots in _build/screenshots/.
+book-check: install
+	$(PY) -m curvature_gap.book --check
 
 # Removes caches and build outputs, never the datasets under $(DATA).
 clean:

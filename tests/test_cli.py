@@ -55,3 +55,12 @@ def test_missing_dataset_fails_fast_with_instructions(tmp_path):
     r = run("train", "--model", "cifar100", "--profile", "smoke", "--device", "cpu", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "o"))
     assert r.returncode == 1
     assert "CIFAR-100 is not available offline" in r.stderr
+
+
+def test_unwritable_output_directory_is_clear(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code = main(["train", "--model", "mnist", "--profile", "smoke", "--device", "cpu", "--out", str(blocker / "run")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "cannot write" in err and "writable output directory" in err and len(err.strip().splitlines()) == 1

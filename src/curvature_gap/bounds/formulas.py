@@ -1,0 +1,214 @@
+"""The paper's bounds, as functions of the spectral norms of ``X``, the weights and the target.
+
+Notation: ``nX = ‖X‖_2``, ``nQ, nK, nV = ‖W_Q‖_2, ‖W_K‖_2, ‖W_V‖_2``, ``n1, n2 = ‖W_1‖_2, ‖W_2‖_2``,
+``nT = ‖Target‖_2``, ``L`` tokens, widths ``d_V, d_K, d_ff``.  No constant here is changed from the
+paper (arXiv:2510.16927, LaTeX source ``paper/paper.tex``); where the statement and the proof
+differ, both are implemented.
+
+Theorem 1 (single self-attention layer, ``‖H_i(w*)‖_2 ≤ M``):
+
+* :func:`theorem1` ``variant="printed"`` — the statement in §3.1:
+  ``M = 3 max(VV, QQ, VQ, QK)`` with ``VV = 2L/d_V nX²``,
+  ``QQ = 8/(L³ d_V d_K) nK² nV² nX⁶ + 12/(d_V d_K) √min(L,d_V) (L nX nV + nT) nV nK² nX⁵``,
+  ``VQ = 4/(L d_V √d_K) nV nK nX⁴ + 4√min(L,d_V)/(L²√d_K) (L nX nV + nT) nK nX³``,
+  ``QK = 8/(L³ d_V d_K) nK nQ nV² nX⁶ + 4√min(L,d_V)(L nX nV + nT)/(L d_V √d_K) nV (3L nK nQ nX⁵ + d_V/L nX³)``.
+* ``variant="proof"`` — the final expression at the end of App. C.1: the constants 8, 4, 4, 8, 4
+  become 2, 2, 2, 2, 2, the factors ``√min(L,d_V)`` become ``√rank(F − Target)`` and two
+  ``√d_K`` become ``√(d_V d_K)``.
+* :func:`theorem1_terms` — the per-term inequalities derived in the proof (``‖H_o(i,j)‖`` and
+  ``‖H_f(i,j)‖`` separately), for locating which step fails.
+
+Intermediate lemmas of the Theorem 1 proof (:func:`sa_lemmas`): ``‖∂A/∂T‖ ≤ 1/L`` (uniform
+attention, Noci et al. Lemma A.3), ``‖Z_1‖ ≤ nX³/L``, ``‖A‖ ≤ L``, ``‖M_1‖ ≤ L nX``,
+``‖R_m‖ ≤ √rank(F−T)(L nX nV + nT)``, ``‖S‖ ≤ √d_V``, ``‖∂²A/∂T²‖ ≤ 6``, ``‖Z_2‖ ≤ 6 nX⁵``,
+``‖H_o(V,V)‖ ≤ 2L/d_V nX²``; and two of the companion's own (math.md §1.8):
+``‖∂A/∂T‖ ≤ 1/2`` (general softmax rows) and ``‖A‖ ≤ √L`` (row-stochastic).
+
+Lemma 4 (:func:`lemma4`) for a LayerNorm input ``X ∈ R^{m×n}``:
+``‖J_LN‖ ≤ 1/σ_min + nX²/(√n σ_min³)``,
+``‖H_LN‖ ≤ nX/σ_min³ (1 + √(m/n)) + nX²/(√n σ_min³) + 3 nX³/(n σ_min⁵)``, with the proof's
+intermediate ``‖∂P/∂X‖ ≤ nX/(√n σ_min³)`` and ``‖∂²P/∂X²‖ ≤ nX/(√n σ_min³) + 3 nX²/(n σ_min⁵)``.
+The lemma *defines* ``σ_min = min_i ‖M_i‖_2`` (smallest row norm of the centred input, reading
+``"stated"``); its proof uses ``‖P‖ = 1/σ_min`` with ``P = diag^{-1}(σ)``, ``σ_i = ‖m_i‖/√n``,
+i.e. ``σ_min = min_i σ_i`` (reading ``"std"``).  Both are evaluated.
+
+Proposition (:func:`proposition`): ``‖Y‖ ≤ √(L d_V)``, ``‖FFN(Y)‖ ≤ √min(L,d_ff) ‖Y‖ n1 n2``,
+``‖S‖ ≤ √(L d_V)(1 + √min(L,d_ff) n1 n2)``.
+
+Theorem 6 (:func:`theorem6_block`, :func:`theorem6_full`, :func:`theorem6_explicit`):
+per block ``‖H_tr^{(i,j)}‖ ≤ ‖J_Z‖ ‖ξ_ij‖ + ‖B_i‖ ‖H_Z‖ ‖B_j‖`` and
+``‖H‖ ≤ M_tr = 5 max_ij (2/(L d_V) ‖∂Z/∂W_i‖ ‖∂Z/∂W_j‖ + ‖R^tr‖ ‖H_tr^{(i,j)}‖)``, with the
+ingredients either exact (measured) or replaced by the App. C.6 estimates (``"explicit"``):
+``‖B_1‖ ≤ n2 ‖Y‖``, ``‖B_2‖ = ‖σ(Y W_1)‖``, ``‖B_k‖ ≤ ‖J_SY‖ ‖J_Y‖ ‖G_k‖``, ``‖J_SY‖ ≤ n2 n1 + 1``,
+``‖G_V‖ ≤ L nX``, ``‖G_Q‖ ≤ nV nK nX³/(L√d_K)``, ``‖G_K‖ ≤ nV nQ nX³/(L√d_K)``,
+``‖Φ_QQ‖ ≤ 12/(L d_V d_K) nV nK² nX⁵``, ``‖Φ_VQ‖ ≤ 2/(L²√(d_V d_K)) nK nX³``,
+``‖Φ_QK‖ ≤ 12/(L d_V d_K) nV nK nQ nX⁵ + 2/(L²√(d_V d_K)) nV nX³`` (``KK``, ``VK``, ``KQ``, ``QV``,
+``KV`` "by symmetry", i.e. with ``Q ↔ K`` exchanged), ``ξ_11 = ξ_22 = 0``, ``‖ξ_12‖ ≤ √d_V ‖Y‖``,
+``‖ξ_21‖ ≤ √d_ff n2``, ``‖ξ_1k‖ ≤ √d_ff n2 ‖J_Y‖ ‖G_k‖``, ``‖ξ_2k‖ ≤ √d_V n1 ‖J_Y‖ ‖G_k‖``,
+``‖ξ_kl‖ ≤ ‖J_SY‖ (‖G_k‖ ‖H_Y‖ ‖G_l‖ + ‖J_Y‖ ‖Φ_kl‖)``, ``‖Y‖`` and ``‖S‖`` from the Proposition,
+``‖J‖, ‖H‖`` of both LayerNorms from Lemma 4 (reading ``"stated"``), ``‖∂Z/∂W_i‖ ≤ ‖J_Z‖ ‖B_i‖``
+(Theorem 4) and ``‖R^tr‖ = ‖Z − Target‖_F`` measured.  Pairs the paper does not instantiate
+(``(k,1)``, ``(k,2)``) take the bound of ``(1,k)``, ``(2,k)`` by the paper's symmetry statement.
+"""
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "theorem1", "theorem1_terms", "sa_lemmas", "lemma4", "proposition", "theorem6_block",
+    "theorem6_full", "theorem6_explicit", "PAIRS", "ATT",
+]
+
+ATT = ("K", "Q", "V")
+PAIRS = [(i, j) for i in ("1", "2", "K", "Q", "V") for j in ("1", "2", "K", "Q", "V")]
+
+
+def _resid(nX, nV, nT, L):
+    return L * nX * nV + nT
+
+
+def theorem1(nX, nQ, nK, nV, nT, L, d_V, d_K, rank=None, variant="printed") -> dict:
+    """Theorem 1's ``M`` and its four rows ``VV, QQ, VQ, QK`` (see module doc).
+
+    ``variant`` is ``"printed"`` (main-text statement) or ``"proof"`` (end of App. C.1, with
+    ``rank = rank(F − Target)``; ``None`` uses ``min(L, d_V)``).
+    """
+    r = _resid(nX, nV, nT, L)
+    VV = 2 * L / d_V * nX ** 2
+    if variant == "printed":
+        s = math.sqrt(min(L, d_V))
+        QQ = 8 / (L ** 3 * d_V * d_K) * nK ** 2 * nV ** 2 * nX ** 6 + 12 / (d_V * d_K) * s * r * nV * nK ** 2 * nX ** 5
+        VQ = 4 / (L * d_V * math.sqrt(d_K)) * nV * nK * nX ** 4 + 4 * s / (L ** 2 * math.sqrt(d_K)) * r * nK * nX ** 3
+        QK = (8 / (L ** 3 * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6
+              + 4 * s * r / (L * d_V * math.sqrt(d_K)) * nV * (3 * L * nK * nQ * nX ** 5 + d_V / L * nX ** 3))
+    elif variant == "proof":
+        s = math.sqrt(min(L, d_V) if rank is None else rank)
+        QQ = 2 / (L ** 3 * d_V * d_K) * nK ** 2 * nV ** 2 * nX ** 6 + 12 / (d_V * d_K) * s * r * nV * nK ** 2 * nX ** 5
+        VQ = 2 / (L * d_V * math.sqrt(d_K)) * nV * nK * nX ** 4 + 2 * s / (L ** 2 * math.sqrt(d_V * d_K)) * r * nK * nX ** 3
+        QK = (2 / (L ** 3 * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6
+              + 2 * s * r / (L * d_V * math.sqrt(d_V * d_K)) * nV * (3 * L * nK * nQ * nX ** 5 + d_V / L * nX ** 3))
+    else:
+        raise ValueError(f"unknown Theorem 1 variant {variant!r}; choose printed or proof")
+    rows = {"VV": VV, "QQ": QQ, "VQ": VQ, "QK": QK}
+    return {"M": 3 * max(rows.values()), **rows}
+
+
+def theorem1_terms(nX, nQ, nK, nV, nT, L, d_V, d_K, rank) -> dict:
+    """The per-term inequalities of the App. C.1 proof, ``{"Ho_VV": …, "Hf_QK": …}``.
+
+    ``Hf_QQ`` is the value printed after the equality sign (``12/(d_V d_K)``; the line before,
+    ``2/(L d_V d_K)·6``, equals ``12/(L d_V d_K)``).  ``Hf_QK`` is the un-factored sum of its two
+    terms as derived (the factored final form differs in the first term by ``L√d_K/(2√d_V)``).
+    """
+    r = _resid(nX, nV, nT, L) * math.sqrt(rank)
+    return {
+        "Ho_VV": 2 * L / d_V * nX ** 2,
+        "Ho_QQ": 2 / (L ** 3 * d_V * d_K) * nK ** 2 * nV ** 2 * nX ** 6,
+        "Ho_VQ": 2 / (L * d_V * math.sqrt(d_K)) * nV * nK * nX ** 4,
+        "Ho_QK": 2 / (L ** 3 * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6,
+        "Hf_QQ": 12 / (d_V * d_K) * r * nV * nK ** 2 * nX ** 5,
+        "Hf_VQ": 2 / (L ** 2 * math.sqrt(d_V * d_K)) * r * nK * nX ** 3,
+        "Hf_QK": (2 / (L * d_V * d_K) * r * nV * nK * nQ * 6 * nX ** 5
+                  + 2 / (L * d_V * math.sqrt(d_K)) * r * nV / L * nX ** 3 * math.sqrt(d_V)),
+    }
+
+
+def sa_lemmas(nX, nV, nT, L, d_V, rank) -> dict:
+    """Right-hand sides of the Theorem 1 proof's intermediate inequalities (see module doc)."""
+    return {
+        "dA_dT": 1 / L,
+        "dA_dT_general": 0.5,
+        "Z1": nX ** 3 / L,
+        "A": float(L),
+        "A_sqrtL": math.sqrt(L),
+        "M1": L * nX,
+        "R": math.sqrt(rank) * _resid(nX, nV, nT, L),
+        "S": math.sqrt(d_V),
+        "d2A_dT2": 6.0,
+        "Z2": 6 * nX ** 5,
+    }
+
+
+def lemma4(nX, sigma_min, m, n) -> dict:
+    """Lemma 4 for a LayerNorm input ``X ∈ R^{m×n}`` with ``‖X‖_2 = nX`` and a given ``σ_min``."""
+    s = sigma_min
+    return {
+        "J": 1 / s + nX ** 2 / (math.sqrt(n) * s ** 3),
+        "H": nX / s ** 3 * (1 + math.sqrt(m / n)) + nX ** 2 / (math.sqrt(n) * s ** 3) + 3 * nX ** 3 / (n * s ** 5),
+        "dP": nX / (math.sqrt(n) * s ** 3),
+        "d2P": nX / (math.sqrt(n) * s ** 3) + 3 * nX ** 2 / (n * s ** 5),
+    }
+
+
+def proposition(L, d_V, d_ff, nY, n1, n2) -> dict:
+    """The Proposition on ``‖Y‖``, ``‖FFN(Y)‖`` and ``‖S‖`` (App. D)."""
+    s = math.sqrt(min(L, d_ff))
+    return {"Y": math.sqrt(L * d_V), "FFN": s * nY * n1 * n2, "S": math.sqrt(L * d_V) * (1 + s * n1 * n2)}
+
+
+def theorem6_block(q: dict, i: str, j: str) -> float:
+    """Eq. (block_bound_transformer): ``‖J_Z‖ ‖ξ_ij‖ + ‖B_i‖ ‖H_Z‖ ‖B_j‖`` from norms ``q``."""
+    return q["J_Z"] * q[f"xi_{i}{j}"] + q[f"B_{i}"] * q["H_Z"] * q[f"B_{j}"]
+
+
+def theorem6_full(q: dict, L: int, d_V: int) -> tuple[float, dict]:
+    """Eq. (full_bound_transformer): ``M_tr = 5 max_ij(2/(L d_V) ‖∂Z/∂W_i‖ ‖∂Z/∂W_j‖ + ‖R‖ ‖H_tr^{ij}‖)``.
+
+    ``q`` holds ``dZ_i``, ``R`` and ``Htr_ij``; returns ``(M_tr, {pair: term})``.
+    """
+    terms = {(i, j): 2 / (L * d_V) * q[f"dZ_{i}"] * q[f"dZ_{j}"] + q["R"] * q[f"Htr_{i}{j}"] for i, j in PAIRS}
+    return 5 * max(terms.values()), terms
+
+
+def _phi_bounds(nX, nQ, nK, nV, L, d_V, d_K) -> dict:
+    a = 12 / (L * d_V * d_K) * nX ** 5
+    b = 2 / (L ** 2 * math.sqrt(d_V * d_K)) * nX ** 3
+    return {
+        "VV": 0.0,
+        "QQ": a * nV * nK ** 2, "KK": a * nV * nQ ** 2,
+        "VQ": b * nK, "QV": b * nK, "VK": b * nQ, "KV": b * nQ,
+        "QK": a * nV * nK * nQ + b * nV, "KQ": a * nV * nK * nQ + b * nV,
+    }
+
+
+def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: float, R: float,
+                      lnU: dict, lnS_sigma: float) -> dict:
+    """App. C.6 instantiated: every ingredient of Theorem 6 replaced by its printed estimate.
+
+    ``n`` holds ``X, Q, K, V, 1, 2`` spectral norms; ``nrelu = ‖σ(Y W_1)‖`` (``‖B_2‖``, printed as
+    an equality); ``R = ‖Z − Target‖_F``; ``lnU`` the first LayerNorm's input data
+    (``norm``, ``row_norm_min``, ``m``, ``n``); ``lnS_sigma`` the second input's smallest centred row
+    norm (Lemma 4 "stated"), ``‖S‖`` being taken from the Proposition.  Returns the ingredient
+    bounds (keys as in :func:`curvature_gap.bounds.exact.block_exact`), the per-pair bounds
+    ``pair_{i}{j}`` and ``M_tr``.
+    """
+    nX, nQ, nK, nV, n1, n2 = (n[k] for k in ("X", "Q", "K", "V", "1", "2"))
+    prop = proposition(L, d_V, d_ff, math.sqrt(L * d_V), n1, n2)
+    nY = prop["Y"]
+    lY = lemma4(lnU["norm"], lnU["row_norm_min"], lnU["m"], lnU["n"])
+    lZ = lemma4(prop["S"], lnS_sigma, L, d_V)
+    b = {"J_Y": lY["J"], "H_Y": lY["H"], "J_Z": lZ["J"], "H_Z": lZ["H"], "J_SY": n2 * n1 + 1,
+         "G_V": L * nX, "G_Q": nV * nK * nX ** 3 / (L * math.sqrt(d_K)),
+         "G_K": nV * nQ * nX ** 3 / (L * math.sqrt(d_K)), "R": R}
+    for k, v in _phi_bounds(nX, nQ, nK, nV, L, d_V, d_K).items():
+        b[f"Phi_{k}"] = v
+    b["B_1"], b["B_2"] = n2 * nY, nrelu
+    for k in ATT:
+        b[f"B_{k}"] = b["J_SY"] * b["J_Y"] * b[f"G_{k}"]
+    b["xi_11"] = b["xi_22"] = 0.0
+    b["xi_12"], b["xi_21"] = math.sqrt(d_V) * nY, math.sqrt(d_ff) * n2
+    for k in ATT:
+        b[f"xi_1{k}"] = math.sqrt(d_ff) * n2 * b["J_Y"] * b[f"G_{k}"]
+        b[f"xi_2{k}"] = math.sqrt(d_V) * n1 * b["J_Y"] * b[f"G_{k}"]
+        b[f"xi_{k}1"], b[f"xi_{k}2"] = b[f"xi_1{k}"], b[f"xi_2{k}"]  # symmetry statement
+        for l in ATT:
+            b[f"xi_{k}{l}"] = b["J_SY"] * (b[f"G_{k}"] * b["H_Y"] * b[f"G_{l}"] + b["J_Y"] * b[f"Phi_{k}{l}"])
+    for i, j in PAIRS:
+        b[f"Htr_{i}{j}"] = theorem6_block(b, i, j)
+    for i in ("1", "2", "K", "Q", "V"):
+        b[f"dZ_{i}"] = b["J_Z"] * b[f"B_{i}"]
+    M, _ = theorem6_full(b, L, d_V)
+    b["M_tr"] = M
+    for i, j in PAIRS:
+        b[f"pair_{i}{j}"] = b[f"Htr_{i}{j}"]
+    return b

@@ -1,0 +1,147 @@
+"""Problem instances for the bound checks: one sequence and one block's weights, in float64.
+
+An :class:`Instance` holds ``X ∈ R^{L×d_V}``, ``W_Q, W_K ∈ R^{d_V×d_K}``, ``W_V ∈ R^{d_V×d_V}``,
+``W_1 ∈ R^{d_V×d_ff}``, ``W_2 ∈ R^{d_ff×d_V}`` and a ``Target ∈ R^{L×d_V}`` (the MSE target of
+Theorem 1, ``F = A(X) X W_V``, and of Theorem 6, the block output ``Z``).  ``meta`` records how it
+was made (seed, sweep, swept value, target choice) so that a saved counter-example can be replayed.
+
+Random instances (:func:`random_instance`): ``X = σ·N(0,1)``, ``W_Q, W_K, W_V, W_1 ~ N(0, 1/d_V)``,
+``W_2 ~ N(0, 1/d_ff)`` from one seeded generator, so that a sweep changes only the swept factor:
+
+* ``sigma``      input scale σ (``X ← σ X``), as in Ormaniec et al.'s growth-rate sweeps;
+* ``sharpness``  β: ``W_Q ← √β W_Q``, ``W_K ← √β W_K`` so that ``T = X W_Q W_Kᵀ Xᵀ/√d_K`` scales by β
+                 (β = 0 is exactly uniform attention, the setting of the Theorem 1 proof);
+* ``balance``    a: ``W_Q ← a W_Q``, ``W_K ← W_K / a`` (leaves ``T``, ``A`` and ``F`` unchanged);
+* ``target``     ``"random"`` (``N(0,1)`` entries, named choice), ``"zero"``, or ``"perturbed"``
+                 (the output of the same layer/block with every weight multiplied entrywise by
+                 ``1 + 0.1 N(0,1)``; for the block the target is the perturbed block's ``Z``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["Instance", "random_instance", "from_block", "TARGETS"]
+
+TARGETS = ("random", "zero", "perturbed")
+_KEYS = ("X", "W_Q", "W_K", "W_V", "W_1", "W_2", "Target")
+
+
+@dataclass
+class Instance:
+    """One sequence ``X`` (L × d_V), one block's weights and an MSE target; float64 tensors."""
+
+    X: torch.Tensor
+    W_Q: torch.Tensor
+    W_K: torch.Tensor
+    W_V: torch.Tensor
+    W_1: torch.Tensor
+    W_2: torch.Tensor
+    Target: torch.Tensor
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def L(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def d_V(self) -> int:
+        return self.X.shape[1]
+
+    @property
+    def d_K(self) -> int:
+        return self.W_Q.shape[1]
+
+    @property
+    def d_ff(self) -> int:
+        return self.W_1.shape[1]
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """``(L, d_V, d_K, d_ff)``."""
+        return (self.L, self.d_V, self.d_K, self.d_ff)
+
+    def shape_str(self) -> str:
+        return "L={},dV={},dK={},dff={}".format(*self.shape)
+
+    def n_values(self) -> int:
+        return sum(getattr(self, k).numel() for k in _KEYS)
+
+    def tensors(self) -> dict:
+        return {k: getattr(self, k) for k in _KEYS}
+
+    def to_json(self) -> dict:
+        """Exact JSON form (Python floats round-trip float64 exactly)."""
+        return {"shape": list(self.shape), "meta": self.meta,
+                **{k: getattr(self, k).tolist() for k in _KEYS}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Instance":
+        t = {k: torch.tensor(d[k], dtype=torch.float64) for k in _KEYS}
+        L, d_V, d_K, d_ff = d["shape"]
+        t["X"] = t["X"].reshape(L, d_V)
+        t["Target"] = t["Target"].reshape(L, d_V)
+        t["W_Q"] = t["W_Q"].reshape(d_V, d_K)
+        t["W_K"] = t["W_K"].reshape(d_V, d_K)
+        t["W_V"] = t["W_V"].reshape(d_V, d_V)
+        t["W_1"] = t["W_1"].reshape(d_V, d_ff)
+        t["W_2"] = t["W_2"].reshape(d_ff, d_V)
+        return cls(**t, meta=dict(d.get("meta", {})))
+
+
+def _target(kind: str, inst: Instance, g: torch.Generator, scale: float, output: str) -> torch.Tensor:
+    from . import exact
+
+    L, d_V = inst.L, inst.d_V
+    if kind == "random":
+        return scale * torch.randn(L, d_V, generator=g, dtype=torch.float64)
+    if kind == "zero":
+        return torch.zeros(L, d_V, dtype=torch.float64)
+    if kind == "perturbed":
+        w = {k: getattr(inst, k) * (1 + 0.1 * torch.randn(getattr(inst, k).shape, generator=g,
+                                                            dtype=torch.float64))
+             for k in ("W_Q", "W_K", "W_V", "W_1", "W_2")}
+        if output == "attention":
+            return exact.sa_forward(inst.X, w["W_Q"], w["W_K"], w["W_V"]).detach()
+        return exact.block_forward(inst.X, w["W_Q"], w["W_K"], w["W_V"], w["W_1"], w["W_2"])["Z"].detach()
+    raise ValueError(f"unknown target {kind!r}; choose one of {TARGETS}")
+
+
+def random_instance(L: int = 8, d_V: int = 8, d_K: int | None = None, d_ff: int | None = None,
+                    seed: int = 0, sigma: float = 1.0, sharpness: float = 1.0, balance: float = 1.0,
+                    target: str = "random", target_scale: float = 1.0, target_output: str = "block",
+                    **meta) -> Instance:
+    """A seeded random instance (see module doc); ``d_K = d_V`` and ``d_ff = 4 d_V`` by default."""
+    d_K = d_V if d_K is None else d_K
+    d_ff = 4 * d_V if d_ff is None else d_ff
+    g = torch.Generator().manual_seed(1_000_003 * int(seed) + 17)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    X = r(L, d_V)
+    W_Q, W_K, W_V = r(d_V, d_K) / math.sqrt(d_V), r(d_V, d_K) / math.sqrt(d_V), r(d_V, d_V) / math.sqrt(d_V)
+    W_1, W_2 = r(d_V, d_ff) / math.sqrt(d_V), r(d_ff, d_V) / math.sqrt(d_ff)
+    sq = math.sqrt(sharpness)
+    inst = Instance(sigma * X, sq * balance * W_Q, sq / balance * W_K, W_V, W_1, W_2,
+                    torch.zeros(L, d_V, dtype=torch.float64))
+    inst.Target = _target(target, inst, g, target_scale, target_output)
+    inst.meta = dict(source="random", seed=int(seed), sigma=float(sigma), sharpness=float(sharpness),
+                     balance=float(balance), target=target, target_scale=float(target_scale), **meta)
+    return inst
+
+
+def from_block(block, X: torch.Tensor, target: str = "perturbed", seed: int = 0, **meta) -> Instance:
+    """An instance from a trained :class:`curvature_gap.model.Block` and tokens ``X`` (L × d_V).
+
+    The theorems' block has no FFN biases and LayerNorms with ``γ = 1, β = 0`` (paper §3.2); the
+    block's five weight matrices are taken as they are and its biases and affine LayerNorm
+    parameters are left out (a named choice, recorded in ``meta``).
+    """
+    f = lambda t: t.detach().to(torch.float64).clone()  # noqa: E731
+    inst = Instance(f(X), f(block.query), f(block.key), f(block.value), f(block.ffn1["weight"]),
+                    f(block.ffn2["weight"]), torch.zeros_like(f(X)))
+    g = torch.Generator().manual_seed(1_000_003 * int(seed) + 29)
+    inst.Target = _target(target, inst, g, 1.0, "block")
+    inst.meta = dict(source="model-block", seed=int(seed), target=target,
+                     dropped="FFN biases, LayerNorm gamma/beta (theory block)", **meta)
+    return inst

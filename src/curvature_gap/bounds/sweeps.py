@@ -1,0 +1,278 @@
+"""Sweeps that expose the dependences the bounds predict, their tables, summary and counter-examples.
+
+Synthetic sweeps (:func:`definitions`), all on seeded :func:`~.instance.random_instance` draws with a
+``N(0,1)`` target (named choice ``"random"``):
+
+=============  ==========================================  ========================================
+sweep          swept factor                                 shapes / parts
+=============  ==========================================  ========================================
+``sigma``      input scale σ, 10^-2 … 10^1 (log-spaced)     L=8, d_V=d_K=4, d_ff=16; all parts
+``sharpness``  β (``T ← β T``; β = 0 is uniform attention)  as ``sigma``; SA and block
+``balance``    a (``W_Q ← a W_Q, W_K ← W_K/a``; F unchanged)  as ``sigma``; SA and block
+``width``      d_V = d_K (d_ff = 4 d_V)                     L=8; block for d_V ≤ 8 (quick: ≤ 4)
+``length``     L                                            d_V=4; block for L ≤ 32 (quick: ≤ 8)
+``ln_rows``    rows m of a LayerNorm input                  n = 16 (MNIST width); Lemma 4 only
+``ln_width``   columns n of a LayerNorm input               m = 4; Lemma 4 only
+=============  ==========================================  ========================================
+
+The training-time sweep (init vs trained MNIST model) lives in :mod:`.training`.
+
+Slopes: for each check and sweep the per-instance values are aggregated over ``sub`` (max of the
+exact values, max of the bounds), the median over seeds is taken at each swept value, and a
+least-squares line is fitted to ``log value`` against ``log x`` (x > 0): ``slope_exact`` is the
+measured growth exponent, ``slope_bound`` the exponent the bound predicts on the same range.  For
+sweeps with ≥ 5 points the first and last three points give ``low``/``high`` end slopes as well.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from . import checks as ck
+from .exact import attention_matrix
+from .instance import Instance, random_instance
+
+__all__ = ["Sweep", "definitions", "run_sweep", "summarize", "slopes", "pick_counterexamples",
+           "write_csv", "counterexample_json", "replay", "CSV_FIELDS"]
+
+CSV_FIELDS = ["sweep", "x", "seed", "L", "d_V", "d_K", "d_ff", "sigma", "sharpness", "balance",
+              "attn_max", "target", "check", "sub", "bound", "exact", "ratio"]
+
+
+@dataclass
+class Sweep:
+    """A named sweep: ``make(x, seed) -> Instance`` and ``parts(x)`` to evaluate there."""
+
+    name: str
+    var: str
+    values: list
+    seeds: tuple
+    make: Callable[[object, int], Instance]
+    parts: Callable[[object], tuple]
+    tensors: Callable[[object], bool] = lambda x: True
+    ln_input: str = "block"
+    log_x: bool = True
+    meta: dict = field(default_factory=dict)
+
+
+ALL = ("sa", "ln", "prop", "block")
+BASE = dict(L=8, d_V=4, d_K=4, d_ff=16)
+
+
+def definitions(quick: bool = False, mini: bool = False) -> list[Sweep]:
+    """The synthetic sweeps (see module doc); ``quick`` uses fewer points and one seed, ``mini``
+    (for ``curvature-gap verify --quick``) two or three points per sweep and small shapes only."""
+    if mini:
+        b, sd = BASE, (0,)
+        return [
+            Sweep("sigma", "sigma", [0.1, 1.0, 10.0], sd, lambda x, s: random_instance(**b, seed=s, sigma=x), lambda x: ALL),
+            Sweep("sharpness", "sharpness", [0.0, 16.0], sd, lambda x, s: random_instance(**b, seed=s, sharpness=x),
+                  lambda x: ("sa", "block")),
+            Sweep("balance", "balance", [1.0, 4096.0], sd, lambda x, s: random_instance(**b, seed=s, balance=x),
+                  lambda x: ("sa",)),
+            Sweep("width", "d_V", [4, 16], sd, lambda x, s: random_instance(L=8, d_V=x, seed=s), lambda x: ("sa",)),
+            Sweep("length", "L", [2, 32], sd, lambda x, s: random_instance(L=x, d_V=4, seed=s), lambda x: ("sa",)),
+            Sweep("ln_rows", "m", [1, 16], sd, lambda x, s: random_instance(L=x, d_V=16, seed=s), lambda x: ("ln",),
+                  ln_input="X"),
+        ]
+    seeds = (0,) if quick else (0, 1, 2)
+    sig = list(np.logspace(-2, 1, 7 if quick else 13))
+    sharp = [0.0, 1.0, 16.0] if quick else [0.0, 0.25, 1.0, 4.0, 16.0, 64.0]
+    bal = [1.0, 64.0, 4096.0] if quick else [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0]
+    widths = [4, 8, 16] if quick else [2, 4, 8, 16, 32]
+    lengths = [2, 8, 32] if quick else [2, 4, 8, 16, 32, 64]
+    wmax_block, lmax_block = (4, 8) if quick else (8, 32)
+    b = BASE
+    return [
+        Sweep("sigma", "sigma", sig, seeds, lambda x, s: random_instance(**b, seed=s, sigma=x), lambda x: ALL),
+        Sweep("sharpness", "sharpness", sharp, seeds, lambda x, s: random_instance(**b, seed=s, sharpness=x),
+              lambda x: ("sa", "block")),
+        Sweep("balance", "balance", bal, seeds, lambda x, s: random_instance(**b, seed=s, balance=x),
+              lambda x: ("sa", "block")),
+        Sweep("width", "d_V", widths, seeds, lambda x, s: random_instance(L=8, d_V=x, seed=s),
+              lambda x: ALL if x <= wmax_block else ("sa",)),
+        Sweep("length", "L", lengths, seeds, lambda x, s: random_instance(L=x, d_V=4, seed=s),
+              lambda x: ALL if x <= lmax_block else ("sa",)),
+        Sweep("ln_rows", "m", [1, 2, 3, 4, 8, 16, 49] if not quick else [1, 2, 4, 16], seeds,
+              lambda x, s: random_instance(L=x, d_V=16, seed=s), lambda x: ("ln",), ln_input="X"),
+        Sweep("ln_width", "n", [2, 4, 8, 16, 32] if not quick else [4, 16], seeds,
+              lambda x, s: random_instance(L=4, d_V=x, seed=s), lambda x: ("ln",), ln_input="X"),
+    ]
+
+
+def _inst_row(sw: Sweep, x, seed: int, inst: Instance) -> dict:
+    m = inst.meta
+    return {"sweep": sw.name, "x": x, "seed": seed, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
+            "d_ff": inst.d_ff, "sigma": m.get("sigma", ""), "sharpness": m.get("sharpness", ""),
+            "balance": m.get("balance", ""),
+            "attn_max": float(attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
+            "target": m.get("target", "")}
+
+
+def run_sweep(sw: Sweep, log: Callable[[str], None] | None = None) -> tuple[list[dict], dict]:
+    """Evaluate every (value, seed) of ``sw``; returns (records, {inst_key: Instance})."""
+    rows, insts = [], {}
+    for x in sw.values:
+        for seed in sw.seeds:
+            t0 = time.perf_counter()
+            inst = sw.make(x, seed)
+            inst.meta.update(sweep=sw.name, x=x)
+            key = f"{sw.name}|{x}|{seed}"
+            insts[key] = inst
+            base = _inst_row(sw, x, seed, inst)
+            parts = sw.parts(x)
+            recs = ck.evaluate(inst, parts=parts, tensors=sw.tensors(x), ln_input=sw.ln_input)
+            for r in recs:
+                rows.append({**base, **r, "parts": ",".join(parts), "tensors": sw.tensors(x),
+                             "ln_input": sw.ln_input, "inst_key": key})
+            if log:
+                log(f"  {sw.name} {sw.var}={x:.4g} seed={seed}: {len(recs)} records, {time.perf_counter() - t0:.1f}s")
+    return rows, insts
+
+
+def write_csv(path: Path, rows: Iterable[dict], fields=CSV_FIELDS) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.17g}" if isinstance(v, float) else v) for k, v in r.items()})
+    tmp.replace(path)
+
+
+# ----------------------------------------------------------------------------- slopes / summary
+def _fit(xs, ys) -> float | None:
+    if len(xs) < 2 or len(set(xs)) < 2:
+        return None
+    a = np.polyfit(np.log(xs), np.log(ys), 1)
+    return float(a[0])
+
+
+def slopes(rows: list[dict], check: str, sweep: str) -> dict | None:
+    """Fitted log-log slopes of exact and bound against the swept value (see module doc)."""
+    per = {}
+    for r in rows:
+        if r["check"] != check or r["sweep"] != sweep:
+            continue
+        try:
+            x = float(r["x"])
+        except (TypeError, ValueError):
+            return None
+        if x <= 0 or not math.isfinite(r["bound"]) or r["exact"] <= ck.ZERO or r["bound"] <= 0:
+            continue
+        e, b = per.setdefault((x, r["seed"]), [0.0, 0.0])
+        per[(x, r["seed"])] = [max(e, r["exact"]), max(b, r["bound"])]
+    byx = {}
+    for (x, _), (e, b) in per.items():
+        byx.setdefault(x, []).append((math.log(e), math.log(b)))
+    xs = sorted(byx)
+    if len(xs) < 2:
+        return None
+    e = [math.exp(statistics.median(v[0] for v in byx[x])) for x in xs]
+    b = [math.exp(statistics.median(v[1] for v in byx[x])) for x in xs]
+    out = {"sweep": sweep, "n_x": len(xs), "x_min": xs[0], "x_max": xs[-1],
+           "slope_exact": _fit(xs, e), "slope_bound": _fit(xs, b)}
+    if len(xs) >= 5:
+        out.update(slope_exact_low=_fit(xs[:3], e[:3]), slope_bound_low=_fit(xs[:3], b[:3]),
+                   slope_exact_high=_fit(xs[-3:], e[-3:]), slope_bound_high=_fit(xs[-3:], b[-3:]))
+    return out
+
+
+def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dict]:
+    """One row per check: verdict, min ratio over everything (sweeps, training, adversarial
+    search), min and median over the natural sweeps (all but ``adversarial``), the worst instance,
+    slopes per sweep."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["check"], []).append(r)
+    out = []
+    for cid in (checks or ck.CHECKS):
+        rs = by.get(cid, [])
+        if not rs:
+            continue
+        natural = [r for r in rs if r["sweep"] != "adversarial"]
+        finite = [r["ratio"] for r in natural if math.isfinite(r["ratio"])]
+        worst = min(rs, key=lambda r: r["ratio"])
+        mn = worst["ratio"]
+        meta = ck.CHECKS.get(cid, {})
+        sweeps = sorted({r["sweep"] for r in rs})
+        sl = [s for s in (slopes(rs, cid, sw) for sw in sweeps) if s]
+        out.append({
+            "id": cid, "ref": meta.get("ref", ""), "what": meta.get("what", ""), "origin": meta.get("origin", "paper"),
+            "expected": meta.get("expected", "holds"), "verdict": "holds" if ck.holds(mn) else "fails",
+            "min_ratio": mn, "min_ratio_sweeps": min((r["ratio"] for r in natural), default=math.inf),
+            "median_ratio": statistics.median(finite) if finite else math.inf,
+            "n_records": len(rs), "n_fail": sum(1 for r in rs if not ck.holds(r["ratio"])),
+            "n_adversarial": len(rs) - len(natural),
+            "worst": {k: worst.get(k) for k in ("sweep", "x", "seed", "sub", "bound", "exact", "L", "d_V", "d_K", "d_ff")},
+            "sweeps": sweeps, "slopes": sl,
+        })
+    return out
+
+
+# ----------------------------------------------------------------------------- counter-examples
+def counterexample_json(rec: dict, inst: Instance) -> dict:
+    """A replayable counter-example: the record, what it checks, and the full instance."""
+    meta = ck.CHECKS.get(rec["check"], {})
+    return {
+        "check": rec["check"], "sub": rec["sub"], "ref": meta.get("ref", ""), "what": meta.get("what", ""),
+        "bound": rec["bound"], "exact": rec["exact"], "ratio": rec["ratio"],
+        "sweep": rec.get("sweep"), "x": rec.get("x"), "seed": rec.get("seed"),
+        "part": ck.part_of(rec["check"]), "tensors": ck.needs_tensors(rec["check"]),
+        "ln_input": rec.get("ln_input", "block"), "shape": list(inst.shape), "instance": inst.to_json(),
+    }
+
+
+def pick_counterexamples(rows: list[dict], instances: dict) -> tuple[dict, dict]:
+    """For every failing check: the worst record overall, and the smallest instance that fails
+    (fewest stored numbers, then lowest ratio) for the committed copy.  ``instances`` maps each
+    record's ``inst_key`` to its :class:`Instance`."""
+    worst, small = {}, {}
+    for r in rows:
+        if ck.holds(r["ratio"]):
+            continue
+        key = r.get("inst_key")
+        if key not in instances:
+            continue
+        c = r["check"]
+        if c not in worst or r["ratio"] < worst[c][0]["ratio"]:
+            worst[c] = (r, instances[key])
+        size = instances[key].n_values()
+        if c not in small or (size, r["ratio"]) < (small[c][2], small[c][0]["ratio"]):
+            small[c] = (r, instances[key], size)
+    return ({c: counterexample_json(r, i) for c, (r, i) in worst.items()},
+            {c: counterexample_json(r, i) for c, (r, i, _) in small.items()})
+
+
+def replay(ce: dict) -> dict:
+    """Recompute a saved counter-example: ``{"bound", "exact", "ratio"}`` of its check and sub."""
+    inst = Instance.from_json(ce["instance"])
+    recs = ck.evaluate(inst, parts=(ce["part"],), tensors=ce["tensors"], ln_input=ce.get("ln_input", "block"))
+    for r in recs:
+        if r["check"] == ce["check"] and r["sub"] == ce["sub"]:
+            return r
+    raise KeyError(f"{ce['check']} [{ce['sub']}] not produced on replay")
+
+
+def save_counterexamples(ces: dict, directory: Path) -> list[Path]:
+    """Write one JSON file per check into ``directory`` (old ``*.json`` there are removed first)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for p in directory.glob("*.json"):
+        p.unlink()
+    paths = []
+    for c, ce in sorted(ces.items()):
+        p = directory / f"{c}.json"
+        tmp = p.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(ce, indent=1, allow_nan=True))
+        tmp.replace(p)
+        paths.append(p)
+    return paths

@@ -1,0 +1,196 @@
+"""Training time: the bounds at the paper's MNIST ViT, at initialisation and after training.
+
+Per sample (one test image ``x_i``): the tokens entering block 0, ``X_i = model.tokens(x_i)``
+(L = 49, d_V = 16), and block 0's five weight matrices form an :class:`~.instance.Instance` of the
+*theory block* (no FFN biases, LayerNorm γ = 1, β = 0; a named choice, the theorems' setting).  The
+MSE target is ``"perturbed"``: the output of the same layer (Theorem 1: ``F``; Theorem 6: ``Z``)
+with every weight multiplied entrywise by ``1 + 0.1 N(0,1)`` (seed ``i``), i.e. an instance near
+its minimiser, as Theorem 1's ``w*`` suggests.
+
+Batch rows (``thm1.printed.batch``, ``thm6.full.explicit.batch``): the Hessian of the mean MSE
+over ``n`` samples, ``‖(1/n) Σ_i H_i‖_2``, by Lanczos on curvlinops' ``HessianLinearOperator``,
+against the largest per-sample bound ``max_i M_i`` (a valid bound for the mean by the triangle
+inequality).
+"""
+from __future__ import annotations
+
+import copy
+import glob
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from . import checks as ck
+from . import exact as ex
+from . import formulas as fm
+from . import linalg as la
+from .instance import Instance, from_block
+from .sweeps import CSV_FIELDS  # noqa: F401  (re-exported for callers writing the same table)
+
+__all__ = ["find_checkpoint", "trained_model", "training_sweep", "batch_records", "light_bounds"]
+
+
+
+def find_checkpoint(root: str | Path = "runs") -> Path | None:
+    """``runs/mnist-paper-*/model.pt`` if present, else any ``runs/mnist-*/model.pt``, else None."""
+    for pat in ("mnist-paper-*/model.pt", "mnist-*/model.pt"):
+        hits = sorted(glob.glob(str(Path(root) / pat)))
+        if hits:
+            return Path(hits[-1])
+    return None
+
+
+def trained_model(runs_root="runs", data_root=None, log: Callable[[str], None] | None = None):
+    """``(init_model, trained_model, info)``: the checkpoint if there is one, else the ``smoke``
+    profile trained here into a temporary directory (needs MNIST on disk)."""
+    from ..config import train_config
+    from ..model import build_model
+    from ..train import load_model, train
+
+    path = find_checkpoint(runs_root)
+    if path is not None:
+        model, state = load_model(path)
+        cfgd = state["config"]
+        info = {"checkpoint": str(path), "profile": cfgd.get("profile"), "seed": cfgd.get("seed")}
+        init = build_model(cfgd.get("model", "mnist"), seed=cfgd.get("seed", 0),
+                           **dict(cfgd.get("model_overrides", {})))
+    else:
+        cfg = train_config("mnist", "smoke")
+        with tempfile.TemporaryDirectory() as d:
+            if log:
+                log(f"no runs/mnist-*/model.pt: training the smoke profile into {d}")
+            metrics = train(cfg, d, device="cpu", data_root=data_root, progress=False)
+            model, _ = load_model(Path(d) / "model.pt")
+        info = {"checkpoint": None, "profile": "smoke (trained here)", "seed": cfg.seed,
+                "test_accuracy": metrics.get("test_accuracy")}
+        init = build_model("mnist", seed=cfg.seed, **dict(cfg.model_overrides))
+    return init.eval(), model.eval(), info
+
+
+def _instances(model, images: torch.Tensor, n: int, name: str) -> list[Instance]:
+    m = copy.deepcopy(model).double()
+    out = []
+    with torch.no_grad():
+        X = m.tokens(images[:n].double())
+    for i in range(n):
+        inst = from_block(m.blocks[0], X[i], target="perturbed", seed=i, model=name, sample=i)
+        out.append(inst)
+    return out
+
+
+def light_bounds(inst: Instance) -> dict:
+    """Theorem 1 (printed) and Theorem 6 (explicit) bounds at ``inst`` from norms only."""
+    X, T = inst.X, inst.Target
+    n = {"X": la.spectral_norm(X), "Q": la.spectral_norm(inst.W_Q), "K": la.spectral_norm(inst.W_K),
+         "V": la.spectral_norm(inst.W_V), "1": la.spectral_norm(inst.W_1), "2": la.spectral_norm(inst.W_2)}
+    L, d_V, d_K, d_ff = inst.shape
+    F = ex.sa_forward(X, inst.W_Q, inst.W_K, inst.W_V)
+    m1 = fm.theorem1(n["X"], n["Q"], n["K"], n["V"], la.spectral_norm(T), L, d_V, d_K, variant="printed")["M"]
+    fw = ex.block_forward(X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2)
+    U, S = fw["U"], fw["S"]
+    Mu = U - U.mean(1, keepdim=True)
+    lnU = {"norm": la.spectral_norm(U), "row_norm_min": float(Mu.norm(dim=1).min()), "m": L, "n": d_V}
+    Ms = S - S.mean(1, keepdim=True)
+    relu = la.spectral_norm(torch.relu(fw["Y"] @ inst.W_1))
+    e = fm.theorem6_explicit(n, L, d_V, d_K, d_ff, relu, float((fw["Z"] - T).norm()), lnU,
+                             float(Ms.norm(dim=1).min()))
+    del F
+    return {"thm1": m1, "thm6": e["M_tr"]}
+
+
+class _SA(nn.Module):
+    def __init__(self, inst: Instance):
+        super().__init__()
+        self.W_Q, self.W_K, self.W_V = (nn.Parameter(t.clone()) for t in (inst.W_Q, inst.W_K, inst.W_V))
+
+    def forward(self, X):
+        T = X @ self.W_Q @ self.W_K.T @ X.transpose(-1, -2) / math.sqrt(self.W_Q.shape[1])
+        return ex.softmax_rows(T) @ X @ self.W_V
+
+
+class _Block(_SA):
+    def __init__(self, inst: Instance):
+        super().__init__(inst)
+        self.W_1, self.W_2 = nn.Parameter(inst.W_1.clone()), nn.Parameter(inst.W_2.clone())
+
+    def forward(self, X):
+        Y = ex.layernorm(X + super().forward(X))
+        return ex.layernorm(torch.relu(Y @ self.W_1) @ self.W_2 + Y)
+
+
+def _curvlinops_norm(module: nn.Module, X: torch.Tensor, T: torch.Tensor) -> float:
+    """``‖∇²_w mean-MSE‖_2`` over the batch ``(X, T)`` by Lanczos on curvlinops' Hessian operator."""
+    from curvlinops import HessianLinearOperator
+    from scipy.sparse.linalg import eigsh
+
+    op = HessianLinearOperator(module, nn.MSELoss(), list(module.parameters()), [(X, T)],
+                               check_deterministic=False).to_scipy()
+    ev = eigsh(op, k=1, which="LM", tol=1e-8, return_eigenvectors=False)
+    return float(abs(ev).max())
+
+
+def batch_records(insts: list[Instance]) -> list[dict]:
+    """The two batch rows for the samples ``insts`` (same weights, different X and targets)."""
+    n = len(insts)
+    X = torch.stack([i.X for i in insts])
+    lb = [light_bounds(i) for i in insts]
+    out = []
+    # Theorem 1: targets of the attention layer (F of the perturbed layer), Theorem 6: Z.
+    T_sa = torch.stack([_perturbed_F(i) for i in insts])
+    T_bl = torch.stack([i.Target for i in insts])
+    h1 = _curvlinops_norm(_SA(insts[0]), X, T_sa)
+    h6 = _curvlinops_norm(_Block(insts[0]), X, T_bl)
+    b1 = max(light_bounds(_with_target(i, t))["thm1"] for i, t in zip(insts, T_sa))
+    b6 = max(v["thm6"] for v in lb)
+    for cid, b, e in (("thm1.printed.batch", b1, h1), ("thm6.full.explicit.batch", b6, h6)):
+        out.append({"check": cid, "sub": f"n={n}", "bound": b, "exact": e, "ratio": ck.ratio(b, e)})
+    return out
+
+
+def _with_target(inst: Instance, T: torch.Tensor) -> Instance:
+    return Instance(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2, T, dict(inst.meta))
+
+
+def _perturbed_F(inst: Instance) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1_000_003 * int(inst.meta.get("sample", 0)) + 29)
+    w = [t * (1 + 0.1 * torch.randn(t.shape, generator=g, dtype=torch.float64)) for t in (inst.W_Q, inst.W_K, inst.W_V)]
+    return ex.sa_forward(inst.X, *w).detach()
+
+
+def training_sweep(models: dict, images: torch.Tensor, n_samples: int, n_batch: int, tensors: bool,
+                   log: Callable[[str], None] | None = None) -> tuple[list[dict], dict]:
+    """Records for each model in ``models`` (name -> ViT) and each of ``n_samples`` images, plus
+    the batch rows over ``n_batch`` images.  SA rows use the attention-layer target."""
+    rows, insts_out = [], {}
+    for name, model in models.items():
+        insts = _instances(model, images, max(n_samples, n_batch), name)
+        for i, inst in enumerate(insts[:n_samples]):
+            t0 = time.perf_counter()
+            sa_inst = _with_target(inst, _perturbed_F(inst))
+            sa_inst.meta.update(sweep="training", x=name)
+            inst.meta.update(sweep="training", x=name)
+            base = {"sweep": "training", "x": name, "seed": i, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
+                    "d_ff": inst.d_ff, "sigma": "", "sharpness": "", "balance": "",
+                    "attn_max": float(ex.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
+                    "target": "perturbed"}
+            recs = [dict(r, _inst="sa") for r in ck.evaluate(sa_inst, parts=("sa",))]
+            recs += [dict(r, _inst="block") for r in ck.evaluate(inst, parts=("ln", "prop", "block"), tensors=tensors)]
+            for r in recs:
+                which = r.pop("_inst")
+                key = f"training|{name}|{i}|{which}"
+                rows.append({**base, **r, "parts": ck.part_of(r["check"]), "tensors": tensors, "ln_input": "block",
+                             "inst_key": key})
+                insts_out[key] = sa_inst if which == "sa" else inst
+            if log:
+                log(f"  training {name} sample {i}: {len(recs)} records, {time.perf_counter() - t0:.1f}s")
+        t0 = time.perf_counter()
+        for r in batch_records(insts[:n_batch]):
+            rows.append({**base, **r, "seed": "batch", "parts": "batch", "tensors": False, "ln_input": "block"})
+        if log:
+            log(f"  training {name} batch rows (n={n_batch}): {time.perf_counter() - t0:.1f}s")
+    return rows, insts_out
