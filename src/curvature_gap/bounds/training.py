@@ -30,7 +30,6 @@ from . import exact as ex
 from . import formulas as fm
 from . import linalg as la
 from .instance import Instance, from_block
-from .sweeps import CSV_FIELDS  # noqa: F401  (re-exported for callers writing the same table)
 
 __all__ = ["find_checkpoint", "trained_model", "training_sweep", "batch_records", "light_bounds"]
 
