@@ -10,16 +10,7 @@ import pytest
 import torch
 
 from curvature_gap.data import TensorDataset
-
-
-def learnable_images(n: int, channels: int, size: int, classes: int, seed: int = 0):
-    """uint8 images = a fixed random template per class + noise: a task a tiny ViT learns fast."""
-    templates = np.random.default_rng(1234).integers(0, 256, (classes, channels, size, size))
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, classes, n)
-    noise = rng.integers(-40, 41, (n, channels, size, size))
-    images = np.clip(templates[labels] + noise, 0, 255).astype(np.uint8)
-    return images, labels
+from synthetic import learnable_images  # noqa: F401 - also re-exported for fixtures below
 
 
 def write_mnist_idx(root: Path, n_train: int = 256, n_test: int = 64) -> Path:

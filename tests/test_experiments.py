@@ -31,7 +31,7 @@ def _ctx(tmp_path, tiny_datasets, runs_dir=None, **settings):
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     """One context shared by the Hessian-figure tests (the small model is trained once)."""
-    from conftest import learnable_images
+    from synthetic import learnable_images
     from curvature_gap.data import TensorDataset
     from curvature_gap.train import Datasets
 
