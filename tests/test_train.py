@@ -65,3 +65,16 @@ def test_augment_is_a_seeded_crop_or_flip():
     assert torch.equal(a, b)
     for i in range(2):  # with no padding only identity or a horizontal flip remain
         assert torch.equal(a[i], x[i]) or torch.equal(a[i], x[i].flip(-1))
+
+
+def test_cifar100_smoke_config_trains_on_a_cifar_format_set(tmp_path, cifar_root):
+    """The CIFAR-100 code path end to end: torchvision's loader, the 2-block smoke model, augmentation."""
+    from curvature_gap import data
+    from curvature_gap.train import Datasets
+
+    ds = Datasets(data.load("cifar100", cifar_root, train=True, verify_md5=False),
+                  data.load("cifar100", cifar_root, train=False, verify_md5=False))
+    cfg = train_config("cifar100", "smoke", augment=True, epochs=1)
+    m = train(cfg, tmp_path / "run", datasets=ds, device="cpu", progress=False)
+    assert m["n_parameters"] == 48 * 128 + 128 + 64 * 128 + 2 * (3 * 128**2 + 2 * 128 * 512 + 512 + 128 + 4 * 128) + 128 * 100 + 100
+    assert m["steps"] == 2 and 0 <= m["test_accuracy"] <= 1 and m["final_train_loss"] < 10
