@@ -93,6 +93,25 @@ def test_assumption1_gradient_norms_decrease_in_k_and_end_at_the_full_gradient(t
     np.testing.assert_allclose(G[:, -1], full, rtol=1e-5)
 
 
+def test_exact_mean_square_gradient_over_orders_matches_sampling(tiny_datasets):
+    m = common.build_model("mnist", seed=0, **dict(TINY_MODEL))
+    x, y = tiny_datasets.train.images[:48], tiny_datasets.train.labels[:48]
+    gbar, msq = assumption.per_sample_gradient_moments(m, x, y, "cpu", chunk=16)
+    rows = []
+    for i in range(48):  # per-sample gradients, one backward each
+        g = torch.autograd.grad(torch.nn.functional.cross_entropy(m(x[i : i + 1]), y[i : i + 1]), list(m.parameters()))
+        rows.append(torch.cat([t.reshape(-1) for t in g]).double().numpy())
+    Gs = np.stack(rows)
+    np.testing.assert_allclose(gbar, Gs.mean(0), rtol=1e-4, atol=1e-7)
+    assert msq == pytest.approx(float((Gs**2).sum(1).mean()), rel=1e-4)
+    rng = np.random.default_rng(0)
+    gbar2 = float(gbar @ gbar)
+    for k in (1, 5, 20, 48):
+        mc = np.mean([np.sum(Gs[rng.choice(48, k, replace=False)].mean(0) ** 2) for _ in range(4000)])
+        exact = assumption.expected_grad_norm_sq(np.array([k]), gbar2, msq - gbar2, 48)[0]
+        assert exact == pytest.approx(mc, rel=0.04), k
+
+
 # -------------------------------------------------------------------- Hessian numbers
 def test_curvlinops_dense_hessian_equals_autograd_and_is_symmetric():
     m = common.build_model("mnist", seed=0, **dict(TINY_MODEL))
@@ -260,6 +279,18 @@ def test_plot_reads_results_and_never_recomputes(tmp_path, tiny_datasets, shared
     paths = ex.render("fig6", again, tmp_path / "figures")
     assert [p.rsplit(".", 1)[1] for p in paths] == ["pdf", "png"]
     assert all((tmp_path / "figures" / p.rsplit("/", 1)[1]).stat().st_size > 1000 for p in paths)
+
+
+def test_fig6_paper_path_runs_on_a_cifar100_format_set(tmp_path, cifar_root):
+    """The 8-block CIFAR-100 route of Fig. 6, on a small CIFAR-format set read by torchvision's loader."""
+    ctx = ex.Context(profile="smoke", device="cpu", data_dir=cifar_root, verify_md5=False, progress=False,
+                     results_dir=tmp_path / "results", runs_dir=tmp_path / "runs",
+                     settings_overrides={"fig6": dict(model="cifar100", batch_size=8, n_permutations=4)})
+    r = ex.load_results("fig6", ctx=ctx)
+    assert r["dataset"] == "CIFAR-100" and r["substitution"] is None and r["n_blocks"] == 2
+    assert r["n_samples"] == 64 and r["k"].tolist() == list(range(1, 8))
+    assert (tmp_path / "runs" / f"cifar100-smoke-{ctx.train_cfg('cifar100').hash()}" / "model.pt").exists()
+    assert len(ex.plot_fig6(r).axes) == 1
 
 
 def test_config_change_never_reuses_old_numbers(tmp_path, tiny_datasets, shared_runs):

@@ -84,6 +84,8 @@ def test_keeps_going_past_failures_and_exits_non_zero(tmp_path, monkeypatch, cap
         assert e["profile"] == "smoke" and e["device"] == "cpu" and e["command"] == "curvature-gap reproduce (test)"
     assert doc["figures"]["a"]["config_hash"] == ex.config_hash_of("a", ctx=ex.Context(profile="smoke"))
     assert doc["figures"]["a"]["outputs"] == outcomes[0].outputs
+    rc = doc["figures"]["a"]["results_computed"]  # when, where and by which commit the numbers were computed
+    assert rc["device"] == "cpu" and rc["compute_seconds"] >= 0 and "commit" in rc["git"] and rc["created"]
     assert doc["figures"]["b"]["error"] == "RuntimeError: b broke" and doc["figures"]["b"]["outputs"] == []
     assert doc["figures"]["c"]["status"] == "blocked"
 
@@ -117,6 +119,18 @@ def test_missing_cifar100_blocks_fig6_with_the_instructions(tmp_path):
     assert "cifar-100-python" in outcomes[0].message
     doc = json.loads((tmp_path / "figures" / "manifest.json").read_text())
     assert doc["figures"]["fig6"]["status"] == "blocked" and doc["figures"]["fig6"]["profile"] == "paper"
+
+
+def test_a_failed_rerun_says_where_the_files_on_disk_come_from(tmp_path, monkeypatch):
+    _register(monkeypatch, tmp_path, {"a": "ok"})
+    code, first = _run(tmp_path, "a")
+    _register(monkeypatch, tmp_path, {"a": "blocked"})
+    code, second = _run(tmp_path, "a", profile="paper")
+    e = json.loads((tmp_path / "figures" / "manifest.json").read_text())["figures"]["a"]
+    assert code == 1 and e["status"] == "blocked" and e["profile"] == "paper" and e["outputs"] == []
+    assert e["files_on_disk_from"]["profile"] == "smoke"
+    assert e["files_on_disk_from"]["outputs"] == first[0].outputs
+    assert e["files_on_disk_from"]["config_hash"] == first[0].config_hash
 
 
 def _child(tmp_path, q):

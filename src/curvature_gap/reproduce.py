@@ -35,6 +35,7 @@ class Outcome:
     config_hash: str | None = None
     message: str = ""
     cached: bool = False
+    computed: dict = field(default_factory=dict)
 
 
 def parse_only(only: str | list | None) -> list[str]:
@@ -82,6 +83,7 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
         try:
             res = ex.load_results(name, ctx=ctx)
             o.config_hash, o.results, o.cached = res.config_hash, res.paths, res.from_cache
+            o.computed = {k: res.provenance.get(k) for k in ("created", "compute_seconds", "device", "git", "software")}
             o.outputs = ex.render(name, res, figures_dir)
             o.status = "ok"
         except DataUnavailable as exc:
@@ -117,7 +119,7 @@ def _update_manifest(figures_dir: Path, spec, o: Outcome, profile: str, command:
         figure=o.figure, paper_figure=spec.paper, title=spec.title, status=o.status, command=command,
         profile=profile, config_hash=o.config_hash, git=git_commit(), device=o.device,
         torch_version=torch.__version__, wall_seconds=round(o.seconds, 2), outputs=o.outputs, results=o.results,
-        reused_results=o.cached, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        reused_results=o.cached, results_computed=o.computed, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     )
     if o.message:
         entry["error"] = o.message
@@ -128,6 +130,14 @@ def _update_manifest(figures_dir: Path, spec, o: Outcome, profile: str, command:
                 raise ValueError
         except (OSError, ValueError):
             doc = {"figures": {}}
+        old = doc["figures"].get(o.figure) or {}
+        if o.status != "ok":
+            if old.get("status") != "ok":
+                old = old.get("files_on_disk_from") or {}
+            kept = [p for p in old.get("outputs", []) if Path(p).exists()]
+            if kept:  # the files on disk are from an earlier, successful run: say which
+                entry["files_on_disk_from"] = {k: old.get(k) for k in ("profile", "config_hash", "finished", "command")}
+                entry["files_on_disk_from"]["outputs"] = kept
         doc["figures"][o.figure] = entry
         doc["updated"] = entry["finished"]
         atomic_write_json(path, doc)

@@ -288,7 +288,7 @@ def _entry_matrix(result, step_row: int) -> tuple[np.ndarray, str]:
         w1 = [m for m, t in zip(mats, tensors) if t["name"].endswith("ffn1.weight")][0]
         w2 = [m for m, t in zip(mats, tensors) if t["name"].endswith("ffn2.weight")][0]
         return np.concatenate([w1, w2.T], 0), "W₁ (top) over W₂ᵀ (bottom); biases not shown"
-    return mats[0], "W (d_V × d_K), X @ W orientation"
+    return mats[0], "rows: inputs (d_V), columns: outputs (X @ W)"
 
 
 _TENSOR_LABELS = {"query": "W_Q", "key": "W_K", "value": "W_V", "ln1.weight": "γ₁", "ln1.bias": "β₁",

@@ -43,6 +43,7 @@ class Result:
     json_path: Path | None = None
     npz_path: Path | None = None
     from_cache: bool = False
+    provenance: dict = field(default_factory=dict)  # how and when the numbers were computed
 
     def __getitem__(self, key):
         if key in self.arrays:
@@ -127,7 +128,8 @@ class ResultStore:
                     else:
                         with np.load(io.BytesIO(data), allow_pickle=False) as z:
                             arrays = {k: z[k] for k in z.files}
-                        return Result(figure, chash, doc["config"], arrays, doc.get("meta", {}), jp, npp, True)
+                        prov = dict(doc.get("provenance") or {}, created=doc.get("created"))
+                        return Result(figure, chash, doc["config"], arrays, doc.get("meta", {}), jp, npp, True, prov)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             problem = f"it cannot be read ({type(exc).__name__}: {exc})"
         warnings.warn(f"cached result {jp} is unusable: {problem}; recomputing", StaleResultWarning, stacklevel=2)
@@ -148,7 +150,8 @@ class ResultStore:
         body["sha256"] = hashlib.sha256(_canonical(body)).hexdigest()
         atomic_write_json(jp, body)
         arrays = {k: np.asarray(v) for k, v in arrays.items()}
-        return Result(figure, chash, body["config"], arrays, body["meta"], jp, npp, False)
+        prov = dict(body.get("provenance") or {}, created=body.get("created"))
+        return Result(figure, chash, body["config"], arrays, body["meta"], jp, npp, False, prov)
 
 
 @contextlib.contextmanager
