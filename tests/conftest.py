@@ -61,3 +61,15 @@ def tiny_datasets():
         return TensorDataset(x, torch.from_numpy(labels).long())
 
     return Datasets(make(512, 0), make(128, 1))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test named in the fault table (``curvature_gap.faults``) and everything under
+    tests/reliability as ``reliability``: ``pytest -m reliability`` runs exactly the book's table."""
+    from curvature_gap.faults import named_tests
+
+    named = set(named_tests())
+    for item in items:
+        nodeid = item.nodeid.split("[")[0]
+        if nodeid in named or nodeid.startswith("tests/reliability/"):
+            item.add_marker(pytest.mark.reliability)

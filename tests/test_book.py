@@ -48,7 +48,10 @@ def test_notebook_is_thin_parametrised_and_clean(path):
         else:
             assert not c.outputs and c.execution_count is None, "only checked cells keep outputs in the repository"
     assert checked >= 1, "at least one cell whose output nbval checks"
-    assert "book.setup()" in "".join(c.source for c in nb.cells if c.cell_type == "code")
+    names = [line.split("=")[0].strip() for line in src.splitlines() if "=" in line.split("#")[0]]
+    call = "book.setup(" + ", ".join(f"{n}={n}" for n in names)
+    code = "".join(c.source for c in nb.cells if c.cell_type == "code").replace("\n           ", " ")
+    assert call + ")" in code, f"setup checks every parameter: {call})"
 
 
 def test_toc_names_a_missing_file(tmp_path):

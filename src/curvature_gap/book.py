@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 
 __all__ = [
-    "project_root", "setup", "verify_rows", "verify_json", "show_rows", "show_groups", "groups_md", "show_markdown",
+    "project_root", "setup", "check_parameters", "verify_rows", "verify_json", "show_rows", "show_groups", "groups_md", "show_markdown",
     "verdict_lines", "rows_md", "load_figure", "show_provenance", "provenance_md", "show_figure",
     "RESULTS", "summarize", "verify_summary_md", "all_checks_md", "errata_md", "notation_md",
-    "unstated_md", "profiles_md", "versions_md", "hardware_md", "runtimes_md", "toc_notebooks",
+    "unstated_md", "faults_md", "profiles_md", "versions_md", "hardware_md", "runtimes_md", "toc_notebooks",
     "execute_notebook", "build", "main", "BookError", "check", "check_links", "check_offline",
     "check_summary_table", "check_downloads", "browser_check",
 ]
@@ -156,11 +156,51 @@ def verify_rows(profile: str = "smoke", prefixes=None, root: Path | None = None)
 
 
 # ====================================================================== notebook helpers
-def setup(root: str | os.PathLike | None = None) -> Path:
-    """Prepare a notebook: work from the project root (data/, results/, runs/ resolve), set the
-    dataset directory if unset, and a plotting style that reads well in the book. Returns the root."""
+_DEVICES = ("auto", "cpu", "cuda")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _shape_ok(v) -> bool:
+    return v is None or (isinstance(v, (list, tuple)) and len(v) == 4 and all(_is_int(x) and x >= 1 for x in v))
+
+
+# What each notebook parameter must be: (test, description, example for papermill). A name not listed
+# here is a size (tokens, width, samples): a positive integer.
+PARAMETER_RULES = {
+    "profile": (lambda v: v in PROFILES, f"one of {', '.join(PROFILES)}", "smoke"),
+    "device": (lambda v: v in _DEVICES, f"one of {', '.join(_DEVICES)}", "cpu"),
+    "seed": (lambda v: _is_int(v) and v >= 0, "a non-negative integer", "3"),
+    "shape": (_shape_ok, "None or a list of 4 positive integers (L, d_V, d_K, d_ff)", "'[12, 6, 4, 16]' (with -y)"),
+}
+_SIZE_RULE = (lambda v: _is_int(v) and v >= 1, "a positive integer", "8")
+
+
+def check_parameters(params: dict) -> None:
+    """Check a notebook's parameters (as papermill injected them) before anything runs.
+
+    Papermill's ``-p name value`` guesses the type from the text (``-p seed abc`` gives a str,
+    ``-p L 2.5`` a float); a wrong type would otherwise surface later as an unrelated error or,
+    worse, as a plausible result. Raises :class:`~curvature_gap.config.ConfigError` naming the
+    parameter, what it must be, and a valid papermill flag."""
+    from .config import ConfigError
+
+    for name, value in params.items():
+        ok, what, example = PARAMETER_RULES.get(name, _SIZE_RULE)
+        if not ok(value):
+            raise ConfigError(f"notebook parameter {name}={value!r} ({type(value).__name__}) is invalid: it must be "
+                              f"{what}; e.g. papermill ... -p {name} {example}")
+
+
+def setup(root: str | os.PathLike | None = None, **params) -> Path:
+    """Prepare a notebook: check its parameters (:func:`check_parameters`), work from the project root
+    (data/, results/, runs/ resolve), set the dataset directory if unset, and a plotting style that
+    reads well in the book. Returns the root."""
     import warnings
 
+    check_parameters(params)
     r = project_root(root)
     os.chdir(r)
     # torch's own forward-mode AD machinery emits this deprecation notice on first use; it says
@@ -349,6 +389,14 @@ def _md(text: str) -> str:
     return _MD_ESCAPE.sub(r"\\\1", text).replace("\n", " ")
 
 
+def _md_code(text: str) -> str:
+    """Like :func:`_md`, but `backticked` spans stay inline code (a ``|`` in them is still escaped)."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # unbalanced: treat everything as text
+        return _md(text)
+    return "".join(_md(t) if i % 2 == 0 else "`" + t.replace("|", "\\|") + "`" for i, t in enumerate(parts))
+
+
 def _verdict_badge(verdict, expected=None) -> str:
     v = str(verdict)
     s = f"**{v}**" if v in ("corrected", "fails") else v
@@ -512,6 +560,17 @@ def unstated_md(unstated: list[dict]) -> str:
     lines = ["| choice | value used here | reason |", "|---|---|---|"]
     for u in unstated:
         lines.append(f"| {_md(u['name'])} | {_md(str(u['value']))} | {_md(u['reason'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def faults_md(faults=None) -> str:
+    """The fault-case table of the reproducibility chapter, from :data:`curvature_gap.faults.FAULTS`."""
+    if faults is None:
+        from .faults import FAULTS as faults
+    lines = ["| area | fault | what the program does | proved by |", "|---|---|---|---|"]
+    for f in faults:
+        tests = "<br>".join(f"`{t.removeprefix('tests/')}`" for t in f.tests)
+        lines.append(f"| {_md(f.area)} | {_md_code(f.case)} | {_md_code(f.behaviour)} | {tests} |")
     return "\n".join(lines) + "\n"
 
 
@@ -756,6 +815,7 @@ def write_tables(gen: Path, profile: str, device: str, rows: list[dict], verify_
     from .config import UNSTATED
 
     (gen / "unstated.md").write_text(unstated_md(UNSTATED))
+    (gen / "faults.md").write_text(faults_md())
     (gen / "profiles.md").write_text(profiles_md())
     (gen / "versions.md").write_text(versions_md())
     (gen / "hardware.md").write_text(hardware_md(device))

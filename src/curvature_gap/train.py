@@ -111,6 +111,21 @@ def load_model(path, device="cpu") -> tuple[ViT, dict]:
     return model.to(device), state
 
 
+def _check_owner(path: Path, chash: str) -> dict:
+    """The checkpoint at ``path`` if this config (hash ``chash``) wrote it; CheckpointMismatch otherwise."""
+    try:
+        state = load_torch(path)
+    except Exception as exc:
+        raise CheckpointMismatch(f"{path} is unreadable ({type(exc).__name__}); use another --out directory "
+                                 "or delete it to start over") from exc
+    if not isinstance(state, dict) or state.get("config_hash") != chash:
+        raise CheckpointMismatch(
+            f"{path} was written by config {state.get('config_hash') if isinstance(state, dict) else None}, not {chash}; "
+            "use another --out directory or delete the old one"
+        )
+    return state
+
+
 def train(
     cfg: TrainConfig,
     out_dir,
@@ -139,16 +154,11 @@ def train(
     opt = make_optimizer(model, cfg)
     step, history, wall_before, running = 0, [], 0.0, None
     ckpt_path = out / CKPT_NAME
+    final = out / MODEL_NAME
+    if final.exists() and not ckpt_path.exists():  # a finished model of another run is never overwritten
+        _check_owner(final, chash)
     if ckpt_path.exists():
-        try:
-            state = load_torch(ckpt_path)
-        except Exception as exc:
-            raise CheckpointMismatch(f"{ckpt_path} is unreadable ({exc}); delete it to start over") from exc
-        if state.get("config_hash") != chash:
-            raise CheckpointMismatch(
-                f"{ckpt_path} was written by config {state.get('config_hash')}, not {chash}; "
-                "use another --out directory or delete the old one"
-            )
+        state = _check_owner(ckpt_path, chash)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         step, history, wall_before = state["step"], list(state["history"]), float(state["wall_s"])
