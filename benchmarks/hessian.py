@@ -220,29 +220,17 @@ def rel_err(path: str, ref: str) -> float | None:
 def machine() -> dict:
     import torch
 
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = "?"
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal"):
-                mem = f"{int(line.split()[1]) / 2**20:.0f} GB"
-    except OSError:
-        pass
+    from curvature_gap.device import host
+
+    h = host()
+    mem = f"{h['memory_gib']:.0f} GB" if h["memory_gib"] else "?"
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         cl = version("curvlinops-for-pytorch")
     except PackageNotFoundError:
         cl = "?"
-    virt = " (virtual machine)" if "hypervisor" in open("/proc/cpuinfo").read() else ""
-    return dict(cpu=model + virt, cores=os.cpu_count(), memory=mem, python=platform.python_version(), torch=torch.__version__,
+    return dict(cpu=h["cpu"] + (" (virtual machine)" if h["virtual"] else ""), cores=os.cpu_count(), memory=mem, python=platform.python_version(), torch=torch.__version__,
                 curvlinops=cl, os=platform.platform(), load=os.getloadavg())
 
 

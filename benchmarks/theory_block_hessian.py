@@ -61,7 +61,9 @@ def run(repeats: int, device: str) -> list[dict]:
 
 
 def markdown(rows: list[dict], repeats: int, device: str) -> str:
-    cpu = platform.processor() or platform.machine()
+    from curvature_gap.device import host
+
+    cpu = host()["cpu"]
     lines = [
         SECTION,
         "",

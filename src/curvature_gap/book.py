@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from .config import DEVICES, PROFILES
+
 __all__ = [
     "project_root", "setup", "check_parameters", "verify_rows", "verify_json", "show_rows", "show_groups", "groups_md", "show_markdown",
     "verdict_lines", "rows_md", "load_figure", "show_provenance", "provenance_md", "show_figure",
@@ -40,7 +42,6 @@ __all__ = [
     "check_summary_table", "check_downloads", "browser_check",
 ]
 
-PROFILES = ("smoke", "paper")
 VERDICTS = ("verified", "corrected", "holds", "fails")
 KERNEL = "python3"
 VERIFY_ENV = "CURVATURE_GAP_VERIFY_JSON"   # set by the build for its notebooks: the verify JSON to read
@@ -156,9 +157,6 @@ def verify_rows(profile: str = "smoke", prefixes=None, root: Path | None = None)
 
 
 # ====================================================================== notebook helpers
-_DEVICES = ("auto", "cpu", "cuda")
-
-
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -171,7 +169,7 @@ def _shape_ok(v) -> bool:
 # here is a size (tokens, width, samples): a positive integer.
 PARAMETER_RULES = {
     "profile": (lambda v: v in PROFILES, f"one of {', '.join(PROFILES)}", "smoke"),
-    "device": (lambda v: v in _DEVICES, f"one of {', '.join(_DEVICES)}", "cpu"),
+    "device": (lambda v: v in DEVICES, f"one of {', '.join(DEVICES)}", "cpu"),
     "seed": (lambda v: _is_int(v) and v >= 0, "a non-negative integer", "3"),
     "shape": (_shape_ok, "None or a list of 4 positive integers (L, d_V, d_K, d_ff)", "'[12, 6, 4, 16]' (with -y)"),
 }
@@ -618,22 +616,11 @@ def versions_md() -> str:
 
 
 def hardware_md(device: str = "auto") -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = "unknown"
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem = f"{int(line.split()[1]) / 2**20:.1f} GiB"
-                break
-    except OSError:
-        pass
+    from .device import host
+
+    h = host()
+    cpu = h["cpu"]
+    mem = f"{h['memory_gib']:.1f} GiB" if h["memory_gib"] else "unknown"
     gpu = "none"
     try:
         import torch

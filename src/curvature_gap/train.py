@@ -145,6 +145,12 @@ def train(
     out.mkdir(parents=True, exist_ok=True)
     dev = resolve_device(device)
     chash = cfg.hash()
+    # checkpoints first (before the data): a directory of another run is refused within seconds
+    ckpt_path = out / CKPT_NAME
+    final = out / MODEL_NAME
+    if final.exists() and not ckpt_path.exists():  # a finished model of another run is never overwritten
+        _check_owner(final, chash)
+    state = _check_owner(ckpt_path, chash) if ckpt_path.exists() else None
     ds = datasets or load_datasets(cfg, data_root)
     n_train = len(ds.train)
     steps_per_epoch = math.ceil(n_train / cfg.batch_size)
@@ -153,12 +159,7 @@ def train(
     model = build_model(cfg.model, seed=cfg.seed, **dict(cfg.model_overrides)).to(dev)
     opt = make_optimizer(model, cfg)
     step, history, wall_before, running = 0, [], 0.0, None
-    ckpt_path = out / CKPT_NAME
-    final = out / MODEL_NAME
-    if final.exists() and not ckpt_path.exists():  # a finished model of another run is never overwritten
-        _check_owner(final, chash)
-    if ckpt_path.exists():
-        state = _check_owner(ckpt_path, chash)
+    if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         step, history, wall_before = state["step"], list(state["history"]), float(state["wall_s"])

@@ -107,22 +107,23 @@ def test_bad_input_leaves_earlier_results_intact(tmp_path, capsys):
         (work / rel).write_text(content)
     before = _tree_hashes(work)
     dirs = ["--results-dir", str(work / "results"), "--figures-dir", str(work / "figures"), "--runs-dir", str(work / "runs")]
-    cases = [
-        ["reproduce", "--profile", "smoke", "--only", "fig99", *dirs],
-        ["reproduce", "--profile", "huge", *dirs],
-        ["reproduce", "--profile", "smoke", "--device", "tpu", *dirs],
-        ["train", "--model", "mnist", "--profile", "smoke", "--out", str(work / "runs" / "mnist-smoke-x")],
+    cases = [  # (arguments, what the one-line error must name)
+        (["reproduce", "--profile", "smoke", "--only", "fig99", *dirs], "unknown figure fig99"),
+        (["reproduce", "--profile", "huge", *dirs], "invalid choice: 'huge'"),
+        (["reproduce", "--profile", "smoke", "--device", "tpu", *dirs], "invalid choice: 'tpu'"),
+        (["train", "--model", "mnist", "--profile", "smoke", "--data-dir", str(tmp_path / "no-data"),
+          "--out", str(work / "runs" / "mnist-smoke-x")], "model.pt is unreadable"),
     ]
     if not torch.cuda.is_available():
-        cases.append(["reproduce", "--profile", "smoke", "--device", "cuda", *dirs])
-    for args in cases:
+        cases.append((["reproduce", "--profile", "smoke", "--device", "cuda", *dirs], "CUDA is not available"))
+    for args, needle in cases:
         try:
             code = cli.main(args)
         except SystemExit as exc:  # argparse's own exit for a bad choice
             code = exc.code
         err = capsys.readouterr().err.strip()
         assert code != 0, args
-        assert err and len(err.splitlines()) == 1, (args, err)
+        assert needle in err and len(err.splitlines()) == 1, (args, err)
         assert _tree_hashes(work) == before, f"{args} changed earlier files"
 
 

@@ -37,8 +37,8 @@ def _offline() -> tuple[list[str], dict]:
 
 def run_offline(args: list[str], cwd: Path, data: Path, timeout: float = OFFLINE_LIMIT_S):
     prefix, env_extra = _offline()
-    env = dict(os.environ, CURVATURE_GAP_DATA=str(data), PYTHONUNBUFFERED="1", **env_extra)
-    env.pop("NO_PROXY", None), env.pop("no_proxy", None)
+    env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}  # the closed proxy applies to every host
+    env.update(CURVATURE_GAP_DATA=str(data), PYTHONUNBUFFERED="1", **env_extra)
     t0 = time.perf_counter()
     r = subprocess.run(prefix + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     return r, time.perf_counter() - t0
