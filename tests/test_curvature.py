@@ -1,5 +1,5 @@
 """Curvature of the model through curvlinops: correct with the hand-written LayerNorm, wrong with
-the fused kernel (a guard that also tells us when PyTorch fixes it; math.md §5.1)."""
+the fused kernel (a guard that also tells us when PyTorch fixes it; the book's fused-LayerNorm page explains the error)."""
 import pytest
 import torch
 from curvlinops import HessianLinearOperator
@@ -52,7 +52,7 @@ def test_curvlinops_matches_finite_differences_and_is_symmetric():
 
 
 def test_fused_layernorm_gives_wrong_curvature_guard():
-    """If this starts failing, PyTorch fixed the fused LayerNorm's second derivatives: update math.md §5.1."""
+    """If this starts failing, PyTorch fixed the fused LayerNorm's second derivatives: update the fused-LayerNorm page of the book."""
     cols = _cols()
     HE, fd = _columns(True, cols)
     rel = ((HE - fd).abs().max() / fd.abs().max()).item()

@@ -131,7 +131,7 @@ UNSTATED: list[dict] = [
     dict(name="W_O, attention biases", value="none", reason="Eq. 1 has no output projection and no biases"),
     dict(name="FFN biases b_1, b_2", value="present (zero-init)", reason="the paper lists b_1, b_2 among the parameters; the theorems set them to 0"),
     dict(name="FFN activation", value="ReLU", reason="the theory uses ReLU (Lemma 1); the experiments do not say"),
-    dict(name="LayerNorm", value="hand-written, eps=1e-12, affine γ,β", reason="the fused kernel gives wrong curvature here (math.md §5.1); eps negligible against O(1) variances, 0 available for the theory"),
+    dict(name="LayerNorm", value="hand-written, eps=1e-12, affine γ,β", reason="torch.nn.LayerNorm's fused kernel gives second derivatives wrong by ~1e-2 here (the book's fused-LayerNorm page); eps negligible against O(1) variances, 0 available for the theory"),
     dict(name="positional embedding", value="learned, N(0, 0.02²)", reason="ViT default; the paper does not say"),
     dict(name="classifier", value="mean over tokens, then linear head", reason="'outputs is averaged to obtain classification logits'; 16 ≠ 10 classes needs a head"),
     dict(name="weight init", value="N(0, 1/fan_in) for matrices, zeros for biases, γ=1, β=0", reason="variance-preserving; the paper does not say"),

@@ -1,14 +1,27 @@
-"""Atomic, verifiable files: nothing half-written is ever read as complete."""
+"""Atomic, verifiable files: nothing half-written is ever read as complete.
+
+Every file the package writes (checkpoints, results, manifests, JSON rows) goes through a temporary
+file in the same directory, ``fsync`` and ``os.replace``; :func:`file_lock` serialises work on one
+output between processes.
+"""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
+import math
 import os
+import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
+
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "jsonable", "sha256_bytes",
+           "save_torch", "load_torch", "state_sha256", "file_lock", "save_npz_atomic"]
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -28,8 +41,31 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
-def atomic_write_json(path, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+def atomic_write_text(path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def jsonable(x):
+    """``x`` with NumPy scalars/arrays, tuples and non-finite floats made JSON-safe (inf -> "inf")."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, np.generic):
+        return jsonable(x.item())
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def atomic_write_json(path, obj, indent: int | None = 2) -> None:
+    """Write ``jsonable(obj)`` as JSON (keys sorted, UTF-8) atomically."""
+    text = json.dumps(jsonable(obj), indent=indent, sort_keys=True, ensure_ascii=False, default=str)
+    atomic_write_bytes(path, (text + "\n").encode())
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -59,3 +95,32 @@ def state_sha256(state_dict: dict) -> str:
         h.update(str(tuple(t.shape)).encode() + str(t.dtype).encode())
         h.update(t.numpy().tobytes())
     return h.hexdigest()
+
+
+def save_npz_atomic(path, arrays: dict) -> bytes:
+    """Write ``arrays`` as an uncompressed ``.npz`` atomically; returns the bytes written."""
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    data = buf.getvalue()
+    atomic_write_bytes(path, data)
+    return data
+
+
+@contextlib.contextmanager
+def file_lock(path, what: str = ""):
+    """Exclusive ``fcntl.flock`` on ``path``, announcing when another process holds it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another process working on {what or path} (lock {path})", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)

@@ -13,20 +13,101 @@ hand-written (the fused kernel gives wrong second derivatives, see ``tests/test_
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from .config import MODEL_CONFIGS, ModelConfig, check_choice, MODELS
-import dataclasses
+from .config import MODEL_CONFIGS, MODELS, ModelConfig, check_choice
 
 
 def _matrix(fan_in: int, fan_out: int) -> nn.Parameter:
     return nn.Parameter(torch.randn(fan_in, fan_out) / math.sqrt(fan_in))
 
 
+# ----------------------------------------------------------------------------- the block as functions
+# One implementation of the forward pass, used by the nn.Module below, by the exact references of the
+# theory (curvature_gap.exact.forward: no biases, γ = 1, β = 0, no ε) and by the hand-written Hessian
+# (curvature_gap.hessian._vit), which needs the intermediate values.
+def attention_matrix(x: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
+    """A = softmax_rows(x W_Q (x W_K)ᵀ / √d_K); x (..., n, d) -> (..., n, n)."""
+    q, k = x @ W_Q, x @ W_K
+    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(W_Q.shape[-1]), dim=-1)
+
+
+def layer_norm_parts(u: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n̂, r) with n̂ = (u − mean u) r and r = (var u + ε)^(-1/2), row-wise over the last axis,
+    population variance. With ``eps = 0`` a zero-variance row violates the paper's Assumption 2 and
+    raises instead of returning NaN."""
+    uc = u - u.mean(-1, keepdim=True)
+    var = (uc * uc).mean(-1, keepdim=True)
+    if eps == 0 and not torch.jit.is_tracing() and _concrete(var) and bool((var == 0).any()):
+        raise ValueError(
+            "LayerNorm input has a zero-variance row (violates the paper's Assumption 2); "
+            "use eps > 0 or perturb the input"
+        )
+    rstd = torch.rsqrt(var + eps)
+    return uc * rstd, rstd
+
+
+def _concrete(t: torch.Tensor) -> bool:
+    """True for an ordinary tensor (not a functorch wrapper, where `.any()` cannot be read)."""
+    return not torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+def _affine(n_hat, weight, bias):
+    out = n_hat if weight is None else n_hat * weight
+    return out if bias is None else out + bias
+
+
+@dataclass
+class BlockParts:
+    """Intermediate values of one post-norm block for input x (..., n, d).
+
+    u1 = x + A x W_V, y = γ₁ n̂₁ + β₁ with (n̂₁, r₁) = layer_norm_parts(u1), h = y W_1 + b_1,
+    r = ReLU(h) = h ∘ mask, u2 = y + r W_2 + b_2, out = γ₂ n̂₂ + β₂.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    A: torch.Tensor
+    ax: torch.Tensor
+    u1: torch.Tensor
+    n1: torch.Tensor
+    rstd1: torch.Tensor
+    y: torch.Tensor
+    h: torch.Tensor
+    mask: torch.Tensor
+    r: torch.Tensor
+    u2: torch.Tensor
+    n2: torch.Tensor
+    rstd2: torch.Tensor
+    out: torch.Tensor
+
+
+def block_forward(x, W_Q, W_K, W_V, W_1, W_2, b_1=None, b_2=None, ln1=(None, None), ln2=(None, None),
+                  eps=(0.0, 0.0)) -> BlockParts:
+    """The post-norm block (paper Eq. "transformer") with all its intermediate values.
+
+    ``ln1``/``ln2`` are the (γ, β) of the two LayerNorms (None: γ = 1, β = 0), ``eps`` their ε.
+    """
+    q, k = x @ W_Q, x @ W_K
+    A = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(W_Q.shape[-1]), dim=-1)
+    ax = A @ x
+    u1 = x + ax @ W_V
+    n1, rstd1 = layer_norm_parts(u1, eps[0])
+    y = _affine(n1, *ln1)
+    h = y @ W_1 if b_1 is None else y @ W_1 + b_1
+    mask = (h > 0).to(h.dtype)
+    r = torch.relu(h)
+    u2 = y + (r @ W_2 if b_2 is None else r @ W_2 + b_2)
+    n2, rstd2 = layer_norm_parts(u2, eps[1])
+    return BlockParts(q, k, A, ax, u1, n1, rstd1, y, h, mask, r, u2, n2, rstd2, _affine(n2, *ln2))
+
+
+# ----------------------------------------------------------------------------- modules
 class LayerNorm(nn.Module):
     """Row-wise LayerNorm, (x − μ) / √(σ² + eps) · γ + β, population variance.
 
@@ -45,27 +126,11 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused:
             return nn.functional.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
-        mu = x.mean(-1, keepdim=True)
-        xc = x - mu
-        var = (xc * xc).mean(-1, keepdim=True)
-        if self.eps == 0 and not torch.jit.is_tracing() and _concrete(var) and bool((var == 0).any()):
-            raise ValueError(
-                "LayerNorm input has a zero-variance row (violates the paper's Assumption 2); "
-                "use eps > 0 or perturb the input"
-            )
-        return xc / torch.sqrt(var + self.eps) * self.weight + self.bias
-
-
-def _concrete(t: torch.Tensor) -> bool:
-    """True for an ordinary tensor (not a functorch wrapper, where `.any()` cannot be read)."""
-    try:
-        return not torch._C._functorch.is_functorch_wrapped_tensor(t)
-    except AttributeError:  # pragma: no cover
-        return True
+        return _affine(layer_norm_parts(x, self.eps)[0], self.weight, self.bias)
 
 
 class Block(nn.Module):
-    """One post-norm transformer block (paper Eq. "transformer")."""
+    """One post-norm transformer block (paper Eq. "transformer"); the arithmetic is :func:`block_forward`."""
 
     def __init__(self, cfg: ModelConfig, fused_ln: bool = False):
         super().__init__()
@@ -82,23 +147,18 @@ class Block(nn.Module):
             self.ffn2["bias"] = nn.Parameter(torch.zeros(d))
         self.ln2 = LayerNorm(d, cfg.ln_eps, fused_ln)
 
-    def attention(self, x: torch.Tensor) -> torch.Tensor:
-        """A(X) = softmax(X W_Q W_Kᵀ Xᵀ / √d_K), shape (B, n, n)."""
-        t = (x @ self.query) @ (x @ self.key).transpose(-1, -2) / math.sqrt(self.d_k)
-        return torch.softmax(t, dim=-1)
-
-    def ffn(self, y: torch.Tensor) -> torch.Tensor:
-        h = y @ self.ffn1["weight"]
-        if "bias" in self.ffn1:
-            h = h + self.ffn1["bias"]
-        out = torch.relu(h) @ self.ffn2["weight"]
-        if "bias" in self.ffn2:
-            out = out + self.ffn2["bias"]
-        return out
+    def parts(self, x: torch.Tensor) -> BlockParts:
+        return block_forward(x, self.query, self.key, self.value, self.ffn1["weight"], self.ffn2["weight"],
+                             self.ffn1.get("bias"), self.ffn2.get("bias"), (self.ln1.weight, self.ln1.bias),
+                             (self.ln2.weight, self.ln2.bias), (self.ln1.eps, self.ln2.eps))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.ln1(x + self.attention(x) @ x @ self.value)
-        return self.ln2(y + self.ffn(y))
+        if self.ln1.fused:  # the fused-LayerNorm comparison only: same arithmetic, torch's kernel for LN
+            y = self.ln1(x + attention_matrix(x, self.query, self.key) @ x @ self.value)
+            h = y @ self.ffn1["weight"] + (self.ffn1["bias"] if "bias" in self.ffn1 else 0)
+            f = torch.relu(h) @ self.ffn2["weight"] + (self.ffn2["bias"] if "bias" in self.ffn2 else 0)
+            return self.ln2(y + f)
+        return self.parts(x).out
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:

@@ -7,11 +7,14 @@ atomically and carry the config hash; a checkpoint of another config is refused.
 """
 from __future__ import annotations
 
+import json
 import math
 import platform
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -20,12 +23,17 @@ from tqdm.auto import tqdm
 from . import data as data_mod
 from .config import TrainConfig
 from .device import resolve_device
-from .io import atomic_write_json, load_torch, save_torch, state_sha256
+from .io import atomic_write_json, file_lock, load_torch, save_torch, state_sha256
 from .model import ViT, build_model
 
 CKPT_NAME = "last.pt"
 MODEL_NAME = "model.pt"
 METRICS_NAME = "metrics.json"
+SNAPSHOT_DIR = "snapshots"
+
+
+class StaleCheckpointWarning(UserWarning):
+    """A checkpoint on disk failed its integrity check; the model is being retrained."""
 
 
 class TrainingDiverged(RuntimeError):
@@ -115,7 +123,7 @@ def _check_owner(path: Path, chash: str) -> dict:
     """The checkpoint at ``path`` if this config (hash ``chash``) wrote it; CheckpointMismatch otherwise."""
     try:
         state = load_torch(path)
-    except Exception as exc:
+    except (OSError, RuntimeError, EOFError, ValueError, KeyError) as exc:  # truncated or not a checkpoint
         raise CheckpointMismatch(f"{path} is unreadable ({type(exc).__name__}); use another --out directory "
                                  "or delete it to start over") from exc
     if not isinstance(state, dict) or state.get("config_hash") != chash:
@@ -135,11 +143,14 @@ def train(
     max_steps: int | None = None,
     progress: bool = True,
     explode_factor: float = 1e3,
+    snapshot_steps: tuple[int, ...] = (),
 ) -> dict:
     """Train ``cfg`` into ``out_dir`` (resuming from ``out_dir/last.pt``); returns the metrics.
 
     ``max_steps`` stops early after that many optimiser steps in total (for tests of
-    interruption); the checkpoint then lets a later call finish the run.
+    interruption); the checkpoint then lets a later call finish the run. ``snapshot_steps`` saves
+    the weights after each of those steps (0: the initialisation) to ``out_dir/snapshots/`` (the
+    training-dynamics figures read them instead of replaying the run); they do not change training.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -172,8 +183,17 @@ def train(
             wall_s=wall_before + time.perf_counter() - t0,
         ))
 
+    snaps = out / SNAPSHOT_DIR
+    snapshot_steps = set(int(x) for x in snapshot_steps)
+
+    def save_snapshot():
+        if step in snapshot_steps and not (snaps / f"step_{step:07d}.pt").exists():
+            save_torch(snaps / f"step_{step:07d}.pt", dict(config_hash=chash, step=step,
+                                                           model={k: v.detach().cpu() for k, v in model.state_dict().items()}))
+
     t0 = time.perf_counter()
     last_good = step
+    save_snapshot()
     bar = tqdm(total=total_steps, initial=step, disable=not progress, desc=f"train {cfg.model}/{cfg.profile}", unit="step")
     while step < total_steps:
         epoch, pos = divmod(step, steps_per_epoch)
@@ -205,6 +225,7 @@ def train(
                 nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
             step += 1
+            save_snapshot()
             bar.update(1)
             bar.set_postfix(loss=f"{running:.3f}")
             if step % cfg.ckpt_every == 0 and step % steps_per_epoch != 0:
@@ -231,3 +252,84 @@ def train(
     )
     atomic_write_json(out / METRICS_NAME, metrics)
     return metrics
+
+
+# ----------------------------------------------------------------------------- finding the trained model
+def run_dir(cfg: TrainConfig, runs_dir="runs") -> Path:
+    """``runs_dir/<model>-<profile>-<config hash>``: where ``cfg`` is trained."""
+    return Path(runs_dir) / f"{cfg.model}-{cfg.profile}-{cfg.hash()}"
+
+
+def verify_checkpoint(directory, chash: str) -> tuple[dict | None, str]:
+    """(saved state, "") when ``directory/model.pt`` is intact and belongs to config ``chash``: it loads,
+    carries that hash, and its weights hash equals the one in ``metrics.json``; else (None, why)."""
+    directory = Path(directory)
+    mp, metrics_path = directory / MODEL_NAME, directory / METRICS_NAME
+    if not mp.exists():
+        return None, "missing"
+    try:
+        state = load_torch(mp)
+    except (OSError, RuntimeError, EOFError, ValueError, KeyError) as exc:  # truncated or edited files
+        return None, f"{mp} cannot be loaded ({type(exc).__name__}: {exc})"
+    if not isinstance(state, dict) or state.get("config_hash") != chash:
+        return None, f"{mp} was written by config {state.get('config_hash') if isinstance(state, dict) else None}, not {chash}"
+    try:
+        metrics = json.loads(metrics_path.read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"{metrics_path} cannot be read ({exc})"
+    if metrics.get("weights_sha256") != state_sha256(state["model"]):
+        return None, f"the weights in {mp} do not match the sha256 in {metrics_path} (edited?)"
+    return state, ""
+
+
+def ensure_trained(cfg: TrainConfig, runs_dir="runs", device: str = "auto", data_root=None,
+                   datasets: Datasets | None = None, progress: bool = True, snapshot_steps: tuple[int, ...] = (),
+                   log: Callable[[str], None] | None = None) -> tuple[dict, dict]:
+    """The trained weights of ``cfg`` and a description of them, training (or resuming) when needed.
+
+    The one way the package finds a trained model: ``run_dir(cfg, runs_dir)/model.pt`` is used only
+    when :func:`verify_checkpoint` accepts it; otherwise it is retrained (with a warning when a damaged
+    or foreign file was found). Safe to call from several processes at once (a file lock)."""
+    chash = cfg.hash()
+    out = run_dir(cfg, runs_dir)
+    log = log or (lambda msg: None)
+    with file_lock(out / ".lock", f"training {out}"):
+        state, why = verify_checkpoint(out, chash)
+        if state is None:
+            if why != "missing":
+                warnings.warn(f"checkpoint unusable: {why}; retraining", StaleCheckpointWarning, stacklevel=2)
+                (out / MODEL_NAME).unlink(missing_ok=True)
+            log(f"training {cfg.model} ({cfg.profile}) into {out}/")
+            try:
+                train(cfg, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
+                      snapshot_steps=snapshot_steps)
+            except CheckpointMismatch as exc:
+                warnings.warn(f"{exc}; training from scratch", StaleCheckpointWarning, stacklevel=2)
+                (out / CKPT_NAME).unlink(missing_ok=True)
+                train(cfg, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
+                      snapshot_steps=snapshot_steps)
+            state, why = verify_checkpoint(out, chash)
+            if state is None:
+                raise RuntimeError(f"training {cfg.model} did not leave a usable checkpoint: {why}")
+        else:
+            log(f"reusing trained {cfg.model} from {out}/{MODEL_NAME}")
+    metrics = json.loads((out / METRICS_NAME).read_text())
+    info = dict(run_dir=str(out), config_hash=chash, weights_sha256=metrics["weights_sha256"],
+                steps=metrics.get("steps"), test_accuracy=metrics.get("test_accuracy"),
+                train_accuracy=metrics.get("train_accuracy"), final_train_loss=metrics.get("final_train_loss"),
+                wall_seconds=metrics.get("wall_seconds"), device=metrics.get("device"))
+    return state["model"], info
+
+
+def load_snapshot(directory, step: int, chash: str) -> dict | None:
+    """The weights saved after ``step`` training steps by a run of config ``chash``, or None."""
+    p = Path(directory) / SNAPSHOT_DIR / f"step_{step:07d}.pt"
+    if not p.exists():
+        return None
+    try:
+        state = load_torch(p)
+    except (OSError, RuntimeError, EOFError, ValueError, KeyError):
+        return None
+    if not isinstance(state, dict) or state.get("config_hash") != chash or state.get("step") != step:
+        return None
+    return state["model"]

@@ -11,15 +11,17 @@ proof variant of Theorem 1 is treated as piecewise constant.
 from __future__ import annotations
 
 import math
+import time
 from typing import Callable
 
 import torch
-from torch.func import hessian, jacrev
+from torch.func import hessian, jacrev, vmap
 
+from ..exact import forward as fw
+from ..exact.instances import Instance, random_instance
 from . import checks as ck
-from . import exact as ex
 from . import formulas as fm
-from .instance import Instance, random_instance
+from . import quantities as ex
 
 __all__ = ["SUPPORTED", "search", "run"]
 
@@ -29,7 +31,7 @@ _SN = lambda M: torch.linalg.matrix_norm(M, ord=2)  # noqa: E731
 def _sa_q(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
     """Differentiable subset of :func:`.exact.sa_exact` (only the groups in ``need``)."""
     L, d = X.shape
-    A = ex.attention_matrix(X, WQ, WK)
+    A = fw.attention_matrix(X, WQ, WK)
     F = A @ X @ WV
     q = {"norm_X": _SN(X), "norm_Q": _SN(WQ), "norm_K": _SN(WK), "norm_V": _SN(WV), "norm_T": _SN(T),
          "rank_FT": int(torch.linalg.matrix_rank(F.detach() - T.detach())), "L": L, "d_V": d, "d_K": WQ.shape[1]}
@@ -39,8 +41,8 @@ def _sa_q(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
     if "Z1" in need:
         q["Z1"] = _SN(ex.Z1_matrix(X, A))
     if "G" in need and "H" not in need:
-        q["G_Q"] = _SN(jacrev(ex.sa_forward, argnums=1)(X, WQ, WK, WV).reshape(L * d, -1))
-        q["G_K"] = _SN(jacrev(ex.sa_forward, argnums=2)(X, WQ, WK, WV).reshape(L * d, -1))
+        q["G_Q"] = _SN(jacrev(fw.sa_forward, argnums=1)(X, WQ, WK, WV).reshape(L * d, -1))
+        q["G_K"] = _SN(jacrev(fw.sa_forward, argnums=2)(X, WQ, WK, WV).reshape(L * d, -1))
     if "H" not in need:
         return q
     W = (WQ, WK, WV)
@@ -48,11 +50,11 @@ def _sa_q(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
 
     def f(v):
         a, b, c = torch.split(v, sizes)
-        return ex.sa_loss(X, a.reshape(WQ.shape), b.reshape(WK.shape), c.reshape(WV.shape), T)
+        return fw.sa_loss(X, a.reshape(WQ.shape), b.reshape(WK.shape), c.reshape(WV.shape), T)
 
     H = hessian(f)(torch.cat([w.reshape(-1) for w in W]))
     q["H"] = torch.linalg.eigvalsh((H + H.T) / 2).abs().max()
-    G = {p: jacrev(ex.sa_forward, argnums=1 + k)(X, WQ, WK, WV).reshape(L * d, -1) for k, p in enumerate("QKV")}
+    G = {p: jacrev(fw.sa_forward, argnums=1 + k)(X, WQ, WK, WV).reshape(L * d, -1) for k, p in enumerate("QKV")}
     off = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
     idx = {"Q": 0, "K": 1, "V": 2}
     for p in "QKV":
@@ -66,7 +68,7 @@ def _sa_q(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
 
 def _sa_ratio(check: str, q: dict):
     a = (q["norm_X"], q["norm_Q"], q["norm_K"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["d_K"])
-    if check in ("thm1.printed", "thm1.proof"):
+    if check in ("thm1.printed", "thm1.proof", "thm1.repaired"):
         v = check.split(".")[1]
         return fm.theorem1(*a, rank=q["rank_FT"], variant=v)["M"] / q["H"]
     if check.startswith("thm1.proof.") and check[-2:] in ("VV", "QQ", "VQ", "QK"):
@@ -91,14 +93,14 @@ def _ln_ratio(check: str, X):
     rn = M.norm(dim=1).min()
     s = rn if check.endswith(".stated") else rn / math.sqrt(n)
     b = fm.lemma4(_SN(X), s, m, n)[check.split(".")[1]]
-    J = torch.func.vmap(jacrev(ex._ln_row))(X)
+    J = vmap(jacrev(ex._ln_row))(X)
     return b / torch.linalg.matrix_norm(J, ord=2).max()
 
 
-SUPPORTED = ["thm1.printed", "thm1.proof", "thm1.proof.QQ", "thm1.proof.QK", "thm1.term.Ho_QQ",
+SUPPORTED = ["thm1.printed", "thm1.proof", "thm1.repaired", "thm1.proof.QQ", "thm1.proof.QK", "thm1.term.Ho_QQ",
              "thm1.term.Ho_VQ", "thm1.term.Ho_QK", "thm1.term.Hf_VQ", "thm1.term.Hf_QK", "sa.Z1", "thm6.GQ",
              "thm6.GK", "lemma4.J.std"]
-QUICK = ["sa.Z1", "thm6.GQ", "thm1.term.Ho_QQ"]
+QUICK = ["sa.Z1", "thm6.GQ", "thm1.term.Ho_QQ", "thm1.repaired"]
 
 
 def _need(check: str) -> tuple:
@@ -145,8 +147,6 @@ def search(check: str, L: int, d: int, seed: int, steps: int = 150, lr: float = 
 def run(quick: bool = False, log: Callable[[str], None] | None = None) -> tuple[list[dict], dict]:
     """Adversarial rows for :data:`SUPPORTED` (quick: :data:`QUICK`) from one start (L = 4, d = 3;
     150 Adam steps, 80 for the checks that differentiate through the Hessian); rows carry ``sweep = "adversarial"`` and ``x = "<check>@L,d,seed"``."""
-    import time
-
     rows, insts = [], {}
     for check in (QUICK if quick else SUPPORTED):
         starts = [(4, 3, 0)]
@@ -161,7 +161,7 @@ def run(quick: bool = False, log: Callable[[str], None] | None = None) -> tuple[
             recs = ck.evaluate(inst, parts=(ck.part_of(check),), tensors=False, ln_input=ln_input)
             base = {"sweep": "adversarial", "x": x, "seed": seed, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
                     "d_ff": inst.d_ff, "sigma": "", "sharpness": "", "balance": "",
-                    "attn_max": float(ex.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
+                    "attn_max": float(fw.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
                     "target": "optimised"}
             for r in recs:
                 if r["check"] == check:

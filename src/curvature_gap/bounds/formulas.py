@@ -21,7 +21,7 @@ Theorem 1 (single self-attention layer, ``‖H_i(w*)‖_2 ≤ M``):
 Intermediate lemmas of the Theorem 1 proof (:func:`sa_lemmas`): ``‖∂A/∂T‖ ≤ 1/L`` (uniform
 attention, Noci et al. Lemma A.3), ``‖Z_1‖ ≤ nX³/L``, ``‖A‖ ≤ L``, ``‖M_1‖ ≤ L nX``,
 ``‖R_m‖ ≤ √rank(F−T)(L nX nV + nT)``, ``‖S‖ ≤ √d_V``, ``‖∂²A/∂T²‖ ≤ 6``, ``‖Z_2‖ ≤ 6 nX⁵``,
-``‖H_o(V,V)‖ ≤ 2L/d_V nX²``; and two of the companion's own (math.md §1.8):
+``‖H_o(V,V)‖ ≤ 2L/d_V nX²``; and two of the companion's own (``‖diag(a) − aaᵀ‖ ≤ 1/2`` by Gershgorin; a row-stochastic ``A`` has ``‖A‖ ≤ √L``):
 ``‖∂A/∂T‖ ≤ 1/2`` (general softmax rows) and ``‖A‖ ≤ √L`` (row-stochastic).
 
 Lemma 4 (:func:`lemma4`) for a LayerNorm input ``X ∈ R^{m×n}``:
@@ -68,13 +68,32 @@ def _resid(nX, nV, nT, L):
 
 
 def theorem1(nX, nQ, nK, nV, nT, L, d_V, d_K, rank=None, variant="printed") -> dict:
-    """Theorem 1's ``M`` and its four rows ``VV, QQ, VQ, QK`` (see module doc).
+    """Theorem 1's ``M`` and its rows (see module doc).
 
-    ``variant`` is ``"printed"`` (main-text statement) or ``"proof"`` (end of App. C.1, with
-    ``rank = rank(F − Target)``; ``None`` uses ``min(L, d_V)``).
+    ``variant`` is ``"printed"`` (main-text statement), ``"proof"`` (end of App. C.1, with
+    ``rank = rank(F − Target)``; ``None`` uses ``min(L, d_V)``) or ``"repaired"``: the printed
+    statement with the two defects of its proof removed,
+
+    * every factor ``1/L`` that the proof takes from ``‖∂A/∂T‖_2 ≤ 1/L`` (true only for exactly uniform
+      attention) replaced by ``1/2``, the bound that holds for every row-softmax Jacobian: by
+      Gershgorin, row j of ``diag(a) − a aᵀ`` has diagonal ``a_j − a_j²`` and off-diagonal sum
+      ``a_j (1 − a_j)``, so its eigenvalues lie in ``[0, 2 a_j (1 − a_j)] ⊂ [0, 1/2]``; hence
+      ``‖Z_1‖ ≤ ‖X‖³/2``; and
+    * the rows the statement leaves out added by the symmetry ``Q ↔ K`` of ``T = X W_Q W_Kᵀ Xᵀ/√d_K``:
+      ``KK`` (``QQ`` with ``‖W_K‖ → ‖W_Q‖``) and ``VK`` (``VQ`` with ``‖W_K‖ → ‖W_Q‖``),
+
+    every other constant as printed; ``M = 3 max`` over the six rows.
     """
     r = _resid(nX, nV, nT, L)
     VV = 2 * L / d_V * nX ** 2
+    if variant == "repaired":
+        s = math.sqrt(min(L, d_V))
+        qq = lambda a: 2 / (L * d_V * d_K) * a ** 2 * nV ** 2 * nX ** 6 + 12 / (d_V * d_K) * s * r * nV * a ** 2 * nX ** 5  # noqa: E731
+        vq = lambda a: 2 / (d_V * math.sqrt(d_K)) * nV * a * nX ** 4 + 2 * s / (L * math.sqrt(d_K)) * r * a * nX ** 3  # noqa: E731
+        QK = (2 / (L * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6
+              + 4 * s * r / (L * d_V * math.sqrt(d_K)) * nV * (3 * L * nK * nQ * nX ** 5 + d_V / 2 * nX ** 3))
+        rows = {"VV": VV, "QQ": qq(nK), "KK": qq(nQ), "VQ": vq(nK), "VK": vq(nQ), "QK": QK}
+        return {"M": 3 * max(rows.values()), **rows}
     if variant == "printed":
         s = math.sqrt(min(L, d_V))
         QQ = 8 / (L ** 3 * d_V * d_K) * nK ** 2 * nV ** 2 * nX ** 6 + 12 / (d_V * d_K) * s * r * nV * nK ** 2 * nX ** 5
@@ -88,7 +107,7 @@ def theorem1(nX, nQ, nK, nV, nT, L, d_V, d_K, rank=None, variant="printed") -> d
         QK = (2 / (L ** 3 * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6
               + 2 * s * r / (L * d_V * math.sqrt(d_V * d_K)) * nV * (3 * L * nK * nQ * nX ** 5 + d_V / L * nX ** 3))
     else:
-        raise ValueError(f"unknown Theorem 1 variant {variant!r}; choose printed or proof")
+        raise ValueError(f"unknown Theorem 1 variant {variant!r}; choose printed, proof or repaired")
     rows = {"VV": VV, "QQ": QQ, "VQ": VQ, "QK": QK}
     return {"M": 3 * max(rows.values()), **rows}
 
@@ -151,12 +170,16 @@ def theorem6_block(q: dict, i: str, j: str) -> float:
     return q["J_Z"] * q[f"xi_{i}{j}"] + q[f"B_{i}"] * q["H_Z"] * q[f"B_{j}"]
 
 
-def theorem6_full(q: dict, L: int, d_V: int) -> tuple[float, dict]:
-    """Eq. (full_bound_transformer): ``M_tr = 5 max_ij(2/(L d_V) ‖∂Z/∂W_i‖ ‖∂Z/∂W_j‖ + ‖R‖ ‖H_tr^{ij}‖)``.
+def theorem6_full(q: dict, L: int, d_V: int, out_curv: float | None = None) -> tuple[float, dict]:
+    """Eq. (full_bound_transformer): ``M_tr = 5 max_ij(c ‖∂Z/∂W_i‖ ‖∂Z/∂W_j‖ + ‖R‖ ‖H_tr^{ij}‖)``.
 
-    ``q`` holds ``dZ_i``, ``R`` and ``Htr_ij``; returns ``(M_tr, {pair: term})``.
+    ``q`` holds ``dZ_i``, ``R`` (the norm multiplying the output curvature ``H_tr``: ``‖Z − Target‖_F`` as
+    printed for the MSE, ``‖∂l/∂Z‖`` for another loss) and ``Htr_ij``; ``c = ‖∂²l/∂Z²‖`` is the MSE's
+    ``2/(L d_V)`` by default (for cross-entropy through the head: see :mod:`.ce`). Returns
+    ``(M_tr, {pair: term})``.
     """
-    terms = {(i, j): 2 / (L * d_V) * q[f"dZ_{i}"] * q[f"dZ_{j}"] + q["R"] * q[f"Htr_{i}{j}"] for i, j in PAIRS}
+    c = 2 / (L * d_V) if out_curv is None else out_curv
+    terms = {(i, j): c * q[f"dZ_{i}"] * q[f"dZ_{j}"] + q["R"] * q[f"Htr_{i}{j}"] for i, j in PAIRS}
     return 5 * max(terms.values()), terms
 
 
@@ -172,7 +195,7 @@ def _phi_bounds(nX, nQ, nK, nV, L, d_V, d_K) -> dict:
 
 
 def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: float, R: float,
-                      lnU: dict, lnS_sigma: float) -> dict:
+                      lnU: dict, lnS_sigma: float, out_curv: float | None = None) -> dict:
     """App. C.6 instantiated: every ingredient of Theorem 6 replaced by its printed estimate.
 
     ``n`` holds ``X, Q, K, V, 1, 2`` spectral norms; ``nrelu = ‖σ(Y W_1)‖`` (``‖B_2‖``, printed as
@@ -207,7 +230,7 @@ def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: flo
         b[f"Htr_{i}{j}"] = theorem6_block(b, i, j)
     for i in ("1", "2", "K", "Q", "V"):
         b[f"dZ_{i}"] = b["J_Z"] * b[f"B_{i}"]
-    M, _ = theorem6_full(b, L, d_V)
+    M, _ = theorem6_full(b, L, d_V, out_curv)
     b["M_tr"] = M
     for i, j in PAIRS:
         b[f"pair_{i}{j}"] = b[f"Htr_{i}{j}"]

@@ -9,6 +9,10 @@ sweep          swept factor                                 shapes / parts
 ``sigma``      input scale σ, 10^-2 … 10^1 (log-spaced)     L=8, d_V=d_K=4, d_ff=16; all parts
 ``sharpness``  β (``T ← β T``; β = 0 is uniform attention)  as ``sigma``; SA and block
 ``balance``    a (``W_Q ← a W_Q, W_K ← W_K/a``; F unchanged)  as ``sigma``; SA and block
+``minimiser``  a, with Target = F (loss 0: an exact global       as ``sigma``; SA
+               minimiser, the w* of Theorem 1)
+``uniform``    a, with W_Q W_Kᵀ = 0 (exactly uniform attention,  as ``sigma``; SA
+               W_Q and W_K non-zero on disjoint columns)
 ``width``      d_V = d_K (d_ff = 4 d_V)                     L=8; block for d_V ≤ 8 (quick: ≤ 4)
 ``length``     L                                            d_V=4; block for L ≤ 32 (quick: ≤ 8)
 ``ln_rows``    rows m of a LayerNorm input                  n = 16 (MNIST width); Lemma 4 only
@@ -26,7 +30,7 @@ sweeps with ≥ 5 points the first and last three points give ``low``/``high`` e
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 import statistics
 import time
@@ -36,9 +40,10 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from ..exact.forward import attention_matrix
+from ..exact.instances import Instance, random_instance
+from ..io import atomic_write_json, atomic_write_text
 from . import checks as ck
-from .exact import attention_matrix
-from .instance import Instance, random_instance
 
 __all__ = ["Sweep", "definitions", "run_sweep", "summarize", "slopes", "pick_counterexamples",
            "write_csv", "counterexample_json", "replay", "CSV_FIELDS"]
@@ -67,6 +72,16 @@ ALL = ("sa", "ln", "prop", "block")
 BASE = dict(L=8, d_V=4, d_K=4, d_ff=16)
 
 
+def _minimiser(base: dict, seed: int, balance: float) -> Instance:
+    """Rebalanced instance at an exact global minimiser of the attention loss (Target = F, loss 0)."""
+    return random_instance(**base, seed=seed, balance=balance, target="fit", target_output="attention")
+
+
+def _uniform(base: dict, seed: int, balance: float) -> Instance:
+    """Rebalanced instance with exactly uniform attention (W_Q W_Kᵀ = 0, both non-zero)."""
+    return random_instance(**base, seed=seed, balance=balance, uniform="orthogonal")
+
+
 def definitions(quick: bool = False, mini: bool = False) -> list[Sweep]:
     """The synthetic sweeps (see module doc); ``quick`` uses fewer points and one seed, ``mini``
     (for ``curvature-gap verify --quick``) two or three points per sweep and small shapes only."""
@@ -78,6 +93,8 @@ def definitions(quick: bool = False, mini: bool = False) -> list[Sweep]:
                   lambda x: ("sa", "block")),
             Sweep("balance", "balance", [1.0, 4096.0], sd, lambda x, s: random_instance(**b, seed=s, balance=x),
                   lambda x: ("sa",)),
+            Sweep("minimiser", "balance", [1.0, 4096.0], sd, lambda x, s: _minimiser(b, s, x), lambda x: ("sa",)),
+            Sweep("uniform", "balance", [1.0, 4096.0], sd, lambda x, s: _uniform(b, s, x), lambda x: ("sa",)),
             Sweep("width", "d_V", [4, 16], sd, lambda x, s: random_instance(L=8, d_V=x, seed=s), lambda x: ("sa",)),
             Sweep("length", "L", [2, 32], sd, lambda x, s: random_instance(L=x, d_V=4, seed=s), lambda x: ("sa",)),
             Sweep("ln_rows", "m", [1, 16], sd, lambda x, s: random_instance(L=x, d_V=16, seed=s), lambda x: ("ln",),
@@ -97,6 +114,8 @@ def definitions(quick: bool = False, mini: bool = False) -> list[Sweep]:
               lambda x: ("sa", "block")),
         Sweep("balance", "balance", bal, seeds, lambda x, s: random_instance(**b, seed=s, balance=x),
               lambda x: ("sa", "block")),
+        Sweep("minimiser", "balance", bal, seeds, lambda x, s: _minimiser(b, s, x), lambda x: ("sa",)),
+        Sweep("uniform", "balance", bal, seeds, lambda x, s: _uniform(b, s, x), lambda x: ("sa",)),
         Sweep("width", "d_V", widths, seeds, lambda x, s: random_instance(L=8, d_V=x, seed=s),
               lambda x: ALL if x <= wmax_block else ("sa",)),
         Sweep("length", "L", lengths, seeds, lambda x, s: random_instance(L=x, d_V=4, seed=s),
@@ -139,14 +158,13 @@ def run_sweep(sw: Sweep, log: Callable[[str], None] | None = None) -> tuple[list
 
 
 def write_csv(path: Path, rows: Iterable[dict], fields=CSV_FIELDS) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.17g}" if isinstance(v, float) else v) for k, v in r.items()})
-    tmp.replace(path)
+    """Write ``rows`` (the columns ``fields``, floats with 17 significant digits) as CSV, atomically."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.17g}" if isinstance(v, float) else v) for k, v in r.items()})
+    atomic_write_text(path, buf.getvalue())
 
 
 # ----------------------------------------------------------------------------- slopes / summary
@@ -207,8 +225,9 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
         sweeps = sorted({r["sweep"] for r in rs})
         sl = [s for s in (slopes(rs, cid, sw) for sw in sweeps) if s]
         out.append({
-            "id": cid, "ref": meta.get("ref", ""), "what": meta.get("what", ""), "origin": meta.get("origin", "paper"),
-            "expected": meta.get("expected", "holds"), "verdict": "holds" if ck.holds(mn) else "fails",
+            "id": cid, "ref": meta.get("ref", ""), "what": meta.get("what", ""), "result": meta.get("result"),
+            "role": meta.get("role"), "claim": meta.get("claim"), "expect": meta.get("expect"),
+            "errata": meta.get("errata", []), "verdict": "holds" if ck.holds(mn) else "fails",
             "min_ratio": mn, "min_ratio_sweeps": min((r["ratio"] for r in natural), default=math.inf),
             "median_ratio": statistics.median(finite) if finite else math.inf,
             "n_records": len(rs), "n_fail": sum(1 for r in rs if not ck.holds(r["ratio"])),
@@ -230,6 +249,26 @@ def counterexample_json(rec: dict, inst: Instance) -> dict:
         "part": ck.part_of(rec["check"]), "tensors": ck.needs_tensors(rec["check"]),
         "ln_input": rec.get("ln_input", "block"), "shape": list(inst.shape), "instance": inst.to_json(),
     }
+
+
+NAMED = {"minimiser": "at an exact global minimiser (Target = F, loss 0: the w* of the statement)",
+         "uniform": "under exactly uniform attention (W_Q W_Kᵀ = 0 with W_Q, W_K non-zero)"}
+
+
+def named_counterexamples(rows: list[dict], instances: dict, check: str = "thm1.printed") -> dict:
+    """The worst failing instance of ``check`` in each of the sweeps of :data:`NAMED`, keyed
+    ``"<check>@<sweep>"``: the counter-examples that rule out two readings under which Theorem 1 might
+    still hold (it is stated at w*; its proof assumes uniform attention)."""
+    out = {}
+    for sweep, why in NAMED.items():
+        bad = [r for r in rows if r["check"] == check and r["sweep"] == sweep and not ck.holds(r["ratio"])
+               and r.get("inst_key") in instances]
+        if bad:
+            worst = min(bad, key=lambda r: r["ratio"])
+            ce = counterexample_json(worst, instances[worst["inst_key"]])
+            ce["why"] = why
+            out[f"{check}@{sweep}"] = ce
+    return out
 
 
 def pick_counterexamples(rows: list[dict], instances: dict) -> tuple[dict, dict]:
@@ -264,15 +303,14 @@ def replay(ce: dict) -> dict:
 
 
 def save_counterexamples(ces: dict, directory: Path) -> list[Path]:
-    """Write one JSON file per check into ``directory`` (old ``*.json`` there are removed first)."""
+    """Write one JSON file per key of ``ces`` into ``directory`` (old ``*.json`` there are removed first)."""
+    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     for p in directory.glob("*.json"):
         p.unlink()
     paths = []
     for c, ce in sorted(ces.items()):
         p = directory / f"{c}.json"
-        tmp = p.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(ce, indent=1, allow_nan=True))
-        tmp.replace(p)
+        atomic_write_json(p, ce, indent=1)
         paths.append(p)
     return paths

@@ -15,63 +15,25 @@ inequality).
 from __future__ import annotations
 
 import copy
-import glob
 import math
-import tempfile
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch
+from curvlinops import HessianLinearOperator
+from scipy.sparse.linalg import eigsh
 from torch import nn
 
+from ..exact import linalg as la
+from ..exact.forward import attention_matrix, block_forward, sa_forward, softmax_rows
+from ..exact.instances import Instance, from_block
 from . import checks as ck
-from . import exact as ex
 from . import formulas as fm
-from . import linalg as la
-from .instance import Instance, from_block
 
-__all__ = ["find_checkpoint", "trained_model", "training_sweep", "batch_records", "light_bounds"]
+__all__ = ["instances_of", "training_sweep", "batch_records", "light_bounds", "norms_of"]
 
 
-
-def find_checkpoint(root: str | Path = "runs") -> Path | None:
-    """``runs/mnist-paper-*/model.pt`` if present, else any ``runs/mnist-*/model.pt``, else None."""
-    for pat in ("mnist-paper-*/model.pt", "mnist-*/model.pt"):
-        hits = sorted(glob.glob(str(Path(root) / pat)))
-        if hits:
-            return Path(hits[-1])
-    return None
-
-
-def trained_model(runs_root="runs", data_root=None, log: Callable[[str], None] | None = None):
-    """``(init_model, trained_model, info)``: the checkpoint if there is one, else the ``smoke``
-    profile trained here into a temporary directory (needs MNIST on disk)."""
-    from ..config import train_config
-    from ..model import build_model
-    from ..train import load_model, train
-
-    path = find_checkpoint(runs_root)
-    if path is not None:
-        model, state = load_model(path)
-        cfgd = state["config"]
-        info = {"checkpoint": str(path), "profile": cfgd.get("profile"), "seed": cfgd.get("seed")}
-        init = build_model(cfgd.get("model", "mnist"), seed=cfgd.get("seed", 0),
-                           **dict(cfgd.get("model_overrides", {})))
-    else:
-        cfg = train_config("mnist", "smoke")
-        with tempfile.TemporaryDirectory() as d:
-            if log:
-                log(f"no runs/mnist-*/model.pt: training the smoke profile into {d}")
-            metrics = train(cfg, d, device="cpu", data_root=data_root, progress=False)
-            model, _ = load_model(Path(d) / "model.pt")
-        info = {"checkpoint": None, "profile": "smoke (trained here)", "seed": cfg.seed,
-                "test_accuracy": metrics.get("test_accuracy")}
-        init = build_model("mnist", seed=cfg.seed, **dict(cfg.model_overrides))
-    return init.eval(), model.eval(), info
-
-
-def _instances(model, images: torch.Tensor, n: int, name: str) -> list[Instance]:
+def instances_of(model, images: torch.Tensor, n: int, name: str) -> list[Instance]:
     m = copy.deepcopy(model).double()
     out = []
     with torch.no_grad():
@@ -82,24 +44,31 @@ def _instances(model, images: torch.Tensor, n: int, name: str) -> list[Instance]
     return out
 
 
-def light_bounds(inst: Instance) -> dict:
-    """Theorem 1 (printed) and Theorem 6 (explicit) bounds at ``inst`` from norms only."""
+def norms_of(inst: Instance) -> dict:
+    """Spectral norms of ``X`` and the five weight matrices, keyed ``X, Q, K, V, 1, 2``."""
+    return {"X": la.spectral_norm(inst.X), "Q": la.spectral_norm(inst.W_Q), "K": la.spectral_norm(inst.W_K),
+            "V": la.spectral_norm(inst.W_V), "1": la.spectral_norm(inst.W_1), "2": la.spectral_norm(inst.W_2)}
+
+
+def light_bounds(inst: Instance, out_curv: float | None = None, grad_norm: float | None = None) -> dict:
+    """Theorem 1 (printed and repaired) and Theorem 6 (explicit, App. C.6) at ``inst`` from norms only.
+
+    Theorem 6 is stated for the MSE (``‖∂²l/∂Z²‖ = 2/(L d_V)``, ``‖R^tr‖ = ‖Z − Target‖_F``); for another
+    loss pass ``out_curv = ‖∂²l/∂Z²‖`` and ``grad_norm = ‖∂l/∂Z‖`` (see :mod:`.ce`)."""
     X, T = inst.X, inst.Target
-    n = {"X": la.spectral_norm(X), "Q": la.spectral_norm(inst.W_Q), "K": la.spectral_norm(inst.W_K),
-         "V": la.spectral_norm(inst.W_V), "1": la.spectral_norm(inst.W_1), "2": la.spectral_norm(inst.W_2)}
+    n = norms_of(inst)
     L, d_V, d_K, d_ff = inst.shape
-    F = ex.sa_forward(X, inst.W_Q, inst.W_K, inst.W_V)
-    m1 = fm.theorem1(n["X"], n["Q"], n["K"], n["V"], la.spectral_norm(T), L, d_V, d_K, variant="printed")["M"]
-    fw = ex.block_forward(X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2)
+    a = (n["X"], n["Q"], n["K"], n["V"], la.spectral_norm(T), L, d_V, d_K)
+    fw = block_forward(X, *inst.weights)
     U, S = fw["U"], fw["S"]
     Mu = U - U.mean(1, keepdim=True)
     lnU = {"norm": la.spectral_norm(U), "row_norm_min": float(Mu.norm(dim=1).min()), "m": L, "n": d_V}
     Ms = S - S.mean(1, keepdim=True)
     relu = la.spectral_norm(torch.relu(fw["Y"] @ inst.W_1))
-    e = fm.theorem6_explicit(n, L, d_V, d_K, d_ff, relu, float((fw["Z"] - T).norm()), lnU,
-                             float(Ms.norm(dim=1).min()))
-    del F
-    return {"thm1": m1, "thm6": e["M_tr"]}
+    R = float((fw["Z"] - T).norm()) if grad_norm is None else grad_norm
+    e = fm.theorem6_explicit(n, L, d_V, d_K, d_ff, relu, R, lnU, float(Ms.norm(dim=1).min()), out_curv)
+    return {"thm1": fm.theorem1(*a, variant="printed")["M"], "thm1_repaired": fm.theorem1(*a, variant="repaired")["M"],
+            "thm6": e["M_tr"]}
 
 
 class _SA(nn.Module):
@@ -109,7 +78,7 @@ class _SA(nn.Module):
 
     def forward(self, X):
         T = X @ self.W_Q @ self.W_K.T @ X.transpose(-1, -2) / math.sqrt(self.W_Q.shape[1])
-        return ex.softmax_rows(T) @ X @ self.W_V
+        return softmax_rows(T) @ X @ self.W_V
 
 
 class _Block(_SA):
@@ -118,15 +87,11 @@ class _Block(_SA):
         self.W_1, self.W_2 = nn.Parameter(inst.W_1.clone()), nn.Parameter(inst.W_2.clone())
 
     def forward(self, X):
-        Y = ex.layernorm(X + super().forward(X))
-        return ex.layernorm(torch.relu(Y @ self.W_1) @ self.W_2 + Y)
+        return block_forward(X, self.W_Q, self.W_K, self.W_V, self.W_1, self.W_2)["Z"]
 
 
 def _curvlinops_norm(module: nn.Module, X: torch.Tensor, T: torch.Tensor) -> float:
     """``‖∇²_w mean-MSE‖_2`` over the batch ``(X, T)`` by Lanczos on curvlinops' Hessian operator."""
-    from curvlinops import HessianLinearOperator
-    from scipy.sparse.linalg import eigsh
-
     op = HessianLinearOperator(module, nn.MSELoss(), list(module.parameters()), [(X, T)],
                                check_deterministic=False).to_scipy()
     ev = eigsh(op, k=1, which="LM", tol=1e-8, return_eigenvectors=False)
@@ -158,7 +123,7 @@ def _with_target(inst: Instance, T: torch.Tensor) -> Instance:
 def _perturbed_F(inst: Instance) -> torch.Tensor:
     g = torch.Generator().manual_seed(1_000_003 * int(inst.meta.get("sample", 0)) + 29)
     w = [t * (1 + 0.1 * torch.randn(t.shape, generator=g, dtype=torch.float64)) for t in (inst.W_Q, inst.W_K, inst.W_V)]
-    return ex.sa_forward(inst.X, *w).detach()
+    return sa_forward(inst.X, *w).detach()
 
 
 def training_sweep(models: dict, images: torch.Tensor, n_samples: int, n_batch: int, tensors: bool,
@@ -167,7 +132,7 @@ def training_sweep(models: dict, images: torch.Tensor, n_samples: int, n_batch: 
     the batch rows over ``n_batch`` images.  SA rows use the attention-layer target."""
     rows, insts_out = [], {}
     for name, model in models.items():
-        insts = _instances(model, images, max(n_samples, n_batch), name)
+        insts = instances_of(model, images, max(n_samples, n_batch), name)
         for i, inst in enumerate(insts[:n_samples]):
             t0 = time.perf_counter()
             sa_inst = _with_target(inst, _perturbed_F(inst))
@@ -175,7 +140,7 @@ def training_sweep(models: dict, images: torch.Tensor, n_samples: int, n_batch: 
             inst.meta.update(sweep="training", x=name)
             base = {"sweep": "training", "x": name, "seed": i, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
                     "d_ff": inst.d_ff, "sigma": "", "sharpness": "", "balance": "",
-                    "attn_max": float(ex.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
+                    "attn_max": float(attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
                     "target": "perturbed"}
             recs = [dict(r, _inst="sa") for r in ck.evaluate(sa_inst, parts=("sa",))]
             recs += [dict(r, _inst="block") for r in ck.evaluate(inst, parts=("ln", "prop", "block"), tensors=tensors)]

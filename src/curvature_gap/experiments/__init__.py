@@ -1,33 +1,44 @@
-"""The paper's figures: compute (numbers into ``results/``) separated from plot (files into ``figures/``).
+"""The paper's figures and the checks that need a trained model: compute -> results cache -> plot.
 
-``load_results(figure, profile)`` returns a figure's numbers, computing them only when the cache has
-no intact result for the current configuration; ``plot_<figure>(result)`` draws them without
-computing anything. ``render(figure, result, figures_dir)`` writes ``<stem>.pdf`` and ``.png``.
-
-Figures: fig3, fig4 (Hessian heatmaps at init / trained), fig5 (block norms), fig6 (loss-landscape
-convergence), fig7-fig11 (per-block entries and norms over the first training steps), fig12
-(Assumption 1) and fused_ln (beyond the paper: the fused LayerNorm's Hessian error).
+``load_results(name, profile)`` returns a result's numbers, computing them only when neither the cache
+(``results/<name>/<config-hash>``) nor the published results (committed to the repository) hold an
+intact result for the current configuration; ``find_result`` never computes. A result's configuration
+is its settings, the training configuration of its model, the configurations of the results it
+depends on, and a hash of the code that computes it (:func:`curvature_gap.provenance.code_hash`), so a
+changed setting or a changed computation is never served from an old result. The plot functions
+(``FigureSpec.plots``) draw a result without computing anything; ``render`` writes them as PDF and PNG.
 """
 from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from ..config import ConfigError, config_hash
-from . import assumption, convergence, heatmaps, norms
-from .common import Context, git_commit, save_figure, software
+from ..provenance import code_hash, git_commit, host, software
+from . import assumption, convergence, dynamics, fused_ln, heatmaps, landscape_checks, norms
+from .context import Context
+from .dynamics_blocks import TYPES
+from .plotting import save_figure
 from .settings import as_dict, replace, settings_for
-from .store import Result, ResultStore, StaleResultWarning
+from .store import PublishedStore, Result, ResultStore, StaleResultWarning, UnusableResult
+
+__all__ = ["Context", "FigureSpec", "SPECS", "FIGURE_NAMES", "RESULT_NAMES", "Result", "ResultStore", "PublishedStore",
+           "StaleResultWarning", "UnusableResult", "load_results", "find_result", "config_of", "config_hash_of",
+           "spec", "plot", "render", "published_check", "default_published_dir"]
+
+# the computation every result shares (model, data, training, exact Hessians)
+_BASE_CODE = ("model.py", "train.py", "data.py", "config.py", "io.py", "hessian/", "exact/", "experiments/context.py",
+              "experiments/settings.py", "experiments/store.py")
 
 
 @dataclass(frozen=True)
 class Job:
     """What a compute function gets: the context, its settings, its dependencies' results."""
 
-    figure: str
+    name: str
     ctx: Context
     settings: object
     deps: dict
@@ -38,61 +49,83 @@ class Job:
 @dataclass(frozen=True)
 class FigureSpec:
     name: str
-    paper: str  # the paper's figure number, or "beyond the paper"
-    stem: str  # output file stem under figures/
+    paper: str  # the paper's figure number, "beyond the paper", or "check"
+    stem: str  # output file stem under figures/ ("" for results without a figure)
     title: str
     settings_key: str  # field of settings.FigureSettings
     compute: Callable[[Job], tuple]
-    plot: Callable | None
+    plots: dict = field(default_factory=dict)  # part -> function(result) -> matplotlib Figure
     depends: tuple = ()
-    version: int = 1  # bump when the computation changes, so that old results are not reused
+    code: tuple = ()  # modules (beyond _BASE_CODE) whose code determines the numbers
+    profiles: tuple = ("smoke", "paper")  # profiles the result exists under
     finish: Callable | None = None
+    needs: str = "MNIST"  # what it needs to run, for reports
 
 
 def _type_spec(fig: str, n: int) -> FigureSpec:
-    t = norms.TYPES[fig][0]
-    return FigureSpec(fig, f"Fig. {n}", f"fig{n:02d}_hessian_entries_{t}", f"{t}: entries and norms over the first training steps",
-                      "trajectory", lambda j: norms.compute_type(j.ctx, j.figure, j.deps["trajectory"]), norms.plot_type,
-                      depends=("trajectory",))
+    t = TYPES[fig][0]
+    return FigureSpec(fig, f"Fig. {n}", f"fig{n:02d}_{t}", f"{t}: entries and Hessian blocks over the first training steps",
+                      "trajectory", lambda j: dynamics.compute_type(j.name, j.deps["trajectory"]),
+                      {"entries": dynamics.plot_entries, "hessian": dynamics.plot_hessian_blocks,
+                       "norms": dynamics.plot_norms},
+                      depends=("trajectory",), code=("experiments/dynamics.py", "experiments/dynamics_blocks.py"))
 
 
+_HEAT = {"hessian": heatmaps.plot_hessian, "attention": heatmaps.plot_attention, "block_means": heatmaps.plot_block_means}
+_HEAT_CODE = ("experiments/heatmaps.py", "experiments/hessians.py", "experiments/dynamics_blocks.py",
+              "experiments/plotting.py")
 _SPECS = [
-    FigureSpec("fig3", "Fig. 3", "fig03_hessian_entries", "Hessian entries at initialisation", "init_heatmap",
-               lambda j: heatmaps.compute_heatmap(j.ctx, j.settings), heatmaps.plot_heatmap),
-    FigureSpec("fig4", "Fig. 4", "fig04_hessian_entries_trained", "Hessian entries after training", "trained_heatmap",
-               lambda j: heatmaps.compute_heatmap(j.ctx, j.settings), heatmaps.plot_heatmap),
-    FigureSpec("fig5", "Fig. 5", "fig05_parameters_and_hessians_norm", "parameter and Hessian block norms", "norms",
-               lambda j: norms.compute_norms(j.ctx, j.settings, j.deps), norms.plot_norms,
-               depends=("fig3", "fig4", "trajectory")),
-    FigureSpec("fig6", "Fig. 6", "fig06_loss_landscape_convergence", "|L_{k+1} - L_k| against k", "convergence",
-               lambda j: convergence.compute_convergence(j.ctx, j.settings), convergence.plot_convergence,
-               version=2),
+    FigureSpec("fig3", "Fig. 3", "fig03_hessian_init", "Hessian entries at initialisation", "init_heatmap",
+               lambda j: heatmaps.compute_heatmap(j.ctx, j.settings, settings_of(spec("trajectory"), j.ctx)), _HEAT,
+               code=_HEAT_CODE),
+    FigureSpec("fig4", "Fig. 4", "fig04_hessian_trained", "Hessian entries after training", "trained_heatmap",
+               lambda j: heatmaps.compute_heatmap(j.ctx, j.settings, settings_of(spec("trajectory"), j.ctx)), _HEAT,
+               code=_HEAT_CODE),
+    FigureSpec("fig5", "Fig. 5", "fig05_norms", "parameter and Hessian block norms", "norms",
+               lambda j: norms.compute_norms(j.ctx, j.settings, j.deps),
+               {"parameters": norms.plot_parameters, "hessians": norms.plot_hessians,
+                "parameters_over_training": norms.plot_parameters_over_training,
+                "hessians_over_training": norms.plot_hessians_over_training},
+               depends=("fig3", "fig4", "trajectory"), code=("experiments/norms.py", "experiments/hessians.py")),
+    FigureSpec("fig6", "Fig. 6", "fig06_loss_convergence", "|L_{k+1} - L_k| against k", "convergence",
+               lambda j: convergence.compute_convergence(j.ctx, j.settings), {"convergence": convergence.plot_convergence},
+               code=("experiments/convergence.py", "landscape/"), needs="CIFAR-100 (paper) / MNIST (smoke)"),
+    FigureSpec("fig6_mnist", "Fig. 6 (MNIST stand-in)", "fig06_loss_convergence_mnist",
+               "|L_{k+1} - L_k| against k, MNIST model", "convergence_mnist",
+               lambda j: convergence.compute_convergence(j.ctx, j.settings), {"convergence": convergence.plot_convergence},
+               code=("experiments/convergence.py", "landscape/"), profiles=("paper",)),
     _type_spec("fig7", 7), _type_spec("fig8", 8), _type_spec("fig9", 9), _type_spec("fig10", 10), _type_spec("fig11", 11),
     FigureSpec("fig12", "Fig. 12", "fig12_assumption_1", "validation of Assumption 1", "assumption",
-               lambda j: assumption.compute_assumption(j.ctx, j.settings), assumption.plot_assumption,
-               version=2),
-    FigureSpec("fused_ln", "beyond the paper", "extra_fused_layernorm_hessian_error",
-               "Hessian through torch.nn.LayerNorm minus the exact one", "trained_heatmap",
-               lambda j: heatmaps.compute_fused_ln(j.ctx, j.settings, j.deps["fig4"]), heatmaps.plot_fused_ln,
-               depends=("fig4",)),
+               lambda j: assumption.compute_assumption(j.ctx, j.settings), {"assumption": assumption.plot_assumption},
+               code=("experiments/assumption.py", "landscape/")),
+    FigureSpec("fused_ln", "beyond the paper", "extra_fused_layernorm", "the fused LayerNorm's Hessian error", "fused",
+               lambda j: fused_ln.compute_fused_ln(j.ctx, j.settings), {"error": fused_ln.plot_fused_error},
+               code=("experiments/fused_ln.py", "experiments/hessians.py")),
+    FigureSpec("theorem7", "check", "check_theorem7", "Theorem 7 on the trained ViT", "theorem7",
+               lambda j: landscape_checks.compute_theorem7(j.ctx, j.settings), {"ratios": landscape_checks.plot_theorem7},
+               code=("experiments/landscape_checks.py", "landscape/", "bounds/")),
+    FigureSpec("trained_bounds", "check", "", "the bounds at the trained ViT's block", "trained_bounds",
+               lambda j: landscape_checks.compute_trained_bounds(j.ctx, j.settings),
+               code=("experiments/landscape_checks.py", "bounds/")),
 ]
-FIGURES: dict[str, FigureSpec] = {s.name: s for s in _SPECS}
+SPECS: dict[str, FigureSpec] = {s.name: s for s in _SPECS}
 INTERNAL: dict[str, FigureSpec] = {
     "trajectory": FigureSpec(
         "trajectory", "Figs. 5, 7-11", "", "snapshots of the first training steps", "trajectory",
-        lambda j: norms.compute_trajectory(j.ctx, j.settings, j.config_hash, j.store), None,
-        finish=lambda j: norms.finish_trajectory(j.ctx, j.config_hash, j.store),
-    ),
+        lambda j: norms.compute_trajectory(j.ctx, j.settings, j.deps["fig3"], j.config_hash, j.store),
+        depends=("fig3",), code=("experiments/norms.py", "experiments/dynamics_blocks.py"),
+        finish=lambda j: norms.finish_trajectory(j.ctx, j.config_hash, j.store)),
 }
-FIGURE_NAMES = tuple(FIGURES)
+RESULT_NAMES = tuple(SPECS)
+FIGURE_NAMES = tuple(n for n, s in SPECS.items() if s.plots)
 
 
-def spec(figure: str) -> FigureSpec:
-    if figure in FIGURES:
-        return FIGURES[figure]
-    if figure in INTERNAL:
-        return INTERNAL[figure]
-    raise ConfigError(f"unknown figure {figure!r}; valid names: {', '.join(FIGURE_NAMES)}")
+def spec(name: str) -> FigureSpec:
+    if name in SPECS:
+        return SPECS[name]
+    if name in INTERNAL:
+        return INTERNAL[name]
+    raise ConfigError(f"unknown figure {name!r}; valid names: {', '.join(RESULT_NAMES)}")
 
 
 def settings_of(s: FigureSpec, ctx: Context):
@@ -102,14 +135,14 @@ def settings_of(s: FigureSpec, ctx: Context):
 
 
 def config_of(s: FigureSpec, ctx: Context, settings, dep_hashes: dict) -> dict:
-    """Everything that determines a figure's numbers; its hash names the result files."""
+    """Everything that determines a result's numbers; its hash names the result files."""
     model = getattr(settings, "model", None)
     train = {}
     if model is not None:
         cfg = ctx.train_cfg(model)
         train[model] = dict(config_hash=cfg.hash(), **cfg.to_dict())
-    return dict(figure=s.name, version=s.version, profile=ctx.profile, settings=as_dict(settings), train=train,
-                depends=dict(dep_hashes))
+    return dict(figure=s.name, profile=ctx.profile, settings=as_dict(settings), train=train, depends=dict(dep_hashes),
+                code=code_hash(_BASE_CODE + s.code))
 
 
 def _context(profile: str | None, ctx: Context | None, kwargs: dict) -> Context:
@@ -122,82 +155,104 @@ def _context(profile: str | None, ctx: Context | None, kwargs: dict) -> Context:
     return ctx
 
 
-def _config(figure: str, ctx: Context) -> tuple[FigureSpec, object, dict, str]:
-    s = spec(figure)
+def _config(name: str, ctx: Context) -> tuple[FigureSpec, object, dict, str]:
+    s = spec(name)
+    if ctx.profile not in s.profiles:
+        raise ConfigError(f"{name} exists only under the profile(s) {', '.join(s.profiles)}")
     settings = settings_of(s, ctx)
     config = config_of(s, ctx, settings, {d: _config(d, ctx)[3] for d in s.depends})
     return s, settings, config, config_hash(config)
 
 
-def config_hash_of(figure: str, profile: str | None = None, ctx: Context | None = None, **kwargs) -> str:
-    """The config hash a figure's result has (or would have), without computing anything."""
-    return _config(figure, _context(profile, ctx, kwargs))[3]
+def config_hash_of(name: str, profile: str | None = None, ctx: Context | None = None, **kwargs) -> str:
+    """The config hash a result has (or would have), without computing anything."""
+    return _config(name, _context(profile, ctx, kwargs))[3]
 
 
-def load_results(figure: str, profile: str | None = None, ctx: Context | None = None, **kwargs) -> Result:
-    """A figure's numbers: read from ``results/<figure>/<hash>`` when intact, else computed and cached.
+def default_published_dir(start=None) -> Path | None:
+    """``published/`` of the checkout containing ``start`` (default: the current directory), if any."""
+    here = Path(start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "published").is_dir() and (d / "pyproject.toml").is_file():
+            return d / "published"
+    return None
+
+
+def published_check(name: str, ctx: Context) -> Result:
+    """The published result of ``name`` for the current configuration, or :class:`UnusableResult` saying why
+    (none published, damaged, or computed by another configuration or other code)."""
+    if ctx.published_dir is None:
+        raise UnusableResult("no published results directory")
+    _, _, config, chash = _config(name, ctx)
+    return PublishedStore(Path(ctx.published_dir) / ctx.profile).check(name, chash, config)
+
+
+def find_result(name: str, profile: str | None = None, ctx: Context | None = None, **kwargs) -> Result | None:
+    """The result of ``name`` from the cache or the published results when one matches the current
+    configuration; None otherwise. Never computes."""
+    ctx = _context(profile, ctx, kwargs)
+    s, _, config, chash = _config(name, ctx)
+    r = ResultStore(ctx.results_dir).load(name, chash, config)
+    if r is not None:
+        return r
+    try:
+        return published_check(name, ctx)
+    except UnusableResult:
+        return None
+
+
+def load_results(name: str, profile: str | None = None, ctx: Context | None = None, **kwargs) -> Result:
+    """A result's numbers: from the cache or the published results when intact, else computed and cached.
 
     ``profile`` is "smoke" or "paper"; other keywords build the ``Context`` (device, data_dir,
-    results_dir, runs_dir, progress, recompute, ...). Results it depends on are loaded (or computed)
-    only when this one must be computed. Safe to call from several processes at once.
+    results_dir, runs_dir, published_dir, progress, recompute, ...). Results it depends on are loaded
+    (or computed) only when this one must be computed. Safe to call from several processes at once.
     """
     ctx = _context(profile, ctx, kwargs)
-    s, settings, config, chash = _config(figure, ctx)
+    s, settings, config, chash = _config(name, ctx)
     store = ResultStore(ctx.results_dir)
     if not ctx.recompute:
-        r = store.load(figure, chash, config)
+        r = find_result(name, ctx=ctx)
         if r is not None:
             return r
-    with store.lock(figure, chash):
+    with store.lock(name, chash):
         if not ctx.recompute:  # another process may have finished it while we waited
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", StaleResultWarning)
-                r = store.load(figure, chash, config)
+                r = store.load(name, chash, config)
             if r is not None:
                 return r
         deps = {d: load_results(d, ctx=ctx) for d in s.depends}
-        ctx.log(f"[{figure}] computing ({ctx.profile}, config {chash})")
+        ctx.log(f"[{name}] computing ({ctx.profile}, config {chash})")
         t0 = time.perf_counter()
-        job = Job(figure, ctx, settings, deps, chash, store)
+        job = Job(name, ctx, settings, deps, chash, store)
         arrays, meta = s.compute(job)
-        extra = dict(provenance=dict(git=git_commit(), software=software(), device=str(ctx.torch_device),
+        extra = dict(provenance=dict(git=git_commit(), software=software(), host=host(), device=str(ctx.torch_device),
                                      compute_seconds=round(time.perf_counter() - t0, 2)))
-        r = store.save(figure, chash, config, arrays, meta, extra)
+        r = store.save(name, chash, config, arrays, meta, extra)
         if s.finish is not None:
             s.finish(job)
-    ctx.log(f"[{figure}] results written to {r.json_path} and {r.npz_path}")
+    ctx.log(f"[{name}] results written to {r.json_path} and {r.npz_path}")
     return r
 
 
-def plot(figure: str, result: Result):
-    """The matplotlib Figure of ``figure`` drawn from ``result`` (nothing is computed)."""
-    s = spec(figure)
-    if s.plot is None:
-        raise ConfigError(f"{figure} has no plot of its own")
-    return s.plot(result)
+def plot(name: str, result: Result, part: str | None = None):
+    """The matplotlib Figure(s) of ``name`` drawn from ``result`` (nothing is computed): one part, or
+    ``{part: Figure}`` for all of them."""
+    s = spec(name)
+    if not s.plots:
+        raise ConfigError(f"{name} has no figure")
+    if part is not None:
+        if part not in s.plots:
+            raise ConfigError(f"{name} has no part {part!r}; parts: {', '.join(s.plots)}")
+        return s.plots[part](result)
+    return {p: fn(result) for p, fn in s.plots.items()}
 
 
-def render(figure: str, result: Result, figures_dir="figures") -> list[str]:
-    """Draw ``figure`` from ``result`` and write ``figures_dir/<stem>.pdf`` and ``.png``."""
-    fig = plot(figure, result)
-    return save_figure(fig, Path(figures_dir) / spec(figure).stem)
-
-
-def _plotter(name):
-    def f(result):
-        return plot(name, result)
-
-    f.__name__ = f"plot_{name}"
-    f.__doc__ = f"Draw {FIGURES[name].paper} ({FIGURES[name].title}) from its results; computes nothing."
-    return f
-
-
-plot_fig3, plot_fig4, plot_fig5, plot_fig6 = (_plotter(n) for n in ("fig3", "fig4", "fig5", "fig6"))
-plot_fig7, plot_fig8, plot_fig9, plot_fig10, plot_fig11 = (_plotter(n) for n in ("fig7", "fig8", "fig9", "fig10", "fig11"))
-plot_fig12, plot_fused_ln = _plotter("fig12"), _plotter("fused_ln")
-
-__all__ = [
-    "Context", "FIGURES", "FIGURE_NAMES", "Result", "ResultStore", "StaleResultWarning", "load_results",
-    "config_hash_of", "plot", "render", "spec", "plot_fig3", "plot_fig4", "plot_fig5", "plot_fig6", "plot_fig7",
-    "plot_fig8", "plot_fig9", "plot_fig10", "plot_fig11", "plot_fig12", "plot_fused_ln",
-]
+def render(name: str, result: Result, figures_dir="figures") -> list[str]:
+    """Draw every part of ``name`` from ``result`` and write ``figures_dir/<stem>_<part>.pdf`` and ``.png``."""
+    s = spec(name)
+    out = []
+    for part, fig in plot(name, result).items():
+        out += save_figure(fig, Path(figures_dir) / f"{s.stem}_{part}")
+    return out

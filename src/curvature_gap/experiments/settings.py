@@ -1,18 +1,24 @@
-"""Per-figure settings for each profile.
+"""Per-result settings for each profile.
 
-Each figure's numbers are determined by its settings dataclass plus the training configurations
-of the models it uses (``config.train_config``); together they form the figure's config hash.
-Values the paper states are marked "paper"; every other value carries a one-line reason.
+Each result's numbers are determined by its settings dataclass, the training configurations of the
+models it uses (``config.train_config``) and the code that computes it; together they form its config
+hash. Values the paper states are marked "paper"; every other value carries a one-line reason.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
+from ..config import check_choice
+
+__all__ = ["HeatmapSettings", "FusedSettings", "NormsSettings", "TrajectorySettings", "ConvergenceSettings",
+           "AssumptionSettings", "Theorem7Settings", "TrainedBoundsSettings", "FigureSettings", "settings_for",
+           "replace", "as_dict", "PROFILE_SETTINGS"]
+
 
 @dataclass(frozen=True)
 class HeatmapSettings:
-    """Figs. 3, 4 and the fused-LayerNorm comparison: one dense Hessian of the MNIST model."""
+    """Figs. 3 and 4: one dense exact Hessian of the MNIST model on one batch."""
 
     model: str = "mnist"
     trained: bool = False
@@ -20,36 +26,52 @@ class HeatmapSettings:
     batch_size: int = 128
     # prior work's code (dalab/transformer-hessian) plots log10(|H| + 1e-6).
     eps: float = 1e-6
-    # columns per curvlinops H @ E product: math.md §5.3 measured 64 as the fastest of 16/64/256.
-    curvlinops_chunk: int = 64
     # parameters in the Hessian: all of them (positions, embedding, block, head); the paper does not say.
     parameters: str = "all"
-    # heatmap pixels per axis at most; larger Hessians are shown as means of log10 over square cells.
-    display_cells: int = 1100
-    # tangents per pass of the independent exact method (None: its default); cost only, same numbers.
+    # pixels per axis of the whole-Hessian image: a page-width figure shows about 600 (mean of log10 per cell).
+    display_cells: int = 600
+    # curvlinops cross-check: a seeded sample of this many columns covering every group (None: all columns).
+    check_columns: int | None = 256
+    check_seed: int = 0
+    # float64 cross-check batch: small enough to be quick, large enough to exercise every path.
+    check_batch_f64: int = 16
+    # tangents per pass of the exact method (None: its default); cost only, same numbers.
     fast_chunk: int | None = None
 
 
 @dataclass(frozen=True)
+class FusedSettings:
+    """Beyond the paper: the Hessian through torch.nn.LayerNorm's fused kernel minus the exact one."""
+
+    model: str = "mnist"
+    trained: bool = True  # the trained model and batch of Fig. 4
+    batch_size: int = 128
+    # columns compared: a seeded sample covering every group (the error is structured by group pair).
+    columns: int = 512
+    seed: int = 1
+
+
+@dataclass(frozen=True)
 class NormsSettings:
-    """Fig. 5: parameter-block and Hessian-block norms, at init and trained (the Hessians of Figs. 3
-    and 4, same batch) and over the first training steps (the trajectory)."""
+    """Fig. 5: parameter-block and Hessian-block norms at init and trained (the Hessians of Figs. 3 and 4)
+    and over the first training steps (the trajectory)."""
 
     model: str = "mnist"
 
 
 @dataclass(frozen=True)
 class TrajectorySettings:
-    """Figs. 5 (over training) and 7-11: snapshots during the first training steps."""
+    """Figs. 5 (over training) and 7-11: snapshots of the first training steps."""
 
     model: str = "mnist"
     batch_size: int = 128  # paper (Fig. 5 caption); the same fixed batch at every snapshot
     n_steps: int = 1000  # paper (App. A.1): the first 1000 training steps
     # snapshot steps (clipped to n_steps; n_steps itself always included): dense early, where the
-    # norms move fastest, then every 200 steps; each costs one dense Hessian of the batch.
+    # norms move fastest, then every 200 steps; saved while the model trains.
     steps: tuple = (0, 25, 50, 100, 200, 400, 600, 800, 1000)
     display_steps: tuple = (0, 100, 1000)  # heatmaps at init, early, end of the window
     eps: float = 1e-6  # as for Figs. 3-4
+    display_cells: int = 600  # the FFN block (2,128 rows) is shown as means of log10 over cells
     fast_chunk: int | None = None  # as HeatmapSettings.fast_chunk
 
 
@@ -73,54 +95,85 @@ class AssumptionSettings:
     """Fig. 12: ||grad L_k(w*)|| against the number of samples k (Assumption 1 says it is 0)."""
 
     model: str = "mnist"  # the CPU model; the paper does not say which model App. A.2 used
-    n_permutations: int = 8  # sampled orders shown (the mean over all orders is computed exactly)
+    n_permutations: int = 4  # sampled orders drawn (the mean over all orders is computed exactly)
     n_points: int = 30  # log-spaced sample counts from 1 to N
     chunk: int = 512  # samples per backward pass (memory only; does not change the numbers beyond rounding)
     seed: int = 0  # permutation seed
 
 
 @dataclass(frozen=True)
+class Theorem7Settings:
+    """Theorem 7 on the trained MNIST ViT (the Fig. 6 setting): both sides along w = w* + t u."""
+
+    model: str = "mnist"
+    n_samples: int = 1024  # training samples in L_k (dataset order); k runs to n_samples - 1
+    hessian_samples: int = 64  # samples whose exact Hessian norm enters M = max_i ‖∇²l_i(w*)‖
+    power_iters: int = 40  # power-iteration steps per sample before the Lanczos refinement
+    refine: int = 4  # samples refined by Lanczos
+    seed: int = 0  # direction and power-iteration seed
+
+
+@dataclass(frozen=True)
+class TrainedBoundsSettings:
+    """The bounds at the MNIST ViT's block 0, at initialisation and trained (test images)."""
+
+    model: str = "mnist"
+    n_samples: int = 1  # per-sample instances with every bound (each needs the 2,816-weight loss Hessian)
+    n_batch: int = 16  # images in the batch rows (curvlinops Hessian of the mean MSE, Lanczos)
+    n_ce: int = 2  # images in the cross-entropy check (dense 2,816-weight Hessian each)
+
+
+@dataclass(frozen=True)
 class FigureSettings:
-    """Settings of every figure under one profile."""
+    """Settings of every result under one profile."""
 
     init_heatmap: HeatmapSettings
-    trained_heatmap: HeatmapSettings  # Fig. 4 and the fused-LayerNorm comparison (same model, batch)
+    trained_heatmap: HeatmapSettings
+    fused: FusedSettings
     norms: NormsSettings
     trajectory: TrajectorySettings
     convergence: ConvergenceSettings
+    convergence_mnist: ConvergenceSettings
     assumption: AssumptionSettings
+    theorem7: Theorem7Settings
+    trained_bounds: TrainedBoundsSettings
 
 
 PAPER = FigureSettings(
     init_heatmap=HeatmapSettings(trained=False),
     trained_heatmap=HeatmapSettings(trained=True),
+    fused=FusedSettings(),
     norms=NormsSettings(),
     trajectory=TrajectorySettings(),
     convergence=ConvergenceSettings(),
+    # the stand-in for Fig. 6 where CIFAR-100 or a GPU is missing: the same procedure on the MNIST model
+    convergence_mnist=ConvergenceSettings(model="mnist"),
     assumption=AssumptionSettings(),
+    theorem7=Theorem7Settings(),
+    trained_bounds=TrainedBoundsSettings(),
 )
 
 SMOKE = FigureSettings(
-    # 4 images: a dense Hessian costs ~ P columns x batch size, 32x less than the paper's 128; at this
-    # batch size 256 curvlinops columns / 128 tangents per pass amortise the per-call overhead.
-    init_heatmap=HeatmapSettings(trained=False, batch_size=4, curvlinops_chunk=256, fast_chunk=128),
-    trained_heatmap=HeatmapSettings(trained=True, batch_size=4, curvlinops_chunk=256, fast_chunk=128),
+    # 4 images: a dense Hessian costs ~ P columns x batch size, 32x less than the paper's 128.
+    init_heatmap=HeatmapSettings(trained=False, batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128),
+    trained_heatmap=HeatmapSettings(trained=True, batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128),
+    fused=FusedSettings(batch_size=4, columns=96),
     norms=NormsSettings(),
     # the smoke MNIST run has only 32 steps in total (config.PROFILE_CONFIGS); same 4 images as Figs. 3-4.
     trajectory=TrajectorySettings(batch_size=4, n_steps=32, steps=(0, 4, 8, 12, 16, 20, 24, 28, 32),
                                   display_steps=(0, 8, 32), fast_chunk=128),
-    # MNIST 1-block smoke model (CIFAR-100 is not obtainable offline); batch 8 gives 256 batches
-    # out of the 2,048 training images.
+    # MNIST 1-block smoke model; batch 8 gives 256 batches out of the 2,048 training images.
     convergence=ConvergenceSettings(model="mnist", batch_size=8, n_permutations=64),
+    convergence_mnist=ConvergenceSettings(model="mnist", batch_size=8, n_permutations=64),
     assumption=AssumptionSettings(n_points=20, n_permutations=4),
+    theorem7=Theorem7Settings(n_samples=256, hessian_samples=8, power_iters=20, refine=1),
+    trained_bounds=TrainedBoundsSettings(n_samples=1, n_batch=4, n_ce=1),
 )
 
 PROFILE_SETTINGS = {"paper": PAPER, "smoke": SMOKE}
 
 
 def settings_for(profile: str) -> FigureSettings:
-    from ..config import check_choice
-
     check_choice("profile", profile, tuple(PROFILE_SETTINGS))
     return PROFILE_SETTINGS[profile]
 

@@ -11,12 +11,10 @@ a second process waits, then finds the finished result in the cache.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import io
 import json
 import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -24,11 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import atomic_write_bytes, atomic_write_json
+from ..io import atomic_write_bytes, atomic_write_json, file_lock, jsonable
 
 
 class StaleResultWarning(UserWarning):
-    """A cached result or checkpoint failed its integrity check and is being recomputed."""
+    """A cached result failed its integrity check and is being recomputed."""
+
+
+class UnusableResult(ValueError):
+    """A stored result cannot be used: missing, damaged, or of another configuration (the message says which)."""
 
 
 @dataclass
@@ -67,20 +69,6 @@ def _roundtrip(obj):
     return json.loads(json.dumps(obj, sort_keys=True, default=str))
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, float) and not np.isfinite(x):
-        return str(x)
-    return x
-
-
 class ResultStore:
     def __init__(self, root: str | os.PathLike = "results"):
         self.root = Path(root)
@@ -102,49 +90,57 @@ class ResultStore:
         with file_lock(path, f"{figure} ({chash})"):
             yield
 
-    def load(self, figure: str, chash: str, config: dict) -> Result | None:
-        """The cached result, or None when missing; a corrupt or stale one warns and gives None."""
+    def read(self, figure: str, chash: str) -> Result:
+        """The stored result under ``chash`` whatever its configuration; raises :class:`UnusableResult`
+        (missing, edited, truncated) with the reason."""
         jp, npp = self.json_path(figure, chash), self.npz_path(figure, chash)
         if not jp.exists():
-            return None
-        problem = None
+            raise UnusableResult(f"{jp} does not exist")
         try:
             doc = json.loads(jp.read_text())
             body = {k: v for k, v in doc.items() if k != "sha256"}
             if hashlib.sha256(_canonical(body)).hexdigest() != doc.get("sha256"):
-                problem = "its content does not match its sha256 (edited or truncated)"
-            elif doc.get("config_hash") != chash or doc.get("config") != _roundtrip(config):
-                problem = "it was written by another configuration"
-            else:
-                rec = doc["npz"]
-                if not npp.exists():
-                    problem = f"{npp.name} is missing"
-                elif npp.stat().st_size != rec["size"]:
-                    problem = f"{npp.name} has {npp.stat().st_size} bytes, expected {rec['size']} (truncated?)"
-                else:
-                    data = npp.read_bytes()
-                    if hashlib.sha256(data).hexdigest() != rec["sha256"]:
-                        problem = f"{npp.name} does not match its recorded sha256 (edited?)"
-                    else:
-                        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                            arrays = {k: z[k] for k in z.files}
-                        prov = dict(doc.get("provenance") or {}, created=doc.get("created"))
-                        return Result(figure, chash, doc["config"], arrays, doc.get("meta", {}), jp, npp, True, prov)
+                raise UnusableResult(f"{jp} does not match its sha256 (edited or truncated)")
+            rec = doc["npz"]
+            if not npp.exists():
+                raise UnusableResult(f"{npp} is missing")
+            if npp.stat().st_size != rec["size"]:
+                raise UnusableResult(f"{npp} has {npp.stat().st_size} bytes, expected {rec['size']} (truncated?)")
+            data = npp.read_bytes()
+            if hashlib.sha256(data).hexdigest() != rec["sha256"]:
+                raise UnusableResult(f"{npp} does not match its recorded sha256 (edited?)")
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            problem = f"it cannot be read ({type(exc).__name__}: {exc})"
-        warnings.warn(f"cached result {jp} is unusable: {problem}; recomputing", StaleResultWarning, stacklevel=2)
-        return None
+            raise UnusableResult(f"{jp} cannot be read ({type(exc).__name__}: {exc})") from exc
+        prov = dict(doc.get("provenance") or {}, created=doc.get("created"))
+        return Result(figure, doc.get("config_hash"), doc["config"], arrays, doc.get("meta", {}), jp, npp, True, prov)
 
-    def save(self, figure: str, chash: str, config: dict, arrays: dict, meta: dict, extra: dict | None = None) -> Result:
+    def load(self, figure: str, chash: str, config: dict) -> Result | None:
+        """The cached result for exactly this configuration, or None when missing; a corrupt or stale one
+        warns (:class:`StaleResultWarning`) and gives None."""
+        if not self.json_path(figure, chash).exists():
+            return None
+        try:
+            r = self.read(figure, chash)
+            if r.config_hash != chash or r.config != _roundtrip(config):
+                raise UnusableResult(f"{r.json_path} was written by another configuration")
+            return r
+        except UnusableResult as exc:
+            warnings.warn(f"cached result unusable: {exc}; recomputing", StaleResultWarning, stacklevel=2)
+            return None
+
+    def save(self, figure: str, chash: str, config: dict, arrays: dict, meta: dict, extra: dict | None = None,
+             compress: bool = False) -> Result:
         jp, npp = self.json_path(figure, chash), self.npz_path(figure, chash)
         buf = io.BytesIO()
-        np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+        (np.savez_compressed if compress else np.savez)(buf, **{k: np.asarray(v) for k, v in arrays.items()})
         data = buf.getvalue()
         atomic_write_bytes(npp, data)
         body = dict(
-            figure=figure, config_hash=chash, config=_roundtrip(config), meta=_jsonable(meta),
+            figure=figure, config_hash=chash, config=_roundtrip(config), meta=jsonable(meta),
             npz=dict(file=npp.name, size=len(data), sha256=hashlib.sha256(data).hexdigest()),
-            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **_jsonable(extra or {}),
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **jsonable(extra or {}),
         )
         body = _roundtrip(body)
         body["sha256"] = hashlib.sha256(_canonical(body)).hexdigest()
@@ -154,27 +150,47 @@ class ResultStore:
         return Result(figure, chash, body["config"], arrays, body["meta"], jp, npp, False, prov)
 
 
-@contextlib.contextmanager
-def file_lock(path: Path, what: str = ""):
-    """Exclusive ``fcntl.flock`` on ``path``, announcing when another process holds it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for another process working on {what or path} (lock {path})", file=sys.stderr, flush=True)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+class PublishedStore(ResultStore):
+    """Results committed to the repository, one per figure: ``<root>/<figure>.json`` and ``.npz`` (compressed).
+
+    The book renders from them; ``curvature-gap reproduce`` compares its recomputed numbers with them;
+    ``curvature-gap publish`` replaces them. A published result is used only when its configuration
+    (settings, training configuration and the hash of the code that computes it) equals the current one.
+    """
+
+    def json_path(self, figure: str, chash: str = "") -> Path:
+        return self.root / f"{figure}.json"
+
+    def npz_path(self, figure: str, chash: str = "") -> Path:
+        return self.root / f"{figure}.npz"
+
+    def check(self, figure: str, chash: str, config: dict) -> Result:
+        """The published result of ``figure`` if it matches this configuration; else :class:`UnusableResult`
+        saying what differs."""
+        r = self.read(figure, chash)
+        if r.config_hash != chash:
+            diff = _diff(r.config, _roundtrip(config))
+            raise UnusableResult(f"{r.json_path} was computed with another configuration (config {r.config_hash}, "
+                                 f"now {chash}): {diff}")
+        return r
+
+    def publish(self, result: Result) -> Result:
+        """Copy ``result`` (json + npz, the npz compressed) into this store."""
+        extra = {"provenance": result.provenance} if result.provenance else {}
+        extra["provenance"] = {k: v for k, v in extra.get("provenance", {}).items() if k != "created"}
+        return self.save(result.figure, result.config_hash, result.config, result.arrays, result.meta, extra,
+                         compress=True)
 
 
-def save_npz_atomic(path: Path, arrays: dict) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
-    atomic_write_bytes(path, buf.getvalue())
+def _diff(old: dict, new: dict, prefix: str = "") -> str:
+    """The first few keys whose values differ between two configurations, as text."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            d = _diff(a, b, f"{prefix}{k}.")
+            if d:
+                out.append(d)
+        elif a != b:
+            out.append(f"{prefix}{k}: {a!r} -> {b!r}")
+    return "; ".join(out[:6])

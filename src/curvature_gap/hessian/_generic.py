@@ -10,15 +10,18 @@
 """
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
+from curvlinops import HessianLinearOperator
 from torch import nn
 from torch.func import functional_call, grad, jvp, vmap
+from tqdm.auto import tqdm
 
 from ..model import ParamGroup, param_groups
 
-__all__ = ["groups_of", "loss_function", "functorch_hessian", "functorch_block", "curvlinops_hessian",
+__all__ = ["groups_of", "loss_function", "functorch_hessian", "functorch_block", "curvlinops_hessian", "curvlinops_columns",
            "torch_func_hessian", "flat_loss"]
 
 
@@ -138,27 +141,31 @@ def functorch_block(model: nn.Module, X, y, row: str, col: str, loss="cross_entr
     return out.T if transpose else out
 
 
-def curvlinops_hessian(model: nn.Module, X, y, dtype=None, chunk: int = 64) -> torch.Tensor:
-    """Reference: ``curvlinops.HessianLinearOperator(model, CrossEntropyLoss(), params, [(X, y)]) @ I``.
-
-    Materialised ``chunk`` columns at a time; (P, P) in ``parameters_to_vector`` order.
-    """
-    import copy
-
-    from curvlinops import HessianLinearOperator
-
+def curvlinops_columns(model: nn.Module, X, y, columns=None, dtype=None, chunk: int = 64,
+                       progress: bool = False, desc: str = "curvlinops H") -> torch.Tensor:
+    """The reference: columns ``H[:, columns]`` of ``curvlinops.HessianLinearOperator(model,
+    CrossEntropyLoss(), params, [(X, y)])``, i.e. ``H @ E`` for the unit vectors of ``columns``
+    (default: all, the dense Hessian), ``chunk`` columns per product; (P, len(columns)) in
+    ``parameters_to_vector`` order, on X's device. The model is copied (in ``dtype``), never changed."""
     dtype = dtype or next(model.parameters()).dtype
     m = copy.deepcopy(model).to(dtype=dtype, device=X.device)
     params = [p for p in m.parameters() if p.requires_grad]
-    op = HessianLinearOperator(m, nn.CrossEntropyLoss(), params, [(X.to(dtype), y)], progressbar=False)
+    op = HessianLinearOperator(m, nn.CrossEntropyLoss(), params, [(X.to(dtype), y)], progressbar=False,
+                               check_deterministic=False)
     P = op.shape[0]
-    H = torch.empty(P, P, dtype=dtype, device=X.device)
-    for s in range(0, P, chunk):
-        e = min(P, s + chunk)
-        E = torch.zeros(P, e - s, dtype=dtype, device=X.device)
-        E[torch.arange(s, e), torch.arange(e - s)] = 1
-        H[:, s:e] = op @ E
-    return H
+    cols = torch.arange(P) if columns is None else torch.as_tensor(columns, dtype=torch.long)
+    out = torch.empty(P, len(cols), dtype=dtype, device=X.device)
+    for s in tqdm(range(0, len(cols), chunk), desc=desc, unit="chunk", disable=not progress, leave=False):
+        c = cols[s:s + chunk]
+        E = torch.zeros(P, len(c), dtype=dtype, device=X.device)
+        E[c.to(X.device), torch.arange(len(c), device=X.device)] = 1
+        out[:, s:s + len(c)] = op @ E
+    return out
+
+
+def curvlinops_hessian(model: nn.Module, X, y, dtype=None, chunk: int = 64) -> torch.Tensor:
+    """The dense (P, P) Hessian by :func:`curvlinops_columns` (all columns)."""
+    return curvlinops_columns(model, X, y, None, dtype, chunk)
 
 
 def torch_func_hessian(model: nn.Module, X, y, loss="cross_entropy", dtype=None) -> torch.Tensor:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model import ViT, param_groups, patchify
+from ..model import ViT, block_forward, param_groups, patchify
 
 __all__ = ["ViTSecondOrder", "BLOCK_PARTS"]
 
@@ -190,35 +190,19 @@ class ViTSecondOrder:
     def _w(self, i: int, name: str) -> torch.Tensor | None:
         return self.p.get(f"blocks.{i}.{name}")
 
-    @staticmethod
-    def _ln(u, eps):
-        mu = u.mean(-1, keepdim=True)
-        uc = u - mu
-        rstd = torch.rsqrt((uc * uc).mean(-1, keepdim=True) + eps)
-        return uc * rstd, rstd
-
     def _primal(self, images, labels):
         p = self.p
         self.xp = patchify(images, self.cfg.patch_size)  # (B, n, patch_dim)
         x = self.xp @ p["embed.weight"].T + p["embed.bias"] + p["pos"]
         self.blocks: list[_Block] = []
         for i in range(self.n_blocks):
-            q, k = x @ self._w(i, "query"), x @ self._w(i, "key")
-            A = torch.softmax((q @ k.transpose(-1, -2)) * self.scale, dim=-1)
-            ax = A @ x
-            n1, rstd1 = self._ln(x + ax @ self._w(i, "value"), self.eps[i][0])
-            y = n1 * self._w(i, "ln1.weight") + self._w(i, "ln1.bias")
-            h = y @ self._w(i, "ffn1.weight")
-            if self.has_ffn_bias:
-                h = h + self._w(i, "ffn1.bias")
-            mask = (h > 0).to(h.dtype)
-            r = h * mask
-            f = r @ self._w(i, "ffn2.weight")
-            if self.has_ffn_bias:
-                f = f + self._w(i, "ffn2.bias")
-            n2, rstd2 = self._ln(y + f, self.eps[i][1])
-            self.blocks.append(_Block(x, q, k, A, ax, n1, rstd1, y, mask, r, n2, rstd2))
-            x = n2 * self._w(i, "ln2.weight") + self._w(i, "ln2.bias")
+            w = lambda name: self._w(i, name)  # noqa: E731
+            bp = block_forward(x, w("query"), w("key"), w("value"), w("ffn1.weight"), w("ffn2.weight"),
+                               w("ffn1.bias"), w("ffn2.bias"), (w("ln1.weight"), w("ln1.bias")),
+                               (w("ln2.weight"), w("ln2.bias")), self.eps[i])
+            self.blocks.append(_Block(x, bp.q, bp.k, bp.A, bp.ax, bp.n1, bp.rstd1, bp.y, bp.mask, bp.r, bp.n2,
+                                      bp.rstd2))
+            x = bp.out
         self.features = x
         self.m = x.mean(1)  # (B, d)
         z = self.m @ p["head.weight"].T + p["head.bias"]

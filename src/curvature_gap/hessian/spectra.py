@@ -20,9 +20,12 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, jvp, vmap
 
+from ..exact.linalg import lanczos
+from . import _resolve
 from ._generic import _buffers, _detached, groups_of, loss_function
+from ._vit import ViTSecondOrder
 
-__all__ = ["BlockSpectrum", "Spectra", "top_eigenvalues", "lanczos", "block_hvp"]
+__all__ = ["BlockSpectrum", "Spectra", "top_eigenvalues", "block_hvp"]
 
 
 @dataclass
@@ -103,49 +106,6 @@ def block_hvp(model: nn.Module, images, labels, group_names: list[str] | None, l
     return hvp, theta0.numel()
 
 
-def lanczos(matvec, dims: list[int], iters: int, device, seed: int = 0):
-    """Lanczos with full reorthogonalisation for several symmetric operators at once.
-
-    ``matvec(indices, vectors)`` returns the products of operators ``indices`` with ``vectors``
-    (operator i acts on vectors of size ``dims[i]``). Operators stop after ``min(iters, dims[i])``
-    steps or on an invariant subspace. Returns ascending Ritz values (float64), one tensor each.
-    """
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    m = len(dims)
-    ks = [min(iters, d) for d in dims]
-    Q = []
-    for d in dims:
-        v = torch.randn(d, generator=gen, dtype=torch.float64)
-        Q.append([(v / v.norm()).to(device)])
-    alphas: list[list[float]] = [[] for _ in range(m)]
-    betas: list[list[float]] = [[] for _ in range(m)]
-    active = list(range(m))
-    while active:
-        ws = matvec(active, [Q[i][-1] for i in active])
-        still = []
-        for i, w in zip(active, ws):
-            w = w.to(torch.float64)
-            a = torch.dot(w, Q[i][-1]).item()
-            alphas[i].append(a)
-            Qi = torch.stack(Q[i])
-            for _ in range(2):  # full reorthogonalisation (twice is enough)
-                w = w - Qi.T @ (Qi @ w)
-            b = w.norm().item()
-            if len(alphas[i]) >= ks[i] or b <= 1e-12 * max(1.0, abs(a)):
-                continue
-            betas[i].append(b)
-            Q[i].append(w / b)
-            still.append(i)
-        active = still
-    out = []
-    for i in range(m):
-        k = len(alphas[i])
-        T = torch.diag(torch.tensor(alphas[i], dtype=torch.float64))
-        if k > 1:
-            off = torch.tensor(betas[i][:k - 1], dtype=torch.float64)
-            T += torch.diag(off, 1) + torch.diag(off, -1)
-        out.append(torch.linalg.eigvalsh(T))
-    return out
 
 
 def top_eigenvalues(model: nn.Module, data, groups: list[str] | None = None, iters: int = 30,
@@ -168,8 +128,6 @@ def top_eigenvalues(model: nn.Module, data, groups: list[str] | None = None, ite
         if n not in all_groups:
             raise KeyError(f"unknown parameter group {n!r}; groups: {list(all_groups)}")
     device = images.device
-    from . import _resolve
-
     if _resolve(model, loss, method) == "vit":
         return _top_eigenvalues_vit(model, images, labels, names, iters, overall, dtype, seed, micro_batch)
     full, P = block_hvp(model, images, labels, None, loss, dtype, micro_batch)
@@ -209,8 +167,6 @@ def top_eigenvalues(model: nn.Module, data, groups: list[str] | None = None, ite
 
 
 def _top_eigenvalues_vit(model, images, labels, names, iters, overall, dtype, seed, sample_chunk) -> Spectra:
-    from ._vit import ViTSecondOrder
-
     so = ViTSecondOrder(model, images, labels, dtype)
     sizes = {g.name: g.size for g in so.groups}
     calls = 0

@@ -16,11 +16,12 @@ import math
 
 import torch
 
+from ..exact.forward import attention_matrix, sa_forward
 from .calculus import (apply_commutation, blockdiag_matmul, commutation, d_kron_wrt_first, d_kron_wrt_second,
                        eye, kron, kron3, kron4, ones, vec_r)
 
 __all__ = [
-    "scores", "softmax_rows", "attention_matrix", "attention", "dA_dT", "dA_dT_blocks", "dA_dT_uniform",
+    "dA_dT", "dA_dT_blocks", "dA_dT_uniform",
     "d2A_dT2", "contract_d2A_dT2", "contract_d2A_dT2_blocks", "dT_dWQ", "dT_dWK", "dT_dWK_printed", "Z1", "Z2",
     "S_shuffle", "M1", "G_V", "G_Q", "G_K", "G_K_printed", "G_Q_uniform", "jacobians",
     "R_m", "Ho_VV", "Ho_QQ", "Ho_VQ", "Ho_QK", "Hf_VV", "Hf_QQ", "Hf_VQ", "Hf_QK",
@@ -34,27 +35,6 @@ SA_PARAMS = ("Q", "K", "V")
 def sizes(d_V: int, d_K: int) -> dict:
     """Parameter counts ``n_Q = n_K = d_V d_K``, ``n_V = d_V^2``."""
     return {"Q": d_V * d_K, "K": d_V * d_K, "V": d_V * d_V}
-
-
-def scores(X, W_Q, W_K) -> torch.Tensor:
-    """``T = X W_Q W_K^T X^T / √d_K``; (L, L)."""
-    return X @ W_Q @ W_K.T @ X.T / math.sqrt(W_Q.shape[1])
-
-
-def softmax_rows(T: torch.Tensor) -> torch.Tensor:
-    """Row-wise softmax (shift-invariant form ``exp(T - max) / Σ exp``)."""
-    E = torch.exp(T - T.amax(dim=1, keepdim=True))
-    return E / E.sum(dim=1, keepdim=True)
-
-
-def attention_matrix(X, W_Q, W_K) -> torch.Tensor:
-    """``A(X) = softmax_rows(T)``; (L, L)."""
-    return softmax_rows(scores(X, W_Q, W_K))
-
-
-def attention(X, W_Q, W_K, W_V) -> torch.Tensor:
-    """Eq. 1: ``F(X) = A(X) X W_V``; (L, d_V)."""
-    return attention_matrix(X, W_Q, W_K) @ X @ W_V
 
 
 # ------------------------------------------------------------------ softmax derivatives
@@ -392,7 +372,7 @@ def loss_hessian_blocks(X, W_Q, W_K, W_V, Target) -> dict:
     """
     L, d_V = X.shape
     Jac = jacobians(X, W_Q, W_K, W_V)
-    F = attention(X, W_Q, W_K, W_V)
+    F = sa_forward(X, W_Q, W_K, W_V)
     w = 2.0 / (L * d_V) * vec_r(F - Target)
     cache: dict = {}
     out = {}

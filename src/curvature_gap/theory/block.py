@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import torch
 
+from ..exact.forward import block_forward
 from . import attention as at
 from . import ffn as ff
 from . import layernorm as ln
 from .calculus import apply_commutation, commutation, d_kron_wrt_first, d_kron_wrt_second, eye, kron, vec_r
 
 __all__ = [
-    "BLOCK_PARAMS", "param_sizes", "forward", "first_order", "xi", "xi_printed", "H_tr",
+    "BLOCK_PARAMS", "param_sizes", "first_order", "xi", "xi_printed", "H_tr",
     "loss_hessian_literal", "contract_xi", "loss_hessian", "assemble",
     "dIkronW2T_dW2", "dIkronW2T_dW2_printed", "dIkronW1T_dW1",
 ]
@@ -42,22 +43,10 @@ def param_sizes(d_V: int, d_K: int, d_ff: int) -> dict:
     return {"1": d_V * d_ff, "2": d_ff * d_V, "K": d_V * d_K, "Q": d_V * d_K, "V": d_V * d_V}
 
 
-def forward(X, W_Q, W_K, W_V, W_1, W_2) -> dict:
-    """Block forward pass; returns the intermediates ``A, F, U, Y, Pre = Y W_1, S, Z``."""
-    A = at.attention_matrix(X, W_Q, W_K)
-    F = A @ X @ W_V
-    U = X + F
-    Y = ln.layernorm(U)
-    Pre = Y @ W_1
-    S = ff.relu(Pre) @ W_2 + Y
-    Z = ln.layernorm(S)
-    return {"A": A, "F": F, "U": U, "Y": Y, "Pre": Pre, "S": S, "Z": Z}
-
-
 def first_order(X, W_Q, W_K, W_V, W_1, W_2, with_dZ: bool = True) -> dict:
     """Theorem 4: ``J_Z, J_Y, J_SY``, attention Jacobians ``G_k``, ``dY_dW = J_Y G_k``,
     ``B_i = ∂S/∂W_i`` and (``with_dZ``) ``dZ_dW = J_Z B_i``; plus the forward intermediates."""
-    fw = forward(X, W_Q, W_K, W_V, W_1, W_2)
+    fw = block_forward(X, W_Q, W_K, W_V, W_1, W_2)
     Y, S, U = fw["Y"], fw["S"], fw["U"]
     J_Y = ln.jacobian(U)
     J_Z = ln.jacobian(S)

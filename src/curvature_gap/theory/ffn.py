@@ -13,7 +13,7 @@ import torch
 from .calculus import eye, kron, vec_r
 
 __all__ = [
-    "relu", "relu_mask", "relu_jacobian", "relu_hessian", "ffn", "residual_sum",
+    "relu", "relu_mask", "relu_jacobian", "relu_hessian",
     "D_sigma", "dS_dW1", "dS_dW1_printed", "dS_dW2", "dS_dY",
 ]
 
@@ -37,16 +37,6 @@ def relu_hessian(X: torch.Tensor) -> torch.Tensor:
     """Lemma 1: ``∂²ReLU(X)/∂X² = 0`` a.e.; X (m, n) -> ((m n)^2, m n) zeros."""
     n = X.numel()
     return torch.zeros(n * n, n, dtype=X.dtype, device=X.device)
-
-
-def ffn(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor) -> torch.Tensor:
-    """``FFN(Y) = ReLU(Y W_1) W_2`` (b_1 = b_2 = 0); (L, d_V)."""
-    return relu(Y @ W1) @ W2
-
-
-def residual_sum(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor) -> torch.Tensor:
-    """``S = ReLU(Y W_1) W_2 + Y`` (Theorem 4); (L, d_V)."""
-    return ffn(Y, W1, W2) + Y
 
 
 def D_sigma(Y: torch.Tensor, W1: torch.Tensor) -> torch.Tensor:

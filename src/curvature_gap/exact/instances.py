@@ -1,8 +1,8 @@
-"""Problem instances for the bound checks: one sequence and one block's weights, in float64.
+"""Problem instances: one sequence ``X``, one block's weights and an MSE target, in float64.
 
 An :class:`Instance` holds ``X ∈ R^{L×d_V}``, ``W_Q, W_K ∈ R^{d_V×d_K}``, ``W_V ∈ R^{d_V×d_V}``,
 ``W_1 ∈ R^{d_V×d_ff}``, ``W_2 ∈ R^{d_ff×d_V}`` and a ``Target ∈ R^{L×d_V}`` (the MSE target of
-Theorem 1, ``F = A(X) X W_V``, and of Theorem 6, the block output ``Z``).  ``meta`` records how it
+Theorem 1, ``F = A(X) X W_V``, and of Theorem 6, the block output ``Z``). ``meta`` records how it
 was made (seed, sweep, swept value, target choice) so that a saved counter-example can be replayed.
 
 Random instances (:func:`random_instance`): ``X = σ·N(0,1)``, ``W_Q, W_K, W_V, W_1 ~ N(0, 1/d_V)``,
@@ -10,11 +10,20 @@ Random instances (:func:`random_instance`): ``X = σ·N(0,1)``, ``W_Q, W_K, W_V,
 
 * ``sigma``      input scale σ (``X ← σ X``), as in Ormaniec et al.'s growth-rate sweeps;
 * ``sharpness``  β: ``W_Q ← √β W_Q``, ``W_K ← √β W_K`` so that ``T = X W_Q W_Kᵀ Xᵀ/√d_K`` scales by β
-                 (β = 0 is exactly uniform attention, the setting of the Theorem 1 proof);
+                 (β = 0 is exactly uniform attention, with W_Q = W_K = 0);
 * ``balance``    a: ``W_Q ← a W_Q``, ``W_K ← W_K / a`` (leaves ``T``, ``A`` and ``F`` unchanged);
-* ``target``     ``"random"`` (``N(0,1)`` entries, named choice), ``"zero"``, or ``"perturbed"``
-                 (the output of the same layer/block with every weight multiplied entrywise by
-                 ``1 + 0.1 N(0,1)``; for the block the target is the perturbed block's ``Z``).
+* ``uniform``    exactly uniform attention with non-zero weights: ``"zero_query"`` sets ``W_Q = 0``;
+                 ``"orthogonal"`` zeroes the second half of W_Q's columns and the first half of W_K's,
+                 so that ``W_Q W_Kᵀ = 0`` while both stay non-zero (d_K ≥ 2);
+* ``target``     ``"random"`` (``N(0,1)`` entries, named choice), ``"zero"``, ``"perturbed"`` (the
+                 output of the same layer/block with every weight multiplied entrywise by
+                 ``1 + 0.1 N(0,1)``) or ``"fit"`` (the layer's/block's own output: the loss is 0 there,
+                 so the weights are an exact global minimiser, the paper's w*);
+* ``away_from_kinks``  redraw (a new seed per attempt) until no ReLU pre-activation ``Y W_1`` lies
+                 within 1e-4 of its kink and every LayerNorm input row has non-zero variance, so that
+                 finite differences do not straddle a kink and Assumption 2 holds.
+
+The closed-form checks use ``sharpness=2.25`` (attention far from uniform) and ``away_from_kinks``.
 """
 from __future__ import annotations
 
@@ -23,9 +32,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Instance", "random_instance", "from_block", "TARGETS"]
+from .forward import block_forward, sa_forward
 
-TARGETS = ("random", "zero", "perturbed")
+__all__ = ["Instance", "random_instance", "from_block", "TARGETS", "UNIFORM", "MNIST_SHAPE"]
+
+TARGETS = ("random", "zero", "perturbed", "fit")
+UNIFORM = (None, "zero_query", "orthogonal")
+MNIST_SHAPE = (49, 16, 16, 64)   # L (tokens of a 28x28 image, patch 4), d_V = d_K = 16, d_ff = 64
 _KEYS = ("X", "W_Q", "W_K", "W_V", "W_1", "W_2", "Target")
 
 
@@ -66,6 +79,11 @@ class Instance:
     def shape_str(self) -> str:
         return "L={},dV={},dK={},dff={}".format(*self.shape)
 
+    @property
+    def weights(self) -> tuple:
+        """``(W_Q, W_K, W_V, W_1, W_2)``."""
+        return (self.W_Q, self.W_K, self.W_V, self.W_1, self.W_2)
+
     def n_values(self) -> int:
         return sum(getattr(self, k).numel() for k in _KEYS)
 
@@ -92,42 +110,67 @@ class Instance:
 
 
 def _target(kind: str, inst: Instance, g: torch.Generator, scale: float, output: str) -> torch.Tensor:
-    from . import exact
-
     L, d_V = inst.L, inst.d_V
     if kind == "random":
         return scale * torch.randn(L, d_V, generator=g, dtype=torch.float64)
     if kind == "zero":
         return torch.zeros(L, d_V, dtype=torch.float64)
-    if kind == "perturbed":
-        w = {k: getattr(inst, k) * (1 + 0.1 * torch.randn(getattr(inst, k).shape, generator=g,
-                                                            dtype=torch.float64))
-             for k in ("W_Q", "W_K", "W_V", "W_1", "W_2")}
+    if kind in ("perturbed", "fit"):
+        w = {k: getattr(inst, k) for k in ("W_Q", "W_K", "W_V", "W_1", "W_2")}
+        if kind == "perturbed":
+            w = {k: v * (1 + 0.1 * torch.randn(v.shape, generator=g, dtype=torch.float64)) for k, v in w.items()}
         if output == "attention":
-            return exact.sa_forward(inst.X, w["W_Q"], w["W_K"], w["W_V"]).detach()
-        return exact.block_forward(inst.X, w["W_Q"], w["W_K"], w["W_V"], w["W_1"], w["W_2"])["Z"].detach()
+            return sa_forward(inst.X, w["W_Q"], w["W_K"], w["W_V"]).detach()
+        return block_forward(inst.X, w["W_Q"], w["W_K"], w["W_V"], w["W_1"], w["W_2"])["Z"].detach()
     raise ValueError(f"unknown target {kind!r}; choose one of {TARGETS}")
+
+
+def _regular(inst: Instance) -> bool:
+    """No ReLU pre-activation within 1e-4 of its kink and no zero-variance LayerNorm input row."""
+    try:
+        fw = block_forward(inst.X, *inst.weights)
+    except ValueError:  # a zero-variance LayerNorm row (Assumption 2)
+        return False
+    for U in (fw["U"], fw["S"]):
+        M = U - U.mean(dim=1, keepdim=True)
+        std = M.pow(2).mean(dim=1).sqrt()
+        if bool((std <= 64 * torch.finfo(U.dtype).eps * U.abs().amax(dim=1)).any()):
+            return False
+    return float(fw["Pre"].abs().min()) > 1e-4
 
 
 def random_instance(L: int = 8, d_V: int = 8, d_K: int | None = None, d_ff: int | None = None,
                     seed: int = 0, sigma: float = 1.0, sharpness: float = 1.0, balance: float = 1.0,
-                    target: str = "random", target_scale: float = 1.0, target_output: str = "block",
-                    **meta) -> Instance:
+                    uniform: str | None = None, target: str = "random", target_scale: float = 1.0,
+                    target_output: str = "block", away_from_kinks: bool = False, **meta) -> Instance:
     """A seeded random instance (see module doc); ``d_K = d_V`` and ``d_ff = 4 d_V`` by default."""
     d_K = d_V if d_K is None else d_K
     d_ff = 4 * d_V if d_ff is None else d_ff
-    g = torch.Generator().manual_seed(1_000_003 * int(seed) + 17)
-    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
-    X = r(L, d_V)
-    W_Q, W_K, W_V = r(d_V, d_K) / math.sqrt(d_V), r(d_V, d_K) / math.sqrt(d_V), r(d_V, d_V) / math.sqrt(d_V)
-    W_1, W_2 = r(d_V, d_ff) / math.sqrt(d_V), r(d_ff, d_V) / math.sqrt(d_ff)
-    sq = math.sqrt(sharpness)
-    inst = Instance(sigma * X, sq * balance * W_Q, sq / balance * W_K, W_V, W_1, W_2,
-                    torch.zeros(L, d_V, dtype=torch.float64))
-    inst.Target = _target(target, inst, g, target_scale, target_output)
-    inst.meta = dict(source="random", seed=int(seed), sigma=float(sigma), sharpness=float(sharpness),
-                     balance=float(balance), target=target, target_scale=float(target_scale), **meta)
-    return inst
+    if uniform not in UNIFORM:
+        raise ValueError(f"unknown uniform={uniform!r}; choose one of {UNIFORM}")
+    if uniform == "orthogonal" and d_K < 2:
+        raise ValueError("uniform='orthogonal' needs d_K >= 2 (W_Q and W_K use disjoint columns)")
+    for attempt in range(100 if away_from_kinks else 1):
+        g = torch.Generator().manual_seed(1_000_003 * int(seed) + 7919 * attempt + 17)
+        r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+        X = r(L, d_V)
+        W_Q, W_K, W_V = r(d_V, d_K) / math.sqrt(d_V), r(d_V, d_K) / math.sqrt(d_V), r(d_V, d_V) / math.sqrt(d_V)
+        W_1, W_2 = r(d_V, d_ff) / math.sqrt(d_V), r(d_ff, d_V) / math.sqrt(d_ff)
+        if uniform == "zero_query":
+            W_Q = torch.zeros_like(W_Q)
+        elif uniform == "orthogonal":
+            W_Q[:, d_K // 2:] = 0.0
+            W_K[:, :d_K // 2] = 0.0
+        sq = math.sqrt(sharpness)
+        inst = Instance(sigma * X, sq * balance * W_Q, sq / balance * W_K, W_V, W_1, W_2,
+                        torch.zeros(L, d_V, dtype=torch.float64))
+        inst.Target = _target(target, inst, g, target_scale, target_output)
+        inst.meta = dict(source="random", seed=int(seed), sigma=float(sigma), sharpness=float(sharpness),
+                         balance=float(balance), uniform=uniform, target=target, target_scale=float(target_scale),
+                         **({"attempt": attempt} if attempt else {}), **meta)
+        if not away_from_kinks or _regular(inst):
+            return inst
+    raise RuntimeError("could not draw an instance away from the ReLU kinks in 100 attempts")
 
 
 def from_block(block, X: torch.Tensor, target: str = "perturbed", seed: int = 0, **meta) -> Instance:

@@ -1,9 +1,10 @@
 """Exact counterparts of the quantities the paper bounds, by automatic differentiation in float64.
 
-Everything is written out by hand (explicit softmax, explicit mean/variance LayerNorm without ε,
-ReLU), so ``torch.func`` derivatives are exact (math.md §5: never differentiate through
-``torch.nn.LayerNorm``).  Layout follows the paper (§2): ``vec_r`` of a row-major tensor is its
-``reshape(-1)``, Jacobians are ``(out, in)``, second derivatives ``(out · n_i, n_j)``.
+The left-hand side of every inequality of Theorems 1 and 6, Lemma 4 and the Proposition, from
+``torch.func`` derivatives of the theory's forward pass (:mod:`curvature_gap.exact.forward`, written
+out by hand: never differentiated through ``torch.nn.LayerNorm``, whose fused kernel has wrong second
+derivatives). Layout follows the paper (§2): ``vec_r`` of a row-major tensor is its ``reshape(-1)``,
+Jacobians are ``(out, in)``, second derivatives ``(out · n_i, n_j)``.
 
 Self-attention layer (Theorem 1, Eq. 1), one sequence ``X ∈ R^{L×d_V}``:
 ``T = X W_Q W_Kᵀ Xᵀ/√d_K``, ``A = softmax_rows(T)``, ``F = A X W_V`` and
@@ -27,112 +28,27 @@ import math
 from typing import Callable
 
 import torch
-from torch.func import grad, jacfwd, jacrev, jvp, vmap
+from torch.func import grad, jacfwd, jacrev, vmap
 
-from . import linalg as la
-from .instance import Instance
+from ..exact import linalg as la
+from ..exact.derivatives import BLOCK_ORDER, SA_ORDER, dense_hessian, flat_loss, hessian_norm
+from ..exact.forward import block_forward, block_output, sa_forward, softmax_rows
+from ..exact.instances import Instance
 
 __all__ = [
-    "softmax_rows", "attention_matrix", "sa_forward", "layernorm", "block_forward", "sa_loss",
-    "block_loss", "dense_hessian", "sa_exact", "block_exact", "layernorm_exact", "softmax_d1_norm",
-    "softmax_d2_norm", "softmax_d2_blocks", "Z1_matrix", "Z2_norm", "S_shuffle", "SA_ORDER", "BLOCK_ORDER",
+    "sa_exact", "block_exact", "layernorm_exact", "softmax_d1_norm", "softmax_d2_norm", "softmax_d2_blocks",
+    "Z1_matrix", "Z2_norm", "S_shuffle", "SA_ORDER", "BLOCK_ORDER",
 ]
 
-SA_ORDER = ("Q", "K", "V")
-BLOCK_ORDER = ("1", "2", "K", "Q", "V")
-_ATTR = {"Q": "W_Q", "K": "W_K", "V": "W_V", "1": "W_1", "2": "W_2"}
 _BLK_IDX = {"Q": 1, "K": 2, "V": 3, "1": 4, "2": 5}  # position in block_forward's arguments
 
 
-# ----------------------------------------------------------------------------- forward maps
-def softmax_rows(T: torch.Tensor) -> torch.Tensor:
-    """Row-wise softmax written out (detached max shift), exact under ``torch.func``."""
-    E = torch.exp(T - T.detach().amax(dim=-1, keepdim=True))
-    return E / E.sum(dim=-1, keepdim=True)
-
-
-def attention_matrix(X, W_Q, W_K) -> torch.Tensor:
-    """``A = softmax_rows(X W_Q W_Kᵀ Xᵀ / √d_K)``, (L, L)."""
-    return softmax_rows(X @ W_Q @ W_K.T @ X.T / math.sqrt(W_Q.shape[1]))
-
-
-def sa_forward(X, W_Q, W_K, W_V) -> torch.Tensor:
-    """Eq. 1: ``F = A(X) X W_V``, (L, d_V)."""
-    return attention_matrix(X, W_Q, W_K) @ X @ W_V
-
-
-def layernorm(U: torch.Tensor) -> torch.Tensor:
-    """Row-wise ``(u − mean)/sqrt(population variance)``, no ε, γ = 1, β = 0 (paper §3.2)."""
-    M = U - U.mean(dim=-1, keepdim=True)
-    return M / M.pow(2).mean(dim=-1, keepdim=True).sqrt()
-
-
-def block_forward(X, W_Q, W_K, W_V, W_1, W_2) -> dict:
-    """The post-norm block: ``{"A","F","U","Y","S","Z"}`` (all (L, d_V) except A (L, L))."""
-    A = attention_matrix(X, W_Q, W_K)
-    F = A @ X @ W_V
-    U = X + F
-    Y = layernorm(U)
-    S = torch.relu(Y @ W_1) @ W_2 + Y
-    return {"A": A, "F": F, "U": U, "Y": Y, "S": S, "Z": layernorm(S)}
-
-
 def _block_Z(X, W_Q, W_K, W_V, W_1, W_2):
-    return block_forward(X, W_Q, W_K, W_V, W_1, W_2)["Z"]
+    return block_output(X, W_Q, W_K, W_V, W_1, W_2, "Z")
 
 
 def _block_S(X, W_Q, W_K, W_V, W_1, W_2):
-    return block_forward(X, W_Q, W_K, W_V, W_1, W_2)["S"]
-
-
-def sa_loss(X, W_Q, W_K, W_V, Target) -> torch.Tensor:
-    """``‖F − Target‖_F² / (L d_V)`` (Theorem 1's MSE)."""
-    L, d_V = X.shape
-    return (sa_forward(X, W_Q, W_K, W_V) - Target).pow(2).sum() / (L * d_V)
-
-
-def block_loss(X, W_Q, W_K, W_V, W_1, W_2, Target) -> torch.Tensor:
-    """``‖Z − Target‖_F² / (L d_V)`` (the MSE of §3.2 on the block output)."""
-    L, d_V = X.shape
-    return (_block_Z(X, W_Q, W_K, W_V, W_1, W_2) - Target).pow(2).sum() / (L * d_V)
-
-
-# ----------------------------------------------------------------------------- Hessians
-def dense_hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-    """Dense Hessian of a scalar ``f`` at the flat vector ``x`` from batched HVPs (forward over
-    reverse), ``chunk`` columns at a time; (n, n)."""
-    g = grad(f)
-    hvp = lambda v: jvp(g, (x,), (v,))[1]  # noqa: E731
-    n = x.numel()
-    I = torch.eye(n, dtype=x.dtype)
-    return torch.cat([vmap(hvp)(I[s:s + chunk]) for s in range(0, n, chunk)], dim=0)
-
-
-def hessian_norm(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, dense: bool = True) -> float:
-    """``‖∇²f(x)‖_2``: dense ``eigvalsh`` or Lanczos (``eigsh``, largest magnitude) on HVPs."""
-    if dense:
-        return la.sym_spectral_norm(dense_hessian(f, x))
-    g = grad(f)
-
-    def mv(v):
-        t = torch.from_numpy(v).to(x.dtype)
-        return jvp(g, (x,), (t,))[1].numpy()
-
-    return la.lanczos_sym_norm(mv, x.numel())
-
-
-def _flat_loss(inst: Instance, order, loss: str):
-    shapes = [getattr(inst, _ATTR[p]).shape for p in order]
-    sizes = [math.prod(s) for s in shapes]
-
-    def f(v):
-        w = {p: t.reshape(s) for p, t, s in zip(order, torch.split(v, sizes), shapes)}
-        if loss == "sa":
-            return sa_loss(inst.X, w["Q"], w["K"], w["V"], inst.Target)
-        return block_loss(inst.X, w["Q"], w["K"], w["V"], w["1"], w["2"], inst.Target)
-
-    x = torch.cat([getattr(inst, _ATTR[p]).reshape(-1) for p in order])
-    return f, x, sizes
+    return block_output(X, W_Q, W_K, W_V, W_1, W_2, "S")
 
 
 def _blocks(H: torch.Tensor, order, sizes) -> dict:
@@ -277,7 +193,7 @@ def sa_exact(inst: Instance, hessian: bool = True) -> dict:
     }
     if not hessian:
         return out
-    f, x, sizes = _flat_loss(inst, SA_ORDER, "sa")
+    f, x, sizes = flat_loss(inst, SA_ORDER, "sa")
     H = dense_hessian(f, x)
     blk = _blocks(H, SA_ORDER, sizes)
     args = (X, WQ, WK, WV)
@@ -371,6 +287,6 @@ def block_exact(inst: Instance, hessian: bool = True, tensors: bool = True,
                                    ("Phi", sa_forward, ("Q", "K", "V"), 4)):
         out.update(_pair_norms(name, fn, args[:nargs], order, dense_limit))
     if hessian:
-        f, x, _ = _flat_loss(inst, BLOCK_ORDER, "block")
+        f, x, _ = flat_loss(inst, BLOCK_ORDER, "block")
         out["H"] = hessian_norm(f, x, dense=x.numel() * L * d <= dense_hessian_limit)
     return out

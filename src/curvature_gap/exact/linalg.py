@@ -1,9 +1,13 @@
-"""Spectral norms of the objects the bounds talk about (float64 throughout).
+"""Spectral norms and extreme eigenvalues: the one home of every eigenvalue computation of the package.
 
 * :func:`spectral_norm` — ``‖M‖_2`` of a dense matrix (largest singular value).
-* :func:`sym_spectral_norm` — ``max |λ|`` of a dense symmetric matrix (``eigvalsh``).
+* :func:`sym_spectral_norm` — ``max |λ|`` of a dense symmetric matrix (``eigvalsh``; ARPACK above
+  ``LANCZOS_MIN`` rows), NumPy or torch input.
 * :func:`lanczos_sym_norm` — ``max |λ|`` of a symmetric operator given by matrix-vector products
-  (SciPy's implicitly restarted Lanczos, ``eigsh(which="LM")``).
+  (SciPy's implicitly restarted Lanczos, ``eigsh(which="LM")``, converged to ``tol``): float64, CPU.
+* :func:`lanczos` — plain Lanczos with full reorthogonalisation for several operators at once, in
+  torch (on the operators' device): the block spectra of large models on a GPU, where a fixed number
+  of steps is spent per operator.
 * :func:`second_derivative_norm` — the spectral norm of a second-derivative tensor written, as in
   the paper (§2, numerator layout with ``vec_r``), as the matrix
   ``∂²f/∂W_i∂W_j ∈ R^{(out · n_i) × n_j}``.  With ``K_a = ∂²f_a/∂W_i∂W_j`` (``n_i × n_j``) for each
@@ -19,11 +23,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
+from scipy.sparse.linalg import LinearOperator, eigsh
 from torch.func import jacfwd, jacrev, jvp, vjp
 
 __all__ = [
     "spectral_norm", "sym_spectral_norm", "lanczos_sym_norm", "gram_norm", "second_derivative_norm",
-    "second_derivative_tensor", "DENSE_LIMIT",
+    "second_derivative_tensor", "lanczos", "DENSE_LIMIT", "LANCZOS_MIN",
 ]
 
 DENSE_LIMIT = 2.5e7  # entries of a second-derivative tensor formed densely (≈ 200 MB in float64)
@@ -52,14 +57,14 @@ def spectral_norm(M: torch.Tensor) -> float:
     return float(torch.linalg.matrix_norm(M, ord=2))
 
 
-def sym_spectral_norm(H: torch.Tensor) -> float:
-    """``max |λ(H)|`` of a dense symmetric matrix (symmetrised first: ``(H + Hᵀ)/2``); Lanczos
-    (``eigsh``, largest magnitude, ``tol = 1e-13``) above ``LANCZOS_MIN`` rows."""
-    S = (H + H.T) / 2
+def sym_spectral_norm(H) -> float:
+    """``max |λ(H)|`` of a dense symmetric matrix (NumPy or torch; symmetrised first: ``(H + Hᵀ)/2``,
+    in float64); Lanczos (``eigsh``, largest magnitude, ``tol = 1e-13``) above ``LANCZOS_MIN`` rows."""
+    A = H.detach().cpu().numpy() if isinstance(H, torch.Tensor) else np.asarray(H)
+    S = (A.astype(np.float64) + A.T.astype(np.float64)) / 2
     if S.shape[0] > LANCZOS_MIN:
-        A = S.detach().numpy()
-        return lanczos_sym_norm(lambda v: A @ v, A.shape[0], tol=1e-13)
-    return float(torch.linalg.eigvalsh(S).abs().max())
+        return lanczos_sym_norm(lambda v: S @ v, S.shape[0], tol=1e-13)
+    return float(np.abs(np.linalg.eigvalsh(S)).max())
 
 
 def lanczos_sym_norm(matvec: Callable[[np.ndarray], np.ndarray], n: int, tol: float = 1e-10,
@@ -69,8 +74,6 @@ def lanczos_sym_norm(matvec: Callable[[np.ndarray], np.ndarray], n: int, tol: fl
     ``psd=True`` asks for the largest algebraic eigenvalue (Gram operators).  Tiny operators are
     formed densely instead (ARPACK needs ``n > k + 1``).
     """
-    from scipy.sparse.linalg import LinearOperator, eigsh
-
     if n <= 64:
         M = np.stack([matvec(e) for e in np.eye(n)], axis=1)
         ev = np.linalg.eigvalsh((M + M.T) / 2)
@@ -125,3 +128,48 @@ def second_derivative_norm(f: Callable, args: Sequence[torch.Tensor], i: int, j:
 
     lam = lanczos_sym_norm(gram, nj, psd=True)
     return float(np.sqrt(max(lam, 0.0)))
+
+
+def lanczos(matvec, dims: list[int], iters: int, device, seed: int = 0):
+    """Lanczos with full reorthogonalisation for several symmetric operators at once.
+
+    ``matvec(indices, vectors)`` returns the products of operators ``indices`` with ``vectors``
+    (operator i acts on vectors of size ``dims[i]``). Operators stop after ``min(iters, dims[i])``
+    steps or on an invariant subspace. Returns ascending Ritz values (float64), one tensor each.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    m = len(dims)
+    ks = [min(iters, d) for d in dims]
+    Q = []
+    for d in dims:
+        v = torch.randn(d, generator=gen, dtype=torch.float64)
+        Q.append([(v / v.norm()).to(device)])
+    alphas: list[list[float]] = [[] for _ in range(m)]
+    betas: list[list[float]] = [[] for _ in range(m)]
+    active = list(range(m))
+    while active:
+        ws = matvec(active, [Q[i][-1] for i in active])
+        still = []
+        for i, w in zip(active, ws):
+            w = w.to(torch.float64)
+            a = torch.dot(w, Q[i][-1]).item()
+            alphas[i].append(a)
+            Qi = torch.stack(Q[i])
+            for _ in range(2):  # full reorthogonalisation (twice is enough)
+                w = w - Qi.T @ (Qi @ w)
+            b = w.norm().item()
+            if len(alphas[i]) >= ks[i] or b <= 1e-12 * max(1.0, abs(a)):
+                continue
+            betas[i].append(b)
+            Q[i].append(w / b)
+            still.append(i)
+        active = still
+    out = []
+    for i in range(m):
+        k = len(alphas[i])
+        T = torch.diag(torch.tensor(alphas[i], dtype=torch.float64))
+        if k > 1:
+            off = torch.tensor(betas[i][:k - 1], dtype=torch.float64)
+            T += torch.diag(off, 1) + torch.diag(off, -1)
+        out.append(torch.linalg.eigvalsh(T))
+    return out

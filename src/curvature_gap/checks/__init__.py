@@ -1,0 +1,70 @@
+"""``curvature-gap verify``: every check of the package as one list of :class:`~.row.Row`.
+
+* :mod:`.theory`    — each closed form against autograd and finite differences;
+* :mod:`.bounds`    — each bound against the exact quantity (synthetic sweeps, committed counter-examples,
+  and the trained MNIST model when its result is available);
+* :mod:`.landscape` — Theorem 7 (one attention layer, always; the trained ViT from its result) and
+  Assumption 1 (from Fig. 12's result);
+* :mod:`.figures`   — the paper's claims about its figures (from the paper-profile results).
+
+Rows that need a trained model are read from results (the cache, else the results committed to the
+repository under ``published/``) and never computed here; without one they are ``not run`` and name
+the command that computes them. ``curvature_gap.findings`` turns the rows into one verdict per result.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..experiments import Context, default_published_dir, find_result
+from ..io import atomic_write_json
+from ..theory.errata import ERRATA
+from . import bounds, figures, landscape, theory
+from .row import Row, exit_status, format_table, summary_line
+
+__all__ = ["Row", "run", "main", "load_rows", "DATA_RESULTS"]
+
+DATA_RESULTS = ("fig3", "fig4", "fig5", "fig6", "fig6_mnist", "fig12", "theorem7", "trained_bounds")
+
+
+def _link_errata(rows: list[Row]) -> None:
+    by_id = {r.id: r for r in rows}
+    for e in ERRATA:
+        for rid in [e["evidence"], *e.get("related", [])]:
+            if rid in by_id and e["id"] not in by_id[rid].errata:
+                by_id[rid].errata.append(e["id"])
+
+
+def run(quick: bool = False, results_dir="results", published_dir=None, log=None) -> list[Row]:
+    """Every row (see module doc). ``quick``: fewer random instances and no adversarial search (same row ids)."""
+    ctx = Context(profile="paper", results_dir=results_dir, progress=False,
+                  published_dir=published_dir if published_dir is not None else default_published_dir())
+    res = {n: find_result(n, ctx=ctx) for n in DATA_RESULTS}
+    rows = theory.run_checks(quick)
+    rows += bounds.run_checks(quick, res["trained_bounds"], log=log)
+    rows += landscape.run_checks(res["fig12"], res["theorem7"])
+    rows += figures.run_checks(res)
+    _link_errata(rows)
+    return rows
+
+
+def load_rows(path) -> list[Row]:
+    """Rows from a ``curvature-gap verify --json`` file."""
+    return [Row.from_json(d) for d in json.loads(Path(path).read_text())]
+
+
+def main(json_path=None, quick: bool = False, results_dir="results", published_dir=None) -> int:
+    """Print the rows, optionally write them as JSON; exit status 1 when a row has a verdict the software
+    does not expect (a regression), 0 otherwise (findings about the paper are results, not failures)."""
+    rows = run(quick, results_dir, published_dir)
+    print(format_table(rows))
+    print()
+    print(summary_line(rows))
+    not_run = [r for r in rows if not r.ran]
+    if not_run:
+        cmds = sorted({r.command for r in not_run if r.command})
+        print(f"{len(not_run)} rows not run (they need results of the trained model); to compute them: "
+              + "; ".join(cmds))
+    if json_path:
+        atomic_write_json(json_path, [r.to_json() for r in rows], indent=1)
+    return exit_status(rows)

@@ -1,0 +1,124 @@
+"""Derivatives by automatic differentiation (``torch.func``) and by central finite differences.
+
+These are the references of every closed form: Jacobians ``∂vec_r f/∂vec_r(W_i)ᵀ`` of shape
+``(out, n_i)`` and second derivatives ``∂vec_r(∂f/∂W_i)/∂vec_r(W_j)ᵀ`` of shape ``(out · n_i, n_j)``
+(the paper's numerator layout, §2; torch tensors are row-major, so ``vec_r`` is ``reshape(-1)``),
+and loss Hessians of the theory's block and self-attention layer (:mod:`.forward`).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+from torch.func import grad, hessian, jacfwd, jacrev, jvp, vmap
+
+from . import linalg
+from .forward import block_loss, sa_loss
+
+__all__ = [
+    "jacobian", "second_derivative", "fd_second_derivative", "loss_hessian_autograd", "fd_loss_hessian",
+    "sa_loss_hessian_autograd", "dense_hessian", "hessian_norm", "BLOCK_ORDER", "SA_ORDER", "flat_loss",
+]
+
+BLOCK_ORDER = ("1", "2", "K", "Q", "V")
+SA_ORDER = ("Q", "K", "V")
+_ATTR = {"Q": "W_Q", "K": "W_K", "V": "W_V", "1": "W_1", "2": "W_2"}
+
+
+def jacobian(f: Callable, args: Sequence[torch.Tensor], i: int) -> torch.Tensor:
+    """``∂vec_r f / ∂vec_r(args[i])ᵀ`` via ``jacrev``; shape (out, n_i)."""
+    J = jacrev(f, argnums=i)(*args)
+    return J.reshape(-1, args[i].numel())
+
+
+def second_derivative(f: Callable, args: Sequence[torch.Tensor], i: int, j: int) -> torch.Tensor:
+    """``∂vec_r(∂f/∂W_i)/∂vec_r(W_j)ᵀ`` via ``jacfwd(jacrev)``; shape (out · n_i, n_j)."""
+    H = jacfwd(jacrev(f, argnums=i), argnums=j)(*args)
+    return H.reshape(-1, args[j].numel())
+
+
+def fd_second_derivative(f: Callable, args: Sequence[torch.Tensor], i: int, j: int,
+                         h: float = 1e-5) -> torch.Tensor:
+    """Central differences of the autograd Jacobian ``∂f/∂W_i`` along each entry of ``W_j``."""
+    args = list(args)
+    base = args[j]
+    cols = []
+    for c in range(base.numel()):
+        e = torch.zeros_like(base).reshape(-1)
+        e[c] = h
+        e = e.reshape(base.shape)
+        args[j] = base + e
+        jp = jacobian(f, args, i)
+        args[j] = base - e
+        jm = jacobian(f, args, i)
+        cols.append(((jp - jm) / (2 * h)).reshape(-1))
+    args[j] = base
+    return torch.stack(cols, dim=1)
+
+
+def flat_loss(inst, order=BLOCK_ORDER, loss: str = "block"):
+    """``(f, x, sizes)``: the loss of ``inst`` as a function of the flat vector ``x`` of the weights in
+    ``order`` (``loss`` is ``"block"`` or ``"sa"``)."""
+    shapes = [getattr(inst, _ATTR[p]).shape for p in order]
+    sizes = [s.numel() for s in shapes]
+
+    def f(v):
+        w = {p: t.reshape(s) for p, t, s in zip(order, torch.split(v, sizes), shapes)}
+        W = {p: w.get(p, getattr(inst, _ATTR[p])) for p in _ATTR}
+        if loss == "sa":
+            return sa_loss(inst.X, W["Q"], W["K"], W["V"], inst.Target)
+        return block_loss(inst.X, W["Q"], W["K"], W["V"], W["1"], W["2"], inst.Target)
+
+    x = torch.cat([getattr(inst, _ATTR[p]).reshape(-1) for p in order])
+    return f, x, sizes
+
+
+def loss_hessian_autograd(inst, order=BLOCK_ORDER) -> torch.Tensor:
+    """``torch.func.hessian`` of the block loss w.r.t. the weights in ``order``, as one dense matrix."""
+    f, x, _ = flat_loss(inst, order, "block")
+    return hessian(f)(x)
+
+
+def fd_loss_hessian(inst, order=BLOCK_ORDER, h: float = 1e-5) -> torch.Tensor:
+    """Central differences of the autograd gradient of the block loss (column by column)."""
+    f, x, _ = flat_loss(inst, order, "block")
+    g = grad(f)
+    cols = []
+    for c in range(x.numel()):
+        e = torch.zeros_like(x)
+        e[c] = h
+        cols.append((g(x + e) - g(x - e)) / (2 * h))
+    return torch.stack(cols, dim=1)
+
+
+def sa_loss_hessian_autograd(inst, order=SA_ORDER) -> dict:
+    """Blocks of the single-layer attention loss Hessian: ``{(i, j): (n_i, n_j)}``."""
+    f, x, sizes = flat_loss(inst, order, "sa")
+    H = hessian(f)(x)
+    off = [0]
+    for s in sizes:
+        off.append(off[-1] + s)
+    return {(p, q): H[off[a]:off[a + 1], off[b]:off[b + 1]] for a, p in enumerate(order) for b, q in enumerate(order)}
+
+
+def dense_hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """Dense Hessian of a scalar ``f`` at the flat vector ``x`` from batched Hessian-vector products
+    (forward over reverse), ``chunk`` columns at a time; (n, n)."""
+    g = grad(f)
+    hvp = lambda v: jvp(g, (x,), (v,))[1]  # noqa: E731
+    n = x.numel()
+    I = torch.eye(n, dtype=x.dtype)
+    return torch.cat([vmap(hvp)(I[s:s + chunk]) for s in range(0, n, chunk)], dim=0)
+
+
+def hessian_norm(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, dense: bool = True) -> float:
+    """``‖∇²f(x)‖_2``: dense ``eigvalsh`` or Lanczos (ARPACK, largest magnitude) on Hessian-vector products."""
+    if dense:
+        return linalg.sym_spectral_norm(dense_hessian(f, x))
+    g = grad(f)
+
+    def mv(v):
+        t = torch.from_numpy(v).to(x.dtype)
+        return jvp(g, (x,), (t,))[1].numpy()
+
+    return linalg.lanczos_sym_norm(mv, x.numel())

@@ -1,0 +1,125 @@
+"""Where and how the experiments run: profile, device, data, directories, and the trained models."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .. import data as data_mod
+from ..config import TrainConfig, train_config
+from ..device import resolve_device
+from ..io import state_sha256
+from ..model import ViT, build_model
+from ..train import Datasets, ensure_trained, run_dir
+from .settings import settings_for
+
+__all__ = ["Context"]
+
+
+@dataclass
+class Context:
+    """Where and how figures are computed.
+
+    ``datasets`` (model name -> ``train.Datasets``), ``train_overrides`` (model name -> TrainConfig
+    overrides) and ``settings_overrides`` (figure -> settings overrides) let tests run every figure on
+    small, test-written data; overrides enter the config hash like any other setting.
+    ``published_dir`` holds the results committed to the repository, one directory per profile (read
+    when the cache has none for the current configuration).
+    """
+
+    profile: str = "smoke"
+    device: str = "auto"
+    data_dir: str | os.PathLike | None = None
+    results_dir: str | os.PathLike = "results"
+    runs_dir: str | os.PathLike = "runs"
+    published_dir: str | os.PathLike | None = None
+    progress: bool = True
+    verify_md5: bool = True
+    recompute: bool = False
+    datasets: dict | None = None
+    train_overrides: dict = field(default_factory=dict)
+    settings_overrides: dict = field(default_factory=dict)
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self.results_dir = Path(self.results_dir)
+        self.runs_dir = Path(self.runs_dir)
+        self.published_dir = Path(self.published_dir) if self.published_dir is not None else None
+
+    # ---------------------------------------------------------------- configuration
+    @property
+    def torch_device(self) -> torch.device:
+        return resolve_device(self.device)
+
+    def train_cfg(self, model: str) -> TrainConfig:
+        return train_config(model, self.profile, **self.train_overrides.get(model, {}))
+
+    def run_dir(self, model: str) -> Path:
+        return run_dir(self.train_cfg(model), self.runs_dir)
+
+    def log(self, msg: str) -> None:
+        if self.progress:
+            tqdm.write(msg, file=sys.stderr)
+
+    def snapshot_steps(self, model: str) -> tuple[int, ...]:
+        """The training steps the dynamics figures (Figs. 5, 7-11) look at, saved while training."""
+        s = settings_for(self.profile).trajectory
+        over = self.settings_overrides.get("trajectory") or {}
+        steps, n = over.get("steps", s.steps), over.get("n_steps", s.n_steps)
+        if over.get("model", s.model) != model:
+            return ()
+        return tuple(sorted({int(st) for st in steps if st <= n} | {int(n)}))
+
+    # ---------------------------------------------------------------- data
+    def datasets_for(self, model: str) -> Datasets:
+        """Train/test sets of ``model``'s training config (subsets applied). Raises DataUnavailable."""
+        if self.datasets is not None and model in self.datasets:
+            ds = self.datasets[model]
+        else:
+            key = ("data", model)
+            if key not in self._cache:
+                name = "mnist" if model == "mnist" else "cifar100"
+                tr = data_mod.load(name, self.data_dir, train=True, verify_md5=self.verify_md5)
+                te = data_mod.load(name, self.data_dir, train=False, verify_md5=self.verify_md5)
+                self._cache[key] = Datasets(tr, te)
+            ds = self._cache[key]
+        cfg = self.train_cfg(model)
+        return Datasets(ds.train.subset(cfg.train_subset), ds.test.subset(cfg.test_subset))
+
+    def first_batch(self, model: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``n`` training images and labels (the fixed Hessian batch), on the device."""
+        tr = self.datasets_for(model).train
+        if len(tr) < n:
+            raise ValueError(f"the {model} training set has {len(tr)} images, fewer than the batch of {n}")
+        dev = self.torch_device
+        return tr.images[:n].to(dev), tr.labels[:n].to(dev)
+
+    # ---------------------------------------------------------------- models
+    def init_model(self, model: str) -> ViT:
+        cfg = self.train_cfg(model)
+        m = build_model(cfg.model, seed=cfg.seed, **dict(cfg.model_overrides))
+        return m.to(self.torch_device).eval()
+
+    def init_info(self, model: str) -> dict:
+        cfg = self.train_cfg(model)
+        return dict(config_hash=cfg.hash(), weights_sha256=state_sha256(self.init_model(model).state_dict()), steps=0,
+                    note="initialisation of the training run (same seed)")
+
+    def trained_model(self, model: str) -> tuple[ViT, dict]:
+        """The model trained under this profile (``train.ensure_trained``: reused when its checkpoint is
+        intact and belongs to this config, else trained or resumed), with the dynamics figures'
+        snapshots saved along the way."""
+        cfg = self.train_cfg(model)
+        key = ("trained", model, cfg.hash())
+        if key not in self._cache:
+            ds = self.datasets_for(model)
+            self._cache[key] = ensure_trained(cfg, self.runs_dir, self.device, datasets=ds, progress=self.progress,
+                                              snapshot_steps=self.snapshot_steps(model), log=self.log)
+        state, info = self._cache[key]
+        m = build_model(cfg.model, seed=None, **dict(cfg.model_overrides))
+        m.load_state_dict(state)
+        return m.to(self.torch_device).eval(), dict(info)

@@ -1,0 +1,324 @@
+"""Theorem 7: ``|L_{k+1}(w) − L_k(w)| ≤ 2ℓ_max/(k+1) + M‖w − w*‖²/(k+1)``, on data and adversarially.
+
+``L_k`` is the mean loss of the first k samples, ``ℓ_max`` bounds the per-sample losses at ``w*``
+(0 ≤ l_i(w*) ≤ ℓ_max; the paper calls it "L") and ``M`` bounds the per-sample Hessians (Theorem 1 for
+a self-attention layer, ``M_tr`` of Theorem 6 for a block).
+
+What a check of it can detect. At ``w = w*`` the curvature term vanishes and the inequality is the
+running-mean identity ``L_{k+1} − L_k = (l_{k+1} − L_k)/(k+1)`` with a factor 2 to spare: it cannot
+fail for a bounded loss. Off ``w*`` the proof expands both losses to second order and drops the
+first-order terms by Assumption 1; a violation needs the dropped term ``(∇l_{k+1} − ∇L_k)·(w − w*)``
+to beat ``2ℓ_max + M‖w − w*‖²``, i.e. roughly ``‖∇l_{k+1} − ∇L_k‖² > 8 ℓ_max M``. With an ``M`` that
+overestimates the curvature by orders of magnitude (the printed bounds do), no direction achieves
+that: the check then tests the running-mean identity, not the curvature analysis. Two settings here:
+
+* :func:`vit_check` — the Fig. 6 setting: the trained MNIST ViT, per-sample cross-entropy, ``w`` moving
+  along a direction ``u`` inside block 0's five matrices (the theorems' parameters), with ``M`` either
+  the largest exact per-sample Hessian norm at ``w*`` (power iteration + Lanczos) or Theorem 6's
+  explicit ``M_tr`` with the cross-entropy factors of :mod:`curvature_gap.bounds.ce`;
+* :func:`sa_check` — a single self-attention layer with the paper's MSE on ``N`` sequences, at an exact
+  minimiser ``w*`` of ``L_N`` (L-BFGS to a gradient below 1e-9), ``M`` = the largest per-sample
+  Theorem 1 bound at ``w*`` (printed, and repaired), and an adversarial search (Adam over the direction
+  and the distance) for the ``w ≠ w*`` that minimises ``rhs/lhs``.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+from scipy.sparse.linalg import LinearOperator, eigsh
+from torch.func import functional_call, grad, hessian, jvp, vmap
+
+from ..bounds import formulas as fm
+from ..bounds.ce import output_factors
+from ..bounds.training import light_bounds
+from ..exact.forward import sa_forward, sa_loss
+from ..exact.instances import Instance, from_block
+from .losses import identity_residual, per_sample_losses, running_means
+
+__all__ = ["block_param_names", "rhs", "per_sample_hessian_norms", "thm6_M_ce", "path_check", "vit_check",
+           "sa_problem", "sa_check", "T_GRID"]
+
+T_GRID = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+
+
+def block_param_names(model, block: int = 0) -> list[str]:
+    """Names of block ``block``'s five matrices in the order ``W_1, W_2, W_K, W_Q, W_V``."""
+    p = f"blocks.{block}."
+    return [p + "ffn1.weight", p + "ffn2.weight", p + "key", p + "query", p + "value"]
+
+
+def rhs(k, ell_max: float, M: float, dist2: float):
+    """Theorem 7's right-hand side ``2ℓ_max/(k+1) + M‖w − w*‖²/(k+1)`` (``k`` scalar or array)."""
+    k = np.asarray(k, dtype=np.float64)
+    return (2.0 * ell_max + M * dist2) / (k + 1.0)
+
+
+def _ratio_over_k(losses, ell_max: float, M: float, dist2: float) -> tuple[float, int, np.ndarray]:
+    """(min over k of rhs/lhs, its k, lhs) for per-sample losses at one w."""
+    Lk = running_means(losses)
+    lhs = np.abs(Lk[1:] - Lk[:-1])
+    k = np.arange(1, len(losses))
+    r = rhs(k, ell_max, M, dist2)
+    with np.errstate(divide="ignore"):
+        ratio = np.where(lhs > 0, r / np.where(lhs > 0, lhs, 1.0), np.inf)
+    j = int(np.argmin(ratio))
+    return float(ratio[j]), int(k[j]), lhs
+
+
+# ----------------------------------------------------------------------------- the trained ViT (Fig. 6 setting)
+def _loss1(m, base, names):
+    def f(w, img, lab):
+        p = dict(base)
+        p.update(zip(names, w))
+        return torch.nn.functional.cross_entropy(functional_call(m, p, (img[None],)), lab[None])
+    return f
+
+
+def per_sample_hessian_norms(model, images, labels, names: list[str] | None = None, iters: int = 40,
+                             chunk: int = 128, refine: int = 4, seed: int = 0) -> dict:
+    """``‖∇²_w l_i(w*)‖_2`` over block 0's matrices for each sample (float64 copy of ``model``).
+
+    Batched power iteration (``iters`` Hessian-vector products per sample: ``‖H v‖`` with ``‖v‖ = 1``, a
+    lower estimate) for all samples, then Lanczos (ARPACK, largest magnitude) for the ``refine``
+    samples with the largest estimates. Returns ``{"norms", "rel_change", "refined": {i: value}, "max"}``.
+    """
+    m = copy.deepcopy(model).double().eval()
+    names = names or block_param_names(m)
+    base = {k: v.detach() for k, v in m.named_parameters()}
+    w0 = tuple(base[k] for k in names)
+    f = _loss1(m, base, names)
+
+    def hvp(v, img, lab):
+        return jvp(lambda *w: grad(lambda ww, a, b: f(ww, a, b))(w, img, lab), w0, v)[1]
+
+    bhvp = vmap(hvp, in_dims=(0, 0, 0))
+    images = images.double()
+    g = torch.Generator().manual_seed(seed)
+    est, rel = [], []
+    for s in range(0, len(labels), chunk):
+        im, lb = images[s:s + chunk], labels[s:s + chunk]
+        v = tuple(torch.randn((len(lb), *t.shape), generator=g, dtype=torch.float64) for t in w0)
+        prev = lam = r = None
+        for _ in range(iters):
+            nv = torch.sqrt(sum((x ** 2).flatten(1).sum(1) for x in v))
+            v = tuple(x / nv.view(-1, *[1] * (x.dim() - 1)) for x in v)
+            Hv = bhvp(v, im, lb)
+            lam = torch.sqrt(sum((x ** 2).flatten(1).sum(1) for x in Hv))
+            if prev is not None:
+                r = (lam - prev).abs() / lam.clamp_min(1e-300)
+            prev, v = lam, Hv
+        est.append(lam)
+        rel.append(r)
+    norms = torch.cat(est).numpy()
+    relc = torch.cat(rel).numpy()
+    refined = {}
+    sizes = [t.numel() for t in w0]
+    P = sum(sizes)
+    for i in np.argsort(-norms)[:refine]:
+        im, lb = images[i], labels[i]
+
+        def mv(x, im=im, lb=lb):
+            parts = torch.split(torch.from_numpy(x), sizes)
+            v = tuple(p.reshape(t.shape) for p, t in zip(parts, w0))
+            return torch.cat([h.reshape(-1) for h in hvp(v, im, lb)]).numpy()
+
+        ev = eigsh(LinearOperator((P, P), matvec=mv, dtype=np.float64), k=1, which="LM", tol=1e-8,
+                   v0=np.random.default_rng(seed).standard_normal(P), return_eigenvectors=False)
+        refined[int(i)] = float(abs(ev).max())
+        norms[i] = max(norms[i], refined[int(i)])
+    return {"norms": norms, "rel_change": relc, "refined": refined, "max": float(norms.max())}
+
+
+def thm6_M_ce(model, images, labels) -> np.ndarray:
+    """Theorem 6's explicit ``M_tr`` (App. C.6) per sample for the cross-entropy through the head
+    (:mod:`curvature_gap.bounds.ce`): the theory block with block 0's trained matrices."""
+    m = copy.deepcopy(model).double().eval()
+    with torch.no_grad():
+        X = m.tokens(images.double())
+    W_h, b_h = m.head.weight.detach(), m.head.bias.detach()
+    out = []
+    for i in range(len(X)):
+        inst = from_block(m.blocks[0], X[i], target="zero", seed=i)
+        f = output_factors(inst, W_h, b_h, int(labels[i]))
+        out.append(light_bounds(inst, out_curv=f["out_curv_bound"], grad_norm=f["grad_norm"])["thm6"])
+    return np.array(out)
+
+
+def _direction(m, names, kind: str, images, labels, seed: int) -> dict:
+    base = {k: v.detach() for k, v in m.named_parameters()}
+    if kind == "random":
+        g = torch.Generator().manual_seed(seed)
+        u = {k: torch.randn(base[k].shape, generator=g, dtype=torch.float64) for k in names}
+    elif kind == "max-grad":
+        f = _loss1(m, base, names)
+        w0 = tuple(base[k] for k in names)
+        gs = vmap(grad(f), in_dims=(None, 0, 0))(w0, images.double(), labels)
+        gn = torch.sqrt(sum((x ** 2).flatten(1).sum(1) for x in gs))
+        i = int(gn.argmax())
+        u = {k: x[i].clone() for k, x in zip(names, gs)}
+    else:
+        raise ValueError(f"unknown direction {kind!r}; choose random or max-grad")
+    nrm = math.sqrt(sum(float((x ** 2).sum()) for x in u.values()))
+    return {k: x / nrm for k, x in u.items()}
+
+
+def path_check(model, images, labels, M: dict, ts=T_GRID, directions=("random", "max-grad"), seed: int = 0,
+               ks_table: int = 60) -> dict:
+    """Measured ``|L_{k+1}(w) − L_k(w)|`` along ``w = w* + t u`` against :func:`rhs` for each ``M`` in
+    ``M`` (name -> value). Returns per (direction, t): the identity residual, the smallest ``rhs/lhs``
+    over ``k = 1..n−1`` for each M with its ``k``, and a table on log-spaced ``k``."""
+    m = copy.deepcopy(model).double().eval()
+    names = block_param_names(m)
+    base = {k: v.detach() for k, v in m.named_parameters()}
+    l0 = per_sample_losses(m, images, labels)
+    ell_max = float(l0.max())
+    ktab = np.unique(np.round(np.logspace(0, math.log10(len(l0) - 1), ks_table)).astype(int))
+    res = {"n": len(l0), "ell_max": ell_max, "M": dict(M), "ts": list(ts), "directions": list(directions),
+           "paths": [], "table": []}
+    for d in directions:
+        u = _direction(m, names, d, images, labels, seed)
+        for t in ts:
+            params = {k: (v + t * u[k] if k in u else v) for k, v in base.items()}
+            ls = l0 if t == 0 else per_sample_losses(m, images, labels, params=params)
+            entry = {"direction": d, "t": t, "identity_residual": identity_residual(ls), "loss_max": float(ls.max())}
+            lhs = None
+            for name, Mv in M.items():
+                r, k, lhs = _ratio_over_k(ls, ell_max, Mv, t * t)
+                entry[f"min_ratio_{name}"], entry[f"argmin_k_{name}"] = r, k
+            entry["lhs_max"] = float(lhs.max())
+            res["paths"].append(entry)
+            for kk in ktab:
+                row = {"direction": d, "t": t, "k": int(kk), "lhs": float(lhs[kk - 1])}
+                for name, Mv in M.items():
+                    row[f"rhs_{name}"] = float(rhs(kk, ell_max, Mv, t * t))
+                res["table"].append(row)
+    return res
+
+
+def vit_check(model, images, labels, hessian_n: int, ts=T_GRID, seed: int = 0, iters: int = 40, refine: int = 4,
+              log: Callable[[str], None] | None = None) -> dict:
+    """Theorem 7 on the trained ViT (see module doc); ``hessian_n`` samples enter the exact M."""
+    log = log or (lambda msg: None)
+    t0 = time.perf_counter()
+    hn = min(len(labels), hessian_n)
+    hs = per_sample_hessian_norms(model, images[:hn], labels[:hn], seed=seed, iters=iters, refine=refine)
+    log(f"theorem 7: per-sample Hessian norms of {hn} samples in {time.perf_counter() - t0:.1f}s")
+    t1 = time.perf_counter()
+    m6 = thm6_M_ce(model, images, labels)
+    log(f"theorem 7: Theorem 6 M (cross-entropy) of {len(labels)} samples in {time.perf_counter() - t1:.1f}s")
+    res = path_check(model, images, labels, {"exact": hs["max"], "thm6_ce": float(m6.max())}, ts=ts, seed=seed)
+    res["hessian"] = {"n": hn, "max": hs["max"], "median": float(np.median(hs["norms"])),
+                      "refined": hs["refined"], "power_rel_change_max": float(np.max(hs["rel_change"]))}
+    res["thm6_M_ce"] = {"max": float(m6.max()), "median": float(np.median(m6)), "min": float(m6.min())}
+    res["seconds"] = time.perf_counter() - t0
+    return res
+
+
+# ----------------------------------------------------------------------------- one attention layer at w*
+def sa_problem(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, noise: float = 0.1) -> dict:
+    """``N`` random sequences ``X_i`` (L × d_V) with targets from a "teacher" layer plus noise, and the
+    exact minimiser ``w*`` of ``L_N`` (the mean MSE), found by L-BFGS in float64.
+
+    Returns ``{"X", "T", "w_star", "unflat", "per_sample", "grad_norm_full"}`` where ``per_sample(w)`` is
+    ``(l_1(w), …, l_N(w))`` for the flat weights ``w = (vec_r W_Q, vec_r W_K, vec_r W_V)``."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    d_K = d_V
+    X = r(N, L, d_V)
+    teacher = [r(d_V, d_K) / d_V ** 0.5, r(d_V, d_K) / d_V ** 0.5, r(d_V, d_V) / d_V ** 0.5]
+    with torch.no_grad():
+        T = vmap(lambda x: sa_forward(x, *teacher))(X) + noise * r(N, L, d_V)
+    n = d_V * d_K
+
+    def unflat(w):
+        return w[:n].view(d_V, d_K), w[n:2 * n].view(d_V, d_K), w[2 * n:].view(d_V, d_V)
+
+    def per_sample(w):
+        return vmap(lambda x, t: sa_loss(x, *unflat(w), t))(X, T)
+
+    w = torch.cat([0.5 * t.reshape(-1) for t in teacher]).clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([w], lr=1, max_iter=200, tolerance_grad=1e-12, tolerance_change=1e-15,
+                            history_size=50, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = per_sample(w).mean()
+        loss.backward()
+        return loss
+
+    for _ in range(3):
+        opt.step(closure)
+    w_star = w.detach().clone()
+    gn = float(grad(lambda v: per_sample(v).mean())(w_star).norm())
+    return {"X": X, "T": T, "w_star": w_star, "unflat": unflat, "per_sample": per_sample, "grad_norm_full": gn,
+            "N": N, "L": L, "d_V": d_V, "d_K": d_K}
+
+
+def _sa_M(prob: dict, variant: str) -> float:
+    """max_i of Theorem 1's M (``variant`` printed or repaired) at ``w*`` over the problem's samples."""
+    WQ, WK, WV = prob["unflat"](prob["w_star"])
+    sn = lambda A: float(torch.linalg.matrix_norm(A, ord=2))  # noqa: E731
+    return max(fm.theorem1(sn(x), sn(WQ), sn(WK), sn(WV), sn(t), prob["L"], prob["d_V"], prob["d_K"],
+                           variant=variant)["M"] for x, t in zip(prob["X"], prob["T"]))
+
+
+def sa_check(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, ts=(0.0, 0.03, 0.3, 1.0, 3.0),
+             steps: int = 150, lr: float = 0.05) -> dict:
+    """Theorem 7 for one attention layer at an exact minimiser (see module doc).
+
+    Along a seeded random direction at the distances ``ts``, then an adversarial search: Adam over an
+    unconstrained direction ``u`` and ``log t`` minimising ``min_k rhs/lhs`` (the optimiser only proposes
+    points; each is re-evaluated exactly). Both for ``M`` = the printed Theorem 1 bound and the repaired
+    one, maximised over the samples at ``w*``. Also the gradients Assumption 1 says vanish."""
+    prob = sa_problem(N, L, d_V, seed)
+    w_star, per_sample = prob["w_star"], prob["per_sample"]
+    with torch.no_grad():
+        l_star = per_sample(w_star).numpy()
+    ell_max = float(l_star.max())
+    J = torch.func.jacrev(per_sample)(w_star)  # (N, P) per-sample gradients
+    grad_k = torch.cumsum(J, 0) / torch.arange(1, N + 1, dtype=torch.float64)[:, None]
+    H_max = float(torch.linalg.matrix_norm(vmap(hessian(lambda w, x, t: sa_loss(x, *prob["unflat"](w), t)),
+                                                in_dims=(None, 0, 0))(w_star, prob["X"], prob["T"]), ord=2).max())
+    Ms = {"printed": _sa_M(prob, "printed"), "repaired": _sa_M(prob, "repaired"), "exact_at_w_star": H_max}
+    g = torch.Generator().manual_seed(seed + 1)
+    u0 = torch.randn(w_star.numel(), generator=g, dtype=torch.float64)
+    u0 /= u0.norm()
+    out = {"N": N, "L": L, "d_V": d_V, "ell_max": ell_max, "grad_norm_full": prob["grad_norm_full"],
+           "grad_norm_k_min": float(grad_k[:-1].norm(dim=1).min()), "grad_norm_k": grad_k.norm(dim=1).numpy(),
+           "M": Ms, "path": [], "adversarial": {}}
+    for t in ts:
+        with torch.no_grad():
+            ls = per_sample(w_star + t * u0).numpy()
+        row = {"t": t, "identity_residual": identity_residual(ls)}
+        for name, M in Ms.items():
+            row[f"min_ratio_{name}"], row[f"argmin_k_{name}"], _ = _ratio_over_k(ls, ell_max, M, t * t)
+        out["path"].append(row)
+    k = torch.arange(1, N, dtype=torch.float64)
+    for name in ("printed", "repaired", "exact_at_w_star"):
+        M = Ms[name]
+        u = u0.clone().requires_grad_(True)
+        log_t = torch.tensor(0.0, dtype=torch.float64, requires_grad=True)
+        opt = torch.optim.Adam([u, log_t], lr=lr)
+        best = (math.inf, None, None)
+        for _ in range(steps):
+            t = log_t.exp()
+            d = t * u / u.norm()
+            ls = per_sample(w_star + d)
+            Lk = torch.cumsum(ls, 0) / torch.arange(1, N + 1, dtype=torch.float64)
+            lhs = (Lk[1:] - Lk[:-1]).abs()
+            ratio = (2 * ell_max + M * t ** 2) / (k + 1) / lhs.clamp_min(1e-300)
+            val = ratio.min()
+            with torch.no_grad():
+                exact_val, kk, _ = _ratio_over_k(per_sample(w_star + d).numpy(), ell_max, M, float(t) ** 2)
+            if exact_val < best[0]:
+                best = (exact_val, float(t), kk)
+            opt.zero_grad()
+            torch.log(val).backward()
+            opt.step()
+        out["adversarial"][name] = {"min_ratio": best[0], "t": best[1], "k": best[2], "steps": steps}
+    return out
