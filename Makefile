@@ -10,13 +10,15 @@ DEVICE  ?= auto
 DATA    ?= data
 export CURVATURE_GAP_DATA ?= $(abspath $(DATA))
 
-.PHONY: install reproduce test book book-check kernel data bench clean help
+.PHONY: install reproduce test book book-check kernel data bench gpu-check lab clean help
 
 help:
 	@echo "make reproduce [PROFILE=paper|smoke] [DEVICE=auto|cpu|cuda]  regenerate every figure"
 	@echo "make test                                                  run the test suite"
 	@echo "make book [PROFILE=smoke|paper]                            build the Jupyter Book (_build/html)"
 	@echo "make book-check                                            links, offline math, summary table, headless Chromium"
+	@echo "make lab                                                   JupyterLab on notebooks/ (installs the lab extra on first use)"
+	@echo "make gpu-check                                             on a CUDA machine: device tests, GPU timings (benchmarks/gpu.json)"
 	@echo "make data | bench | clean | install"
 
 install: $(STAMP)
@@ -50,6 +52,11 @@ test: install kernel data
 bench: install
 	$(PY) benchmarks/hessian.py
 
+# On a CUDA machine (≤ 9 min): device tests on the GPU, MNIST training, GPU-vs-CPU Hessian, CIFAR-100
+# throughput, block spectra; writes benchmarks/gpu.json and RESULTS.md's "GPU check". Without CUDA: a no-op.
+gpu-check: install
+	$(PY) benchmarks/gpu_check.py --data-dir $(DATA)
+
 # Executes every notebook with papermill (-p profile $(PROFILE)) and builds _build/html with
 # jupyter-book -W -n --keep-going: any execution error or warning fails it.
 book: install kernel data
@@ -59,6 +66,12 @@ book: install kernel data
 # JSON, and (headless Chromium) rendered math and loaded images; screenshots in _build/screenshots/.
 book-check: install
 	$(PY) -m curvature_gap.book --check
+
+# JupyterLab on the notebooks, in the project's kernel. jupyterlab is the optional `lab` extra, installed
+# here on first use only (never by `make install`).
+lab: install kernel
+	$(PY) -c 'import jupyterlab' 2>/dev/null || $(PY) -m pip install -q -e ".[lab]"
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
 # Removes caches and build outputs, never the datasets under $(DATA).
 clean:

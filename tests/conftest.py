@@ -73,3 +73,20 @@ def pytest_collection_modifyitems(config, items):
         nodeid = item.nodeid.split("[")[0]
         if nodeid in named or nodeid.startswith("tests/reliability/"):
             item.add_marker(pytest.mark.reliability)
+
+
+# ---------------------------------------------------------------- device-parametrised tests
+def pytest_addoption(parser):
+    """``--device cpu|cuda``: where the ``device``-marked tests (tests/test_device.py) run."""
+    parser.addoption("--device", action="store", default="cpu", choices=("cpu", "cuda"),
+                     help="device for the tests marked 'device' (default: cpu); cuda needs CUDA")
+
+
+@pytest.fixture(scope="session")
+def device(request) -> torch.device:
+    """``torch.device`` of ``--device``; fails every test that uses it when cuda is asked for without CUDA."""
+    name = request.config.getoption("--device", default="cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        pytest.fail("--device cuda was given but CUDA is not available here (torch.cuda.is_available() "
+                    "is False); run with --device cpu or on a machine with a GPU", pytrace=False)
+    return torch.device(name)

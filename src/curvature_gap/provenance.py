@@ -40,8 +40,8 @@ def host() -> dict:
 
 
 def load_average() -> float | None:
-    """The 1-minute load average (None where the OS does not report it)."""
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    """The 1-minute load average, rounded to 0.01 (None where the OS does not report it)."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
 def software() -> dict:
@@ -58,21 +58,19 @@ def software() -> dict:
 
 
 def git_commit(root: str | os.PathLike | None = None) -> dict:
-    """HEAD commit of the checkout containing ``root`` (default: the current directory) and whether its
-    tracked files differ from it; ``{"commit": None, "dirty": None}`` outside a git checkout."""
-    cwd = Path(root or os.getcwd())
-
-    def run(*args):
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20)
-
-    try:
-        head = run("rev-parse", "HEAD")
-    except (OSError, subprocess.SubprocessError):
-        return dict(commit=None, dirty=None)
-    if head.returncode != 0:
-        return dict(commit=None, dirty=None)
-    dirty = run("status", "--porcelain", "--untracked-files=no")
-    return dict(commit=head.stdout.strip(), dirty=bool(dirty.stdout.strip()))
+    """HEAD commit of the checkout containing ``root`` (default: the package's own directory, which is in
+    the checkout for an editable install, else the current directory) and whether its tracked files
+    differ from it; ``{"commit": None, "dirty": None}`` outside a git checkout."""
+    for cwd in ([Path(root)] if root else [PACKAGE_DIR, Path.cwd()]):
+        try:
+            head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if head.returncode == 0:
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                                   capture_output=True, text=True, timeout=20)
+            return dict(commit=head.stdout.strip(), dirty=bool(dirty.stdout.strip()))
+    return dict(commit=None, dirty=None)
 
 
 def code_hash(modules: list[str] | tuple[str, ...]) -> str:

@@ -1,33 +1,53 @@
-"""``curvature-gap reproduce``: regenerate every figure, keep going past failures, summarise.
+"""``curvature-gap reproduce``: recompute every result, draw every figure, and report against the published numbers.
 
-For each figure: load or compute its numbers (``experiments.load_results``: training what it needs,
-reusing checkpoints and results whose config hash matches), draw it, write
-``figures/<stem>.pdf|png`` and record it in ``figures/manifest.json`` (command, profile, config hash,
-git commit, device, torch version, wall time, outputs). A figure that fails, e.g. because its
-dataset cannot be obtained offline, is reported with its message and the run goes on; the exit
-code is non-zero if any figure failed. Results, checkpoints and the manifest are written
-atomically under file locks, so an interrupted run resumes and concurrent runs do not collide.
+For each result: load or compute its numbers (``experiments.load_results``: training what it needs,
+reusing checkpoints and results whose configuration matches), draw its figures into
+``figures/<stem>_<part>.pdf|png`` and record them in ``figures/manifest.json`` (command, profile, config
+hash, commit, device, versions, wall time, outputs). A result whose data cannot be obtained here (e.g.
+CIFAR-100 offline) is ``blocked``; one whose training would take longer than ``LONG_RUN_S`` on the
+chosen device is ``skipped`` unless ``allow_long`` is set; neither is a failure. The run ends with the
+reproduction report (:mod:`curvature_gap.experiments.report`): each published number beside the
+recomputed one. The exit status is non-zero only if a result failed.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import shlex
 import sys
+import tempfile
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib
+import torch
+
+from . import checks
+from . import experiments as ex
 from .config import ConfigError
-from .io import atomic_write_json
+from .data import DataUnavailable, TensorDataset
+from .device import resolve_device
+from .experiments.report import compare, report_md
+from .experiments.store import PublishedStore, UnusableResult
+from .io import atomic_write_json, atomic_write_text, file_lock
+from .provenance import git_commit, host, load_average, software
+from .train import Datasets, run_dir, train, verify_checkpoint
+
+__all__ = ["run", "main", "parse_only", "summary_table", "estimate_training_seconds", "LONG_RUN_S", "Outcome"]
 
 MANIFEST = "manifest.json"
+REPORT = "reproduction_report"
+LONG_RUN_S = 30 * 60  # longer training runs need --allow-long-runs
 
 
 @dataclass
 class Outcome:
     figure: str
-    status: str  # ok | failed | blocked (a dataset cannot be obtained)
+    status: str  # ok | failed | blocked (data cannot be obtained) | skipped (a long run not asked for)
     seconds: float
     device: str
     outputs: list = field(default_factory=list)
@@ -36,61 +56,95 @@ class Outcome:
     message: str = ""
     cached: bool = False
     computed: dict = field(default_factory=dict)
+    result: object = None
 
 
-def parse_only(only: str | list | None) -> list[str]:
-    """Figure names from ``--only`` (comma-separated); unknown names are a ConfigError."""
-    from .experiments import FIGURE_NAMES
-
+def parse_only(only, profile: str = "paper") -> list[str]:
+    """Result names from ``--only`` (comma-separated); unknown names are a ConfigError."""
+    valid = [n for n in ex.RESULT_NAMES if profile in ex.spec(n).profiles]
     if not only:
-        return list(FIGURE_NAMES)
+        return valid
     names = [n.strip() for n in (only.split(",") if isinstance(only, str) else only) if n.strip()]
-    bad = [n for n in names if n not in FIGURE_NAMES]
+    bad = [n for n in names if n not in ex.RESULT_NAMES]
     if bad:
-        raise ConfigError(f"unknown figure{'s' if len(bad) > 1 else ''} {', '.join(bad)}; valid names: {', '.join(FIGURE_NAMES)}")
-    return [n for n in FIGURE_NAMES if n in names]
+        raise ConfigError(f"unknown figure{'s' if len(bad) > 1 else ''} {', '.join(bad)}; valid names: "
+                          f"{', '.join(ex.RESULT_NAMES)}")
+    return [n for n in valid if n in names]
+
+
+def estimate_training_seconds(cfg, device, steps: int = 3) -> float:
+    """Seconds the full training run of ``cfg`` would take on ``device``: a few optimiser steps of the
+    model on random data of the right shape, timed, times the number of steps of the run."""
+    mc = cfg.model_config()
+    n = cfg.batch_size * (steps + 3)  # the epoch outlasts the timed steps: no evaluation is timed
+    ds = Datasets(TensorDataset(torch.randn(n, mc.in_channels, mc.image_size, mc.image_size),
+                                torch.randint(0, mc.n_classes, (n,))),
+                  TensorDataset(torch.zeros(1, mc.in_channels, mc.image_size, mc.image_size), torch.zeros(1).long()))
+    probe = dataclasses.replace(cfg, epochs=1, train_subset=None, test_subset=None, ckpt_every=10 ** 9)
+    with tempfile.TemporaryDirectory() as d:
+        train(probe, Path(d), device=str(device), datasets=ds, max_steps=2, progress=False)  # warm-up
+        t0 = time.perf_counter()
+        train(probe, Path(d), device=str(device), datasets=ds, max_steps=2 + steps, progress=False)
+        per_step = (time.perf_counter() - t0) / steps
+    n_train = cfg.train_subset or {"mnist": 60000, "cifar100": 50000}[cfg.model]
+    return per_step * math.ceil(n_train / cfg.batch_size) * cfg.epochs
+
+
+def _long_run(name: str, ctx: ex.Context) -> str:
+    """A message when computing ``name`` would start a training run longer than LONG_RUN_S, else ""."""
+    s = ex.settings_of(ex.spec(name), ctx)
+    model = getattr(s, "model", None)
+    if model is None:
+        return ""
+    cfg = ctx.train_cfg(model)
+    if verify_checkpoint(run_dir(cfg, ctx.runs_dir), cfg.hash())[0] is not None:
+        return ""
+    ctx.datasets_for(model)  # the data first: a missing dataset is "blocked", not a long run
+    est = estimate_training_seconds(cfg, ctx.torch_device)
+    if est <= LONG_RUN_S:
+        return ""
+    return (f"training the {model} {ctx.profile} model would take about {est / 3600:.1f} h on {ctx.torch_device} "
+            f"(estimated from timed steps); pass --allow-long-runs to run it, or use a GPU (--device cuda)")
 
 
 def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, results_dir="results",
-        figures_dir="figures", runs_dir="runs", progress: bool = True, command: str | None = None,
-        ctx_kwargs: dict | None = None, out=None) -> tuple[int, list[Outcome]]:
-    """Regenerate the figures; returns (exit code, outcomes)."""
-    import warnings
-
-    import matplotlib
-
+        figures_dir="figures", runs_dir="runs", published_dir=None, progress: bool = True, allow_long: bool = False,
+        command: str | None = None, ctx_kwargs: dict | None = None, out=None) -> tuple[int, list[Outcome]]:
+    """Recompute the results, draw the figures, write the report; returns (exit code, outcomes)."""
     matplotlib.use("Agg")
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*is deprecated", category=FutureWarning)
-    from . import experiments as ex
-    from .data import DataUnavailable
-    from .device import resolve_device
-
     out = out or sys.stdout
-    names = parse_only(only)
+    names = parse_only(only, profile)
     dev = str(resolve_device(device))
-    ctx = ex.Context(profile=profile, device=device, data_dir=data_dir, results_dir=results_dir,
-                     runs_dir=runs_dir, progress=progress, **(ctx_kwargs or {}))
+    published_dir = published_dir if published_dir is not None else ex.default_published_dir()
+    ctx = ex.Context(profile=profile, device=device, data_dir=data_dir, results_dir=results_dir, runs_dir=runs_dir,
+                     published_dir=None, progress=progress, **(ctx_kwargs or {}))  # recompute: never read published
     figures_dir = Path(figures_dir)
     command = command or " ".join(shlex.quote(a) for a in ["curvature-gap", *sys.argv[1:]])
     t_all = time.perf_counter()
+    load0 = load_average()
     outcomes: list[Outcome] = []
-    print(f"reproducing {len(names)} figure(s), profile {profile}, device {dev}: {', '.join(names)}", file=out, flush=True)
+    print(f"reproducing {len(names)} result(s), profile {profile}, device {dev}: {', '.join(names)}", file=out, flush=True)
     for i, name in enumerate(names, 1):
-        spec = ex.spec(name)
-        print(f"\n[{i}/{len(names)}] {name} ({spec.paper}: {spec.title})", file=out, flush=True)
+        sp = ex.spec(name)
+        print(f"\n[{i}/{len(names)}] {name} ({sp.paper}: {sp.title})", file=out, flush=True)
         t0 = time.perf_counter()
         o = Outcome(name, "failed", 0.0, dev)
         try:
-            res = ex.load_results(name, ctx=ctx)
-            o.config_hash, o.results, o.cached = res.config_hash, res.paths, res.from_cache
-            o.computed = {k: res.provenance.get(k) for k in ("created", "compute_seconds", "device", "git", "software")}
-            o.outputs = ex.render(name, res, figures_dir)
-            o.status = "ok"
+            why = "" if allow_long else _long_run(name, ctx)
+            if why:
+                o.status, o.message = "skipped", why
+            else:
+                res = ex.load_results(name, ctx=ctx)
+                o.result, o.config_hash, o.results, o.cached = res, res.config_hash, res.paths, res.from_cache
+                o.computed = {k: res.provenance.get(k) for k in ("created", "compute_seconds", "device", "git")}
+                o.outputs = ex.render(name, res, figures_dir) if sp.plots else []
+                o.status = "ok"
         except DataUnavailable as exc:
             o.status, o.message = "blocked", str(exc)
         except KeyboardInterrupt:
             raise
-        except Exception as exc:  # noqa: BLE001 - keep going past a failed figure
+        except Exception as exc:  # noqa: BLE001 - keep going past a failed result, report it, exit non-zero
             o.message = f"{type(exc).__name__}: {exc}"
             traceback.print_exc(file=sys.stderr)
         o.seconds = time.perf_counter() - t0
@@ -100,23 +154,46 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
                 print(f"  wrote {p}" if not (o.cached and p in o.results) else f"  reused {p}", file=out)
         else:
             print(f"  {o.status.upper()}: {o.message}", file=out)
-        _update_manifest(figures_dir, spec, o, profile, command)
+        if sp.plots:
+            _update_manifest(figures_dir, sp, o, profile, command)
         out.flush()
     total = time.perf_counter() - t_all
     print("\n" + summary_table(outcomes, total), file=out)
-    print(f"manifest: {figures_dir / MANIFEST}", file=out, flush=True)
-    return (0 if all(o.status == "ok" for o in outcomes) else 1), outcomes
+    report = write_report(outcomes, ctx, published_dir, figures_dir, command, total, load0)
+    print(f"\nmanifest: {figures_dir / MANIFEST}\nreport: {report}", file=out, flush=True)
+    print(Path(report).read_text(), file=out)
+    return (1 if any(o.status == "failed" for o in outcomes) else 0), outcomes
 
 
-def _update_manifest(figures_dir: Path, spec, o: Outcome, profile: str, command: str) -> None:
-    import torch
+def write_report(outcomes: list[Outcome], ctx: ex.Context, published_dir, figures_dir: Path, command: str,
+                 total: float, load0) -> str:
+    """``figures/reproduction_report.md`` and ``.json``: each published number beside the recomputed one."""
+    store = PublishedStore(Path(published_dir) / ctx.profile) if published_dir else None
+    entries = []
+    for o in outcomes:
+        published = None
+        if store is not None:
+            try:
+                published = store.read(o.figure, "")
+            except UnusableResult:
+                published = None
+        entries.append(compare(o.figure, published, o.result if o.status == "ok" else None, o.status, o.message))
+    h = host()
+    header = (f"Command `{command}`, profile `{ctx.profile}`, {total:.0f} s on {h['cpu']} ({h['cpus']} CPUs"
+              + (f", GPU {h['gpu']}" if h["gpu"] else "") + f"), load average {load0} at the start and "
+              f"{load_average()} at the end; commit {git_commit()['commit']}. Published numbers: "
+              f"`{store.root if store else 'none'}`.")
+    path = figures_dir / f"{REPORT}.md"
+    atomic_write_text(path, report_md(entries, header))
+    atomic_write_json(figures_dir / f"{REPORT}.json", {"command": command, "profile": ctx.profile, "seconds": total,
+                                                        "host": h, "software": software(), "entries": entries})
+    return str(path)
 
-    from .experiments.common import git_commit
-    from .experiments.store import file_lock
 
+def _update_manifest(figures_dir: Path, sp, o: Outcome, profile: str, command: str) -> None:
     path = figures_dir / MANIFEST
     entry = dict(
-        figure=o.figure, paper_figure=spec.paper, title=spec.title, status=o.status, command=command,
+        figure=o.figure, paper_figure=sp.paper, title=sp.title, status=o.status, command=command,
         profile=profile, config_hash=o.config_hash, git=git_commit(), device=o.device,
         torch_version=torch.__version__, wall_seconds=round(o.seconds, 2), outputs=o.outputs, results=o.results,
         reused_results=o.cached, results_computed=o.computed, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -145,11 +222,12 @@ def _update_manifest(figures_dir: Path, spec, o: Outcome, profile: str, command:
 
 def summary_table(outcomes: list[Outcome], total: float | None = None, color: bool | None = None) -> str:
     color = sys.stdout.isatty() if color is None else color
-    paint = {"ok": "\033[32m", "failed": "\033[31m", "blocked": "\033[33m"}
-    rows = [("figure", "status", "seconds", "device", "outputs")]
+    paint = {"ok": "\033[32m", "failed": "\033[31m", "blocked": "\033[33m", "skipped": "\033[33m"}
+    rows = [("result", "status", "seconds", "device", "outputs")]
     for o in outcomes:
-        outputs = ", ".join(o.outputs) if o.outputs else (o.message.split(". ")[0][:100] if o.message else "")
-        rows.append((o.figure, o.status + (" (cached)" if o.cached and o.status == "ok" else ""), f"{o.seconds:.1f}", o.device, outputs))
+        outputs = f"{len(o.outputs)} files" if o.outputs else (o.message.split(". ")[0][:100] if o.message else "")
+        rows.append((o.figure, o.status + (" (cached)" if o.cached and o.status == "ok" else ""), f"{o.seconds:.1f}",
+                     o.device, outputs))
     w = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = []
     for j, r in enumerate(rows):
@@ -159,7 +237,7 @@ def summary_table(outcomes: list[Outcome], total: float | None = None, color: bo
         lines.append(f"{r[0].ljust(w[0])}  {status}  {r[2].rjust(w[2])}  {r[3].ljust(w[3])}  {r[4]}")
     lines.insert(1, "-" * min(160, max(len(lines[0]), 60)))
     n_ok = sum(o.status == "ok" for o in outcomes)
-    tail = f"{n_ok}/{len(outcomes)} figures ok"
+    tail = f"{n_ok}/{len(outcomes)} results ok"
     if total is not None:
         tail += f" in {total:.1f} s"
     return "\n".join(lines + ["", tail])
@@ -169,5 +247,33 @@ def main(args) -> int:
     """Entry point of ``curvature-gap reproduce`` (argparse namespace from cli.py)."""
     code, _ = run(profile=args.profile, only=args.only, device=args.device, data_dir=args.data_dir,
                   results_dir=args.results_dir, figures_dir=args.figures_dir, runs_dir=args.runs_dir,
-                  progress=not args.no_progress)
+                  published_dir=args.published_dir, progress=not args.no_progress, allow_long=args.allow_long_runs)
     return code
+
+
+def publish(profile: str = "paper", results_dir="results", published_dir=None, only=None, out=None) -> list[str]:
+    """Copy the cached results of the current configuration into ``published/<profile>/`` (for maintainers,
+    after ``reproduce``); returns the files written. Results named in ``only`` must be cached; without
+    ``only``, results that are not (e.g. Fig. 6 without CIFAR-100) are listed and left as they are."""
+    out = out or sys.stdout
+    published_dir = Path(published_dir if published_dir is not None else (ex.default_published_dir() or "published"))
+    ctx = ex.Context(profile=profile, results_dir=results_dir, progress=False)
+    store = PublishedStore(published_dir / profile)
+    written = []
+    for name in parse_only(only, profile):
+        r = ex.cached_result(name, ctx)
+        if r is None:
+            if only:
+                raise ConfigError(f"{name} has no cached result for the current configuration; run "
+                                  f"`curvature-gap reproduce --profile {profile} --only {name}` first")
+            print(f"not published (no cached result of the current configuration): {name}", file=out)
+            continue
+        written += store.publish(r).paths
+    if profile == "paper" and not only:  # the rows the paper book renders, from these results
+        rows = checks.run(quick=False, results_dir=results_dir, published_dir=published_dir)
+        path = store.root / "verify.json"
+        atomic_write_json(path, {"meta": checks.rows_meta(False, results_dir), "rows": [r.to_json() for r in rows]},
+                          indent=1)
+        written.append(str(path))
+    print(f"published {len(written)} files into {store.root}/", file=out)
+    return written

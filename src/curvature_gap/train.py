@@ -233,7 +233,9 @@ def train(
                 last_good = step
         test_loss, test_acc = evaluate(model, ds.test, dev)
         history.append(dict(epoch=epoch + 1, step=step, train_loss_ema=running, test_loss=test_loss, test_acc=test_acc))
-        bar.write(f"epoch {epoch + 1}/{cfg.epochs}: train loss {running:.4f}  test loss {test_loss:.4f}  test acc {test_acc:.4f}")
+        if progress:
+            bar.write(f"epoch {epoch + 1}/{cfg.epochs}: train loss {running:.4f}  test loss {test_loss:.4f}  "
+                      f"test acc {test_acc:.4f}")
         save_ckpt()
         last_good = step
     bar.close()

@@ -16,15 +16,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..experiments import Context, default_published_dir, find_result
+from ..experiments import Context, config_hash_of, default_published_dir, find_result
 from ..io import atomic_write_json
+from ..provenance import code_hash
 from ..theory.errata import ERRATA
 from . import bounds, figures, landscape, theory
 from .row import Row, exit_status, format_table, summary_line
 
-__all__ = ["Row", "run", "main", "load_rows", "DATA_RESULTS"]
+__all__ = ["Row", "run", "main", "load_rows", "DATA_RESULTS", "rows_meta", "VERIFY_CODE"]
 
 DATA_RESULTS = ("fig3", "fig4", "fig5", "fig6", "fig6_mnist", "fig12", "theorem7", "trained_bounds")
+# the code the rows depend on (beyond the results they read)
+VERIFY_CODE = ("checks/", "theory/", "bounds/", "exact/", "landscape/", "model.py", "findings.py")
+
+
+def rows_meta(quick: bool, results_dir="results") -> dict:
+    """What determines the rows: the code that computes them, ``quick``, and the config hash of each paper
+    result they read. Two verify runs with the same meta give the same rows (to rounding)."""
+    ctx = Context(profile="paper", results_dir=results_dir, progress=False)
+    return {"code": code_hash(VERIFY_CODE), "quick": quick,
+            "results": {n: config_hash_of(n, ctx=ctx) for n in DATA_RESULTS}}
 
 
 def _link_errata(rows: list[Row]) -> None:

@@ -27,7 +27,7 @@ from .store import PublishedStore, Result, ResultStore, StaleResultWarning, Unus
 
 __all__ = ["Context", "FigureSpec", "SPECS", "FIGURE_NAMES", "RESULT_NAMES", "Result", "ResultStore", "PublishedStore",
            "StaleResultWarning", "UnusableResult", "load_results", "find_result", "config_of", "config_hash_of",
-           "spec", "plot", "render", "published_check", "default_published_dir"]
+           "spec", "plot", "render", "published_check", "default_published_dir", "cached_result", "settings_of"]
 
 # the computation every result shares (model, data, training, exact Hessians)
 _BASE_CODE = ("model.py", "train.py", "data.py", "config.py", "io.py", "hessian/", "exact/", "experiments/context.py",
@@ -185,6 +185,12 @@ def published_check(name: str, ctx: Context) -> Result:
         raise UnusableResult("no published results directory")
     _, _, config, chash = _config(name, ctx)
     return PublishedStore(Path(ctx.published_dir) / ctx.profile).check(name, chash, config)
+
+
+def cached_result(name: str, ctx: Context) -> Result | None:
+    """The cached result of ``name`` for the current configuration (never the published one), or None."""
+    _, _, config, chash = _config(name, ctx)
+    return ResultStore(ctx.results_dir).load(name, chash, config)
 
 
 def find_result(name: str, profile: str | None = None, ctx: Context | None = None, **kwargs) -> Result | None:

@@ -1,0 +1,270 @@
+"""The few helpers the notebooks call: check parameters, load a result, show a figure, a table, a verdict.
+
+A notebook page is narrative plus calls into the package; these functions are the calls. Inside the book
+build (``tools/book``) three environment variables steer them: ``CURVATURE_GAP_VERIFY_JSON`` (the
+``curvature-gap verify`` rows the whole build renders from), ``CURVATURE_GAP_BOOK_STATIC`` (where figure
+files go, for click-to-enlarge and PDF links) and ``CURVATURE_GAP_NO_COMPUTE`` (the paper book renders
+published results and never computes: a stale or missing result stops the build with the command
+that refreshes it). Outside the build the same calls compute what is missing.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import re
+from pathlib import Path
+
+from . import checks, experiments
+from .checks.row import Row
+from .config import DEVICES, PROFILES, MODELS, ConfigError, train_config
+from .experiments import Context, UnusableResult, default_published_dir
+from .experiments.plotting import png_bytes
+from .findings import Finding, finding_of
+
+__all__ = ["setup", "check_parameters", "load", "show_markdown", "show_figure", "figure", "rows", "show_rows",
+           "verdict_text", "show_verdict", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES"]
+
+VERIFY_ENV = "CURVATURE_GAP_VERIFY_JSON"
+STATIC_ENV = "CURVATURE_GAP_BOOK_STATIC"
+NO_COMPUTE_ENV = "CURVATURE_GAP_NO_COMPUTE"
+
+
+class StaleResults(RuntimeError):
+    """The book renders published results, and the one it needs is missing or was computed by other code."""
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _shape_ok(v) -> bool:
+    return v is None or (isinstance(v, (list, tuple)) and len(v) == 4 and all(_is_int(x) and x >= 1 for x in v))
+
+
+# What each notebook parameter must be: (test, description, example for papermill). A name not listed
+# here is a size (tokens, width, samples): a positive integer.
+PARAMETER_RULES = {
+    "profile": (lambda v: v in PROFILES, f"one of {', '.join(PROFILES)}", "smoke"),
+    "device": (lambda v: v in DEVICES, f"one of {', '.join(DEVICES)}", "cpu"),
+    "seed": (lambda v: _is_int(v) and v >= 0, "a non-negative integer", "3"),
+    "shape": (_shape_ok, "None or a list of 4 positive integers (L, d_V, d_K, d_ff)", "'[12, 6, 4, 16]' (with -y)"),
+}
+_SIZE_RULE = (lambda v: _is_int(v) and v >= 1, "a positive integer", "8")
+
+
+def check_parameters(params: dict) -> None:
+    """Check a notebook's parameters (as papermill injected them) before anything runs.
+
+    Papermill's ``-p name value`` guesses the type from the text (``-p seed abc`` gives a str,
+    ``-p L 2.5`` a float); a wrong type would otherwise surface later as an unrelated error or, worse, as
+    a plausible result. Raises :class:`~curvature_gap.config.ConfigError` naming the parameter, what it
+    must be, and a valid papermill flag."""
+    for name, value in params.items():
+        ok, what, example = PARAMETER_RULES.get(name, _SIZE_RULE)
+        if not ok(value):
+            raise ConfigError(f"notebook parameter {name}={value!r} ({type(value).__name__}) is invalid: it must be "
+                              f"{what}; e.g. papermill ... -p {name} {example}")
+
+
+def _root() -> Path | None:
+    here = Path.cwd().resolve()
+    for d in (here, *here.parents):
+        if (d / "pyproject.toml").is_file() and (d / "src" / "curvature_gap").is_dir():
+            return d
+    return None
+
+
+def setup(**params) -> Path:
+    """Prepare a notebook: check its parameters (:func:`check_parameters`), work from the checkout's root when
+    there is one (so data/, results/ and runs/ resolve), and set the dataset directory if unset. Returns the
+    working directory."""
+    check_parameters(params)
+    root = _root()
+    if root is not None:
+        os.chdir(root)
+    os.environ.setdefault("CURVATURE_GAP_DATA", str(Path.cwd() / "data"))
+    return Path.cwd()
+
+
+def show_markdown(text: str) -> None:
+    """Display MyST Markdown in a notebook (printed outside IPython)."""
+    try:
+        from IPython.display import Markdown, display  # noqa: PLC0415 - IPython only exists inside a kernel
+    except ModuleNotFoundError:  # pragma: no cover
+        print(text)
+        return
+    display(Markdown(text))
+
+
+def _display_html(text: str) -> None:
+    try:
+        from IPython.display import HTML, display  # noqa: PLC0415 - IPython only exists inside a kernel
+    except ModuleNotFoundError:  # pragma: no cover
+        print(re.sub(r"<[^>]+>", "", text))
+        return
+    display(HTML(text))
+
+
+# ---------------------------------------------------------------------------------------------- results
+def load(name: str, profile: str = "smoke", device: str = "auto", seed: int | None = None):
+    """A result for a page: the cache or the published results when they match the current configuration,
+    else computed now — except inside the paper book's build, which never computes and stops with the
+    command that refreshes a missing or stale result (:class:`StaleResults`).
+
+    ``seed`` other than the profile's training seed trains with that seed instead (another config hash:
+    nothing under the profile's seed is reused or overwritten)."""
+    kw: dict = {"device": device, "progress": False, "published_dir": default_published_dir()}
+    if seed is not None:
+        over = {m: {"seed": int(seed)} for m in MODELS if train_config(m, profile).seed != int(seed)}
+        if over:
+            kw["train_overrides"] = over
+    ctx = Context(profile=profile, **kw)
+    if os.environ.get(NO_COMPUTE_ENV):
+        r = experiments.find_result(name, ctx=ctx)
+        if r is None:
+            try:
+                experiments.published_check(name, ctx)
+                why = "no usable result"
+            except UnusableResult as exc:
+                why = str(exc)
+            raise StaleResults(f"the published result of {name} cannot be used ({why}); refresh it with "
+                               f"`make reproduce && .venv/bin/curvature-gap publish` (or `make publish`)")
+        return r
+    return experiments.load_results(name, ctx=ctx)
+
+
+def show_provenance(res) -> None:
+    """Where a result's numbers come from: file, config hash, how, where and when they were computed."""
+    prov = res.provenance or {}
+    sw, git, h = prov.get("software") or {}, prov.get("git") or {}, prov.get("host") or {}
+    where = res.json_path
+    root = _root()
+    if root is not None and where is not None:
+        where = Path(where).resolve()
+        where = where.relative_to(root) if where.is_relative_to(root) else where
+    parts = [f"Numbers: `{where}` (config `{res.config_hash}`, profile `{res.config.get('profile')}`)"]
+    if prov.get("compute_seconds") is not None:
+        parts.append(f"computed in {float(prov['compute_seconds']):.0f} s on `{prov.get('device', '?')}`"
+                     + (f" ({h.get('cpu')})" if h.get("cpu") else ""))
+    if prov.get("created"):
+        parts.append(f"on {prov['created']}")
+    if sw.get("torch"):
+        parts.append(f"torch {sw['torch']}")
+    if git.get("commit"):
+        parts.append(f"commit `{str(git['commit'])[:10]}`{' (with uncommitted changes)' if git.get('dirty') else ''}")
+    show_markdown("```{admonition} Provenance\n:class: note dropdown\n" + ", ".join(parts) + ".\n```")
+
+
+# ---------------------------------------------------------------------------------------------- figures
+def show_figure(fig, name: str, caption: str, alt: str) -> None:
+    """Show a figure as a page element: the PNG (with its legibility metadata) inline, click to open it at
+    full size, a link to its PDF, a caption and an alt text. Inside the book build the PNG and PDF are also
+    written to the book's static files (``figures/<name>.png|pdf``)."""
+    png = png_bytes(fig)
+    static = os.environ.get(STATIC_ENV)
+    links = ""
+    if static:
+        d = Path(static) / "figures"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{name}.png").write_bytes(png)
+        fig.savefig(d / f"{name}.pdf", format="pdf")
+        links = (f' · <a href="../_static/figures/{name}.png" target="_blank">full size</a>'
+                 f' · <a href="../_static/figures/{name}.pdf">PDF</a>')
+    src = "data:image/png;base64," + base64.b64encode(png).decode()
+    img = f'<img src="{src}" alt="{html.escape(alt, quote=True)}" class="cg-img">'
+    if static:
+        img = f'<a href="../_static/figures/{name}.png" target="_blank" title="open at full size">{img}</a>'
+    _display_html(f'<figure class="cg-figure" id="fig-{name}">{img}<figcaption>{html.escape(caption)}{links}'
+                  "</figcaption></figure>")
+
+
+def figure(name: str, result, part: str, caption: str, alt: str | None = None) -> None:
+    """Draw one part of a result's figure (:func:`curvature_gap.experiments.plot`) and show it."""
+    fig = experiments.plot(name, result, part)
+    doc = (experiments.spec(name).plots[part].__doc__ or "").strip().splitlines()[0]
+    show_figure(fig, f"{name}-{part}-{result.config.get('profile')}", caption, alt or f"{doc} ({caption})")
+
+
+# ---------------------------------------------------------------------------------------------- rows, verdicts
+_ROWS: dict = {}
+
+
+def rows(prefixes=None) -> list[Row]:
+    """The rows of ``curvature-gap verify`` this page renders: the build's JSON when building the book,
+    else computed once per kernel (``--quick``); ``prefixes`` keeps rows whose id starts with one of them
+    (whole dotted components: ``"thm2"`` matches ``thm2.layernorm.jacobian``, not ``thm20``)."""
+    pinned = os.environ.get(VERIFY_ENV)
+    if pinned:
+        doc = json.loads(Path(pinned).read_text())
+        rs = [Row.from_json(d) for d in (doc["rows"] if isinstance(doc, dict) else doc)]
+    else:
+        if "rows" not in _ROWS:
+            _ROWS["rows"] = checks.run(quick=True)
+        rs = _ROWS["rows"]
+    if prefixes is None:
+        return rs
+    prefixes = [prefixes] if isinstance(prefixes, str) else list(prefixes)
+    return [r for r in rs if any(r.id == p or r.id.startswith(p + ".") for p in prefixes)]
+
+
+_MD_ESCAPE = re.compile(r"([\\`*_|<>\[\]$])")
+
+
+def md_escape(text: str) -> str:
+    """Text for a MyST table cell: no math, emphasis or HTML, one line."""
+    return _MD_ESCAPE.sub(r"\\\1", str(text)).replace("\n", " ")
+
+
+def md_table(header: list[str], body: list[list[str]]) -> str:
+    """A Markdown table (cells are inserted as given: escape them with :func:`md_escape` when needed)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def _number(r: Row) -> str:
+    v = r.number()
+    if v is None:
+        return "—"
+    return "0" if v == 0 else (f"{v:.2g}" if abs(v) >= 1e-2 else f"{v:.1e}")
+
+
+def show_rows(rs: list[Row], caption: str = "") -> None:
+    """A compact table of rows (check, verdict, number) with the details of each row folded below it."""
+    if not rs:
+        show_markdown("*No row of `curvature-gap verify` matches this result.*")
+        return
+    kind = {r.kind for r in rs}
+    num = "smallest bound/exact" if kind == {"bound"} else "max rel. error" if kind == {"formula"} else "number"
+    body = [[f"`{r.id}`", f"**{r.verdict}**" if r.verdict in ("fails", "corrected") else r.verdict, _number(r)]
+            for r in rs]
+    text = (f"{caption}\n\n" if caption else "") + md_table(["check", "verdict", num], body)
+    details = "".join(f"<p><code>{html.escape(r.id)}</code>: {html.escape(r.what)}"
+                      + (f". <em>{html.escape(r.note)}</em>" if r.note else "") + "</p>" for r in rs)
+    show_markdown(text + f"\n\n<details><summary>What each check compares</summary>{details}</details>")
+
+
+def verdict_text(key: str, profile: str, rs: list[Row] | None = None) -> str:
+    """The verdict line of a result's page: ``Verdict: <verdict>. <evidence>`` — or, for an experiment on the
+    smoke profile, that the page is a pipeline check at toy scale and states no verdict."""
+    f: Finding = finding_of(key, rs if rs is not None else rows())
+    if f.kind == "experiment" and profile != "paper":
+        return ("This page was built with the `smoke` profile: a pipeline check at toy scale (a few images, a "
+                "model trained for seconds). Its numbers say nothing about the paper, and it states no verdict; "
+                "the paper-scale book does.")
+    return f"**Verdict: {f.verdict}.** {f.evidence}"
+
+
+def show_verdict(key: str, profile: str) -> None:
+    """The verdict line of a result's page as a marked element (the book's checks find it by its class)."""
+    f = finding_of(key, rows())
+    smoke = f.kind == "experiment" and profile != "paper"
+    cls = "cg-smoke-note" if smoke else f"cg-verdict cg-{f.css}"
+    body = verdict_text(key, profile)
+    body = html.escape(body).replace("**", "")
+    if not smoke:
+        body = re.sub(r"^Verdict: ([^.]*)\.", r"<strong>Verdict: \1.</strong>", body)
+    _display_html(f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'
+                  f"{body}</div>")

@@ -1,0 +1,114 @@
+"""The package's GPU-relevant code paths on ``--device`` (default cpu), each against the CPU.
+
+    pytest -m device --device cuda tests/test_device.py     # on a machine with CUDA
+
+They run on the CPU in the normal suite too (then both sides are the CPU: the paths still run).
+Small models and batches: a few seconds each on a CPU.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from curvature_gap.config import train_config
+from curvature_gap.hessian import hessian
+from curvature_gap.hessian.spectra import top_eigenvalues
+from curvature_gap.model import build_model
+from curvature_gap.train import Datasets, load_model, train
+
+pytestmark = pytest.mark.device
+
+# A small MNIST-shaped ViT (1,122 parameters) so that dense float64 Hessians take well under a second.
+TINY = dict(patch_size=7, d_model=8, d_k=8, d_ff=16)
+
+
+def _batch(n: int, seed: int = 0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    images = (torch.rand(n, 1, 28, 28, generator=g) * 2 - 1).to(dtype)
+    labels = torch.randint(0, 10, (n,), generator=g)
+    return images, labels
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
+
+
+def _step(model: nn.Module, images, labels, lr: float = 0.1):
+    """One SGD training step; (loss, logits, {name: grad}) before the update."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    logits = model(images)
+    loss = nn.functional.cross_entropy(logits, labels)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    opt.step()
+    return loss.detach(), logits.detach(), grads
+
+
+def test_training_step_of_the_mnist_vit_matches_the_cpu(device):
+    images, labels = _batch(32)
+    ref = build_model("mnist", seed=0)
+    dev = build_model("mnist", seed=0).to(device)
+    loss_c, logits_c, grads_c = _step(ref, images, labels)
+    loss_d, logits_d, grads_d = _step(dev, images.to(device), labels.to(device))
+    assert loss_d.device.type == device.type
+    assert math.isfinite(loss_d.item())
+    assert abs(loss_d.item() - loss_c.item()) <= 1e-5 * abs(loss_c.item())
+    assert _rel(logits_d, logits_c) <= 1e-5
+    for name, g in grads_c.items():
+        assert torch.isfinite(grads_d[name]).all(), name
+        assert _rel(grads_d[name], g) <= 1e-4, name
+    params_c = dict(ref.named_parameters())
+    for name, p in dev.named_parameters():
+        assert p.device.type == device.type
+        assert (p.detach().cpu() - params_c[name].detach()).abs().max().item() <= 1e-5, name
+    # the updated models still agree on the next forward pass
+    with torch.no_grad():
+        assert _rel(dev(images.to(device)), ref(images)) <= 1e-4
+
+
+def test_hessian_on_the_device_matches_float64_cpu(device):
+    images, labels = _batch(4, seed=1, dtype=torch.float64)
+    ref_model = build_model("mnist", seed=0, **TINY).double()
+    dev_model = build_model("mnist", seed=0, **TINY).double().to(device)
+    H_cpu = hessian(ref_model, (images, labels))
+    H_dev = hessian(dev_model, (images.to(device), labels.to(device)))
+    P = sum(p.numel() for p in ref_model.parameters())
+    assert H_dev.shape == H_cpu.shape == (P, P)
+    assert H_dev.dtype == torch.float64 and H_dev.device.type == device.type
+    assert torch.isfinite(H_dev).all()
+    assert _rel(H_dev, H_cpu) <= 1e-10
+    assert _rel(H_dev, H_dev.T) <= 1e-10  # symmetric
+
+
+def test_top_eigenvalues_on_the_device_match_the_cpu(device):
+    images, labels = _batch(8, seed=2, dtype=torch.float64)
+    ref_model = build_model("mnist", seed=0, **TINY).double()
+    dev_model = build_model("mnist", seed=0, **TINY).double().to(device)
+    groups = ["block0.value", "block0.ffn2", "head"]
+    sp_cpu = top_eigenvalues(ref_model, (images, labels), groups=groups, iters=12)
+    sp_dev = top_eigenvalues(dev_model, (images.to(device), labels.to(device)), groups=groups, iters=12)
+    lc, ld = sp_cpu.overall.lambda_max, sp_dev.overall.lambda_max
+    assert math.isfinite(ld) and lc > 0
+    assert abs(ld - lc) <= 1e-6 * abs(lc)
+    for g in groups:
+        c, d = sp_cpu.blocks[g].lambda_max, sp_dev.blocks[g].lambda_max
+        assert abs(d - c) <= 1e-6 * max(abs(c), 1e-12), g
+
+
+def test_two_step_training_run_on_the_device_writes_finite_weights(device, tiny_datasets, tmp_path):
+    ds = Datasets(tiny_datasets.train.subset(32), tiny_datasets.test.subset(16))
+    cfg = train_config("mnist", "smoke", epochs=1, batch_size=16, train_subset=None, test_subset=None, ckpt_every=1)
+    metrics = train(cfg, tmp_path / "run", device=device.type, datasets=ds, max_steps=2, progress=False)
+    assert metrics.get("steps", 2) == 2
+    ckpts = [p for p in (tmp_path / "run").iterdir() if p.suffix == ".pt"]
+    assert ckpts, "no checkpoint written"
+    for path in ckpts:
+        model, _ = load_model(path, device)
+        for name, p in model.named_parameters():
+            assert p.device.type == device.type
+            assert torch.isfinite(p).all(), f"{path.name}: {name}"

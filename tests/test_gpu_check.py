@@ -1,0 +1,198 @@
+"""benchmarks/gpu_check.py: without CUDA it says so in one line and writes nothing; its pure helpers.
+
+The CUDA path itself needs a GPU; here only what runs without one is tested.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def gc():
+    spec = importlib.util.spec_from_file_location("gpu_check_under_test", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve their module through sys.modules
+    try:
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def _no_cuda_env() -> dict:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore")
+    env["PYTHONPATH"] = str(ROOT / "src") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def test_without_cuda_it_prints_one_line_writes_nothing_and_exits_0(tmp_path):
+    out = tmp_path / "out" / "gpu.json"
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Benchmark results\n\n## Something else\n\nkept\n")
+    before = results.read_bytes(), results.stat().st_mtime_ns
+    listing = sorted(p.name for p in tmp_path.rglob("*"))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--results", str(results), "--budget-s", "60",
+         "--data-dir", str(tmp_path / "data")],
+        cwd=tmp_path, env=_no_cuda_env(), capture_output=True, text=True, timeout=120,
+    )
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(lines) == 1, lines
+    assert "CUDA is not available" in lines[0] and "nothing was measured" in lines[0]
+    assert proc.stderr == ""
+    assert not out.exists() and not out.parent.exists()
+    assert (results.read_bytes(), results.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in tmp_path.rglob("*")) == listing  # no temporary files either
+
+
+def test_device_tests_with_cuda_requested_but_absent_fail_loudly(tmp_path):
+    """The command of step a, where CUDA is missing: every test errors with the reason; none passes."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-m", "device", "--device", "cuda", "tests/test_device.py",
+         "-p", "no:cacheprovider"],
+        cwd=ROOT, env=_no_cuda_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode != 0
+    assert "CUDA is not available" in proc.stdout
+    assert " passed" not in proc.stdout.strip().splitlines()[-1]
+
+
+def test_replace_section_appends_then_replaces_in_place(gc):
+    text = "# Benchmark results\n\n## Other\n\nrow\n"
+    once = gc.replace_section(text, "## GPU check\n\nfirst\n")
+    assert once.startswith(text.rstrip("\n"))
+    assert once.endswith(f"{gc.START_MARK}\n## GPU check\n\nfirst\n{gc.END_MARK}\n")
+    twice = gc.replace_section(once, "## GPU check\n\nsecond")
+    assert "first" not in twice and "second" in twice
+    assert twice.count(gc.START_MARK) == twice.count(gc.END_MARK) == 1
+    assert twice.startswith(text.rstrip("\n"))
+    # a section in the middle is replaced where it stands; what follows is kept
+    middle = once + "\n## After\n\nkept\n"
+    new = gc.replace_section(middle, "## GPU check\n\nthird")
+    assert new.index("third") < new.index("## After") and new.endswith("## After\n\nkept\n")
+    assert gc.replace_section(new, "## GPU check\n\nthird") == new  # idempotent
+    assert gc.replace_section("", "## GPU check") == f"{gc.START_MARK}\n## GPU check\n{gc.END_MARK}\n"
+
+
+@pytest.mark.parametrize("bad", [
+    "x\n<!-- gpu-check:start -->\nno end\n",
+    "x\n<!-- gpu-check:end -->\n<!-- gpu-check:start -->\n",
+    "<!-- gpu-check:start -->\na\n<!-- gpu-check:end -->\n<!-- gpu-check:start -->\nb\n<!-- gpu-check:end -->\n",
+])
+def test_replace_section_refuses_damaged_markers(gc, bad):
+    with pytest.raises(ValueError):
+        gc.replace_section(bad, "## GPU check")
+
+
+def test_full_run_estimate_arithmetic(gc):
+    est = gc.estimate_full_run(50_000, 256, 200, steps_per_s=10.0)
+    assert est["steps_per_epoch"] == 196  # ceil(50000 / 256): the last batch is partial, as in train()
+    assert est["total_steps"] == 196 * 200
+    assert est["seconds"] == pytest.approx(3920.0)
+    assert est["hours"] == pytest.approx(3920.0 / 3600)
+    assert gc.estimate_full_run(60_000, 128, 15, 1.0)["total_steps"] == 469 * 15
+    for bad in [dict(n_train=0, batch_size=1, epochs=1, steps_per_s=1.0),
+                dict(n_train=1, batch_size=1, epochs=1, steps_per_s=0.0)]:
+        with pytest.raises(ValueError):
+            gc.estimate_full_run(**bad)
+
+
+def test_cifar_format_writer_is_read_by_the_package_loader(gc, tmp_path):
+    from curvature_gap import data
+
+    root = gc.write_cifar_format(tmp_path / "cifar", n_train=40, n_test=12, seed=3)
+    tr = data.load("cifar100", root, train=True, verify_md5=False)
+    te = data.load("cifar100", root, train=False, verify_md5=False)
+    assert tuple(tr.images.shape) == (40, 3, 32, 32) and len(te) == 12
+    assert tr.images.min() >= -1 and tr.images.max() <= 1
+    assert int(tr.labels.min()) >= 0 and int(tr.labels.max()) < 100
+    again = gc.write_cifar_format(tmp_path / "again", n_train=40, n_test=12, seed=3)
+    assert data.load("cifar100", again, train=True, verify_md5=False).images.equal(tr.images)  # seeded
+
+
+def test_budget_and_skipped_steps(gc, tmp_path):
+    now = [100.0]
+    b = gc.Budget(60, clock=lambda: now[0])
+    assert b.remaining() == 60 and b.fits(60) and not b.fits(61)
+    now[0] = 130.0
+    assert b.elapsed() == 30 and b.remaining() == 30 and not b.fits(45)
+    now[0] = 1000.0
+    assert b.remaining() == 0
+
+    ctx = gc.Context(data_dir=tmp_path, scratch=tmp_path, budget=b, progress=False)
+    report, saved = {"steps": {}}, []
+    called = []
+    gc.run_step(report, "e", 10.0, lambda c: called.append(1) or {}, ctx, lambda: saved.append(1))
+    assert not called and report["steps"]["e"]["status"] == "skipped (budget)" and saved
+
+    ok = gc.Budget(60)
+    ctx = gc.Context(data_dir=tmp_path, scratch=tmp_path, budget=ok, progress=False)
+    gc.run_step(report, "d", 1.0, lambda c: {"images_per_s": 5.0}, ctx, lambda: None)
+    assert report["steps"]["d"]["status"] == "ok" and report["steps"]["d"]["images_per_s"] == 5.0
+    assert report["steps"]["d"]["wall_s"] >= 0
+
+    def boom(c):
+        raise RuntimeError("out of memory")
+
+    gc.run_step(report, "c", 1.0, boom, ctx, lambda: None)
+    assert report["steps"]["c"]["status"].startswith("error: RuntimeError: out of memory")
+
+    def overrun(c):
+        raise gc.BudgetExceeded()
+
+    gc.run_step(report, "a", 1.0, overrun, ctx, lambda: None)
+    assert report["steps"]["a"]["status"] == "aborted (budget)"
+
+
+def test_pytest_summary_parsing(gc):
+    out = "....F.\n=== short test summary info ===\nFAILED tests/x.py::t\n1 failed, 5 passed, 2 deselected in 12.34s\n"
+    r = gc.parse_pytest_summary(out)
+    assert (r["passed"], r["failed"], r["errors"], r["deselected"], r["seconds"]) == (5, 1, 0, 2, 12.34)
+    r = gc.parse_pytest_summary("EEEE\n4 errors in 0.05s\n")
+    assert (r["passed"], r["errors"], r["seconds"]) == (0, 4, 0.05)
+    r = gc.parse_pytest_summary("========== 4 passed, 1 warning in 3.10s ==========")
+    assert (r["passed"], r["seconds"]) == (4, 3.1)
+    assert gc.parse_pytest_summary("garbage")["seconds"] is None
+
+
+def test_markdown_table_and_atomic_json(gc, tmp_path):
+    report = dict(
+        command="python benchmarks/gpu_check.py --data-dir data", started="2026-12-01T10:00:00+00:00",
+        wall_s=312.5, budget_s=540.0,
+        device=dict(name="NVIDIA H200", capability="9.0", memory_gib=139.8, torch="2.14.1", cuda="13.0", cudnn=91000),
+        outputs=dict(json_shown="benchmarks/gpu.json"),
+        steps=dict(
+            a=dict(status="ok", wall_s=40.0, passed=4, failed=0, errors=0, pytest_seconds=20.5),
+            b=dict(status="skipped: MNIST not in data", wall_s=0.1),
+            c=dict(status="ok", wall_s=60.0, data="first 128 MNIST training images", parameters=4186,
+                   float32=dict(status="ok", batch=128, gpu_s=1.5, cpu_s=30.0, max_rel_diff=3.2e-7),
+                   float64=dict(status="skipped (budget)", batch=16)),
+            d=dict(status="ok", wall_s=50.0, images_per_s=12345.6, steps_per_s=48.2, max_memory_allocated_gib=1.25,
+                   full_run_estimate=gc.estimate_full_run(50_000, 256, 200, 48.2)),
+            e=dict(status="skipped (budget)", wall_s=0.0),
+        ),
+    )
+    md = gc.render_markdown(report)
+    assert md.startswith("## GPU check\n")
+    assert "`python benchmarks/gpu_check.py --data-dir data`" in md and "NVIDIA H200" in md
+    table = [ln for ln in md.splitlines() if ln.startswith("|")]
+    assert all(ln.count("|") == 6 for ln in table), table  # 5 columns everywhere
+    assert "4 / 0 / 0" in md and "3.20e-07" in md and "skipped: MNIST not in data" in md
+    assert "| e. block spectra, 8-block model | skipped (budget) |" in md
+    assert "float64 | skipped (budget)" in md
+
+    path = tmp_path / "sub" / "gpu.json"
+    gc.atomic_write_text(path, "{}\n")
+    gc.atomic_write_text(path, '{"a": 1}\n')
+    assert path.read_text() == '{"a": 1}\n'
+    assert [p.name for p in path.parent.iterdir()] == ["gpu.json"]  # no temporary left behind

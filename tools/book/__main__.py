@@ -1,0 +1,47 @@
+"""``python -m tools.book build|check|refresh-outputs`` (``make book``, ``make book-check``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from curvature_gap.config import DEVICES, PROFILES
+
+from .build import BookError, build
+from .check import check
+from .outputs import refresh_checked_outputs
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.book", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="execute the notebooks and render _build/html")
+    b.add_argument("--profile", choices=PROFILES, default="paper")
+    b.add_argument("--device", choices=DEVICES, default="cpu")
+    b.add_argument("--only", nargs="*", default=None, help="execute only these notebooks (no HTML)")
+    b.add_argument("--timeout", type=int, default=None, help="seconds per notebook cell")
+    c = sub.add_parser("check", help="check the built HTML (links, verdicts, raw TeX, and in Chromium: legibility)")
+    c.add_argument("--no-browser", action="store_true", help="skip the headless-Chromium checks")
+    c.add_argument("--shots", default=None, help="write screenshots here (default: _build/screenshots)")
+    r = sub.add_parser("refresh-outputs", help="store the outputs of the checked cells in the committed notebooks")
+    r.add_argument("notebooks", nargs="*")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "build":
+            rep = build(args.profile, args.device, only=args.only, render_html=not args.only, timeout=args.timeout)
+            print(f"[book] built in {rep['seconds']} s: {rep.get('html', '(no HTML: --only)')}")
+            return 0
+        if args.cmd == "check":
+            problems = check(browser=not args.no_browser, shots=args.shots)
+            for line in problems:
+                print("  " + line)
+            print(f"[book-check] {'OK' if not problems else f'{len(problems)} problem(s)'}")
+            return 0 if not problems else 1
+        refresh_checked_outputs(args.notebooks)
+        return 0
+    except BookError as exc:
+        print(f"[book] error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

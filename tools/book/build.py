@@ -1,0 +1,305 @@
+"""``make book``: execute every notebook with papermill into a staged copy of the book, write the generated
+pages, and render it with Jupyter Book; any execution error or warning fails the build.
+
+1. **rows** — the rows of ``curvature-gap verify`` the whole build renders: for the ``paper`` profile the
+   published ones (``published/paper/verify.json``), used only when they were computed by the current
+   code from the current published results (else the build stops with the command that refreshes them);
+   for ``smoke`` a ``--quick`` run, cached under ``results/book/`` by the same key;
+2. **stage** — ``_config.yml``, ``_toc.yml``, ``book/`` and the static files into ``_build/stage/``;
+3. **execute** — every notebook of the table of contents through papermill (``-p profile -p device``);
+   the ``paper`` build renders published results and never computes (``CURVATURE_GAP_NO_COMPUTE``);
+4. **tidy** — the reader sees one parameters cell (the values used) and no plumbing;
+5. **generate** — the landing summary, every check, errata, notation and reproducibility tables, written
+   into the staged pages in place of their ``{include}`` directives (so each page's source holds its text);
+6. **render** — ``jupyter-book build -W -n --keep-going``: the HTML lands in ``_build/html``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import papermill as pm
+import yaml
+from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+from curvature_gap import checks
+from curvature_gap.checks.row import Row
+from curvature_gap.config import DEVICES, PROFILES
+from curvature_gap.io import atomic_write_json
+from curvature_gap.notebook import NO_COMPUTE_ENV, STATIC_ENV, VERIFY_ENV
+
+from . import tables
+
+__all__ = ["BookError", "project_root", "build", "toc_notebooks", "execute_notebook", "tidy_notebook", "book_rows",
+           "KERNEL", "fault_tests"]
+
+KERNEL = "python3"
+CHECKED_TAG = "nbval-check-output"  # nbval compares these cells' outputs (pytest --nbval-lax)
+
+
+class BookError(RuntimeError):
+    """A step of the book build failed (the message says which, and why)."""
+
+
+def project_root(start=None) -> Path:
+    """The checkout root: the first directory upwards holding ``_config.yml`` and ``pyproject.toml``."""
+    for c in (Path(start or os.getcwd()).resolve(), Path(__file__).resolve().parent):
+        for d in (c, *c.parents):
+            if (d / "_config.yml").is_file() and (d / "pyproject.toml").is_file():
+                return d
+    raise BookError("cannot find the project root (a directory with _config.yml and pyproject.toml)")
+
+
+# ====================================================================== rows
+def book_rows(profile: str, root: Path, log=print) -> tuple[Path, list[Row], str]:
+    """(path of the rows' JSON, the rows, where they came from) for a build of ``profile``."""
+    if profile == "paper":
+        path = root / "published" / "paper" / "verify.json"
+        if not path.is_file():
+            raise BookError(f"{path} is missing: the paper book renders the published rows; make them with "
+                            "`make reproduce && make publish`")
+        doc = json.loads(path.read_text())
+        want = checks.rows_meta(False)
+        if doc.get("meta") != want:
+            diff = [k for k in want if doc.get("meta", {}).get(k) != want[k]]
+            raise BookError(f"{path} was computed by other code or from other results (differs in: {', '.join(diff)}); "
+                            "refresh the published results with `make reproduce && make publish`")
+        return path, [Row.from_json(d) for d in doc["rows"]], "published/paper/verify.json"
+    path = root / "results" / "book" / "verify-quick.json"
+    want = checks.rows_meta(True)
+    if path.is_file():
+        doc = json.loads(path.read_text())
+        if doc.get("meta") == want:
+            return path, [Row.from_json(d) for d in doc["rows"]], "curvature-gap verify --quick (cached)"
+    log("[book] running curvature-gap verify --quick")
+    t0 = time.perf_counter()
+    rows = checks.run(quick=True)
+    atomic_write_json(path, {"meta": want, "rows": [r.to_json() for r in rows]}, indent=1)
+    log(f"[book] verify: {len(rows)} rows in {time.perf_counter() - t0:.0f} s")
+    return path, rows, "curvature-gap verify --quick"
+
+
+# ====================================================================== notebooks
+def toc_notebooks(root: Path) -> list[Path]:
+    """The notebooks named in ``_toc.yml``, in book order (relative to the root). A missing file is an error."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    files: list[str] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                files.append(node["file"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(toc.get("parts", toc.get("chapters", [])))
+    out = []
+    for f in files:
+        p = Path(f)
+        if (root / p.with_suffix(".ipynb")).is_file():
+            out.append(p.with_suffix(".ipynb"))
+        elif not (root / p.with_suffix(".md")).is_file():
+            raise BookError(f"_toc.yml names {f}, but neither {f}.ipynb nor {f}.md exists")
+    return out
+
+
+def ensure_kernel(log=print) -> None:
+    """Make the ``python3`` kernel resolve to this interpreter (register it in this environment if not)."""
+    try:
+        spec = KernelSpecManager().get_kernel_spec(KERNEL)
+        exe = spec.argv[0]
+        if exe == "{python}":
+            return
+        found = shutil.which(exe) if os.sep not in exe else exe
+        if found and os.path.abspath(found) == os.path.abspath(sys.executable):
+            return
+    except NoSuchKernel:
+        pass
+    log(f"[book] registering the {KERNEL} kernel for {sys.executable}")
+    subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL,
+                    "--display-name", "Python 3 (curvature-gap)"], check=True, capture_output=True)
+
+
+def execute_notebook(src: Path, dst: Path, parameters: dict, cwd: Path, timeout: int | None = None) -> float:
+    """Execute ``src`` with papermill into ``dst``; returns the wall time. Raises :class:`BookError` on an
+    execution error (the partly executed copy with the traceback stays at ``dst``)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    try:
+        pm.execute_notebook(str(src), str(dst), parameters=parameters, kernel_name=KERNEL, cwd=str(cwd),
+                            progress_bar=False, log_output=False, execution_timeout=timeout, report_mode=False)
+    except pm.PapermillExecutionError as exc:
+        raise BookError(f"{src} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}\n"
+                        f"(executed copy with the traceback: {dst})") from exc
+    return time.perf_counter() - t0
+
+
+def tidy_notebook(path: Path) -> None:
+    """What the reader sees of an executed notebook: one parameters cell (papermill's injected one, holding
+    the values used, in place of the defaults), the checked cells (tests for nbval) removed."""
+    nb = nbformat.read(path, as_version=4)
+    cells = []
+    injected = any("injected-parameters" in c.metadata.get("tags", []) for c in nb.cells)
+    for c in nb.cells:
+        tags = c.metadata.get("tags", [])
+        if "parameters" in tags and injected:
+            continue
+        if "injected-parameters" in tags:
+            c.source = "# Parameters of this build\n" + "\n".join(
+                ln for ln in c.source.splitlines() if ln.strip() and not ln.startswith("#"))
+            c.metadata["tags"] = ["parameters-used"]
+        if CHECKED_TAG in tags:
+            c.metadata["tags"] = sorted(set(tags) | {"remove-cell"})
+        cells.append(c)
+    nb.cells = cells
+    nbformat.write(nb, path)
+
+
+# ====================================================================== generated pages
+_INCLUDE = re.compile(r"```\{include\} _generated/([\w.]+)\n```\n?")
+
+
+def fault_tests(root: Path) -> dict[str, list[str]]:
+    """Fault id -> the tests that declare it (``@pytest.mark.fault("<id>")``), read from tests/."""
+    out: dict[str, list[str]] = {}
+    pat = re.compile(r"@pytest\.mark\.fault\(([^)]*)\)\s*\n(?:@[^\n]*\n)*\s*def (test_\w+)")
+    for p in sorted((root / "tests").rglob("test_*.py")):
+        for ids, name in pat.findall(p.read_text()):
+            for fid in re.findall(r"[\"']([\w-]+)[\"']", ids):
+                out.setdefault(fid, []).append(f"{p.relative_to(root / 'tests')}::{name}")
+    return out
+
+
+def generated_pages(rows: list[Row], profile: str, device: str, timings: dict, source: str, root: Path) -> dict:
+    return {
+        "summary.md": tables.landing_md(rows, profile),
+        "all_checks.md": tables.all_checks_md(rows),
+        "errata.md": tables.errata_md(rows),
+        "notation.md": tables.notation_md(),
+        "appB_rows.md": tables.all_checks_md([r for r in rows if r.result == "appB"]),
+        "unstated.md": tables.unstated_md(),
+        "profiles.md": tables.profiles_md(),
+        "faults.md": tables.faults_md(fault_tests(root)),
+        "versions.md": tables.versions_md(root),
+        "hardware.md": tables.hardware_md(device),
+        "runtimes.md": tables.runtimes_md(timings, source),
+    }
+
+
+def inline_generated(stage: Path, pages: dict) -> None:
+    """Replace every ``{include} _generated/<name>`` of the staged pages by the generated text itself."""
+    for p in (stage / "book").glob("*.md"):
+        text = p.read_text()
+        new = _INCLUDE.sub(lambda m: pages[m.group(1)] + "\n", text)
+        missing = _INCLUDE.findall(new)
+        if missing:
+            raise BookError(f"{p.name} includes unknown generated pages {missing}")
+        if new != text:
+            p.write_text(new)
+
+
+# ====================================================================== build
+def _stage(root: Path, stage: Path, substitutions: dict) -> None:
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    shutil.copy2(root / "_toc.yml", stage / "_toc.yml")
+    cfg = yaml.safe_load((root / "_config.yml").read_text())
+    subs = dict(cfg.setdefault("parse", {}).get("myst_substitutions") or {})
+    subs.update(substitutions)
+    cfg["parse"]["myst_substitutions"] = subs
+    (stage / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
+    shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns("__pycache__", "_static"))
+    if (root / "book" / "_static").is_dir():
+        shutil.copytree(root / "book" / "_static", stage / "_static")
+    (stage / "notebooks").mkdir()
+
+
+def _jupyter_book() -> str:
+    exe = Path(sys.executable).parent / "jupyter-book"
+    found = str(exe) if exe.is_file() else shutil.which("jupyter-book")
+    if not found:
+        raise BookError("jupyter-book is not installed (pip install -e '.[dev]')")
+    return found
+
+
+def render(root: Path, stage: Path, log=print) -> tuple[int, list[str]]:
+    """Run ``jupyter-book build -W -n --keep-going``; returns (exit status, warning lines)."""
+    html = root / "_build" / "html"
+    if html.exists():
+        shutil.rmtree(html)
+    cmd = [_jupyter_book(), "build", str(stage), "--path-output", str(root), "--builder", "html", "-W", "-n",
+           "--keep-going", "--all"]
+    log("[book] " + " ".join(["jupyter-book"] + cmd[1:]))
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    (root / "_build" / "jupyter-book.log").write_text(out)
+    warnings = [ln for ln in out.splitlines() if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", ln)]
+    return proc.returncode, warnings
+
+
+def build(profile: str = "paper", device: str = "cpu", only: list[str] | None = None, render_html: bool = True,
+          timeout: int | None = None, log=print) -> dict:
+    """The whole pipeline (see module doc); returns a report dict. Raises :class:`BookError` on the first failure."""
+    if profile not in PROFILES:
+        raise BookError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}")
+    if device not in DEVICES:
+        raise BookError(f"unknown device {device!r}; choose one of: {', '.join(DEVICES)}")
+    t_start = time.perf_counter()
+    root = project_root()
+    stage = root / "_build" / "stage"
+    vpath, rows, source = book_rows(profile, root, log)
+    _stage(root, stage, {"profile": f"`{profile}`", "device": f"`{device}`"})
+    ensure_kernel(log)
+    static = stage / "_static"
+    static.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(static / "verify.json", [r.to_json() for r in rows], indent=1)
+    env = {VERIFY_ENV: str(static / "verify.json"), STATIC_ENV: str(static)}
+    if profile == "paper":
+        env[NO_COMPUTE_ENV] = "1"
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    timings: dict[str, float] = {}
+    try:
+        notebooks = toc_notebooks(root)
+        if only:
+            notebooks = [n for n in notebooks if any(o in n.stem for o in only)]
+        for nb in notebooks:
+            log(f"[book] papermill {nb} -p profile {profile} -p device {device}")
+            timings[nb.name] = execute_notebook(root / nb, stage / nb, {"profile": profile, "device": device}, root,
+                                                timeout)
+            tidy_notebook(stage / nb)
+            log(f"[book]   done in {timings[nb.name]:.1f} s")
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    inline_generated(stage, generated_pages(rows, profile, device, timings, source, root))
+    report = {"profile": profile, "device": device, "notebooks": timings, "rows": source, "warnings": [],
+              "returncode": None}
+    if render_html:
+        if only:
+            raise BookError("--only executes a subset; the book itself is rendered only from all notebooks")
+        rc, warnings = render(root, stage, log)
+        report.update(returncode=rc, warnings=warnings, html=str(root / "_build" / "html" / "index.html"))
+        for w in warnings:
+            log("  " + w)
+        if rc != 0 or warnings:
+            report["seconds"] = round(time.perf_counter() - t_start, 1)
+            atomic_write_json(root / "_build" / "book-report.json", report)
+            raise BookError(f"jupyter-book build failed (exit {rc}, {len(warnings)} warnings); see _build/jupyter-book.log")
+    report["seconds"] = round(time.perf_counter() - t_start, 1)
+    atomic_write_json(root / "_build" / "book-report.json", report)
+    return report

@@ -1,0 +1,33 @@
+"""``make book-check``: every check of the built book, with and without a browser."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from curvature_gap.checks.row import Row
+
+from . import browser as chromium
+from . import html
+from .build import BookError, project_root
+
+__all__ = ["check"]
+
+
+def check(browser: bool = True, shots=None, html_dir=None) -> list[str]:
+    """Problems of the built book (empty: all good): links, offline assets, downloads, one verdict per
+    result everywhere, no raw TeX, and (headless Chromium) legible figures, tables that fit a phone,
+    rendered math, loaded images; screenshots into ``shots`` (default ``_build/screenshots``)."""
+    root = project_root()
+    html_dir = Path(html_dir) if html_dir else root / "_build" / "html"
+    report_path = html_dir.parent / "book-report.json"
+    if not (html_dir / "index.html").is_file() or not report_path.is_file():
+        raise BookError(f"no built book in {html_dir}: run `make book` first")
+    profile = json.loads(report_path.read_text())["profile"]
+    rows = [Row.from_json(d) for d in json.loads((html_dir / "_static" / "verify.json").read_text())]
+    parsed = html.pages(html_dir)
+    problems = (html.check_links(html_dir, parsed) + html.check_offline(html_dir, parsed)
+                + html.check_downloads(html_dir, parsed) + html.check_verdicts(html_dir, rows, profile, parsed)
+                + html.check_raw_latex(html_dir, parsed))
+    if browser:
+        problems += chromium.browser_check(html_dir, profile, Path(shots) if shots else root / "_build" / "screenshots")
+    return problems

@@ -1,0 +1,194 @@
+"""Checks of the built HTML that need no browser: links, offline assets, downloads, verdicts, raw LaTeX."""
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from curvature_gap.checks.row import Row
+from curvature_gap.findings import RESULTS, findings
+
+__all__ = ["Page", "pages", "check_links", "check_offline", "check_downloads", "check_verdicts", "check_raw_latex",
+           "RAW_LATEX"]
+
+# TeX that must never reach a reader as text (outside rendered math, code and scripts)
+RAW_LATEX = re.compile(r"\$[^$\s][^$]*\$|\\(frac|mathbf|otimes|operatorname|sqrt|lVert|sum)\b|[_^]\{")
+_SKIP = {"script", "style", "pre", "code", "kbd", "samp", "textarea"}
+
+
+class Page(HTMLParser):
+    """Ids, links, elements with classes and data attributes, table rows and visible text of one page."""
+
+    def __init__(self, path: Path):
+        super().__init__(convert_charrefs=True)
+        self.path = path
+        self.ids: set[str] = set()
+        self.links: list[tuple[str, str]] = []
+        self.marked: list[dict] = []  # elements with a data-verdict attribute
+        self.tables: list[list[list[str]]] = []
+        self.text: list[str] = []
+        self._skip = 0
+        self._math = 0
+        self._row = self._cell = None
+        self._stack: list[tuple[str, bool]] = []
+        self.feed(path.read_text(encoding="utf-8", errors="replace"))
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for k in ("id", "name"):
+            if a.get(k):
+                self.ids.add(a[k])
+        for k in ("href", "src"):
+            if a.get(k) and tag in ("a", "img", "script", "link", "source", "iframe"):
+                self.links.append((tag, a[k]))
+        if "data-verdict" in a:
+            self.marked.append(a)
+        cls = a.get("class") or ""
+        is_math = tag in ("span", "div") and ("math" in cls.split() or "MathJax" in cls)
+        void = tag in ("img", "br", "hr", "meta", "link", "input", "source", "wbr", "col", "area", "base")
+        if not void:
+            self._stack.append((tag, is_math))
+            self._math += is_math
+            self._skip += tag in _SKIP
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self._row = []
+            self.tables[-1].append(self._row)
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None and self._row is not None:
+            self._row.append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        while self._stack:
+            t, m = self._stack.pop()
+            self._math -= m
+            self._skip -= t in _SKIP
+            if t == tag:
+                break
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+        if not self._skip and not self._math:
+            self.text.append(data)
+
+
+def pages(html_dir: Path) -> dict[Path, Page]:
+    """The book's pages (every ``.html`` except theme files under ``_static``), parsed."""
+    html_dir = Path(html_dir)
+    return {p: Page(p) for p in sorted(html_dir.rglob("*.html")) if "_static" not in p.relative_to(html_dir).parts}
+
+
+def check_links(html_dir: Path, parsed: dict | None = None) -> list[str]:
+    """Every internal ``href``/``src`` names an existing file (and anchor); external URLs are not followed."""
+    html_dir = Path(html_dir)
+    parsed = parsed or pages(html_dir)
+    broken = []
+    for page, pg in parsed.items():
+        for _, target in pg.links:
+            u = urlsplit(target)
+            if u.scheme or target.startswith("//") or (target.startswith("#") and not target[1:]):
+                continue
+            path = unquote(u.path)
+            dest = page if not path else (page.parent / path).resolve()
+            if path and not dest.exists():
+                broken.append(f"{page.relative_to(html_dir)}: {target} (no such file)")
+                continue
+            if dest.is_dir():
+                dest = dest / "index.html"
+                if not dest.exists():
+                    broken.append(f"{page.relative_to(html_dir)}: {target} (directory without index.html)")
+                    continue
+            if u.fragment and dest.suffix == ".html":
+                ids = parsed[dest].ids if dest in parsed else Page(dest).ids
+                if unquote(u.fragment) not in ids:
+                    broken.append(f"{page.relative_to(html_dir)}: {target} (no anchor #{u.fragment})")
+    return broken
+
+
+def check_offline(html_dir: Path, parsed: dict | None = None) -> list[str]:
+    """No page loads a script, stylesheet or image from the network, and MathJax is served locally."""
+    html_dir = Path(html_dir)
+    problems = []
+    if not (html_dir / "_static" / "mathjax" / "tex-chtml.js").is_file():
+        problems.append("_static/mathjax/tex-chtml.js is missing: MathJax is not served from the book")
+    for page, pg in (parsed or pages(html_dir)).items():
+        for tag, target in pg.links:
+            if tag in ("script", "img", "link", "source", "iframe") and (
+                    urlsplit(target).scheme in ("http", "https") or target.startswith("//")):
+                problems.append(f"{page.relative_to(html_dir)}: <{tag}> loads {target} from the network")
+    return problems
+
+
+def check_downloads(html_dir: Path, parsed: dict | None = None) -> list[str]:
+    """Every notebook page links to its executed ``.ipynb``, and every generated page's source download holds
+    its text (not an ``{include}`` directive)."""
+    html_dir = Path(html_dir)
+    problems = []
+    parsed = parsed or pages(html_dir)
+    nbpages = [p for p in parsed if p.parent.name == "notebooks"]
+    if not nbpages:
+        problems.append("no notebook pages in the book")
+    for page in nbpages:
+        nb = html_dir / "_sources" / "notebooks" / (page.stem + ".ipynb")
+        if not nb.is_file():
+            problems.append(f"{nb.relative_to(html_dir)} is missing: no notebook to download")
+        elif not any(t.split("#")[0].endswith(f"_sources/notebooks/{page.stem}.ipynb") for _, t in parsed[page].links):
+            problems.append(f"{page.relative_to(html_dir)} has no download link to its notebook")
+    for src in (html_dir / "_sources" / "book").glob("*.md"):
+        if "{include}" in src.read_text():
+            problems.append(f"{src.relative_to(html_dir)} holds an {{include}} directive instead of its text")
+    return problems
+
+
+def check_verdicts(html_dir: Path, rows: list[Row], profile: str, parsed: dict | None = None) -> list[str]:
+    """The landing table, every result page's verdict line and the rows agree (one verdict per result);
+    a smoke build states no verdict about an experiment."""
+    html_dir = Path(html_dir)
+    parsed = parsed or pages(html_dir)
+    fs = {f.key: f for f in findings(rows)}
+    problems = []
+    landing = html_dir / "book" / "intro.html"
+    if landing not in parsed:
+        return [f"{landing} is missing"]
+    marks = {m.get("data-result"): m.get("data-verdict") for m in parsed[landing].marked}
+    for key, f in fs.items():
+        if marks.get(key) != f.verdict:
+            problems.append(f"landing page: {key} shows {marks.get(key)!r}, the rows give {f.verdict!r}")
+    pages_of = {}
+    for key, _, page, _ in RESULTS:
+        pages_of.setdefault(page, []).append(key)
+    for page, keys in pages_of.items():
+        path = (html_dir / page).with_suffix(".html")
+        if path not in parsed:
+            problems.append(f"{page}.html is missing")
+            continue
+        shown = {m.get("data-result"): m.get("data-verdict") for m in parsed[path].marked}
+        for key in keys:
+            f = fs[key]
+            if profile != "paper" and f.kind == "experiment":
+                if shown.get(key):
+                    problems.append(f"{page}: a smoke build states the verdict {shown[key]!r} for {key}")
+                continue
+            if key not in shown:
+                problems.append(f"{page}: no verdict line for {key}")
+            elif shown[key] != f.verdict:
+                problems.append(f"{page}: {key} shows {shown[key]!r}, the rows give {f.verdict!r}")
+    return problems
+
+
+def check_raw_latex(html_dir: Path, parsed: dict | None = None) -> list[str]:
+    """No TeX reaches a reader as text: ``$…$``, ``\\frac``, ``_{`` outside rendered math, code and scripts."""
+    html_dir = Path(html_dir)
+    problems = []
+    for page, pg in (parsed or pages(html_dir)).items():
+        text = " ".join(" ".join(pg.text).split())
+        for m in RAW_LATEX.finditer(text):
+            a = max(0, m.start() - 40)
+            problems.append(f"{page.relative_to(html_dir)}: raw TeX in the text: …{text[a:m.end() + 40]}…")
+            break
+    return problems

@@ -1,0 +1,171 @@
+"""The book's generated pages: what was found, every check, the errata, notation and reproducibility tables.
+
+Everything here is rendered from the rows of ``curvature-gap verify`` (:mod:`curvature_gap.checks`), the
+verdicts of :mod:`curvature_gap.findings` and the package's own tables (errata, notation, unstated
+choices, profiles, fault cases); no number is typed by hand.
+"""
+from __future__ import annotations
+
+import html
+import platform
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+
+import torch
+
+from curvature_gap.checks.row import Row
+from curvature_gap.config import PROFILE_CONFIGS, UNSTATED
+from curvature_gap.faults import FAULTS
+from curvature_gap.findings import RESULTS, findings, summary_sentences
+from curvature_gap.notebook import md_escape, md_table
+from curvature_gap.provenance import host
+from curvature_gap.theory.errata import ERRATA
+from curvature_gap.theory.notation import NOTATION
+
+__all__ = ["landing_md", "all_checks_md", "errata_md", "notation_md", "unstated_md", "profiles_md", "faults_md",
+           "versions_md", "hardware_md", "runtimes_md", "verdict_badge"]
+
+
+def verdict_badge(verdict: str, css: str) -> str:
+    return f'<span class="cg-badge cg-{css}">{html.escape(verdict)}</span>'
+
+
+def _link(page: str, text: str) -> str:
+    return f"[{text}](/{page})" if page else text
+
+
+def landing_md(rows: list[Row], profile: str) -> str:
+    """What was found (a few sentences) and the compact verdict table (result, verdict, evidence, link)."""
+    fs = findings(rows)
+    lines = []
+    lines += [f"- {s}" for s in summary_sentences(rows)]
+    lines += ["", "| result | verdict | evidence |", "|---|---|---|"]
+    for f in fs:
+        lines.append(f"| {_link(f.page, md_escape(f.title))} | {verdict_badge(f.verdict, f.css)} | "
+                     f"{md_escape(f.evidence)} |")
+    src = "paper-profile results (committed under `published/paper/`)"
+    lines += ["", f"Verdicts about the experiments come from the {src}; the theory rows from random float64 "
+                  f"instances. This build used the `{profile}` profile. {{doc}}`all_checks` lists every one of the "
+                  f"{len(rows)} checks behind this table."]
+    return "\n".join(lines) + "\n"
+
+
+def _num(r: Row) -> str:
+    v = r.number()
+    if v is None:
+        return "—"
+    return "0" if v == 0 else (f"{v:.3g}" if abs(v) >= 1e-2 else f"{v:.1e}")
+
+
+def all_checks_md(rows: list[Row]) -> str:
+    """Every row, grouped by result: key columns (check, verdict, number) first, the rest folded."""
+    parts = []
+    titles = {k: t for k, t, _, _ in RESULTS}
+    pages = {k: p for k, _, p, _ in RESULTS}
+    order = [k for k, *_ in RESULTS] + sorted({r.result for r in rows} - {k for k, *_ in RESULTS})
+    for key in order:
+        rs = [r for r in rows if r.result == key]
+        if not rs:
+            continue
+        title = titles.get(key, "The software itself" if key == "software" else key)
+        parts.append(f"## {md_escape(title)}\n")
+        if key in pages:
+            parts.append(f"Page: {{doc}}`/{pages[key]}`.\n")
+        body = [[f"`{r.id}`", r.verdict, _num(r), "yes" if r.finding else ""] for r in rs]
+        parts.append(md_table(["check", "verdict", "number", "finding"], body) + "\n")
+        det = "".join(
+            f"<dt><code>{html.escape(r.id)}</code> ({html.escape(r.kind)}, {html.escape(r.role)}, profile "
+            f"{html.escape(r.profile)})</dt><dd>{html.escape(r.what)}"
+            + (f"<br><em>{html.escape(r.instances)}</em>" if r.instances else "")
+            + (f"<br>{html.escape(r.note)}" if r.note else "")
+            + (f"<br>Errata: {html.escape(', '.join(r.errata))}" if r.errata else "")
+            + (f"<br>Run it: <code>{html.escape(r.command)}</code>" if r.command else "") + "</dd>" for r in rs)
+        parts.append(f"<details><summary>What each check compares ({len(rs)} rows)</summary><dl>{det}</dl></details>\n")
+    return "\n".join(parts)
+
+
+def errata_md(rows: list[Row]) -> str:
+    """The E-list (misprinted formulas, E1…) and the C-list (statements with a counter-example, C1…)."""
+    by_id = {r.id: r for r in rows}
+    parts = ["## Misprinted formulas\n"]
+    for k, e in enumerate(ERRATA, 1):
+        parts.append(f"### E{k}. {e['where']}\n")
+        parts.append(f"**Printed.** {e['printed']}\n")
+        parts.append(f"**What holds.** {e['holds']}\n")
+        ids = [e["evidence"], *e.get("related", [])]
+        found = [by_id[i] for i in ids if i in by_id]
+        if found:
+            body = [[f"`{r.id}`", r.verdict, _num(r), "—" if r.printed_rel_err is None else f"{r.printed_rel_err:.2g}"]
+                    for r in found]
+            parts.append(md_table(["check", "verdict", "error of the corrected form", "error as printed"], body) + "\n")
+        parts.append(f"*Erratum id* `{e['id']}`\n")
+    parts.append("## Statements that fail, with a counter-example\n")
+    bad = [r for r in rows if r.kind == "bound" and r.verdict == "fails" and r.claim is not None]
+    for k, r in enumerate(bad, 1):
+        ev = ", ".join(f"`{x}`" for x in r.evidence) or "in the sweeps' tables"
+        err = f" Depends on: {', '.join(f'`{e}`' for e in r.errata)}." if r.errata else ""
+        parts.append(f"### C{k}. `{r.id}`\n\n{md_escape(r.what)}.\n\nSmallest bound/exact: **{_num(r)}** "
+                     f"({md_escape(r.instances)}). Counter-example: {ev}.{err}\n")
+    return "\n".join(parts)
+
+
+def notation_md() -> str:
+    body = [[n["paper"], f"`{n['code']}`", n["meaning"], n.get("clash") or ""] for n in NOTATION]
+    return md_table(["paper", "code", "meaning", "clash resolved"], body) + "\n"
+
+
+def unstated_md() -> str:
+    body = [[md_escape(u["name"]), md_escape(u["value"]), md_escape(u["reason"])] for u in UNSTATED]
+    return md_table(["choice", "value used here", "reason"], body) + "\n"
+
+
+def profiles_md() -> str:
+    """Model and training settings per profile, transposed so that it fits a phone: one column per profile."""
+    cols = list(PROFILE_CONFIGS)
+    keys = ["epochs", "train_subset", "batch_size", "optimizer", "lr", "weight_decay", "schedule", "augment",
+            "grad_clip", "seed"]
+    body = [["blocks"] + [str(PROFILE_CONFIGS[c].model_config().n_blocks) for c in cols],
+            ["width d_V / d_ff"] + [f"{PROFILE_CONFIGS[c].model_config().d_model} / {PROFILE_CONFIGS[c].model_config().d_ff}"
+                                    for c in cols]]
+    body += [[k] + [md_escape(getattr(PROFILE_CONFIGS[c], k)) for c in cols] for k in keys]
+    body += [["config hash"] + [f"`{PROFILE_CONFIGS[c].hash()}`" for c in cols]]
+    return md_table(["setting"] + [f"{m} {p}" for m, p in cols], body) + "\n"
+
+
+def faults_md() -> str:
+    body = [[md_escape(f.area), md_escape(f.case), md_escape(f.behaviour), ", ".join(f"`{t}`" for t in f.tests)]
+            for f in FAULTS]
+    return md_table(["area", "fault", "what the program does", "tests"], body) + "\n"
+
+
+_VERSION_PKGS = ["torch", "torchvision", "curvlinops-for-pytorch", "numpy", "matplotlib", "jupyter-book", "sphinx",
+                 "myst-nb", "sphinx-book-theme", "sphinxcontrib-bibtex", "sphinx-proof", "sphinx-mathjax-offline",
+                 "papermill", "nbval", "curvature-gap"]
+
+
+def versions_md(root) -> str:
+    body = [["Python", platform.python_version()]]
+    for p in _VERSION_PKGS:
+        try:
+            body.append([p, version(p)])
+        except PackageNotFoundError:
+            body.append([p, "not installed"])
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
+    if commit:
+        body.append(["git commit of this build", f"`{commit}`"])
+    return md_table(["package", "version"], body) + "\n"
+
+
+def hardware_md(device: str) -> str:
+    h = host()
+    body = [["operating system", md_escape(platform.platform())], ["CPU", md_escape(h["cpu"])],
+            ["CPUs", f"{h['cpus']} (torch threads: {torch.get_num_threads()})"],
+            ["memory", f"{h['memory_gib']:.1f} GiB" if h["memory_gib"] else "unknown"],
+            ["GPU", md_escape(h["gpu"] or "none")], ["device requested for this build", f"`{device}`"]]
+    return md_table(["item", "value"], body) + "\n"
+
+
+def runtimes_md(timings: dict, verify_source: str) -> str:
+    body = [[f"`{verify_source}`", "—"]]
+    body += [[f"notebook `{name}`", f"{sec:.1f}"] for name, sec in timings.items()]
+    return md_table(["step", "wall time (s)"], body) + "\n"
