@@ -14,17 +14,24 @@ import html
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 
-from . import checks, experiments
-from .checks.row import Row
-from .config import DEVICES, PROFILES, MODELS, ConfigError, train_config
-from .experiments import Context, UnusableResult, default_published_dir
-from .experiments.plotting import png_bytes
-from .findings import Finding, finding_of
+# notices from torch's and tqdm's own machinery (raised while the package is imported into a kernel),
+# about neither the computation nor the page
+warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+warnings.filterwarnings("ignore", message=r"IProgress not found")
+
+from . import checks, experiments  # noqa: E402
+from .checks.row import Row  # noqa: E402
+from .config import DEVICES, PROFILES, MODELS, ConfigError, train_config  # noqa: E402
+from .experiments import Context, UnusableResult, default_published_dir  # noqa: E402
+from .experiments.plotting import png_bytes  # noqa: E402
+from .findings import Finding, finding_of  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "show_markdown", "show_figure", "figure", "rows", "show_rows",
-           "verdict_text", "show_verdict", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES"]
+           "verdict_text", "show_verdict", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES", "find",
+           "show_ranking", "show_cross_check", "md_escape"]
 
 VERIFY_ENV = "CURVATURE_GAP_VERIFY_JSON"
 STATIC_ENV = "CURVATURE_GAP_BOOK_STATIC"
@@ -268,3 +275,47 @@ def show_verdict(key: str, profile: str) -> None:
         body = re.sub(r"^Verdict: ([^.]*)\.", r"<strong>Verdict: \1.</strong>", body)
     _display_html(f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'
                   f"{body}</div>")
+
+
+# ---------------------------------------------------------------------------------------------- figure tables
+def show_ranking(result) -> None:
+    """Figs. 3/4: the diagonal blocks ranked by each statistic, over each parameter set (largest first),
+    with W_V's place — the table the claim's verdict is derived from."""
+    from .checks.figures import ranking_table  # noqa: PLC0415 - keeps this module's imports light for the theory pages
+    from .experiments.hessians import SETS, STATISTICS  # noqa: PLC0415
+
+    table = ranking_table(result.meta["unit_stats"])
+    head = ["statistic"] + [md_escape(SETS[s][0].split(" (")[0]) for s in table]
+    body = []
+    for st, (label, _) in STATISTICS.items():
+        cells = [md_escape(label)]
+        for s in table:
+            order = table[s][st]
+            place = _ordinal(order.index("W_V") + 1)
+            top = md_escape(" > ".join(u.replace("_", "") for u in order[:3]))
+            cells.append(f"{'**' + place + '**' if place == '1st' else place} ({top} …)")
+        body.append(cells)
+    show_markdown("Place of $W_V$'s block among the diagonal blocks (the three largest in brackets):\n\n"
+                  + md_table(head, body))
+
+
+def _ordinal(n: int) -> str:
+    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+
+
+def show_cross_check(result) -> None:
+    """The agreement of the figure's Hessian with curvlinops (the paper's tool)."""
+    cc = result.meta["cross_check"]
+    f32, f64 = cc["float32"], cc["float64"]
+    show_markdown(
+        f"The Hessian shown is exact ({cc['method']}, {cc['method_seconds']:.0f} s). On {f32['columns']} sampled "
+        f"columns covering every parameter group it agrees with curvlinops' `HessianLinearOperator` to "
+        f"{f32['max_relative_difference']:.1e} relative in float32 ({f32['batch']} images, worst group "
+        f"`{f32['worst_group']}`), and to {f64['max_relative_difference']:.1e} in float64 on {f64['batch']} images.")
+
+
+def find(name: str, profile: str = "smoke"):
+    """The result of ``name`` if the cache or the published results hold one for the current configuration,
+    else None; never computes (for pages that show a stand-in when a result cannot be had here)."""
+    return experiments.find_result(name, ctx=Context(profile=profile, progress=False,
+                                                     published_dir=default_published_dir()))

@@ -314,9 +314,10 @@ def sa_check(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, ts=(0.0, 0.03
             ratio = (2 * ell_max + M * t ** 2) / (k + 1) / lhs.clamp_min(1e-300)
             val = ratio.min()
             with torch.no_grad():
-                exact_val, kk, _ = _ratio_over_k(per_sample(w_star + d).numpy(), ell_max, M, float(t) ** 2)
+                tv = float(t.detach())
+                exact_val, kk, _ = _ratio_over_k(per_sample(w_star + d.detach()).numpy(), ell_max, M, tv ** 2)
             if exact_val < best[0]:
-                best = (exact_val, float(t), kk)
+                best = (exact_val, tv, kk)
             opt.zero_grad()
             torch.log(val).backward()
             opt.step()
