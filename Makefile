@@ -1,5 +1,6 @@
-# Two commands matter: `make reproduce` (set up, fetch data, regenerate every figure)
-# and `make test` (set up, run the test suite). Each works alone on a fresh clone.
+# Two commands matter: `make reproduce` (set up, fetch data, recompute every result at paper scale and
+# write the reproduction report) and `make test` (set up, run the test suite). Each works alone on a
+# fresh clone.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -7,16 +8,18 @@ CG     := $(VENV)/bin/curvature-gap
 STAMP  := $(VENV)/.stamp-install
 PROFILE ?= paper
 DEVICE  ?= auto
+BOOK_DEVICE ?= cpu
 DATA    ?= data
 export CURVATURE_GAP_DATA ?= $(abspath $(DATA))
 
-.PHONY: install reproduce test book book-check kernel data bench gpu-check lab clean help
+.PHONY: install reproduce publish test book book-check kernel data bench gpu-check lab clean help
 
 help:
-	@echo "make reproduce [PROFILE=paper|smoke] [DEVICE=auto|cpu|cuda]  regenerate every figure"
+	@echo "make reproduce [PROFILE=paper|smoke] [DEVICE=auto|cpu|cuda]  recompute every result, reproduction report"
 	@echo "make test                                                  run the test suite"
-	@echo "make book [PROFILE=smoke|paper]                            build the Jupyter Book (_build/html)"
-	@echo "make book-check                                            links, offline math, summary table, headless Chromium"
+	@echo "make book [PROFILE=paper|smoke]                            build the Jupyter Book (_build/html); paper: from published/"
+	@echo "make book-check                                            check the built book (links, verdicts, raw TeX, Chromium)"
+	@echo "make publish                                               copy the recomputed paper results into published/paper/"
 	@echo "make lab                                                   JupyterLab on notebooks/ (installs the lab extra on first use)"
 	@echo "make gpu-check                                             on a CUDA machine: device tests, GPU timings (benchmarks/gpu.json)"
 	@echo "make data | bench | clean | install"
@@ -34,6 +37,11 @@ data: install
 
 reproduce: install data
 	$(CG) reproduce --profile $(PROFILE) --device $(DEVICE) --data-dir $(DATA)
+
+# For maintainers, after `make reproduce`: replace the committed results the paper book renders from
+# (published/paper/*.json|npz and the verify rows computed from them).
+publish: install
+	$(CG) publish --profile paper
 
 # The notebooks' kernel ("python3" in their metadata) is registered inside the virtual environment,
 # where it takes precedence over any user-level kernel of the same name.
@@ -58,14 +66,18 @@ gpu-check: install
 	$(PY) benchmarks/gpu_check.py --data-dir $(DATA)
 
 # Executes every notebook with papermill (-p profile $(PROFILE)) and builds _build/html with
-# jupyter-book -W -n --keep-going: any execution error or warning fails it.
+# jupyter-book -W -n --keep-going: any execution error or warning fails it (tools/book/build.py).
+# PROFILE=paper (the default) renders the committed published/paper/ results and computes nothing;
+# PROFILE=smoke computes toy-scale results on the fly (CI).
 book: install kernel data
-	$(PY) -m curvature_gap.book --profile $(PROFILE) --device $(DEVICE)
+	$(PY) -m tools.book build --profile $(PROFILE) --device $(BOOK_DEVICE)
 
-# Checks the built book: internal links, offline MathJax, the introduction's table against the verify
-# JSON, and (headless Chromium) rendered math and loaded images; screenshots in _build/screenshots/.
+# Checks the built book: links, offline MathJax, downloads, one verdict per result, no raw TeX, and in
+# headless Chromium legible figures and tables that fit a phone; screenshots in _build/screenshots/
+# (SHOTS=docs/screenshots to refresh the committed ones).
+SHOTS ?= _build/screenshots
 book-check: install
-	$(PY) -m curvature_gap.book --check
+	$(PY) -m tools.book check --shots $(SHOTS)
 
 # JupyterLab on the notebooks, in the project's kernel. jupyterlab is the optional `lab` extra, installed
 # here on first use only (never by `make install`).

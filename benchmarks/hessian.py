@@ -92,18 +92,18 @@ def _worker(spec: dict) -> dict:
         out.update(seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0,
                    hvp_calls=sp.hvp_calls, table=sp.table(), params=sum(p.numel() for p in model.parameters()))
     elif task == "fig6":
-        from curvature_gap.hessian.losses import running_mean_losses
+        from curvature_gap.landscape.losses import per_sample_losses, running_means
 
         ds = load("mnist", train=True)
         model = cg.build_model("mnist", seed=0)
         rows = []
         for n in spec["sizes"]:
             sub = ds.subset(n)
-            running_mean_losses(model, sub.subset(min(n, 1024)), 128, "cpu", permutation=0)  # warm-up
+            per_sample_losses(model, sub.images[:1024], sub.labels[:1024], device="cpu")  # warm-up
             ts = []
             for _ in range(spec.get("repeats", 3)):
                 t0 = time.perf_counter()
-                running_mean_losses(model, sub, 128, "cpu", permutation=0)
+                running_means(per_sample_losses(model, sub.images, sub.labels, device="cpu"))
                 ts.append(time.perf_counter() - t0)
             rows.append(dict(n=n, seconds=statistics.median(ts), per_sample_us=1e6 * statistics.median(ts) / n))
         out.update(rows=rows)
@@ -220,7 +220,7 @@ def rel_err(path: str, ref: str) -> float | None:
 def machine() -> dict:
     import torch
 
-    from curvature_gap.device import host
+    from curvature_gap.provenance import host
 
     h = host()
     mem = f"{h['memory_gib']:.0f} GB" if h["memory_gib"] else "?"
@@ -370,7 +370,7 @@ def main(argv=None) -> int:
     sizes = [1000, 10000, 60000]
     res6 = run(dict(base, task="fig6", sizes=sizes, repeats=1 if args.quick else 3), 1800)
     for rr in res6.get("rows", []):
-        rows.append(row(f"running_mean_losses N={rr['n']}", rr["n"], "float32", dict(res6, seconds=rr["seconds"], cpu_seconds=None),
+        rows.append(row(f"per-sample losses + running means N={rr['n']}", rr["n"], "float32", dict(res6, seconds=rr["seconds"], cpu_seconds=None),
                         note=f"{rr['per_sample_us']:.1f} µs per sample"))
 
     info["load_end"] = os.getloadavg()

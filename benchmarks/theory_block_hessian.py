@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
+from curvature_gap.exact import derivatives as rf
+from curvature_gap.exact.instances import MNIST_SHAPE, random_instance
 from curvature_gap.theory import block as bk
-from curvature_gap.theory import reference as rf
-from curvature_gap.theory.instances import MNIST_SHAPE, make_instance
 
 SECTION = "## Closed-form block Hessian vs autograd (theory)"
 
@@ -44,15 +44,17 @@ def run(repeats: int, device: str) -> list[dict]:
     cases = [("small", (5, 6, 3, 8), True), ("MNIST (Table 1)", MNIST_SHAPE, False)]
     rows = []
     for name, shape, with_literal in cases:
-        inst = make_instance(*shape, seed=0, device=device)
-        args = [inst[k] for k in ("X", "W_Q", "W_K", "W_V", "W_1", "W_2")]
-        t_c, Hc = _time(lambda: bk.assemble(bk.loss_hessian(*args, inst["Target"])), repeats, device)
+        inst = random_instance(*shape, seed=0)
+        for k, v in inst.tensors().items():
+            setattr(inst, k, v.to(device))
+        args = [inst.X, *inst.weights]
+        t_c, Hc = _time(lambda: bk.assemble(bk.loss_hessian(*args, inst.Target)), repeats, device)
         t_a, Ha = _time(lambda: rf.loss_hessian_autograd(inst), repeats, device)
         err = float((Hc - Ha).abs().max() / Ha.abs().max())
         row = {"case": name, "shape": shape, "n": Ha.shape[0], "closed_s": t_c, "autograd_s": t_a, "rel_err": err,
                "literal_s": None}
         if with_literal:
-            t_l, Hl = _time(lambda: bk.assemble(bk.loss_hessian_literal(*args, inst["Target"])), repeats, device)
+            t_l, Hl = _time(lambda: bk.assemble(bk.loss_hessian_literal(*args, inst.Target)), repeats, device)
             row["literal_s"] = t_l
             row["literal_err"] = float((Hl - Ha).abs().max() / Ha.abs().max())
         rows.append(row)
@@ -68,7 +70,7 @@ def markdown(rows: list[dict], repeats: int, device: str) -> str:
         SECTION,
         "",
         "Full Hessian of the block loss (1/(L d_V))‖Z − Target‖²_F w.r.t. (W_1, W_2, W_K, W_Q, W_V), float64, "
-        "one random instance (`theory.instances.make_instance(..., seed=0)`), median of "
+        "one random instance (`exact.instances.random_instance(..., seed=0)`), median of "
         f"{repeats} runs. Closed form: `theory.block.loss_hessian` (Theorem 5 + Gauss–Newton, contracted with "
         "∂l/∂Z). Autograd: `torch.func.hessian` of the hand-written block (`theory.reference`). "
         "Produced by `python benchmarks/theory_block_hessian.py`.",

@@ -64,14 +64,19 @@ def tiny_datasets():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test named in the fault table (``curvature_gap.faults``) and everything under
-    tests/reliability as ``reliability``: ``pytest -m reliability`` runs exactly the book's table."""
-    from curvature_gap.faults import named_tests
+    """Mark every test that declares a fault (``@pytest.mark.fault("<id>")``, ids of
+    ``curvature_gap.faults``) and everything under tests/reliability as ``reliability``:
+    ``pytest -m reliability`` runs exactly the tests of the book's fault table. A marker naming an
+    unknown fault fails the collection."""
+    from curvature_gap.faults import FAULT_IDS
 
-    named = set(named_tests())
     for item in items:
-        nodeid = item.nodeid.split("[")[0]
-        if nodeid in named or nodeid.startswith("tests/reliability/"):
+        for m in item.iter_markers("fault"):
+            unknown = [a for a in m.args if a not in FAULT_IDS]
+            if unknown or not m.args:
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.fault names unknown fault(s) {unknown or '(none)'}; "
+                                        f"known: {', '.join(sorted(FAULT_IDS))}")
+        if item.get_closest_marker("fault") or item.nodeid.startswith("tests/reliability/"):
             item.add_marker(pytest.mark.reliability)
 
 

@@ -30,7 +30,7 @@ from .experiments.plotting import png_bytes  # noqa: E402
 from .findings import Finding, finding_of  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "show_markdown", "show_figure", "figure", "rows", "show_rows",
-           "verdict_text", "show_verdict", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES", "find",
+           "verdict_text", "verdict_html", "show_verdict", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES", "find",
            "show_ranking", "show_cross_check", "md_escape"]
 
 VERIFY_ENV = "CURVATURE_GAP_VERIFY_JSON"
@@ -258,23 +258,29 @@ def verdict_text(key: str, profile: str, rs: list[Row] | None = None) -> str:
     smoke profile, that the page is a pipeline check at toy scale and states no verdict."""
     f: Finding = finding_of(key, rs if rs is not None else rows())
     if f.kind == "experiment" and profile != "paper":
-        return ("This page was built with the `smoke` profile: a pipeline check at toy scale (a few images, a "
+        return ("This page was built with the smoke profile: a pipeline check at toy scale (a few images, a "
                 "model trained for seconds). Its numbers say nothing about the paper, and it states no verdict; "
                 "the paper-scale book does.")
     return f"**Verdict: {f.verdict}.** {f.evidence}"
 
 
-def show_verdict(key: str, profile: str) -> None:
-    """The verdict line of a result's page as a marked element (the book's checks find it by its class)."""
-    f = finding_of(key, rows())
+def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
+    """The verdict line of a result as a marked HTML element (the book's checks find it by its class and
+    ``data-verdict``); the same element on a result's page and on the generated pages."""
+    rs = rs if rs is not None else rows()
+    f = finding_of(key, rs)
     smoke = f.kind == "experiment" and profile != "paper"
     cls = "cg-smoke-note" if smoke else f"cg-verdict cg-{f.css}"
-    body = verdict_text(key, profile)
-    body = html.escape(body).replace("**", "")
+    body = html.escape(verdict_text(key, profile, rs)).replace("**", "")
     if not smoke:
         body = re.sub(r"^Verdict: ([^.]*)\.", r"<strong>Verdict: \1.</strong>", body)
-    _display_html(f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'
-                  f"{body}</div>")
+    return (f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'
+            f"{body}</div>")
+
+
+def show_verdict(key: str, profile: str) -> None:
+    """Show :func:`verdict_html` of a result on its page."""
+    _display_html(verdict_html(key, profile))
 
 
 # ---------------------------------------------------------------------------------------------- figure tables

@@ -186,13 +186,15 @@ def generated_pages(rows: list[Row], profile: str, device: str, timings: dict, s
         "all_checks.md": tables.all_checks_md(rows),
         "errata.md": tables.errata_md(rows),
         "notation.md": tables.notation_md(),
-        "appB_rows.md": tables.all_checks_md([r for r in rows if r.result == "appB"]),
+        "appB_rows.md": tables.all_checks_md([r for r in rows if r.result == "appB"], headings=False),
+        "appB_verdict.md": tables.verdict_md(rows, "appB", profile),
         "unstated.md": tables.unstated_md(),
         "profiles.md": tables.profiles_md(),
         "faults.md": tables.faults_md(fault_tests(root)),
         "versions.md": tables.versions_md(root),
         "hardware.md": tables.hardware_md(device),
         "runtimes.md": tables.runtimes_md(timings, source),
+        "published.md": tables.published_md(root, profile),
     }
 
 

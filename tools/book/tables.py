@@ -17,13 +17,13 @@ from curvature_gap.checks.row import Row
 from curvature_gap.config import PROFILE_CONFIGS, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings, summary_sentences
-from curvature_gap.notebook import md_escape, md_table
+from curvature_gap.notebook import md_escape, md_table, verdict_html
 from curvature_gap.provenance import host
 from curvature_gap.theory.errata import ERRATA
 from curvature_gap.theory.notation import NOTATION
 
-__all__ = ["landing_md", "all_checks_md", "errata_md", "notation_md", "unstated_md", "profiles_md", "faults_md",
-           "versions_md", "hardware_md", "runtimes_md", "verdict_badge"]
+__all__ = ["landing_md", "verdict_md", "all_checks_md", "errata_md", "notation_md", "unstated_md", "profiles_md", "faults_md",
+           "versions_md", "published_md", "hardware_md", "runtimes_md", "verdict_badge"]
 
 
 def verdict_badge(verdict: str, css: str) -> str:
@@ -57,8 +57,9 @@ def _num(r: Row) -> str:
     return "0" if v == 0 else (f"{v:.3g}" if abs(v) >= 1e-2 else f"{v:.1e}")
 
 
-def all_checks_md(rows: list[Row]) -> str:
-    """Every row, grouped by result: key columns (check, verdict, number) first, the rest folded."""
+def all_checks_md(rows: list[Row], headings: bool = True) -> str:
+    """Every row, grouped by result: key columns (check, verdict, number) first, the rest folded;
+    ``headings=False`` for one result's rows on its own page."""
     parts = []
     titles = {k: t for k, t, _, _ in RESULTS}
     pages = {k: p for k, _, p, _ in RESULTS}
@@ -68,8 +69,9 @@ def all_checks_md(rows: list[Row]) -> str:
         if not rs:
             continue
         title = titles.get(key, "The software itself" if key == "software" else key)
-        parts.append(f"## {md_escape(title)}\n")
-        if key in pages:
+        if headings:
+            parts.append(f"## {md_escape(title)}\n")
+        if key in pages and headings:
             parts.append(f"Page: {{doc}}`/{pages[key]}`.\n")
         body = [[f"`{r.id}`", r.verdict, _num(r), "yes" if r.finding else ""] for r in rs]
         parts.append(md_table(["check", "verdict", "number", "finding"], body) + "\n")
@@ -89,7 +91,8 @@ def errata_md(rows: list[Row]) -> str:
     by_id = {r.id: r for r in rows}
     parts = ["## Misprinted formulas\n"]
     for k, e in enumerate(ERRATA, 1):
-        parts.append(f"### E{k}. {e['where']}\n")
+        parts.append(f"### E{k}\n")
+        parts.append(f"**Where.** {e['where']}\n")
         parts.append(f"**Printed.** {e['printed']}\n")
         parts.append(f"**What holds.** {e['holds']}\n")
         ids = [e["evidence"], *e.get("related", [])]
@@ -109,8 +112,13 @@ def errata_md(rows: list[Row]) -> str:
     return "\n".join(parts)
 
 
+def verdict_md(rows: list[Row], key: str, profile: str) -> str:
+    """The verdict element of a result whose page is a Markdown page (Appendix B on the notation page)."""
+    return verdict_html(key, profile, rows) + "\n"
+
+
 def notation_md() -> str:
-    body = [[n["paper"], f"`{n['code']}`", n["meaning"], n.get("clash") or ""] for n in NOTATION]
+    body = [[n["paper"], "`" + n["code"].replace("|", "\\|") + "`", n["meaning"], n.get("clash") or ""] for n in NOTATION]
     return md_table(["paper", "code", "meaning", "clash resolved"], body) + "\n"
 
 
@@ -132,9 +140,10 @@ def profiles_md() -> str:
     return md_table(["setting"] + [f"{m} {p}" for m, p in cols], body) + "\n"
 
 
-def faults_md() -> str:
-    body = [[md_escape(f.area), md_escape(f.case), md_escape(f.behaviour), ", ".join(f"`{t}`" for t in f.tests)]
-            for f in FAULTS]
+def faults_md(tests: dict[str, list[str]]) -> str:
+    """The fault table: each fault, what the program does, and the tests marked with its id."""
+    body = [[md_escape(f.area), md_escape(f.case), md_escape(f.behaviour),
+             "<br>".join(f"`{t}`" for t in tests.get(f.id, [])) or "**no test**"] for f in FAULTS]
     return md_table(["area", "fault", "what the program does", "tests"], body) + "\n"
 
 
@@ -163,6 +172,32 @@ def hardware_md(device: str) -> str:
             ["memory", f"{h['memory_gib']:.1f} GiB" if h["memory_gib"] else "unknown"],
             ["GPU", md_escape(h["gpu"] or "none")], ["device requested for this build", f"`{device}`"]]
     return md_table(["item", "value"], body) + "\n"
+
+
+def published_md(root, profile: str) -> str:
+    """The results this build rendered from: for the paper book the committed ``published/paper/`` files,
+    each with its provenance (how long it took, where, with which code)."""
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    d = Path(root) / "published" / profile
+    files = sorted(d.glob("*.json")) if profile == "paper" else []
+    files = [f for f in files if f.name != "verify.json"]
+    if not files:
+        return (f"This `{profile}` build computed its results while executing the notebooks (under `results/`); "
+                "nothing was read from `published/`.\n")
+    body = []
+    for f in files:
+        doc = json.loads(f.read_text())
+        prov = doc.get("provenance") or {}
+        h, git = prov.get("host") or {}, prov.get("git") or {}
+        secs = prov.get("compute_seconds")
+        size = f.stat().st_size + (f.with_suffix(".npz").stat().st_size if f.with_suffix(".npz").is_file() else 0)
+        body.append([f"`{f.stem}`", f"`{doc.get('config_hash', '')}`",
+                     "—" if secs is None else f"{float(secs):.0f}",
+                     md_escape(f"{prov.get('device', '?')}, {h.get('cpu', '?')}"),
+                     f"`{str(git.get('commit', ''))[:10]}`", f"{size / 1e6:.2f}"])
+    return md_table(["result", "config", "compute (s)", "computed on", "commit", "MB"], body) + "\n"
 
 
 def runtimes_md(timings: dict, verify_source: str) -> str:

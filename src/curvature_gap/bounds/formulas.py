@@ -202,7 +202,7 @@ def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: flo
     an equality); ``R = ‖Z − Target‖_F``; ``lnU`` the first LayerNorm's input data
     (``norm``, ``row_norm_min``, ``m``, ``n``); ``lnS_sigma`` the second input's smallest centred row
     norm (Lemma 4 "stated"), ``‖S‖`` being taken from the Proposition.  Returns the ingredient
-    bounds (keys as in :func:`curvature_gap.bounds.exact.block_exact`), the per-pair bounds
+    bounds (keys as in :func:`curvature_gap.bounds.quantities.block_exact`), the per-pair bounds
     ``pair_{i}{j}`` and ``M_tr``.
     """
     nX, nQ, nK, nV, n1, n2 = (n[k] for k in ("X", "Q", "K", "V", "1", "2"))

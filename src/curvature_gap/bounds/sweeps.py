@@ -302,11 +302,12 @@ def replay(ce: dict) -> dict:
     raise KeyError(f"{ce['check']} [{ce['sub']}] not produced on replay")
 
 
-def save_counterexamples(ces: dict, directory: Path) -> list[Path]:
-    """Write one JSON file per key of ``ces`` into ``directory`` (old ``*.json`` there are removed first)."""
+def save_counterexamples(ces: dict, directory: Path, replace: bool = True) -> list[Path]:
+    """Write one JSON file per key of ``ces`` into ``directory``; ``replace`` removes the old ``*.json``
+    there first (a new set), else files of other keys are kept (adding to a set)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    for p in directory.glob("*.json"):
+    for p in directory.glob("*.json") if replace else ():
         p.unlink()
     paths = []
     for c, ce in sorted(ces.items()):

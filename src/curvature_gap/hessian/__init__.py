@@ -1,4 +1,4 @@
-"""Exact loss Hessians of the paper's ViT (Figs. 3–5), block spectra, and running-mean losses (Fig. 6).
+"""Exact loss Hessians of the paper's ViT (Figs. 3–5) and block spectra.
 
 The loss is the empirical risk ``L(w) = (1/B) Σ_n ℓ(model(x_n; w), y_n)`` on one batch (cross-entropy,
 batch mean, as ``nn.CrossEntropyLoss()``). Parameters are the flat vector
@@ -11,7 +11,6 @@ Entry points
 * :func:`hessian_block` — one block ``H[row, col]`` of shape (|row|, |col|);
 * :mod:`.spectra` — top eigenvalues and spectral norms per block via Lanczos on Hessian-vector
   products (any model size, CPU or GPU);
-* :mod:`.losses` — per-sample losses and running means ``L_k`` in one forward pass over the data.
 
 Methods (all exact; they differ in cost only)
 

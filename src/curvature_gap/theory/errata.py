@@ -3,7 +3,7 @@
 Each entry: ``id``, ``where`` (theorem / equation / proof step), ``printed`` (what the paper
 prints), ``holds`` (what is implemented and verified), ``evidence`` (the ``curvature-gap verify``
 check id that measures both), and optionally ``related`` (further check ids).  The measured
-errors are in the rows of :func:`curvature_gap.theory.verify.run_checks`.
+errors are in the rows of :func:`curvature_gap.checks.theory.run_checks`.
 
 ``where``, ``printed`` and ``holds`` are MyST Markdown: words are plain text and formulas are inline
 LaTeX in ``$...$`` (using the book's MathJax macros vecr, vec, diag, LN, ReLU, softmax and R); they never
