@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import shutil
 import socket
 import subprocess
@@ -164,7 +165,7 @@ def load_mnist(root: Path, train: bool, allow_download: bool = False, verify_md5
         raise DataUnavailable(_mnist_instructions(root))
     try:
         ds = MNIST(str(root), train=train, download=False)
-    except Exception as exc:  # torchvision raises RuntimeError/ValueError on bad files
+    except (RuntimeError, ValueError, OSError) as exc:  # what torchvision raises on bad or truncated files
         raise DataUnavailable(f"MNIST files under {mnist_raw_dir(root)} could not be read ({exc}); "
                               "delete them and run `make data`") from exc
     return _checked("MNIST", mnist_raw_dir(root), ds.data.unsqueeze(1), ds.targets.long(), (1, 28, 28), 10)
@@ -222,7 +223,7 @@ def load_cifar100(root: Path, train: bool, allow_download: bool = False, verify_
 
     try:
         ds = _CIFAR100(str(root), train=train, download=False)
-    except Exception as exc:
+    except (RuntimeError, ValueError, OSError, EOFError, KeyError, pickle.UnpicklingError) as exc:  # bad pickle files
         raise DataUnavailable(f"CIFAR-100 files under {root / CIFAR100_DIR} could not be read ({exc}). "
                               + _cifar_instructions(root)) from exc
     images = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()
