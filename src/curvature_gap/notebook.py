@@ -23,9 +23,11 @@ warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
 warnings.filterwarnings("ignore", message=r"IProgress not found")
 
 from . import checks, experiments  # noqa: E402
+from .checks.figures import ranking_table  # noqa: E402
 from .checks.row import Row  # noqa: E402
 from .config import DEVICES, PROFILES, MODELS, ConfigError, train_config  # noqa: E402
 from .experiments import Context, UnusableResult, default_published_dir  # noqa: E402
+from .experiments.hessians import SETS, STATISTICS  # noqa: E402
 from .experiments.plotting import png_bytes  # noqa: E402
 from .findings import Finding, finding_of  # noqa: E402
 
@@ -287,9 +289,6 @@ def show_verdict(key: str, profile: str) -> None:
 def show_ranking(result) -> None:
     """Figs. 3/4: the diagonal blocks ranked by each statistic, over each parameter set (largest first),
     with W_V's place — the table the claim's verdict is derived from."""
-    from .checks.figures import ranking_table  # noqa: PLC0415 - keeps this module's imports light for the theory pages
-    from .experiments.hessians import SETS, STATISTICS  # noqa: PLC0415
-
     table = ranking_table(result.meta["unit_stats"])
     head = ["statistic"] + [md_escape(SETS[s][0].split(" (")[0]) for s in table]
     body = []
