@@ -1,10 +1,349 @@
-"""Checks of the built book in headless Chromium (Playwright): see ``browser_check``."""
+"""Checks of the built book in headless Chromium (Playwright): see ``browser_check``.
+
+What a reader sees, rather than what the HTML says: every page is served over HTTP from ``127.0.0.1`` and
+opened in the system's Chromium (``/usr/bin/chromium``; never a browser downloaded by Playwright) at a
+desktop viewport (1440 × 900) and at a phone's (390 × 844). Problems reported:
+
+* an image that did not load;
+* a MathJax error, or raw TeX left in the rendered text (``$…$``, ``\\frac``, ``_{`` …);
+* a figure (``img.cg-img``) whose smallest text is drawn below 9 pt at the desktop viewport, from the PNG's
+  ``cg:width_in`` and ``cg:min_font_pt`` text chunks and the width the page shows it at;
+* on a ``smoke`` build, a verdict (``.cg-verdict``) about an experiment;
+* on the phone, a table wider than the screen (or whose columns are cut off).
+
+Full-page screenshots of the landing page, Fig. 3, Theorem 1 and the errata at both widths go to
+``shots_dir`` (their paths are printed and kept in :data:`LAST_SCREENSHOTS`).
+"""
 from __future__ import annotations
 
+import base64
+import functools
+import os
+import re
+import shutil
+import struct
+import threading
+import time
+import zlib
+from contextlib import contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote
 
-__all__ = ["browser_check"]
+from curvature_gap.findings import RESULTS
+
+from .html import RAW_LATEX
+
+__all__ = ["browser_check", "find_chromium", "png_text_chunks", "book_pages", "CHROMIUM_ARGS", "SCREENSHOTS",
+           "DESKTOP", "PHONE", "MIN_DRAWN_PT", "LAST_SCREENSHOTS", "INSTALL_HINT"]
+
+DESKTOP = {"width": 1440, "height": 900}
+PHONE = {"width": 390, "height": 844}
+MIN_DRAWN_PT = 9.0       # the smallest text of a figure, as drawn on the page, in points
+CSS_PX_PER_IN = 96.0
+MATHJAX_TIMEOUT_MS = 30_000
+PAGE_TIMEOUT_MS = 60_000
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+INSTALL_HINT = "apt-get install chromium"
+# page -> screenshot stem (written as <stem>-1440.png and <stem>-390.png)
+SCREENSHOTS = {"book/intro.html": "landing", "notebooks/fig03_hessian_init.html": "fig03",
+               "notebooks/self_attention.html": "theorem1", "book/errata.html": "errata"}
+_SKIP_DIRS = {"_static", "_sources"}
+_SKIP_STEMS = {"genindex", "search", "py-modindex"}
+_REDIRECT = re.compile(r"<meta[^>]+http-equiv=[\"']?refresh", re.I)
+_RESULT_KEYS = {key for key, *_ in RESULTS}
+_EXPERIMENT_KEYS = {key for key, _, _, kind in RESULTS if kind == "experiment"}
+_EXPERIMENT_PAGES = {page + ".html" for _, _, page, kind in RESULTS if kind == "experiment"}
+
+LAST_SCREENSHOTS: list[Path] = []  # the screenshots of the latest browser_check
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def find_chromium() -> str | None:
+    """The system Chromium: ``/usr/bin/chromium`` or ``chromium`` on PATH (None if neither)."""
+    if os.access("/usr/bin/chromium", os.X_OK):
+        return "/usr/bin/chromium"
+    return shutil.which("chromium")
+
+
+def png_text_chunks(data: bytes) -> dict[str, str]:
+    """The text chunks (``tEXt``, ``zTXt``, ``iTXt``) of a PNG as {keyword: text}; raises ValueError if
+    ``data`` is not a PNG."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG")
+    out: dict[str, str] = {}
+    pos = 8
+    while pos + 8 <= len(data):
+        length, ctype = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if ctype == b"IEND":
+            break
+        try:
+            if ctype == b"tEXt":
+                key, _, text = body.partition(b"\0")
+                out[key.decode("latin-1")] = text.decode("latin-1")
+            elif ctype == b"zTXt":
+                key, _, rest = body.partition(b"\0")
+                out[key.decode("latin-1")] = zlib.decompress(rest[1:]).decode("latin-1")
+            elif ctype == b"iTXt":
+                key, _, rest = body.partition(b"\0")
+                compressed, rest = rest[0], rest[2:]
+                _lang, _, rest = rest.partition(b"\0")
+                _tkey, _, text = rest.partition(b"\0")
+                out[key.decode("latin-1")] = (zlib.decompress(text) if compressed else text).decode("utf-8")
+        except (zlib.error, UnicodeDecodeError, IndexError):
+            continue
+    return out
+
+
+def book_pages(html_dir: Path) -> list[str]:
+    """The book's pages, relative to ``html_dir`` (posix): every ``.html`` except theme and source files,
+    the index and search pages, and redirect stubs (the root ``index.html``)."""
+    html_dir = Path(html_dir)
+    out = []
+    for p in sorted(html_dir.rglob("*.html")):
+        rel = p.relative_to(html_dir)
+        if _SKIP_DIRS & set(rel.parts[:-1]) or p.stem in _SKIP_STEMS:
+            continue
+        try:
+            head = p.read_text(encoding="utf-8", errors="replace")[:4000]
+        except OSError:
+            continue
+        if _REDIRECT.search(head):
+            continue
+        out.append(rel.as_posix())
+    return out
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):  # a reader that hangs up is not a problem
+        pass
+
+
+@contextmanager
+def serve(html_dir: Path):
+    """Serve ``html_dir`` on 127.0.0.1 (a free port) in a daemon thread; yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(html_dir))
+    server = _Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, name="book-check-http", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+# ---------------------------------------------------------------------------------------------- in the page
+_SETTLE_JS = """async (ms) => {
+  // every image loaded or failed (lazy ones too), then MathJax's first typeset when MathJax is on the page
+  const imgs = [...document.images];
+  for (const img of imgs) if (img.loading === 'lazy') img.loading = 'eager';
+  await Promise.all(imgs.map(img => img.complete ? null : new Promise(r => {
+    img.addEventListener('load', r, {once: true}); img.addEventListener('error', r, {once: true});
+    setTimeout(r, 5000); })));
+  const hasMath = !!document.querySelector('span.math, div.math');
+  const mj = window.MathJax;
+  if (!mj || !mj.startup || !mj.startup.promise) return hasMath ? 'absent' : 'none';
+  const timeout = new Promise(r => setTimeout(() => r('timeout'), ms));
+  try { return await Promise.race([mj.startup.promise.then(() => 'ok'), timeout]); }
+  catch (e) { return 'error: ' + e; }
+}"""
+
+_DESKTOP_JS = """async (smoke) => {
+  const out = {broken: [], merror: [], figures: [], verdicts: [], text: ''};
+  for (const img of document.images) {
+    if (img.naturalWidth > 0) continue;
+    const src = img.currentSrc || img.getAttribute('src') || '';
+    if (/\\.svg($|[?#])/i.test(src)) {            // an SVG without intrinsic size: ask the server
+      try { if ((await fetch(src)).ok) continue; } catch (e) {}
+    }
+    out.broken.push(src.startsWith('data:') ? src.slice(0, 40) + '…' : (img.getAttribute('src') || '(no src)'));
+  }
+  for (const e of document.querySelectorAll('mjx-merror')) {
+    out.merror.push((e.getAttribute('data-mjx-error') || '') + ' | ' + (e.textContent || '').trim().slice(0, 80));
+  }
+  document.querySelectorAll('img.cg-img').forEach((img, i) => {
+    const r = img.getBoundingClientRect();
+    const fig = img.closest('figure');
+    out.figures.push({i, id: (fig && fig.id) || img.id || '', alt: img.getAttribute('alt') || '',
+                      src: img.getAttribute('src') || '', width: r.width, shown: r.width > 0 && r.height > 0});
+  });
+  if (smoke) for (const e of document.querySelectorAll('.cg-verdict')) {
+    out.verdicts.push({result: e.getAttribute('data-result') || '', verdict: e.getAttribute('data-verdict') || '',
+                       text: (e.innerText || e.textContent || '').trim().slice(0, 100)});
+  }
+  // the rendered text, without code, scripts and typeset math
+  const style = document.createElement('style');
+  style.textContent = 'pre, code, kbd, samp, textarea, script, style, mjx-container { display: none !important; }';
+  document.head.appendChild(style);
+  try { out.text = document.body ? document.body.innerText : ''; } finally { style.remove(); }
+  return out;
+}"""
+
+_PHONE_JS = """() => {
+  const vw = document.documentElement.clientWidth;
+  const out = [];
+  const clipped = (el) => {
+    // content of el (or of a box around it, up to the article) cut off or scrolled out of sight
+    for (let e = el; e && e !== document.body && e !== document.documentElement; e = e.parentElement) {
+      const cs = getComputedStyle(e);
+      if (cs.overflowX !== 'visible' && e.scrollWidth > e.clientWidth + 1) return true;
+      if (e.matches('article, main, [role=main]')) break;
+    }
+    return false;
+  };
+  document.querySelectorAll('table').forEach((t, i) => {
+    const r = t.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) return;           // not shown on this page
+    let right = r.right;
+    for (const c of t.querySelectorAll('th, td')) right = Math.max(right, c.getBoundingClientRect().right);
+    const wide = r.width > vw + 0.5 || right > vw + 0.5;
+    const cut = clipped(t);
+    if (!wide && !cut) return;
+    const th = t.querySelector('th') || t.querySelector('td');
+    out.push({i, header: th ? (th.innerText || th.textContent || '').trim().slice(0, 60) : '',
+              width: Math.round(Math.max(r.width, t.scrollWidth)), right: Math.round(right), vw, wide, cut});
+  });
+  return out;
+}"""
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def _open(page, base: str, rel: str) -> str:
+    page.goto(base + quote(rel), wait_until="load", timeout=PAGE_TIMEOUT_MS)
+    return page.evaluate(_SETTLE_JS, MATHJAX_TIMEOUT_MS)
+
+
+def _figure_problem(rel: str, fig: dict) -> str | None:
+    name = f"figure #{fig['id']}" if fig["id"] else f"figure {fig['i'] + 1} ({fig['alt'][:40]!r})"
+    src = fig["src"]
+    if not src.startswith("data:image/png;base64,"):
+        return f"{rel}: {name} is not an inline PNG, so its legibility metadata cannot be read"
+    try:
+        chunks = png_text_chunks(base64.b64decode(src.split(",", 1)[1]))
+    except ValueError as exc:
+        return f"{rel}: {name}: unreadable PNG ({exc})"
+    try:
+        width_in = float(chunks["cg:width_in"])
+        min_pt = float(chunks["cg:min_font_pt"])
+    except (KeyError, ValueError):
+        return (f"{rel}: {name} carries no cg:width_in / cg:min_font_pt chunks (draw it with "
+                "curvature_gap.experiments.plotting.png_bytes)")
+    if not fig["shown"] or width_in <= 0 or min_pt == float("inf"):
+        return None
+    drawn = min_pt * fig["width"] / (width_in * CSS_PX_PER_IN)
+    if drawn < MIN_DRAWN_PT - 0.01:
+        return (f"{rel}: {name} is unreadably small at {DESKTOP['width']} px: its smallest text ({min_pt:g} pt in a "
+                f"{width_in:g} in wide figure) is drawn at {drawn:.1f} pt (shown {fig['width']:.0f} px wide, "
+                f"natural {width_in * CSS_PX_PER_IN:.0f} px); the minimum is {MIN_DRAWN_PT:g} pt")
+    return None
+
+
+def _desktop_problems(page, base: str, rel: str, profile: str) -> list[str]:
+    problems = []
+    state = _open(page, base, rel)
+    if state == "absent":
+        problems.append(f"{rel}: the page has math but MathJax did not load")
+    elif state == "timeout":
+        problems.append(f"{rel}: MathJax did not finish typesetting within {MATHJAX_TIMEOUT_MS // 1000} s")
+    elif state.startswith("error"):
+        problems.append(f"{rel}: MathJax failed: {state[6:].strip()}")
+    smoke = profile != "paper"  # experiments state a verdict only in the paper-scale book
+    got = page.evaluate(_DESKTOP_JS, smoke)
+    problems += [f"{rel}: image did not load: {src}" for src in got["broken"]]
+    problems += [f"{rel}: MathJax error: {m}" for m in got["merror"]]
+    text = " ".join(got["text"].split())
+    m = RAW_LATEX.search(text)
+    if m:
+        a = max(0, m.start() - 40)
+        problems.append(f"{rel}: raw TeX in the rendered text: …{text[a:m.end() + 40]}…")
+    for fig in got["figures"]:
+        p = _figure_problem(rel, fig)
+        if p:
+            problems.append(p)
+    for v in got["verdicts"]:
+        # theory results state their verdict in every build; an unknown result on an experiment's page counts
+        if v["result"] in _EXPERIMENT_KEYS or (v["result"] not in _RESULT_KEYS and rel in _EXPERIMENT_PAGES):
+            problems.append(f"{rel}: a smoke build states a verdict about {v['result'] or 'an experiment'}: "
+                            f"{v['verdict'] or v['text']!r} (experiments state no verdict in a smoke build)")
+    return problems
+
+
+def _phone_problems(page, base: str, rel: str) -> list[str]:
+    _open(page, base, rel)
+    problems = []
+    for t in page.evaluate(_PHONE_JS):
+        head = f"the table headed {t['header']!r}" if t["header"] else f"table {t['i'] + 1}"
+        why = (f"{t['width']} px wide, its right edge at {t['right']} px" if t["wide"]
+               else "its columns are cut off (they scroll out of sight)")
+        problems.append(f"{rel}: {head} does not fit a {PHONE['width']} px phone ({why}; the screen is {t['vw']} px)")
+    return problems
 
 
 def browser_check(html_dir: Path, profile: str, shots_dir: Path) -> list[str]:
-    raise NotImplementedError("the browser checks are being written")
+    """Problems of the built book as headless Chromium shows it (empty: all good); full-page screenshots of
+    a few pages at 1440 and 390 px into ``shots_dir`` (printed, and kept in :data:`LAST_SCREENSHOTS`)."""
+    html_dir, shots_dir = Path(html_dir), Path(shots_dir)
+    LAST_SCREENSHOTS.clear()
+    exe = find_chromium()
+    if exe is None:
+        return [f"Chromium is not installed, so the browser checks cannot run: install it with `{INSTALL_HINT}` "
+                "(Debian/Ubuntu, as root), or skip them with `python -m tools.book check --no-browser`"]
+    try:
+        from playwright.sync_api import Error as PlaywrightError  # noqa: PLC0415 - a dev dependency
+        from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    except ModuleNotFoundError:
+        return ["Playwright for Python is not installed: pip install -e '.[dev]' (it drives the system Chromium; "
+                "no `playwright install` is needed)"]
+    rels = book_pages(html_dir)
+    if not rels:
+        return [f"no pages to check in {html_dir}"]
+    # on the phone only tables are checked: pages without one are opened there only for a screenshot
+    phone_rels = [r for r in rels if r in SCREENSHOTS or "<table" in (html_dir / r).read_text(errors="replace")]
+    problems: list[str] = []
+    t0 = time.perf_counter()
+    with serve(html_dir) as base, sync_playwright() as p:
+        try:
+            browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        except PlaywrightError as exc:
+            return [f"Chromium ({exe}) did not start: {str(exc).splitlines()[0]}"]
+        try:
+            for viewport in (DESKTOP, PHONE):
+                ctx = browser.new_context(viewport=viewport, device_scale_factor=1)
+                ctx.set_default_timeout(PAGE_TIMEOUT_MS)
+                page = ctx.new_page()
+                for rel in rels if viewport is DESKTOP else phone_rels:
+                    try:
+                        if viewport is DESKTOP:
+                            problems += _desktop_problems(page, base, rel, profile)
+                        else:
+                            problems += _phone_problems(page, base, rel)
+                        if rel in SCREENSHOTS:
+                            shots_dir.mkdir(parents=True, exist_ok=True)
+                            shot = shots_dir / f"{SCREENSHOTS[rel]}-{viewport['width']}.png"
+                            page.screenshot(path=str(shot), full_page=True)
+                            LAST_SCREENSHOTS.append(shot)
+                    except PlaywrightError as exc:
+                        problems.append(f"{rel}: the browser could not check the page at {viewport['width']} px: "
+                                        f"{str(exc).splitlines()[0]}")
+                        page.close()
+                        page = ctx.new_page()
+                ctx.close()
+        finally:
+            browser.close()
+    print(f"[book-check] Chromium checked {len(rels)} pages at {DESKTOP['width']} and {PHONE['width']} px "
+          f"in {time.perf_counter() - t0:.1f} s")
+    for shot in LAST_SCREENSHOTS:
+        print(f"[book-check] screenshot {shot}")
+    return problems

@@ -62,17 +62,15 @@ def values_largest(result, figure: str) -> Row:
     for s, per in lead.items():
         yes = [STATISTICS[st][0] for st, v in per.items() if v]
         parts.append(f"{SETS[s][0]}: {len(yes)} of {n_st} statistics" + (f" ({', '.join(yes)})" if yes and len(yes) < n_st else ""))
-    weights_all = all(w.values())
-    sentence = ("Reproduced on the weight matrices by every statistic; " if weights_all else
-                "On the weight matrices by some statistics only; ") + \
-               ("and also with the LayerNorms and over every group." if everywhere else
-                "not once the LayerNorm parameters are included." if not any(lead["with_layernorm"].values()) else
-                "partly with the LayerNorms included.")
+    counts = {s: sum(per.values()) for s, per in lead.items()}
+    sentence = (f"W_V's diagonal block is the largest in {counts['weights']} of {n_st} statistics over the five "
+                f"weight matrices, {counts['with_layernorm']} of {n_st} with the LayerNorms, "
+                f"{counts['all']} of {n_st} over every parameter group.")
     return Row(id=f"{figure}.values_largest", result=figure, kind="claim", claim="reproduced", expected=None,
                what=what, verdict=_verdict(list(w.values()), everywhere), value=sum(w.values()) / n_st,
                profile=result.config["profile"], evidence=[str(result.json_path)],
                instances=f"{result.meta['batch_size']} training images, {result.meta['n_parameters']:,} parameters",
-               note=sentence + " W_V leads — " + "; ".join(parts),
+               note=sentence + " — " + "; ".join(parts),
                details={"rankings": table, "leads": lead, "statistics": {k: v[0] for k, v in STATISTICS.items()},
                         "sets": {k: v[0] for k, v in SETS.items()}, "values": result.meta["unit_stats"]})
 
