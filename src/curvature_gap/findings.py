@@ -37,7 +37,7 @@ RESULTS: list[tuple[str, str, str, str]] = [
     ("thm4", "Theorem 4: Jacobians of the block", "notebooks/transformer_block", "theory"),
     ("lem2", "Lemma 2: Φ from the functional Hessian", "notebooks/transformer_block", "theory"),
     ("thm5", "Theorem 5: Hessian of the block", "notebooks/transformer_block", "theory"),
-    ("gn", "Eq. (transformer_decomposition): the loss Hessian", "notebooks/transformer_block", "theory"),
+    ("gn", "The loss Hessian of the block (Gauss–Newton decomposition, §3.2)", "notebooks/transformer_block", "theory"),
     ("thm6", "Theorem 6: Hessian bound for the block", "notebooks/norm_bounds", "theory"),
     ("lemma4", "Lemma 4: LayerNorm norm bounds", "notebooks/norm_bounds", "theory"),
     ("prop", "Proposition: norms of Y, FFN(Y) and S", "notebooks/norm_bounds", "theory"),

@@ -693,7 +693,7 @@ def _gauss_newton(quick: bool, insts: list[Instance]) -> list:
             A["norm"].printed.append(min(rel_err(mixed, Ha), rel_err(mixed, unnorm)))
     n_h = len(heavy)
     return [
-        _row("gn.loss_hessian.literal", "Eq. transformer_decomposition with dense Theorem 5 blocks vs "
+        _row("gn.loss_hessian.literal", "The Gauss–Newton decomposition of the loss Hessian (§3.2) with dense Theorem 5 blocks vs "
              "torch.func.hessian of the block loss over (W_1,W_2,W_K,W_Q,W_V)", A["lit"], n_inst=n_h),
         _row("gn.loss_hessian.literal_symmetry", "dense assembled loss Hessian vs its transpose (25 blocks computed "
              "independently)", A["sym"], n_inst=n_h),

@@ -215,7 +215,7 @@ ERRATA: list[dict] = [
     },
     {
         "id": "loss-normalisation",
-        "where": "§3.2 after Eq. (transformer_decomposition)",
+        "where": "§3.2, after the Gauss–Newton decomposition of the block's loss Hessian",
         "printed": r"$L(\cdot) = \lVert \cdot - \mathrm{Target} \rVert_2^2$, its second derivative is $2/(L d_V)$; "
                    r"$\mathbf{R}^\mathrm{tr}_m = \vecr(\mathbf{Z} - \mathrm{Target})^\top \otimes \mathbf{I}_m$",
         "holds": r"with the paper's loss $l = \frac{1}{L d_V} \lVert \mathbf{Z} - \mathrm{Target} \rVert_F^2$: "
