@@ -1,4 +1,11 @@
 """Reproducible companion to *Closing the Curvature Gap* (Petrov et al., arXiv:2510.16927)."""
+import warnings
+
+# curvlinops imports linear_operator, which decorates functions with torch.jit.script at import time;
+# torch 2.14 warns about that on every import. The notice is about a dependency's import, not about
+# anything this package computes, so it is silenced here, by its exact text, and nowhere else.
+warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+
 from .config import MODEL_CONFIGS, ModelConfig, TrainConfig, train_config
 from .model import ViT, build_model, param_groups, ParamGroup
 

@@ -17,9 +17,8 @@ import re
 import warnings
 from pathlib import Path
 
-# notices from torch's and tqdm's own machinery (raised while the package is imported into a kernel),
+# a notice from tqdm (no ipywidgets in the kernel; progress bars are off on pages anyway),
 # about neither the computation nor the page
-warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
 warnings.filterwarnings("ignore", message=r"IProgress not found")
 
 from . import checks, experiments  # noqa: E402
