@@ -57,6 +57,7 @@ class Outcome:
     cached: bool = False
     computed: dict = field(default_factory=dict)
     result: object = None
+    plot_seconds: float = 0.0
 
 
 def parse_only(only, profile: str = "paper") -> list[str]:
@@ -138,7 +139,9 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
                 res = ex.load_results(name, ctx=ctx)
                 o.result, o.config_hash, o.results, o.cached = res, res.config_hash, res.paths, res.from_cache
                 o.computed = {k: res.provenance.get(k) for k in ("created", "compute_seconds", "device", "git")}
+                t_plot = time.perf_counter()
                 o.outputs = ex.render(name, res, figures_dir) if sp.plots else []
+                o.plot_seconds = time.perf_counter() - t_plot
                 o.status = "ok"
         except DataUnavailable as exc:
             o.status, o.message = "blocked", str(exc)
@@ -183,10 +186,24 @@ def write_report(outcomes: list[Outcome], ctx: ex.Context, published_dir, figure
               + (f", GPU {h['gpu']}" if h["gpu"] else "") + f"), load average {load0} at the start and "
               f"{load_average()} at the end; commit {git_commit()['commit']}. Published numbers: "
               f"`{store.root if store else 'none'}`.")
+    phases = {k: round(v, 2) for k, v in ctx.phases.items()}
+    phases["plotting"] = round(sum(o.plot_seconds for o in outcomes), 2)
+    phases["other analysis"] = round(total - sum(phases.values()), 2)
     path = figures_dir / f"{REPORT}.md"
-    atomic_write_text(path, report_md(entries, header))
+    timing = ["", "## Where the time went", "", "| phase | seconds |", "|---|---|"]
+    timing += [f"| {k} | {v:.1f} |" for k, v in phases.items()]
+    timing += ["", "| result | status | wall seconds (incl. its dependencies) | plotting |", "|---|---|---|---|"]
+    timing += [f"| {o.figure} | {o.status}{' (cached)' if o.cached else ''} | {o.seconds:.1f} | {o.plot_seconds:.1f} |"
+               for o in outcomes]
+    atomic_write_text(path, report_md(entries, header) + "\n".join(timing) + "\n")
+    per_result = {o.figure: {"status": o.status, "wall_seconds": round(o.seconds, 2),
+                             "plot_seconds": round(o.plot_seconds, 2), "cached": o.cached,
+                             "compute_phases": (o.result.provenance or {}).get("phases") if o.result is not None
+                             and not o.cached else None} for o in outcomes}
     atomic_write_json(figures_dir / f"{REPORT}.json", {"command": command, "profile": ctx.profile, "seconds": total,
-                                                        "host": h, "software": software(), "entries": entries})
+                                                        "phases": phases, "per_result": per_result, "host": h,
+                                                        "load_average": {"start": load0, "end": load_average()},
+                                                        "software": software(), "entries": entries})
     return str(path)
 
 

@@ -230,11 +230,14 @@ def load_results(name: str, profile: str | None = None, ctx: Context | None = No
                 return r
         deps = {d: load_results(d, ctx=ctx) for d in s.depends}
         ctx.log(f"[{name}] computing ({ctx.profile}, config {chash})")
-        t0 = time.perf_counter()
+        t0, p0 = time.perf_counter(), dict(ctx.phases)
         job = Job(name, ctx, settings, deps, chash, store)
         arrays, meta = s.compute(job)
+        seconds = time.perf_counter() - t0
+        phases = {k: round(v - p0.get(k, 0.0), 2) for k, v in ctx.phases.items() if v - p0.get(k, 0.0) > 0}
+        phases["other analysis"] = round(seconds - sum(phases.values()), 2)
         extra = dict(provenance=dict(git=git_commit(), software=software(), host=host(), device=str(ctx.torch_device),
-                                     compute_seconds=round(time.perf_counter() - t0, 2)))
+                                     compute_seconds=round(seconds, 2), phases=phases))
         r = store.save(name, chash, config, arrays, meta, extra)
         if s.finish is not None:
             s.finish(job)

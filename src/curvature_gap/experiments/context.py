@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +45,7 @@ class Context:
     datasets: dict | None = None
     train_overrides: dict = field(default_factory=dict)
     settings_overrides: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict, repr=False)  # phase name -> seconds spent (:meth:`phase`)
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -60,6 +63,16 @@ class Context:
 
     def run_dir(self, model: str) -> Path:
         return run_dir(self.train_cfg(model), self.runs_dir)
+
+    @contextmanager
+    def phase(self, name: str):
+        """Add the wall time of the ``with`` body to ``phases[name]`` (data, training, hessian, cross-check):
+        where a reproduction's time goes, recorded in each result's provenance."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
 
     def log(self, msg: str) -> None:
         if self.progress:
@@ -83,8 +96,9 @@ class Context:
             key = ("data", model)
             if key not in self._cache:
                 name = "mnist" if model == "mnist" else "cifar100"
-                tr = data_mod.load(name, self.data_dir, train=True, verify_md5=self.verify_md5)
-                te = data_mod.load(name, self.data_dir, train=False, verify_md5=self.verify_md5)
+                with self.phase("data"):
+                    tr = data_mod.load(name, self.data_dir, train=True, verify_md5=self.verify_md5)
+                    te = data_mod.load(name, self.data_dir, train=False, verify_md5=self.verify_md5)
                 self._cache[key] = Datasets(tr, te)
             ds = self._cache[key]
         cfg = self.train_cfg(model)
@@ -117,8 +131,10 @@ class Context:
         key = ("trained", model, cfg.hash())
         if key not in self._cache:
             ds = self.datasets_for(model)
-            self._cache[key] = ensure_trained(cfg, self.runs_dir, self.device, datasets=ds, progress=self.progress,
-                                              snapshot_steps=self.snapshot_steps(model), log=self.log)
+            with self.phase("training"):
+                self._cache[key] = ensure_trained(cfg, self.runs_dir, self.device, datasets=ds,
+                                                  progress=self.progress, snapshot_steps=self.snapshot_steps(model),
+                                                  log=self.log)
         state, info = self._cache[key]
         m = build_model(cfg.model, seed=None, **dict(cfg.model_overrides))
         m.load_state_dict(state)

@@ -14,13 +14,15 @@ import numpy as np
 import torch
 
 from ..hessian._generic import curvlinops_columns
+from torch.func import functional_call, grad, jacrev, jvp
+
 from ..model import build_model, param_groups
 from .context import Context
 from .hessians import exact_columns, sample_columns
 from .plotting import WIDTH, new_figure, short_label
 from .settings import FusedSettings
 
-__all__ = ["compute_fused_ln", "plot_fused_error"]
+__all__ = ["compute_fused_ln", "hvp_route_errors", "plot_fused_error"]
 
 
 def compute_fused_ln(ctx: Context, s: FusedSettings) -> tuple[dict, dict]:
@@ -33,9 +35,11 @@ def compute_fused_ln(ctx: Context, s: FusedSettings) -> tuple[dict, dict]:
     cols = sample_columns(model, s.columns, s.seed)
     ctx.log(f"Hessian columns through the fused LayerNorm (curvlinops) and exact, {len(cols)} columns")
     t0 = time.perf_counter()
-    Hf = curvlinops_columns(fused, batch[0], batch[1], cols, torch.float32).cpu().numpy().astype(np.float64)
+    with ctx.phase("cross-check"):
+        Hf = curvlinops_columns(fused, batch[0], batch[1], cols, torch.float32).cpu().numpy().astype(np.float64)
     t1 = time.perf_counter()
-    He = exact_columns(model, batch, cols, torch.float32).cpu().numpy().astype(np.float64)
+    with ctx.phase("hessian"):
+        He = exact_columns(model, batch, cols, torch.float32).cpu().numpy().astype(np.float64)
     t2 = time.perf_counter()
     D = Hf - He
     scale = float(np.abs(He).max())
@@ -62,6 +66,41 @@ def compute_fused_ln(ctx: Context, s: FusedSettings) -> tuple[dict, dict]:
                 fused_method="curvlinops HessianLinearOperator through torch.nn.functional.layer_norm",
                 exact_method="curvature_gap.hessian (hand-written LayerNorm, exact)")
     return dict(err=err), meta
+
+
+def hvp_route_errors(name: str = "mnist", n_images: int = 2, seed: int = 0) -> dict[str, float]:
+    """Which differentiation route through the fused LayerNorm goes wrong: one Hessian-vector product
+    ``H v`` of the mean cross-entropy, float64, at the initialised model ``name`` on ``n_images`` random
+    images (seeded), taken through ``torch.nn.functional.layer_norm`` by three routes and compared with
+    the same product through the hand-written LayerNorm (forward over ``torch.func.grad``):
+
+    * ``"forward over jacrev"``: ``jvp(jacrev(L))``, the route of curvlinops' ``HessianLinearOperator``
+      (``jacrev`` runs the reverse pass under ``torch.func``'s batching);
+    * ``"forward over grad"``: ``jvp(grad(L))``;
+    * ``"double backward"``: ``autograd.grad`` of ``<∇L, v>``.
+
+    Returns ``{route: max |H v − (H v)_exact| / max |(H v)_exact|}`` over all parameters."""
+    exact = build_model(name, seed=seed).double().eval()
+    fused = build_model(name, seed=seed, fused_ln=True).double().eval()
+    fused.load_state_dict(exact.state_dict())
+    cfg = exact.cfg
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_images, cfg.in_channels, cfg.image_size, cfg.image_size, generator=g, dtype=torch.float64)
+    y = torch.randint(0, cfg.n_classes, (n_images,), generator=g)
+    p = {n: t.detach() for n, t in exact.named_parameters()}
+    v = {n: torch.randn(t.shape, generator=g, dtype=torch.float64) for n, t in p.items()}
+
+    def loss(model):
+        return lambda q: torch.nn.functional.cross_entropy(functional_call(model, q, (x,)), y)
+
+    ref = jvp(grad(loss(exact)), (p,), (v,))[1]
+    q = {n: t.clone().requires_grad_() for n, t in p.items()}
+    g1 = torch.autograd.grad(loss(fused)(q), list(q.values()), create_graph=True)
+    dbl = dict(zip(q, torch.autograd.grad(sum((a * v[n]).sum() for a, n in zip(g1, q)), list(q.values()))))
+    routes = {"forward over jacrev": jvp(jacrev(loss(fused)), (p,), (v,))[1],
+              "forward over grad": jvp(grad(loss(fused)), (p,), (v,))[1], "double backward": dbl}
+    scale = max(float(t.abs().max()) for t in ref.values())
+    return {r: max(float((hv[n] - ref[n]).abs().max()) for n in ref) / scale for r, hv in routes.items()}
 
 
 def plot_fused_error(result):

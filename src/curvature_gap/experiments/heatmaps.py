@@ -48,10 +48,12 @@ def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings) 
     gt = group_table(model)
     ctx.log(f"exact Hessian: {gt['n_parameters']} parameters, {s.batch_size} images "
             f"({'trained' if s.trained else 'initialised'} model)")
-    H, seconds = dense(model, batch, s.fast_chunk)
+    with ctx.phase("hessian"):
+        H, seconds = dense(model, batch, s.fast_chunk)
     cols = None if s.check_columns is None else sample_columns(model, s.check_columns, s.check_seed)
     ctx.log(f"cross-check against curvlinops on {'all' if cols is None else len(cols)} columns")
-    cc = cross_check(model, batch, H, cols, s.check_batch_f64)
+    with ctx.phase("cross-check"):
+        cc = cross_check(model, batch, H, cols, s.check_batch_f64)
     cc["method"] = "curvature_gap.hessian.hessian (hand-written forward-over-reverse, exact)"
     cc["method_seconds"] = round(seconds, 2)
     Hn = H.cpu().numpy().astype(np.float64)

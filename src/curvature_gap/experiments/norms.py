@@ -93,7 +93,9 @@ def compute_trajectory(ctx: Context, s: TrajectorySettings, fig3, chash: str, st
             rec["seconds"] = 0.0
         else:
             t0 = time.perf_counter()
-            blocks = hessian(m, batch, blocks=pairs, chunk=s.fast_chunk) if s.fast_chunk else hessian(m, batch, blocks=pairs)
+            with ctx.phase("hessian"):
+                blocks = (hessian(m, batch, blocks=pairs, chunk=s.fast_chunk) if s.fast_chunk
+                          else hessian(m, batch, blocks=pairs))
             blocks = {k: v.cpu().numpy().astype(np.float64) for k, v in blocks.items()}
             rec = snapshot_record(blocks, m, step in s.display_steps, s.eps, s.display_cells)
             rec["seconds"] = time.perf_counter() - t0
@@ -178,6 +180,7 @@ def plot_parameters(result):
     ax = fig.subplots()
     _bars(ax, [_UNIT_LABEL[x] for x in u], [meta["param_norms"]["init"][x]["fro"] for x in u],
           [meta["param_norms"]["trained"][x]["fro"] for x in u], r"$\|W_u\|_F$")
+    ax.legend(ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below the axis: never over a bar
     ax.set_title("Parameter norms")
     return fig
 
@@ -190,6 +193,7 @@ def plot_hessians(result):
     ax = fig.subplots()
     _bars(ax, [_UNIT_LABEL[x] for x in u], [meta["hessian_stats"]["init"][x]["spectral"] for x in u],
           [meta["hessian_stats"]["trained"][x]["spectral"] for x in u], r"$\|H_{uu}\|_2$")
+    ax.legend(ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below the axis: never over a bar
     ax.set_title("Hessian-block norms (spectral)")
     return fig
 
