@@ -32,7 +32,7 @@ from .findings import Finding, finding_of  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "show_markdown", "show_figure", "figure", "rows", "show_rows",
            "verdict_text", "verdict_html", "show_verdict", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES", "find",
-           "show_ranking", "show_cross_check", "md_escape"]
+           "show_ranking", "show_cross_check", "md_escape", "text_html"]
 
 VERIFY_ENV = "CURVATURE_GAP_VERIFY_JSON"
 STATIC_ENV = "CURVATURE_GAP_BOOK_STATIC"
@@ -225,6 +225,12 @@ def md_escape(text: str) -> str:
     return _MD_ESCAPE.sub(r"\\\1", str(text)).replace("\n", " ")
 
 
+def text_html(text: str) -> str:
+    """A row's description (``what``, ``note``) as HTML: these texts write formulas in code notation
+    (``I_{d_V} ⊗ W_K``), so they are shown as code, never as would-be math."""
+    return f'<code class="cg-text">{html.escape(str(text))}</code>'
+
+
 def md_table(header: list[str], body: list[list[str]]) -> str:
     """A Markdown table (cells are inserted as given: escape them with :func:`md_escape` when needed)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -249,8 +255,8 @@ def show_rows(rs: list[Row], caption: str = "") -> None:
     body = [[f"`{r.id}`", f"**{r.verdict}**" if r.verdict in ("fails", "corrected") else r.verdict, _number(r)]
             for r in rs]
     text = (f"{caption}\n\n" if caption else "") + md_table(["check", "verdict", num], body)
-    details = "".join(f"<p><code>{html.escape(r.id)}</code>: {html.escape(r.what)}"
-                      + (f". <em>{html.escape(r.note)}</em>" if r.note else "") + "</p>" for r in rs)
+    details = "".join(f"<p><code>{html.escape(r.id)}</code>: {text_html(r.what)}"
+                      + (f"<br>{text_html(r.note)}" if r.note else "") + "</p>" for r in rs)
     show_markdown(text + f"\n\n<details><summary>What each check compares</summary>{details}</details>")
 
 

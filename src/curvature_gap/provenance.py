@@ -5,6 +5,7 @@ One place for the facts every result, benchmark and book page records about its 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import os
 import platform
@@ -91,6 +92,7 @@ def code_hash(modules: list[str] | tuple[str, ...]) -> str:
     return h.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=512)
 def _code_only(source: str) -> str:
     """``ast.dump`` of ``source`` without docstrings (module, class and function) and without top-level
     functions whose names start with ``plot`` (drawing code reads results; it never changes numbers)."""

@@ -17,7 +17,7 @@ from curvature_gap.checks.row import Row
 from curvature_gap.config import PROFILE_CONFIGS, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings, summary_sentences
-from curvature_gap.notebook import md_escape, md_table, verdict_html
+from curvature_gap.notebook import md_escape, md_table, text_html, verdict_html
 from curvature_gap.provenance import host
 from curvature_gap.theory.errata import ERRATA
 from curvature_gap.theory.notation import NOTATION
@@ -77,9 +77,9 @@ def all_checks_md(rows: list[Row], headings: bool = True) -> str:
         parts.append(md_table(["check", "verdict", "number", "finding"], body) + "\n")
         det = "".join(
             f"<dt><code>{html.escape(r.id)}</code> ({html.escape(r.kind)}, {html.escape(r.role)}, profile "
-            f"{html.escape(r.profile)})</dt><dd>{html.escape(r.what)}"
+            f"{html.escape(r.profile)})</dt><dd>{text_html(r.what)}"
             + (f"<br><em>{html.escape(r.instances)}</em>" if r.instances else "")
-            + (f"<br>{html.escape(r.note)}" if r.note else "")
+            + (f"<br>{text_html(r.note)}" if r.note else "")
             + (f"<br>Errata: {html.escape(', '.join(r.errata))}" if r.errata else "")
             + (f"<br>Run it: <code>{html.escape(r.command)}</code>" if r.command else "") + "</dd>" for r in rs)
         parts.append(f"<details><summary>What each check compares ({len(rs)} rows)</summary><dl>{det}</dl></details>\n")
@@ -107,7 +107,7 @@ def errata_md(rows: list[Row]) -> str:
     for k, r in enumerate(bad, 1):
         ev = ", ".join(f"`{x}`" for x in r.evidence) or "in the sweeps' tables"
         err = f" Depends on: {', '.join(f'`{e}`' for e in r.errata)}." if r.errata else ""
-        parts.append(f"### C{k}. `{r.id}`\n\n{md_escape(r.what)}.\n\nSmallest bound/exact: **{_num(r)}** "
+        parts.append(f"### C{k}. `{r.id}`\n\n{text_html(r.what)}\n\nSmallest bound/exact: **{_num(r)}** "
                      f"({md_escape(r.instances)}). Counter-example: {ev}.{err}\n")
     return "\n".join(parts)
 

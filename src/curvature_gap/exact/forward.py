@@ -16,7 +16,7 @@ import torch
 
 from ..model import attention_matrix, block_forward as _block_parts, layer_norm_parts
 
-__all__ = ["attention_matrix", "scores", "softmax_rows", "sa_forward", "layernorm", "block_forward",
+__all__ = ["attention_matrix", "scores", "softmax_rows", "sa_forward", "layernorm", "ffn_residual", "block_forward",
            "sa_loss", "block_loss", "block_output"]
 
 
@@ -38,6 +38,11 @@ def sa_forward(X, W_Q, W_K, W_V) -> torch.Tensor:
 def layernorm(U: torch.Tensor) -> torch.Tensor:
     """``(U − mean)/√(population variance)`` row-wise, γ = 1, β = 0, no ε (Assumption 2 checked)."""
     return layer_norm_parts(U, 0.0)[0]
+
+
+def ffn_residual(Y, W_1, W_2) -> torch.Tensor:
+    """The FFN sublayer with its residual, ``S = ReLU(Y W_1) W_2 + Y`` (no biases); Y (L, d_V) -> (L, d_V)."""
+    return torch.relu(Y @ W_1) @ W_2 + Y
 
 
 def block_forward(X, W_Q, W_K, W_V, W_1, W_2) -> dict:

@@ -92,7 +92,7 @@ def plot_convergence(result):
     b = meta["batch_size"]
     n = a["k"] * b
     fit = meta["fit"]
-    fig = new_figure(WIDTH, 5.0)
+    fig = new_figure(WIDTH, 5.8)
     ax = fig.subplots()
     ax.fill_between(n, a["q10"], a["q90"], color="tab:blue", alpha=0.12, lw=0, label="10–90 % over orders")
     ax.plot(n, a["mean_abs_diff"], color="tab:blue", lw=0.6, alpha=0.45, label=f"mean over {meta['n_permutations']} orders")
@@ -103,9 +103,9 @@ def plot_convergence(result):
     ax.plot(n, a["theorem7_rhs"], color="tab:red", ls="--", label=r"Theorem 7 at $w^*$: $2\ell_{\max}/(k+1)$")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(f"training samples ({meta['n_batches']} batches of {b})")
+    ax.set_xlabel(rf"training samples $k\,b$ ($k$ batches of $b = {b}$, up to {meta['n_batches']} batches)")
     ax.set_ylabel(r"$|\mathcal{L}_{k+1}(w^*) - \mathcal{L}_k(w^*)|$")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(loc="lower left")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)  # below the axes: never over a curve
     ax.set_title(f"{meta['dataset']}, {meta['n_blocks']}-block ViT, {meta['n_samples']:,} samples")
     return fig

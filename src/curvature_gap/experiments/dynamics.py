@@ -95,7 +95,7 @@ def plot_hessian_blocks(result):
 def plot_norms(result):
     """Parameter norm and Hessian-block norms over the first training steps."""
     a, meta = result.arrays, result.meta
-    fig = new_figure(WIDTH, 3.6)
+    fig = new_figure(WIDTH, 4.0)
     ax1, ax2 = fig.subplots(1, 2)
     ax1.plot(a["steps"], a["param_fro"], marker="o", ms=3)
     ax1.set_xlabel("training step")
@@ -109,6 +109,6 @@ def plot_norms(result):
     ax2.set_yscale("log")
     ax2.set_xlabel("training step")
     ax2.set_title("Hessian block")
-    ax2.legend()
     ax2.grid(alpha=0.3)
+    fig.legend(*ax2.get_legend_handles_labels(), loc="outside lower center", ncol=3)  # never over a curve
     return fig

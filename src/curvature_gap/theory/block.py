@@ -10,7 +10,7 @@ sizes ``n_1 = d_V d_ff``, ``n_2 = d_ff d_V``, ``n_Q = n_K = d_V d_K``, ``n_V = d
 
 Theorem 4: ``∂Z/∂W_i = J_Z B_i`` with ``B_1, B_2`` from :mod:`.ffn` and ``B_k = J_SY J_Y G_k``.
 Theorem 5 (boxed): ``H_tr^(i,j) = (J_Z ⊗ I_{n_i}) ξ_ij + (I_{L d_V} ⊗ B_i^T) H_Z B_j`` with
-``ξ_ij = ∂B_i/∂W_j``.  Loss Hessian (Eq. "transformer_decomposition"):
+``ξ_ij = ∂B_i/∂W_j``.  Loss Hessian (the Gauss–Newton decomposition of §3.2, the paper's Eq. (7)):
 ``∂²l/∂W_i∂W_j = (J_Z B_i)^T (2/(L d_V)) (J_Z B_j) + (∂l/∂Z ⊗ I_{n_i}) H_tr^(i,j)``.
 
 Two evaluations are provided: ``*_literal`` builds every Kronecker factor densely, as printed
@@ -32,6 +32,7 @@ __all__ = [
     "BLOCK_PARAMS", "param_sizes", "first_order", "xi", "xi_printed", "H_tr",
     "loss_hessian_literal", "contract_xi", "loss_hessian", "assemble",
     "dIkronW2T_dW2", "dIkronW2T_dW2_printed", "dIkronW1T_dW1",
+    "diagonal_norms_under_input_scaling", "plot_diagonal_norms_under_input_scaling",
 ]
 
 BLOCK_PARAMS = ("1", "2", "K", "Q", "V")
@@ -182,7 +183,7 @@ def H_tr(i: str, j: str, X, W_Q, W_K, W_V, W_1, W_2, fo: dict | None = None,
 
 
 def loss_hessian_literal(X, W_Q, W_K, W_V, W_1, W_2, Target) -> dict:
-    """Eq. "transformer_decomposition" with every factor formed densely (small shapes only).
+    """The loss-Hessian decomposition (the paper's Eq. (7)) with every factor formed densely (small shapes only).
 
     ``∂²l/∂W_i∂W_j = (2/(L d_V)) (J_Z B_i)^T (J_Z B_j) + (∂l/∂Z ⊗ I_{n_i}) H_tr^(i,j)``,
     ``∂l/∂Z = (2/(L d_V)) vec_r(Z - Target)^T``.  Returns ``{(i, j): (n_i, n_j) block}``.
@@ -276,3 +277,61 @@ def loss_hessian(X, W_Q, W_K, W_V, W_1, W_2, Target) -> dict:
 def assemble(blocks: dict, order=BLOCK_PARAMS) -> torch.Tensor:
     """Stack ``{(i, j): block}`` into the full matrix in the given parameter order."""
     return torch.cat([torch.cat([blocks[(i, j)] for j in order], dim=1) for i in order], dim=0)
+
+
+# ----------------------------------------------------------------- how the blocks scale with the input
+def diagonal_norms_under_input_scaling(X, W_Q, W_K, W_V, W_1, W_2, Target, scales) -> dict:
+    """Spectral norms of the five diagonal blocks ``∂²l/∂W_i²`` of the loss Hessian (:func:`loss_hessian`,
+    Theorems 4–5 with the loss-Hessian decomposition, Eq. (7)) when the block is fed ``s X`` for each ``s`` in
+    ``scales``; the weights and the target stay fixed.
+
+    Returns NumPy arrays ``scale`` (S,) and ``norms`` ``{i: (S,)}`` for ``i`` in :data:`BLOCK_PARAMS`, plus
+    ``decades`` ``{i: log10(max/min)}`` over the sweep (how far each block moves). Every block but the
+    attention ones sees the input only through the LayerNorm output ``Y`` (scale-free), and ``Y`` depends
+    on ``s`` only through the attention pattern ``A(sX)``.
+    """
+    import numpy as np  # noqa: PLC0415 - only this helper needs NumPy
+
+    from ..exact.linalg import sym_spectral_norm  # noqa: PLC0415
+
+    norms = {p: [] for p in BLOCK_PARAMS}
+    for s in scales:
+        blocks = loss_hessian(float(s) * X, W_Q, W_K, W_V, W_1, W_2, Target)
+        for p in BLOCK_PARAMS:
+            norms[p].append(sym_spectral_norm(blocks[(p, p)]))
+    out = {"scale": np.asarray(scales, dtype=float), "norms": {p: np.asarray(v) for p, v in norms.items()}}
+    out["decades"] = {p: float(np.log10(v.max() / v.min())) for p, v in out["norms"].items()}
+    return out
+
+
+def plot_diagonal_norms_under_input_scaling(data: dict):
+    """Figure: the diagonal blocks' spectral norms against the input scale
+    (:func:`diagonal_norms_under_input_scaling`), each curve labelled at its right end."""
+    from ..experiments.plotting import new_figure  # noqa: PLC0415 - matplotlib only when a figure is drawn
+
+    import numpy as np  # noqa: PLC0415
+
+    names = {"1": "$W_1$", "2": "$W_2$", "K": "$W_K$", "Q": "$W_Q$", "V": "$W_V$"}
+    fig = new_figure(height=4.0)
+    ax = fig.add_subplot()
+    s = data["scale"]
+    ends = {}
+    for p in BLOCK_PARAMS:
+        y = data["norms"][p]
+        line, = ax.loglog(s, y, "o-", ms=4)
+        ends[p] = (float(np.log10(y[-1])), line.get_color())
+    # labels at the right ends, pushed apart vertically so that none overlaps another
+    logs = [np.log10(v) for v in data["norms"].values()]
+    gap = 0.07 * (max(x.max() for x in logs) - min(x.min() for x in logs))
+    prev = -np.inf
+    for p, (y, color) in sorted(ends.items(), key=lambda kv: kv[1][0]):
+        y = max(y, prev + gap)
+        ax.text(s[-1] * 1.12, 10 ** y, names[p], va="center", color=color, fontsize=10.5)
+        prev = y
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, max(hi, 10 ** (prev + gap)))
+    ax.set_xlim(s.min() / 1.2, s.max() * 1.8)
+    ax.set_xlabel(r"input scale $s$ (the block is fed $sX$)")
+    ax.set_ylabel(r"$\Vert \partial^2 l / \partial W_i^2 \Vert_2$")
+    ax.set_title("The query and key blocks follow the input scale; the FFN blocks barely move")
+    return fig

@@ -15,6 +15,7 @@ from .calculus import eye, kron, vec_r
 __all__ = [
     "relu", "relu_mask", "relu_jacobian", "relu_hessian",
     "D_sigma", "dS_dW1", "dS_dW1_printed", "dS_dW2", "dS_dY",
+    "second_difference_along_W1", "plot_second_difference_along_W1",
 ]
 
 
@@ -76,3 +77,63 @@ def dS_dY(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor) -> torch.Tensor:
     """Theorem 4 (detailed): ``J_SY = (I_L ⊗ W_2^T) D_σ (I_L ⊗ W_1^T) + I_L ⊗ I_{d_V}``; (L d_V, L d_V)."""
     L, d_V = Y.shape
     return kron(eye(L, Y), W2.T) @ _Dsigma_times(Y, W1, kron(eye(L, Y), W1.T)) + eye(L * d_V, Y)
+
+
+# ---------------------------------------------------------------- Lemma 1 along a line: the kinks
+def second_difference_along_W1(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor, V: torch.Tensor,
+                               t: torch.Tensor, entry: tuple[int, int] = (0, 0)) -> dict:
+    """One entry of ``S = ReLU(Y W_1) W_2 + Y`` along the line ``W_1 + t V`` and its second difference.
+
+    ``Y`` (L, d_V), ``W1`` and the direction ``V`` (d_V, d_ff), ``W2`` (d_ff, d_V), ``t`` a uniform grid
+    (T,) of step ``h``; ``a = entry = (a_0, a_1)``. Returns NumPy values:
+
+    * ``t``, ``s``: ``s(t) = S_a(W_1 + t V)`` (T,) — piecewise linear in t;
+    * ``t_inner``, ``d2``: the central second difference ``(s(t+h) − 2 s(t) + s(t−h)) / h²`` at the
+      interior points (T − 2,) — exactly zero between kinks (up to rounding), about ``jump / h`` at one;
+    * ``h``; ``kinks``: the t in the grid's range where a pre-activation ``(Y (W_1 + t V))_{a_0 j}`` of the
+      entry's row crosses zero; ``jumps``: the change of slope of s there, ``|(Y V)_{a_0 j} (W_2)_{j a_1}|``;
+    * ``max_d2`` (max |d2|) and ``max_d2_away`` (max |d2| more than 2h from every kink).
+    """
+    import numpy as np  # noqa: PLC0415 - only this helper needs NumPy
+
+    r, c = entry
+    pre, slope = Y[r] @ W1, Y[r] @ V                                  # row a_0 of Y W_1 and of Y V, (d_ff,)
+    s = relu(pre[None, :] + t[:, None] * slope[None, :]) @ W2[:, c] + Y[r, c]
+    h = float(t[1] - t[0])
+    d2 = (s[2:] - 2 * s[1:-1] + s[:-2]) / h ** 2
+    lo, hi = float(t[0]), float(t[-1])
+    nz = slope != 0
+    tk = (-pre[nz] / slope[nz])
+    inside = (tk >= lo) & (tk <= hi)
+    kinks = tk[inside].numpy()
+    jumps = (slope[nz] * W2[:, c][nz]).abs()[inside].numpy()
+    ti = t[1:-1].numpy()
+    d2n = d2.numpy()
+    far = np.ones_like(ti, dtype=bool)
+    for k in kinks:
+        far &= np.abs(ti - k) > 2 * h
+    return {"t": t.numpy(), "s": s.numpy(), "t_inner": ti, "d2": d2n, "h": h, "kinks": kinks, "jumps": jumps,
+            "max_d2": float(np.abs(d2n).max()), "max_d2_away": float(np.abs(d2n[far]).max()) if far.any() else 0.0}
+
+
+def plot_second_difference_along_W1(scan: dict):
+    """Figure: ``s(t)`` and its second difference (:func:`second_difference_along_W1`), kinks dotted."""
+    import math  # noqa: PLC0415
+
+    from ..experiments.plotting import new_figure  # noqa: PLC0415 - matplotlib only when a figure is drawn
+
+    fig = new_figure(height=4.6)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    top.plot(scan["t"], scan["s"], lw=1.5)
+    bottom.plot(scan["t_inner"], scan["d2"], lw=1.2)
+    for ax in (top, bottom):
+        for k in scan["kinks"]:
+            ax.axvline(k, ls=":", c="0.55", lw=1)
+    e = math.log10(scan["h"])
+    h = f"10^{{{round(e)}}}" if abs(e - round(e)) < 1e-9 else f"{scan['h']:.2g}"
+    top.set_ylabel("$s(t)$")
+    top.set_title(r"one output entry $s(t) = S_a(W_1 + tV)$: linear between kinks (dotted)")
+    bottom.set_ylabel("second difference")
+    bottom.set_title(rf"$(s(t+h) - 2s(t) + s(t-h))/h^2$ with $h = {h}$: zero except at the kinks")
+    bottom.set_xlabel("$t$")
+    return fig

@@ -27,7 +27,7 @@ __all__ = [
     "dsigma_dX", "dP_dX",
     "jacobian", "d_PkronI_dX", "d_PkronI_dX_printed", "d_IkronMT_dX", "dD_dX", "dD_dX_printed",
     "d2P_dX2", "d2P_dX2_printed", "hessian", "hessian_printed", "hessian_rowwise",
-    "assemble_rowwise", "contract_hessian",
+    "assemble_rowwise", "contract_hessian", "norms_as_row_flattens", "plot_norms_as_row_flattens",
 ]
 
 
@@ -301,3 +301,66 @@ def contract_hessian(X: torch.Tensor, v: torch.Tensor, h: torch.Tensor | None = 
         h = hessian_rowwise(X)
     blocks = torch.einsum("ia,iabc->ibc", v.reshape(L, d), h)
     return torch.block_diag(*blocks)
+
+
+# ---------------------------------------------------------------- curvature as a row becomes constant
+def norms_as_row_flattens(X: torch.Tensor, factors, row: int | None = None) -> dict:
+    """``‖J_LN‖_2`` (Theorem 2) and ``‖H_LN‖_2`` (Theorem 3) while one row of ``X`` (L, d_V) flattens.
+
+    For each factor ``c`` in (0, 1] the row (by default the one with the smallest standard deviation) is
+    replaced by ``μ + c (x − μ)``: its mean μ is kept and its standard deviation scaled by c, the other rows
+    are unchanged, so ``σ_min = min_i σ_i = c σ_row → 0`` as ``c → 0``, the limit where Assumption 2 fails.
+    LayerNorm acts row by row, so the ((L d_V)², L d_V) Hessian is block-structured with disjoint row and
+    column sets per token (:func:`hessian_rowwise`): its spectral norm is the largest of the per-row
+    (d_V², d_V) blocks' norms.
+
+    Returns NumPy arrays ``factor``, ``sigma_min``, ``jacobian`` (‖J‖_2 of the (L d_V, L d_V) Jacobian) and
+    ``hessian`` (‖H‖_2), and the log-log slopes ``slope_jacobian``, ``slope_hessian`` of the two norms
+    against σ_min over the factors ≤ 0.1 (LayerNorm is invariant to the scale of each row, so its k-th
+    derivative in that row scales as σ_row^{−k}: the slopes are −1 and −2 once the row dominates).
+    """
+    import numpy as np  # noqa: PLC0415 - only this helper needs NumPy
+
+    from ..exact.linalg import spectral_norm  # noqa: PLC0415 - keeps the closed forms' imports light
+
+    factors = np.asarray(factors, dtype=float)
+    if factors.size == 0 or factors.min() <= 0 or factors.max() > 1:
+        raise ValueError("factors must lie in (0, 1]: the flattened row has to stay the one with the smallest σ")
+    L, d = X.shape
+    row = int(torch.argmin(sigma(X))) if row is None else int(row)
+    mu = X[row].mean()
+    out = {k: [] for k in ("sigma_min", "jacobian", "hessian")}
+    for c in factors:
+        Xc = X.clone()
+        Xc[row] = mu + float(c) * (X[row] - mu)
+        h = hessian_rowwise(Xc)
+        out["sigma_min"].append(float(sigma(Xc).min()))
+        out["jacobian"].append(spectral_norm(jacobian(Xc)))
+        out["hessian"].append(max(spectral_norm(h[i].reshape(d * d, d)) for i in range(L)))
+    res = {"factor": factors, **{k: np.asarray(v) for k, v in out.items()}}
+    small = factors <= 0.1
+    for name in ("jacobian", "hessian"):
+        res[f"slope_{name}"] = (float(np.polyfit(np.log(res["sigma_min"][small]), np.log(res[name][small]), 1)[0])
+                                if small.sum() >= 2 else math.nan)
+    return res
+
+
+def plot_norms_as_row_flattens(data: dict):
+    """Figure: ‖J_LN‖_2 and ‖H_LN‖_2 against σ_min as one row flattens (:func:`norms_as_row_flattens`)."""
+    from ..experiments.plotting import new_figure  # noqa: PLC0415 - matplotlib only when a figure is drawn
+
+    fig = new_figure(height=3.6)
+    ax = fig.add_subplot()
+    s = data["sigma_min"]
+    i = len(s) // 3
+    for key, marker, label, offset, ha, va in (
+            ("hessian", "s", r"$\Vert H_{\mathrm{LN}}\Vert_2$", (8, 8), "left", "bottom"),
+            ("jacobian", "o", r"$\Vert J_{\mathrm{LN}}\Vert_2$", (-8, -8), "right", "top")):
+        ax.loglog(s, data[key], marker + "-", ms=4)
+        slope = f"{data[f'slope_{key}']:.2f}".replace("-", "\u2212")
+        ax.annotate(f"{label}, slope {slope}", (s[-1 - i], data[key][-1 - i]), xytext=offset,
+                    textcoords="offset points", ha=ha, va=va, fontsize=10)
+    ax.set_xlabel(r"smallest row standard deviation $\sigma_{\min}$ of the input")
+    ax.set_ylabel("spectral norm")
+    ax.set_title(r"LayerNorm's slope and curvature grow as $1/\sigma_{\min}$ and $1/\sigma_{\min}^2$")
+    return fig
