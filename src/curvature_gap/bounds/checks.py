@@ -93,11 +93,11 @@ for q, w in (("J", "‖J_LN‖ ≤ 1/σ_min + ‖X‖²/(√n σ_min³)"),
 _reg("prop.Y", "prop", "Proposition (App. D)", "‖Y‖_2 ≤ √(L d_V)", "prop", "statement")
 _reg("prop.FFN", "prop", "Proposition (App. D)", "‖FFN(Y)‖_2 ≤ √min(L,d_ff) ‖Y‖‖W_1‖‖W_2‖", "prop", "statement")
 _reg("prop.S", "prop", "Proposition (App. D)", "‖S‖_2 ≤ √(L d_V)(1 + √min(L,d_ff)‖W_1‖‖W_2‖)", "prop", "statement")
-_reg("thm6.block.exact", "block", "Theorem 6, Eq. (block_bound)", "‖H_tr^(i,j)‖ ≤ ‖J_Z‖‖ξ_ij‖ + ‖B_i‖‖H_Z‖‖B_j‖ with exact "
+_reg("thm6.block.exact", "block", "Theorem 6, per-block inequality", "‖H_tr^(i,j)‖ ≤ ‖J_Z‖‖ξ_ij‖ + ‖B_i‖‖H_Z‖‖B_j‖ with exact "
      "ingredient norms (per pair)", "thm6", "statement")
 _reg("thm6.block.explicit", "block", _C6, "‖H_tr^(i,j)‖ ≤ the same with every ingredient replaced by its App. C.6 "
      "estimate (per pair)", "thm6", "statement")
-_reg("thm6.full.exact", "block", "Theorem 6, Eq. (full_bound)", "‖H‖ ≤ M_tr = 5 max_ij(2/(Ld_V)‖∂Z/∂W_i‖‖∂Z/∂W_j‖ + "
+_reg("thm6.full.exact", "block", "Theorem 6, whole-Hessian inequality", "‖H‖ ≤ M_tr = 5 max_ij(2/(Ld_V)‖∂Z/∂W_i‖‖∂Z/∂W_j‖ + "
      "‖R^tr‖‖H_tr^(i,j)‖), exact ingredients", "thm6", "statement")
 _reg("thm6.full.explicit", "block", _C6, "‖H‖ ≤ M_tr with all ingredients from App. C.6, Lemma 4 (stated σ_min) and "
      "the Proposition", "thm6", "statement")

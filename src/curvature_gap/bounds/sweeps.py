@@ -46,7 +46,8 @@ from ..io import atomic_write_json, atomic_write_text
 from . import checks as ck
 
 __all__ = ["Sweep", "definitions", "run_sweep", "summarize", "slopes", "pick_counterexamples",
-           "write_csv", "counterexample_json", "replay", "CSV_FIELDS"]
+           "write_csv", "counterexample_json", "replay", "CSV_FIELDS", "theorem1_sweeps", "plot_theorem1_sweeps",
+           "named_theorem1", "THEOREM1_SETTINGS"]
 
 CSV_FIELDS = ["sweep", "x", "seed", "L", "d_V", "d_K", "d_ff", "sigma", "sharpness", "balance",
               "attn_max", "target", "check", "sub", "bound", "exact", "ratio"]
@@ -315,3 +316,80 @@ def save_counterexamples(ces: dict, directory: Path, replace: bool = True) -> li
         atomic_write_json(p, ce, indent=1)
         paths.append(p)
     return paths
+
+
+# ----------------------------------------------------------------------------- Theorem 1, printed vs repaired
+THEOREM1_SETTINGS = {"balance": "random target", "minimiser": "at a minimiser (Target = F)",
+                     "uniform": "uniform attention"}
+
+
+def theorem1_sweeps(names: Iterable[str] = tuple(THEOREM1_SETTINGS), seed: int = 0) -> list[dict]:
+    """Records of the self-attention checks (Theorem 1 printed, proof, repaired and the proof's lemmas)
+    over the full-length synthetic sweeps ``names`` (:func:`definitions`), one ``seed``, the "sa" part
+    only: a few seconds. By default the three sweeps of the Q/K balance ``a`` (``W_Q ← a W_Q``,
+    ``W_K ← W_K/a``, attention and output unchanged): random target, exact minimiser, uniform attention."""
+    import dataclasses  # noqa: PLC0415
+
+    wanted = list(names)
+    rows = []
+    for s in definitions():
+        if s.name in wanted:
+            r, _ = run_sweep(dataclasses.replace(s, seeds=(int(seed),), parts=lambda x: ("sa",)))
+            rows += r
+    return rows
+
+
+def plot_theorem1_sweeps(records: list[dict]):
+    """Theorem 1's bound / exact ``‖H_i‖_2`` against the Q/K balance ``a``, as printed and repaired, for the
+    sweeps of :func:`theorem1_sweeps` (one line per sweep and variant; below 1 the bound is violated)."""
+    from ..experiments.plotting import WIDTH, new_figure  # noqa: PLC0415 - plotting stays out of the checks
+
+    fig = new_figure(WIDTH, 4.0)
+    ax = fig.subplots()
+    colors = {"balance": "tab:blue", "minimiser": "tab:green", "uniform": "tab:purple"}
+    handles = []  # printed first, then repaired: the legend's two columns
+    for check, ls, mk, what in (("thm1.printed", "-", "o", "printed"), ("thm1.repaired", "--", "s", "repaired")):
+        for sweep, label in THEOREM1_SETTINGS.items():
+            pts = sorted((float(r["x"]), r["ratio"]) for r in records if r["sweep"] == sweep and r["check"] == check)
+            if not pts:
+                continue
+            x, y = zip(*pts)
+            h, = ax.plot(x, y, ls=ls, marker=mk, ms=4, color=colors.get(sweep, "tab:gray"), label=f"{what}, {label}")
+            handles.append(h)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhspan(1e-3, 1.0, color="tab:red", alpha=0.08, lw=0)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=max(1e-3, min(float(np.min(h.get_ydata())) for h in handles) / 3))
+    ax.set_xlabel(r"balance $a$: $W_Q \to a W_Q$, $W_K \to W_K/a$ (attention unchanged)")
+    ax.set_ylabel(r"bound $M$ / exact $\|H_i\|_2$")
+    ax.text(0.99, 0.03, "below 1: the bound is violated", transform=ax.transAxes, ha="right", va="bottom",
+            fontsize=9.5, color="tab:red")
+    ax.grid(alpha=0.3, which="major")
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False)
+    return fig
+
+
+def named_theorem1(directory: Path, check: str = "thm1.printed") -> list[dict]:
+    """The named counter-examples ``<check>@<sweep>.json`` of :func:`named_counterexamples` in ``directory``,
+    re-evaluated: for each, ``{"name", "why", "shape", "loss", "attn_dev", "printed", "repaired", "worst_block",
+    "printed_rows_max", "worst_block_norm"}`` — the loss ``l = ‖F − Target‖_F²/(L d_V)``, ``max |A − 1/L|``,
+    bound/exact of Theorem 1 printed and repaired, and the largest of the nine blocks ``‖H(W_i, W_j)‖_2`` against
+    the largest printed row (``max(VV, QQ, VQ, QK)``)."""
+    import json  # noqa: PLC0415
+
+    from ..exact.forward import sa_loss  # noqa: PLC0415
+
+    out = []
+    for p in sorted(Path(directory).glob(f"{check}@*.json")):
+        ce = json.loads(p.read_text())
+        inst = Instance.from_json(ce["instance"])
+        recs = {r["check"]: r for r in ck.evaluate(inst, parts=("sa",))}
+        A = attention_matrix(inst.X, inst.W_Q, inst.W_K)
+        mb = recs["thm1.printed.maxblock"]
+        out.append({"name": p.stem, "why": ce.get("why", ""), "shape": tuple(inst.shape),
+                    "loss": float(sa_loss(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.Target)),
+                    "attn_dev": float((A - 1.0 / inst.L).abs().max()),
+                    "printed": recs["thm1.printed"]["ratio"], "repaired": recs["thm1.repaired"]["ratio"],
+                    "worst_block": mb["sub"], "worst_block_norm": mb["exact"], "printed_rows_max": mb["bound"]})
+    return out

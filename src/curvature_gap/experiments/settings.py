@@ -166,7 +166,7 @@ SMOKE = FigureSettings(
     convergence=ConvergenceSettings(model="mnist", batch_size=8, n_permutations=64),
     convergence_mnist=ConvergenceSettings(model="mnist", batch_size=8, n_permutations=64),
     assumption=AssumptionSettings(n_points=20, n_permutations=4),
-    theorem7=Theorem7Settings(n_samples=256, hessian_samples=8, power_iters=20, refine=1),
+    theorem7=Theorem7Settings(n_samples=64, hessian_samples=8, power_iters=20, refine=1),
     trained_bounds=TrainedBoundsSettings(n_samples=1, n_batch=4, n_ce=1),
 )
 
