@@ -78,7 +78,7 @@ class Finding:
 
 
 def _num(x) -> str:
-    return f"{x:.2g}" if x is not None else "-"
+    return f"{x:.3g}" if x is not None else "-"
 
 
 def _theory(rows: list[Row], numbers: dict) -> tuple[str, str]:

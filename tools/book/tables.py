@@ -26,8 +26,11 @@ __all__ = ["landing_md", "verdict_md", "all_checks_md", "errata_md", "notation_m
            "versions_md", "published_md", "hardware_md", "runtimes_md", "verdict_badge"]
 
 
-def verdict_badge(verdict: str, css: str) -> str:
-    return f'<span class="cg-badge cg-{css}">{html.escape(verdict)}</span>'
+def verdict_badge(key: str, verdict: str, css: str) -> str:
+    """A result's verdict in the landing table, marked (``data-result``, ``data-verdict``) like the verdict
+    line of its page, so that the book check can compare the two."""
+    return (f'<span class="cg-badge cg-{css}" data-result="{key}" data-verdict="{html.escape(verdict)}">'
+            f"{html.escape(verdict)}</span>")
 
 
 def _link(page: str, text: str) -> str:
@@ -41,7 +44,7 @@ def landing_md(rows: list[Row], profile: str) -> str:
     lines += [f"- {s}" for s in summary_sentences(rows)]
     lines += ["", "| result | verdict | evidence |", "|---|---|---|"]
     for f in fs:
-        lines.append(f"| {_link(f.page, md_escape(f.title))} | {verdict_badge(f.verdict, f.css)} | "
+        lines.append(f"| {_link(f.page, md_escape(f.title))} | {verdict_badge(f.key, f.verdict, f.css)} | "
                      f"{md_escape(f.evidence)} |")
     src = "paper-profile results (committed under `published/paper/`)"
     lines += ["", f"Verdicts about the experiments come from the {src}; the theory rows from random float64 "
