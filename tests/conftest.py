@@ -1,4 +1,5 @@
-"""Shared fixtures: small datasets written by the tests themselves (never the network)."""
+"""Shared fixtures: small datasets written by the tests themselves (never the network), one-thread torch for
+small dense algebra, the rows of one ``curvature-gap verify --quick`` run per session, and the fault markers."""
 from __future__ import annotations
 
 import pickle
@@ -8,9 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from curvature_gap.data import TensorDataset
-from synthetic import learnable_images  # noqa: F401 - also re-exported for fixtures below
+from cases import SMALL_RUN_SETTINGS, experiments_context, learnable_images, mnist_datasets
 
 
 def write_mnist_idx(root: Path, n_train: int = 256, n_test: int = 64) -> Path:
@@ -53,14 +52,37 @@ def cifar_root(tmp_path):
 @pytest.fixture
 def tiny_datasets():
     """Learnable MNIST-shaped tensors: 512 train, 128 test."""
-    from curvature_gap.train import Datasets
+    return mnist_datasets(512, 128)
 
-    def make(n, seed):
-        imgs, labels = learnable_images(n, 1, 28, 10, seed)
-        x = torch.from_numpy(imgs).float().div(255).sub(0.5).div(0.5)
-        return TensorDataset(x, torch.from_numpy(labels).long())
 
-    return Datasets(make(512, 0), make(128, 1))
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: the small dense products of these tests only lose from thread synchronisation
+    on shared CPUs (restored afterwards)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def quick_rows(tmp_path_factory):
+    """The rows of ``curvature-gap verify --quick`` (``checks.run(quick=True)``), computed once per session,
+    with an empty results cache and an empty published directory: every row that needs a trained model is
+    ``not run``, every other row is computed here."""
+    from curvature_gap import checks
+
+    base = tmp_path_factory.mktemp("verify_quick")
+    (base / "published").mkdir()
+    return checks.run(quick=True, results_dir=base / "results", published_dir=base / "published")
+
+
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory):
+    """(directory, context) of the Hessian figures on the tiny model (454 parameters), shared by the tests of
+    the experiments (the model is trained once). Tests that damage or delete results work on a copy."""
+    tmp = tmp_path_factory.mktemp("small_run")
+    return tmp, experiments_context(tmp, **SMALL_RUN_SETTINGS)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,4 +1,6 @@
-"""Datasets through torchvision's real loaders, from files the tests write; clear errors otherwise."""
+"""curvature_gap.data: datasets through torchvision's real loaders, from files the tests write; clear errors otherwise."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -20,21 +22,25 @@ def test_mnist_loader_reads_idx_files_through_torchvision(mnist_root):
     assert ds.images.min() >= -1 and ds.images.max() <= 1
 
 
+@pytest.mark.fault("dataset-corrupt")
 def test_mnist_wrong_md5_names_the_file_and_the_fix(mnist_root):
     with pytest.raises(DataUnavailable, match=r"train-images-idx3-ubyte has md5 .* Delete the file and run `make data`"):
         data.load("mnist", mnist_root, train=True)
 
 
+@pytest.mark.fault("dataset-missing")
 def test_missing_mnist_offline_says_what_to_put_where(tmp_path):
     with pytest.raises(DataUnavailable, match=r"make data.*MNIST/raw"):
         data.load("mnist", tmp_path / "empty", train=True, allow_download=False)
 
 
+@pytest.mark.fault("dataset-missing")
 def test_missing_cifar100_offline_says_what_to_put_where(tmp_path):
     with pytest.raises(DataUnavailable, match=r"cifar-100-python.tar.gz.*cifar-100-python/train, test and meta"):
         data.load("cifar100", tmp_path / "empty", train=True, allow_download=False)
 
 
+@pytest.mark.fault("dataset-corrupt")
 def test_truncated_cifar_file_is_a_clear_error(cifar_root):
     p = cifar_root / "cifar-100-python" / "train"
     p.write_bytes(p.read_bytes()[:100])
@@ -42,6 +48,7 @@ def test_truncated_cifar_file_is_a_clear_error(cifar_root):
         data.load("cifar100", cifar_root, train=True, verify_md5=False)
 
 
+@pytest.mark.fault("dataset-corrupt")
 def test_cifar100_wrong_md5_is_a_clear_error(cifar_root):
     with pytest.raises(DataUnavailable, match=r"cifar-100-python/train has md5 .*corrupt or not CIFAR-100"):
         data.load("cifar100", cifar_root, train=True)
@@ -50,4 +57,23 @@ def test_cifar100_wrong_md5_is_a_clear_error(cifar_root):
 def test_data_dir_resolution(monkeypatch, tmp_path):
     monkeypatch.setenv("CURVATURE_GAP_DATA", str(tmp_path))
     assert data.data_dir() == tmp_path
-    assert data.data_dir("x") == data.data_dir("x")
+    assert data.data_dir("x") == Path("x")          # an explicit path wins
+    monkeypatch.delenv("CURVATURE_GAP_DATA")
+    assert data.data_dir() == Path("data")
+
+
+def test_check_mnist_files_names_missing_and_corrupt_files(mnist_root, tmp_path):
+    assert data.check_mnist_files(mnist_root, verify_md5=False) == []
+    assert len(data.check_mnist_files(mnist_root)) == 4          # test-written files: other md5s
+    assert all("corrupt or not MNIST" in p for p in data.check_mnist_files(mnist_root))
+    (mnist_root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").unlink()
+    assert [p for p in data.check_mnist_files(mnist_root, verify_md5=False)] == [
+        f"missing {mnist_root / 'MNIST' / 'raw' / 't10k-labels-idx1-ubyte'}"]
+    assert data.md5(mnist_root / "MNIST" / "raw" / "train-labels-idx1-ubyte") == data.md5(
+        mnist_root / "MNIST" / "raw" / "train-labels-idx1-ubyte") != data.md5(mnist_root / "MNIST" / "raw" / "t10k-images-idx3-ubyte")
+
+
+def test_tensor_dataset_subset():
+    ds = data.TensorDataset(torch.zeros(5, 1, 2, 2), torch.arange(5))
+    assert ds.subset(None) is ds and ds.subset(9) is ds
+    assert len(ds.subset(2)) == 2 and ds.subset(2).labels.tolist() == [0, 1]

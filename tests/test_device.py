@@ -1,4 +1,4 @@
-"""The package's GPU-relevant code paths on ``--device`` (default cpu), each against the CPU.
+"""curvature_gap.device, and the package's GPU-relevant code paths on ``--device`` (default cpu), each against the CPU.
 
     pytest -m device --device cuda tests/test_device.py     # on a machine with CUDA
 
@@ -13,7 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from curvature_gap.config import train_config
+from cases import TINY_MODEL
+from curvature_gap.config import ConfigError, train_config
+from curvature_gap.device import resolve_device
 from curvature_gap.hessian import hessian
 from curvature_gap.hessian.spectra import top_eigenvalues
 from curvature_gap.model import build_model
@@ -21,8 +23,21 @@ from curvature_gap.train import Datasets, load_model, train
 
 pytestmark = pytest.mark.device
 
-# A small MNIST-shaped ViT (1,122 parameters) so that dense float64 Hessians take well under a second.
-TINY = dict(patch_size=7, d_model=8, d_k=8, d_ff=16)
+# A small MNIST-shaped ViT (454 parameters) so that dense float64 Hessians take well under a second.
+TINY = TINY_MODEL
+
+
+def test_resolve_device(device):
+    assert resolve_device(device.type) == device
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ConfigError, match="choose one of: auto, cpu, cuda"):
+        resolve_device("tpu")
+    if torch.cuda.is_available():
+        assert resolve_device("cuda").type == "cuda"
+    else:
+        with pytest.raises(ConfigError, match="CUDA is not available here; use --device cpu or auto"):
+            resolve_device("cuda")
 
 
 def _batch(n: int, seed: int = 0, dtype=torch.float32):

@@ -1,9 +1,9 @@
-"""Table 1 shapes, parameter counts, parameter groups, and the forward pass."""
+"""curvature_gap.model: Table 1 shapes, parameter counts, parameter groups, and the one forward pass."""
 import pytest
 import torch
 
 import curvature_gap as cg
-from curvature_gap.model import patchify
+from curvature_gap.model import BlockParts, attention_matrix, block_forward, count_parameters, layer_norm_parts, patchify
 
 
 @pytest.mark.parametrize(
@@ -78,6 +78,7 @@ def test_handwritten_layernorm_equals_fused_in_value():
     torch.testing.assert_close(ln(x), fused(x), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.fault("zero-variance-layernorm")
 def test_zero_variance_row_raises_with_eps_zero():
     from curvature_gap.model import LayerNorm
 
@@ -98,3 +99,40 @@ def test_unknown_model_name_is_a_clear_error():
 
     with pytest.raises(ConfigError, match="choose one of: mnist, cifar100"):
         cg.build_model("imagenet")
+
+
+def test_block_parts_are_the_intermediate_values_of_the_module():
+    torch.manual_seed(1)
+    m = cg.build_model("mnist")
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.1 * torch.randn_like(p))      # non-trivial biases and LayerNorm affines
+    b = m.blocks[0]
+    x = torch.randn(2, 49, 16)
+    parts = b.parts(x)
+    assert isinstance(parts, BlockParts)
+    torch.testing.assert_close(parts.out, b(x))
+    torch.testing.assert_close(parts.A, attention_matrix(x, b.query, b.key))
+    torch.testing.assert_close(parts.A.sum(-1), torch.ones(2, 49))
+    torch.testing.assert_close(parts.u1, x + parts.A @ x @ b.value)
+    torch.testing.assert_close(parts.h, parts.y @ b.ffn1["weight"] + b.ffn1["bias"])
+    assert torch.equal(parts.mask, (parts.h > 0).float()) and torch.equal(parts.r, torch.relu(parts.h))
+    # without biases and affines: the theory's block
+    plain = block_forward(x, b.query, b.key, b.value, b.ffn1["weight"], b.ffn2["weight"])
+    torch.testing.assert_close(plain.y, layer_norm_parts(plain.u1, 0.0)[0])
+
+
+def test_layer_norm_parts():
+    u = torch.randn(3, 5, dtype=torch.float64)
+    n_hat, r = layer_norm_parts(u, 1e-5)
+    var = (u - u.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True)
+    torch.testing.assert_close(r, (var + 1e-5).rsqrt())
+    torch.testing.assert_close(n_hat, (u - u.mean(-1, keepdim=True)) * r)
+    u[1] = 3.0
+    layer_norm_parts(u, 1e-5)                       # eps > 0: a constant row is fine
+    with pytest.raises(ValueError, match="Assumption 2"):
+        layer_norm_parts(u, 0.0)
+
+
+def test_count_parameters():
+    assert count_parameters(cg.build_model("mnist")) == 4186

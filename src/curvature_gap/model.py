@@ -9,7 +9,7 @@ tokens (B, d_V) -> logits (B, classes). Each block computes
 Weights are stored in the paper's orientation (``X @ W``), so vec_r of a parameter is its
 row-major flattening and Hessian blocks map one-to-one onto the theory's formulas.
 Attention is written out (no fused kernel: curvlinops needs forward-mode AD) and LayerNorm is
-hand-written (the fused kernel gives wrong second derivatives, see ``tests/test_curvature.py``).
+hand-written (the fused kernel gives wrong second derivatives, see ``tests/hessian/test_hessian_generic.py``).
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import platform
 import time
 import warnings
@@ -30,6 +31,8 @@ CKPT_NAME = "last.pt"
 MODEL_NAME = "model.pt"
 METRICS_NAME = "metrics.json"
 SNAPSHOT_DIR = "snapshots"
+# what torch.load(weights_only=True) raises on a truncated, edited or foreign file (not a zip: UnpicklingError)
+_UNREADABLE = (OSError, RuntimeError, EOFError, ValueError, KeyError, pickle.UnpicklingError)
 
 
 class StaleCheckpointWarning(UserWarning):
@@ -123,7 +126,7 @@ def _check_owner(path: Path, chash: str) -> dict:
     """The checkpoint at ``path`` if this config (hash ``chash``) wrote it; CheckpointMismatch otherwise."""
     try:
         state = load_torch(path)
-    except (OSError, RuntimeError, EOFError, ValueError, KeyError) as exc:  # truncated or not a checkpoint
+    except _UNREADABLE as exc:  # truncated or not a checkpoint
         raise CheckpointMismatch(f"{path} is unreadable ({type(exc).__name__}); use another --out directory "
                                  "or delete it to start over") from exc
     if not isinstance(state, dict) or state.get("config_hash") != chash:
@@ -271,7 +274,7 @@ def verify_checkpoint(directory, chash: str) -> tuple[dict | None, str]:
         return None, "missing"
     try:
         state = load_torch(mp)
-    except (OSError, RuntimeError, EOFError, ValueError, KeyError) as exc:  # truncated or edited files
+    except _UNREADABLE as exc:  # truncated or edited files
         return None, f"{mp} cannot be loaded ({type(exc).__name__}: {exc})"
     if not isinstance(state, dict) or state.get("config_hash") != chash:
         return None, f"{mp} was written by config {state.get('config_hash') if isinstance(state, dict) else None}, not {chash}"
@@ -330,7 +333,7 @@ def load_snapshot(directory, step: int, chash: str) -> dict | None:
         return None
     try:
         state = load_torch(p)
-    except (OSError, RuntimeError, EOFError, ValueError, KeyError):
+    except _UNREADABLE:
         return None
     if not isinstance(state, dict) or state.get("config_hash") != chash or state.get("step") != step:
         return None

@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from curvature_gap import book, cli, data
+from curvature_gap import cli, data
+from curvature_gap import notebook as nb
 from curvature_gap.config import ConfigError
 from curvature_gap.data import DataUnavailable
-from curvature_gap.io import atomic_write_bytes, atomic_write_json
+from tools.book.build import ensure_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,20 +33,22 @@ ROOT = Path(__file__).resolve().parents[2]
     ("device", "tpu", "device='tpu' (str) is invalid: it must be one of auto, cpu, cuda"),
     ("shape", [12, 6, 4], "shape=[12, 6, 4] (list) is invalid: it must be None or a list of 4 positive integers"),
 ])
+@pytest.mark.fault("bad-notebook-parameter")
 def test_check_parameters_names_the_parameter_and_the_fix(name, value, needle):
     with pytest.raises(ConfigError) as err:
-        book.check_parameters({"profile": "smoke", "device": "cpu", "seed": 0, name: value})
+        nb.check_parameters({"profile": "smoke", "device": "cpu", "seed": 0, name: value})
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
 def test_check_parameters_accepts_the_defaults_and_valid_values():
-    book.check_parameters(dict(profile="paper", device="auto", seed=7, L=3, d_V=8, N=64, shape=None))
-    book.check_parameters(dict(profile="smoke", device="cuda", seed=0, shape=[12, 6, 4, 16]))
+    nb.check_parameters(dict(profile="paper", device="auto", seed=7, L=3, d_V=8, N=64, shape=None))
+    nb.check_parameters(dict(profile="smoke", device="cuda", seed=0, shape=[12, 6, 4, 16]))
 
 
+@pytest.mark.fault("bad-notebook-parameter")
 def test_papermill_parameter_of_the_wrong_type_stops_the_notebook(tmp_path):
     """What a re-executor types: `papermill nb.ipynb out.ipynb -p seed abc` fails at the first code cell."""
-    book.ensure_kernel(log=lambda *a: None)
+    ensure_kernel(log=lambda *a: None)
     r = subprocess.run([sys.executable, "-m", "papermill", str(ROOT / "notebooks" / "layernorm.ipynb"),
                         str(tmp_path / "out.ipynb"), "-p", "seed", "abc", "--cwd", str(ROOT)],
                        capture_output=True, text=True, timeout=300)
@@ -57,6 +60,7 @@ def test_papermill_parameter_of_the_wrong_type_stops_the_notebook(tmp_path):
 
 
 # ---------------------------------------------------------------- data of the wrong shape
+@pytest.mark.fault("dataset-corrupt")
 def test_cifar100_images_of_the_wrong_shape_are_refused(tmp_path):
     """64 images of 3x16x16 reshape silently into 16 images of 3x32x32 in torchvision's loader."""
     d = tmp_path / "cifar-100-python"
@@ -70,33 +74,13 @@ def test_cifar100_images_of_the_wrong_shape_are_refused(tmp_path):
         data.load("cifar100", tmp_path, train=True, verify_md5=False)
 
 
-# ---------------------------------------------------------------- atomic writes
-def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
-    import curvature_gap.io as cio
-
-    target = tmp_path / "result.json"
-    atomic_write_json(target, {"finished": True})
-    before = target.read_bytes()
-
-    def disk_full(fd):
-        raise OSError(28, "No space left on device")
-
-    with monkeypatch.context() as m:
-        m.setattr(cio.os, "fsync", disk_full)
-        with pytest.raises(OSError, match="No space left"):
-            atomic_write_json(target, {"finished": False, "payload": list(range(1000))})
-    with pytest.raises(OSError):
-        atomic_write_bytes(target / "under-a-file", b"data")  # a file where a directory should be
-    assert target.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"], "no temporary file is left behind"
-
-
 # ---------------------------------------------------------------- earlier work survives
 def _tree_hashes(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.fault("bad-input-after-work")
 def test_bad_input_leaves_earlier_results_intact(tmp_path, capsys):
     import torch
 
@@ -129,6 +113,7 @@ def test_bad_input_leaves_earlier_results_intact(tmp_path, capsys):
 
 # ---------------------------------------------------------------- make clean
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.fault("make-clean")
 def test_make_clean_removes_caches_and_keeps_data(tmp_path):
     keep = ["data/MNIST/raw/train-images-idx3-ubyte", "data/cifar-100-python/train", "src/curvature_gap/x.py"]
     gone = ["results/fig3/a.json", "runs/mnist-smoke-x/model.pt", "_build/html/index.html", ".pytest_cache/v",

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from cases import subprocess_env
 from curvature_gap.data import check_mnist_files
+from curvature_gap.experiments import SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
 CG = [sys.executable, "-m", "curvature_gap"]
@@ -37,7 +39,7 @@ def _offline() -> tuple[list[str], dict]:
 
 def run_offline(args: list[str], cwd: Path, data: Path, timeout: float = OFFLINE_LIMIT_S):
     prefix, env_extra = _offline()
-    env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}  # the closed proxy applies to every host
+    env = {k: v for k, v in subprocess_env().items() if k.lower() != "no_proxy"}  # the closed proxy applies to every host
     env.update(CURVATURE_GAP_DATA=str(data), PYTHONUNBUFFERED="1", **env_extra)
     t0 = time.perf_counter()
     r = subprocess.run(prefix + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -45,6 +47,7 @@ def run_offline(args: list[str], cwd: Path, data: Path, timeout: float = OFFLINE
 
 
 @pytest.mark.parametrize("verb", ["data", "train", "reproduce"])
+@pytest.mark.fault("offline")
 def test_without_network_each_command_fails_fast_with_instructions(verb, tmp_path):
     empty = tmp_path / "data"
     args = {
@@ -57,17 +60,20 @@ def test_without_network_each_command_fails_fast_with_instructions(verb, tmp_pat
     }[verb]
     r, seconds = run_offline(CG + args, tmp_path, empty)  # TimeoutExpired past 30 s fails the test
     out = r.stdout + r.stderr
-    assert r.returncode == 1, out[-2000:]
+    # data and train fail; reproduce reports both results blocked (not a failure) and exits 0
+    assert r.returncode == (0 if verb == "reproduce" else 1), out[-2000:]
     assert "MNIST is not available offline. Run `make data`" in out and str(empty / "MNIST" / "raw") in out
     if verb != "train":
         assert "cifar-100-python.tar.gz" in out, "CIFAR-100 says where to download it and where to put it"
     if verb == "train":
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     if verb == "reproduce":
-        assert out.count("BLOCKED") == 2 and "0/2 figures ok" in out
+        assert out.count("BLOCKED") == 2 and "0/2 results ok" in out
     print(f"{verb}: exit {r.returncode} after {seconds:.1f} s offline")
 
 
+@pytest.mark.slow
+@pytest.mark.fault("offline")
 def test_without_network_reproduce_works_from_local_data(tmp_path):
     data = Path(os.environ.get("CURVATURE_GAP_DATA") or ROOT / "data").resolve()
     if check_mnist_files(data):
@@ -77,5 +83,5 @@ def test_without_network_reproduce_works_from_local_data(tmp_path):
                                    "--results-dir", str(tmp_path / "results"), "--figures-dir", str(tmp_path / "figures"),
                                    "--runs-dir", str(tmp_path / "runs")], tmp_path, data, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert "1/1 figures ok" in r.stdout
-    assert (tmp_path / "figures" / "fig03_hessian_entries.png").stat().st_size > 0
+    assert "1/1 results ok" in r.stdout
+    assert (tmp_path / "figures" / f"{SPECS['fig3'].stem}_hessian.png").stat().st_size > 0

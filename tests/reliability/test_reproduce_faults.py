@@ -19,14 +19,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cases import subprocess_env
 from curvature_gap.data import check_mnist_files
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("CURVATURE_GAP_DATA") or ROOT / "data").resolve()
 FIGS = "fig4,fig12"
 
-pytestmark = pytest.mark.skipif(bool(check_mnist_files(DATA)),
-                                reason=f"needs MNIST under {DATA} (`make data`, which `make test` runs first)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(bool(check_mnist_files(DATA)),
+                                 reason=f"needs MNIST under {DATA} (`make data`, which `make test` runs first)")]
 
 
 def _cmd(work: Path) -> list[str]:
@@ -37,7 +39,7 @@ def _cmd(work: Path) -> list[str]:
 
 
 def _env():
-    return dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    return subprocess_env(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
 
 
 def _reproduce(work: Path) -> subprocess.CompletedProcess:
@@ -72,11 +74,13 @@ def reference(tmp_path_factory):
     return fp
 
 
+@pytest.mark.fault("same-command-twice")
 def test_same_command_gives_identical_checkpoints_and_results(reference, tmp_path):
     _reproduce(tmp_path)
     assert fingerprint(tmp_path) == reference
 
 
+@pytest.mark.fault("reproduce-killed", "killed-while-writing")
 def test_sigkill_mid_reproduce_then_rerun_recomputes_only_what_is_missing(reference, tmp_path):
     proc = subprocess.Popen(_cmd(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     deadline = time.time() + 600
@@ -99,6 +103,7 @@ def test_sigkill_mid_reproduce_then_rerun_recomputes_only_what_is_missing(refere
     assert {k: v["status"] for k, v in manifest["figures"].items()} == {"fig4": "ok", "fig12": "ok"}
 
 
+@pytest.mark.fault("concurrent-runs")
 def test_two_concurrent_reproduce_runs_train_once_and_agree(reference, tmp_path):
     procs = [subprocess.Popen(_cmd(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
              for _ in range(2)]

@@ -5,7 +5,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from synthetic import learnable_images  # noqa: E402
+from cases import learnable_images  # noqa: E402
 
 from curvature_gap.config import train_config  # noqa: E402
 from curvature_gap.data import TensorDataset  # noqa: E402

@@ -1,8 +1,11 @@
-"""Unit tests of the Appendix B rules against torch.func (float64)."""
+"""curvature_gap.theory.calculus: the Appendix B rules against torch.func (float64)."""
+import pytest
 import torch
 from torch.func import jacrev
 
 from curvature_gap.theory import calculus as cc
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 g = torch.Generator().manual_seed(0)
 

@@ -1,0 +1,94 @@
+"""curvature_gap.checks (``curvature-gap verify``): every check as one list of rows.
+
+The quick run (``checks.run(quick=True)``, once per session, with no results of a trained model) is checked
+for the rows the book and the findings depend on; ``main`` for its table, JSON and exit status.
+"""
+from __future__ import annotations
+
+import json
+
+import jsonschema
+
+from curvature_gap import checks
+from curvature_gap.checks.row import ROW_SCHEMA, Row
+
+NAMED = ("thm1.printed@minimiser", "thm1.printed@uniform")
+
+
+def test_every_row_validates_against_the_schema_and_ids_are_unique(quick_rows):
+    ids = [r.id for r in quick_rows]
+    assert len(ids) == len(set(ids)) and len(ids) > 200
+    validator = jsonschema.Draft202012Validator(ROW_SCHEMA)
+    for r in quick_rows:
+        errors = list(validator.iter_errors(r.to_json()))
+        assert not errors, (r.id, errors[0].message)
+    assert all(r.as_expected for r in quick_rows), [r.id for r in quick_rows if not r.as_expected]
+
+
+def test_theorem1_printed_fails_and_the_repaired_bound_holds(quick_rows):
+    by = {r.id: r for r in quick_rows}
+    printed, repaired = by["bounds.thm1.printed"], by["bounds.thm1.repaired"]
+    assert printed.verdict == "fails" and printed.finding and printed.min_ratio < 1
+    assert repaired.verdict == "holds" and repaired.min_ratio >= 1 and repaired.claim is None
+
+
+def test_every_committed_counterexample_replays_including_the_named_ones(quick_rows):
+    by = {r.id: r for r in quick_rows}
+    replay = by["bounds.counterexamples.replay"]
+    n_files = len(list(checks.bounds.COUNTEREXAMPLES.glob("*.json")))
+    assert replay.verdict == "holds" and replay.value == n_files and replay.note == "all replayed"
+    evidence = by["bounds.thm1.printed"].evidence
+    for name in NAMED:
+        assert f"curvature_gap/bounds/counterexamples/{name}.json" in evidence, (name, evidence)
+
+
+def test_the_phi_bounds_with_and_without_the_loss_factor(quick_rows):
+    """Φ_VQ, Φ_QK and the symmetric Φ bounds fail as printed, and only because of the loss factor 2/(L d_V)
+    of erratum lemma2-phi-loss-factor: without it they hold. Φ_QQ's bound holds either way."""
+    by = {r.id: r for r in quick_rows}
+    for kl in ("QQ", "VQ", "QK", "sym"):
+        with_f, without = by[f"bounds.thm6.Phi.{kl}"], by[f"bounds.thm6.Phi.{kl}.no_loss_factor"]
+        assert without.verdict == "holds", kl
+        assert with_f.verdict == ("holds" if kl == "QQ" else "fails"), kl
+        assert "lemma2-phi-loss-factor" in with_f.errata and "lemma2-phi-loss-factor" not in without.errata
+        # removing the factor 2/(L d_V) multiplies every ratio by L d_V / 2 >= 2
+        assert without.min_ratio >= 2 * with_f.min_ratio
+
+
+def test_rows_that_need_a_trained_model_are_not_run_and_name_the_command(quick_rows):
+    by = {r.id: r for r in quick_rows}
+    for rid, cmd in (("thm7.vit.exact", "--only theorem7"), ("thm7.vit.thm6_ce", "--only theorem7"),
+                     ("assumption1.zero", "--only fig12"), ("fig12.validity_increases", "--only fig12"),
+                     ("fig3.values_largest", "--only fig3"), ("bounds.mnist.thm1.printed", "--only trained_bounds")):
+        assert by[rid].verdict == "not run" and cmd in by[rid].command, rid
+    assert by["thm7.sa.printed"].ran and by["thm7.identity"].ran
+    assert {r.result for r in quick_rows} >= {"thm1", "thm6", "lemma4", "thm7", "assumption1", "fig3", "fig6", "software"}
+
+
+def test_errata_are_linked_to_their_rows(quick_rows):
+    by = {r.id: r for r in quick_rows}
+    assert "xi12-is-xi21" in by["thm5.xi12_naming"].errata and "loss-normalisation" in by["gn.loss_normalisation"].errata
+
+
+def test_rows_meta_names_what_determines_the_rows():
+    a = checks.rows_meta(True)
+    assert a == checks.rows_meta(True) and a != checks.rows_meta(False)
+    assert set(a) == {"code", "quick", "results"} and set(a["results"]) == set(checks.DATA_RESULTS)
+    assert len(a["code"]) == 16
+
+
+def test_main_prints_table_writes_json_and_exit_code(tmp_path, monkeypatch, capsys, quick_rows):
+    rows = list(quick_rows)
+    monkeypatch.setattr(checks, "run", lambda *a, **k: rows)
+    out = tmp_path / "v.json"
+    assert checks.main(json_path=str(out), quick=True) == 0
+    text = capsys.readouterr().out
+    for r in rows:
+        assert r.id in text
+    assert "rows not run (they need results of the trained model); to compute them: curvature-gap reproduce" in text
+    assert json.loads(out.read_text()) == json.loads(json.dumps([r.to_json() for r in rows]))
+    assert [r.id for r in checks.load_rows(out)] == [r.id for r in rows]
+    bad = [Row.from_json(dict(rows[0].to_json(), verdict="fails"))] + rows[1:]
+    monkeypatch.setattr(checks, "run", lambda *a, **k: bad)
+    assert checks.main(quick=True) == 1
+    assert "UNEXPECTED: " + rows[0].id in capsys.readouterr().out

@@ -1,0 +1,70 @@
+"""curvature_gap.checks.theory: each closed form of the paper against autograd (the formula rows of
+``curvature-gap verify --quick``, computed once per session), and that a wrong formula is caught."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from curvature_gap.checks import theory as th
+from curvature_gap.theory import layernorm as ln
+
+
+def _formula_rows(rows):
+    return [r for r in rows if r.kind == "formula"]
+
+
+def test_every_formula_row_has_its_expected_verdict_within_tolerance(quick_rows):
+    rows = _formula_rows(quick_rows)
+    assert len(rows) >= 100
+    for r in rows:
+        assert r.verdict in ("verified", "corrected", "notation"), r
+        assert r.verdict == r.expected, r
+        assert r.rel_err <= r.tolerance, r
+        assert r.tolerance == (th.FD_TOL if r.id.endswith(".fd") else th.TOL), r
+        assert r.result == th.result_of(r.id) and r.claim == "verified"
+        if r.verdict != "verified":
+            # the printed form was measured wrong (> 1e-3) or shown to be ill-dimensioned
+            assert (r.printed_rel_err is not None and r.printed_rel_err > th.BAD) or "not evaluable" in r.note, r
+
+
+def test_mnist_size_block_hessian(quick_rows):
+    """Theorem 5 + Gauss–Newton at L = 49, d_V = d_K = 16, d_ff = 64 against torch.func.hessian."""
+    (r,) = [r for r in quick_rows if r.id == "gn.loss_hessian.mnist"]
+    assert r.verdict == "verified" and r.rel_err <= 1e-10, r
+    assert "L=49" in r.instances and "dV=16" in r.instances and "(2816, 2816)" in r.instances
+
+
+def test_every_section2_result_is_listed(quick_rows):
+    ids = [r.id for r in _formula_rows(quick_rows)]
+    assert len(set(ids)) == len(ids)                          # unique ids
+    for p in ["appB.", "sec2.", "thm2.", "thm3.", "lem1.", "thm4.", "thm5.xi.", "thm5.phi.", "thm5.H_tr.", "orm.Ho.",
+              "orm.Hf.", "lemC1.", "noci.", "lem2.", "gn."]:
+        assert any(i.startswith(p) for i in ids), p
+    P = ("1", "2", "K", "Q", "V")
+    for i in P:
+        for j in P:
+            assert f"thm5.xi.{i}{j}" in ids and f"thm5.H_tr.{i}{j}" in ids
+    for k in "QKV":
+        for l in "QKV":
+            assert f"thm5.phi.{k}{l}" in ids
+    assert set(th.GROUPS) == {"calculus", "layernorm", "ffn", "attention", "phi", "block", "gauss_newton", "mnist"}
+
+
+def test_checks_detect_a_wrong_formula(monkeypatch):
+    """A 1 % error injected into ∂P/∂X must turn the Theorem 2 Jacobian row into 'fails'."""
+    good = {r.id: r for r in th.run_group("layernorm", quick=True)}
+    assert good["thm2.layernorm.jacobian"].verdict == "verified"
+    orig = ln.dP_dX
+    monkeypatch.setattr(ln, "dP_dX", lambda X: 1.01 * orig(X))
+    rows = {r.id: r for r in th.run_group("layernorm", quick=True)}
+    assert rows["thm2.layernorm.jacobian"].verdict == "fails" and not rows["thm2.layernorm.jacobian"].as_expected
+    assert rows["thm2.layernorm.jacobian"].rel_err > 1e-4
+
+
+def test_rel_err():
+    a, b = torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([1.0, 4.0], dtype=torch.float64)
+    assert th.rel_err(a, b) == 0.5 and th.rel_err(b, b) == 0.0
+    assert th.rel_err(torch.zeros(2), torch.zeros(2)) == 0.0
+    assert th.rel_err(torch.tensor([1e-3, 0.0], dtype=torch.float64), torch.zeros(2), scale=2.0) == pytest.approx(5e-4)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        th.rel_err(torch.zeros(2), torch.zeros(3))

@@ -1,0 +1,54 @@
+"""curvature_gap.experiments.heatmaps: Figs. 3 and 4 on the tiny model (the exact Hessian, cross-checked)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from curvature_gap import experiments as ex
+from curvature_gap.experiments.heatmaps import group_table
+from curvature_gap.hessian import hessian
+
+
+def test_fig3_numbers_equal_the_exact_hessian_of_the_first_batch(small_run):
+    _, ctx = small_run
+    r = ex.load_results("fig3", ctx=ctx)
+    assert r["n_parameters"] == 454 and r["trained"] is False and r["batch_size"] == 4
+    cc = r["cross_check"]
+    assert cc["float32"]["max_relative_difference"] < 1e-5 and cc["float64"]["max_relative_difference"] < 1e-10
+    m = ctx.init_model("mnist")
+    H = hessian(m, ctx.first_batch("mnist", 4)).double().numpy()
+    names, starts, stops = r["group_names"], r["group_starts"], r["group_stops"]
+    assert names[0] == "pos" and names[-1] == "head" and r["pool"] == 1
+    v = names.index("block0.value")
+    blk = H[starts[v]:stops[v], starts[v]:stops[v]]
+    np.testing.assert_allclose(r["pair_fro"][v, v], np.linalg.norm(blk), rtol=1e-5)
+    assert r["unit_stats"]["W_V"]["max"] == pytest.approx(float(np.abs(blk).max()), rel=1e-5)
+    np.testing.assert_allclose(r["image"].astype(np.float64), np.log10(np.abs(H) + 1e-6), atol=2e-3)
+    a0, a1 = r["attention_range"]
+    assert r["attention"].shape == (a1 - a0, a1 - a0)
+    assert r["rankings"]["weights"]["fro"][0] in ("W_Q", "W_K", "W_V", "W_1", "W_2")
+    assert r["checkpoint"]["steps"] == 0 and any(k.startswith("dyn_") for k in r.arrays)
+    for part in ("hessian", "attention", "block_means"):
+        assert len(ex.plot("fig3", r, part).axes) >= 1
+
+
+def test_fig4_is_the_trained_model(small_run):
+    _, ctx = small_run
+    r = ex.load_results("fig4", ctx=ctx)
+    assert r["trained"] is True and r["checkpoint"]["steps"] == 8
+    assert 0 <= r["checkpoint"]["test_accuracy"] <= 1
+    assert not any(k.startswith("dyn_") for k in r.arrays)
+    assert r["loss"] != ex.load_results("fig3", ctx=ctx)["loss"]
+
+
+def test_group_table_describes_the_flat_parameter_vector():
+    import curvature_gap as cg
+
+    m = cg.build_model("mnist", seed=0, d_model=4, d_k=4, d_ff=8, patch_size=7)
+    gt = group_table(m)
+    flat = torch.nn.utils.parameters_to_vector(m.parameters())
+    assert gt["n_parameters"] == flat.numel() == gt["group_stops"][-1]
+    i = gt["param_names"].index("blocks.0.value")
+    o = gt["param_offsets"][i]
+    assert torch.equal(flat[o:o + 16], m.blocks[0].value.reshape(-1))

@@ -1,0 +1,42 @@
+"""curvature_gap.experiments.report: each published number beside the recomputed one, and what differs."""
+from __future__ import annotations
+
+from curvature_gap.experiments import report as rp
+from curvature_gap.experiments.store import Result
+
+
+def _fig6(chash="h1", slope=-1.0, r2=0.99):
+    return Result("fig6", chash, {}, {}, {"fit": {"slope": slope, "r2": r2}, "loss_max": 2.0, "loss_mean": 0.5})
+
+
+def test_same_configuration_and_numbers_differ_by_nothing():
+    e = rp.compare("fig6", _fig6(), _fig6())
+    assert e["differs"] == "nothing" and e["status"] == "ok"
+    assert [n["name"] for n in e["numbers"]] == list(rp.key_numbers("fig6", _fig6()))
+    assert all(n["rel_diff"] == 0.0 for n in e["numbers"])
+
+
+def test_rounding_other_numbers_and_another_configuration():
+    assert rp.compare("fig6", _fig6(), _fig6(slope=-1.0 * (1 + 1e-6)))["differs"].startswith("nothing beyond rounding")
+    other = rp.compare("fig6", _fig6(), _fig6(slope=-0.9))
+    assert other["differs"].startswith("numbers differ by up to 1.0e-01 relative")
+    cfg = rp.compare("fig6", _fig6(), _fig6(chash="h2", slope=-0.9))
+    assert cfg["differs"] == "the configuration (settings, training or code) differs from the published one"
+
+
+def test_not_reproduced_and_nothing_published():
+    blocked = rp.compare("fig6", _fig6(), None, "blocked", "CIFAR-100 is not available offline")
+    assert blocked["differs"] == "not reproduced: CIFAR-100 is not available offline"
+    assert all(n["recomputed"] is None and n["published"] is not None for n in blocked["numbers"])
+    new = rp.compare("fig6", None, _fig6())
+    assert new["differs"] == "nothing published to compare with" and all(n["published"] is None for n in new["numbers"])
+    assert rp.compare("fig6", None, None, "skipped")["numbers"] == []
+
+
+def test_report_md_lists_every_result_and_a_table_per_result_with_numbers():
+    entries = [rp.compare("fig6", _fig6(), _fig6(slope=-0.9)), rp.compare("fig3", None, None, "blocked", "no | data")]
+    md = rp.report_md(entries, "header line")
+    assert md.startswith("# Reproduction report\n\nheader line\n")
+    assert "| fig6 | ok |" in md and "| fig3 | blocked | not reproduced: no / data |" in md
+    assert md.count("## ") == 1 and "| fitted slope | -1 | -0.9 | 1.0e-01 |" in md
+    assert set(rp.KEY_NUMBERS) >= {"fig3", "fig4", "fig5", "fig6", "fig12", "fused_ln", "theorem7", "trained_bounds"}

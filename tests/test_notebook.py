@@ -1,0 +1,125 @@
+"""curvature_gap.notebook: the helpers the notebooks call (parameters, results, verdicts, tables)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+
+from curvature_gap import experiments as ex
+from curvature_gap import notebook as nb
+from curvature_gap.checks.row import Row
+from curvature_gap.config import ConfigError
+from curvature_gap.experiments import report
+from curvature_gap.experiments.store import PublishedStore
+from curvature_gap.findings import RESULTS, finding_of
+
+EXPERIMENTS = [k for k, _, _, kind in RESULTS if kind == "experiment"]
+
+
+def test_check_parameters():
+    nb.check_parameters(dict(profile="paper", device="auto", seed=7, L=3, d_V=8, N=64, shape=None))
+    nb.check_parameters(dict(profile="smoke", device="cuda", seed=0, shape=[12, 6, 4, 16]))
+    with pytest.raises(ConfigError, match=r"notebook parameter L=2\.5 \(float\) is invalid: it must be a positive integer"):
+        nb.check_parameters(dict(profile="smoke", L=2.5))
+
+
+def test_setup_checks_first_then_works_from_the_checkout_root(tmp_path, monkeypatch):
+    root = tmp_path / "checkout"
+    (root / "src" / "curvature_gap").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    (root / "notebooks").mkdir()
+    monkeypatch.chdir(root / "notebooks")
+    monkeypatch.delenv("CURVATURE_GAP_DATA", raising=False)
+    with pytest.raises(ConfigError):
+        nb.setup(profile="huge")
+    assert os.getcwd() == str(root / "notebooks"), "nothing happens before the parameters are checked"
+    assert nb.setup(profile="smoke", device="cpu", seed=0) == root and os.getcwd() == str(root)
+    assert os.environ["CURVATURE_GAP_DATA"] == str(root / "data")
+
+
+def test_verdict_text_and_html_on_the_quick_rows(quick_rows):
+    for key in EXPERIMENTS:
+        text = nb.verdict_text(key, "smoke", quick_rows)
+        assert "smoke profile" in text and "states no verdict" in text and "Verdict" not in text, key
+        h = nb.verdict_html(key, "smoke", quick_rows)
+        assert 'class="cg-smoke-note"' in h and f'data-result="{key}"' in h and 'data-verdict=""' in h
+    t1 = finding_of("thm1", quick_rows)
+    assert nb.verdict_text("thm1", "smoke", quick_rows) == f"**Verdict: {t1.verdict}.** {t1.evidence}"
+    h = nb.verdict_html("thm1", "paper", quick_rows)
+    assert h.startswith('<div class="cg-verdict cg-mixed" data-result="thm1" data-verdict="fails; repaired version holds">')
+    assert "<strong>Verdict: fails; repaired version holds.</strong>" in h and "**" not in h
+    assert 'data-verdict="not run at paper scale"' in nb.verdict_html("fig6", "paper", quick_rows)
+
+
+def test_rows_from_the_pinned_json_match_whole_id_components(tmp_path, monkeypatch):
+    def row(rid):
+        return Row(id=rid, result="thm3", kind="formula", what="w", verdict="verified", rel_err=0.0).to_json()
+
+    rows = [row("thm3.layernorm.dD_dX"), row("thm3.layernorm.hessian"), row("thm30.x"), row("thm2.a")]
+    (tmp_path / "v.json").write_text(json.dumps({"meta": {}, "rows": rows}))
+    monkeypatch.setenv(nb.VERIFY_ENV, str(tmp_path / "v.json"))
+    assert [r.id for r in nb.rows("thm3")] == ["thm3.layernorm.dD_dX", "thm3.layernorm.hessian"]
+    assert [r.id for r in nb.rows(["thm3.layernorm.hessian", "thm2"])] == ["thm3.layernorm.hessian", "thm2.a"]
+    assert nb.rows("thm") == [] and len(nb.rows()) == 4
+    (tmp_path / "v.json").write_text(json.dumps(rows))          # the plain list of `verify --json`
+    assert len(nb.rows()) == 4
+
+
+def test_markdown_helpers_escape_math_bars_and_html():
+    cell = nb.md_escape("dD/dX | with a bar, $x$ and <b>_a_</b>\nnext")
+    assert cell == "dD/dX \\| with a bar, \\$x\\$ and \\<b\\>\\_a\\_\\</b\\> next"
+    t = nb.md_table(["a", "b"], [[cell, "2"]])
+    assert t.splitlines()[1] == "|---|---|" and t.splitlines()[2].count(" | ") == 1
+    assert nb.text_html("I_{d_V} ⊗ W<K>") == '<code class="cg-text">I_{d_V} ⊗ W&lt;K&gt;</code>'
+
+
+# ---------------------------------------------------------------------------------------------- load
+@pytest.fixture
+def standin(tmp_path, monkeypatch):
+    """A checkout in tmp_path with a cheap registered result ``a`` (computes and counts)."""
+    calls = []
+
+    def compute(job):
+        calls.append(job.config_hash)
+        return {"x": np.arange(3.0)}, {"profile": job.ctx.profile}
+
+    monkeypatch.setitem(ex.SPECS, "a", ex.FigureSpec("a", "test", "test_a", "stand-in", "assumption", compute))
+    monkeypatch.setitem(report.KEY_NUMBERS, "a", lambda r: {})
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "src" / "curvature_gap").mkdir(parents=True)
+    (tmp_path / "published" / "smoke").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(nb.NO_COMPUTE_ENV, raising=False)
+    return calls
+
+
+@pytest.mark.fault("stale-published")
+def test_the_paper_book_never_computes_and_refuses_a_stale_published_result(tmp_path, monkeypatch, standin):
+    r = nb.load("a", "smoke", "cpu")                             # outside the book: computed and cached
+    assert len(standin) == 1 and (tmp_path / r.json_path).is_file() and r.json_path.parts[0] == "results"
+    store = PublishedStore(tmp_path / "published" / "smoke")
+    stale = dataclasses.replace(r, config=dict(r.config, code="0000000000000000"), config_hash="000000000000")
+    store.publish(stale)
+    (tmp_path / "results").rename(tmp_path / "old-results")      # a fresh checkout: only published/ is there
+    monkeypatch.setenv(nb.NO_COMPUTE_ENV, "1")
+    with pytest.raises(nb.StaleResults) as err:
+        nb.load("a", "smoke", "cpu")
+    msg = str(err.value)
+    assert "the published result of a cannot be used" in msg and "another configuration" in msg
+    assert "code: '0000000000000000' ->" in msg and "make publish" in msg
+    assert len(standin) == 1, "nothing was computed"
+    assert nb.find("a") is None
+    store.publish(r)                                             # published by the current code: used as it is
+    got = nb.load("a", "smoke", "cpu")
+    assert got.json_path == tmp_path / "published" / "smoke" / "a.json" and len(standin) == 1
+    assert nb.find("a").config_hash == r.config_hash
+
+
+def test_load_with_another_seed_trains_under_another_configuration(standin):
+    a = nb.load("a", "smoke", "cpu")
+    b = nb.load("a", "smoke", "cpu", seed=3)
+    assert a.config_hash != b.config_hash and b.config["train"]["mnist"]["seed"] == 3 and len(standin) == 2
+    assert nb.load("a", "smoke", "cpu", seed=0).config_hash == a.config_hash   # the profile's own seed

@@ -1,0 +1,53 @@
+"""tools.book.check (``make book-check``) and ``python -m tools.book``: every check of a built book."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from curvature_gap.findings import RESULTS
+from curvature_gap.notebook import verdict_html
+from tools.book import __main__ as cli
+from tools.book import build
+from tools.book.check import check
+
+
+def _built(tmp_path, rows, profile="smoke"):
+    html_dir = tmp_path / "_build" / "html"
+    (html_dir / "_static" / "mathjax").mkdir(parents=True)
+    (html_dir / "_static" / "mathjax" / "tex-chtml.js").write_text("")
+    (html_dir / "_static" / "verify.json").write_text(json.dumps([r.to_json() for r in rows]))
+    (html_dir / "index.html").write_text('<a href="book/intro.html">start</a>')
+    (tmp_path / "_build" / "book-report.json").write_text(json.dumps({"profile": profile}))
+    (html_dir / "book").mkdir()
+    (html_dir / "book" / "intro.html").write_text("".join(verdict_html(k, "paper", rows) for k, *_ in RESULTS))
+    pages = {}
+    for key, _, page, _ in RESULTS:
+        pages.setdefault(page, []).append(verdict_html(key, profile, rows))
+    for page, marks in pages.items():
+        p = (html_dir / page).with_suffix(".html")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        link = ""
+        if p.parent.name == "notebooks":
+            (html_dir / "_sources" / "notebooks").mkdir(parents=True, exist_ok=True)
+            (html_dir / "_sources" / "notebooks" / f"{p.stem}.ipynb").write_text("{}")
+            link = f'<a href="../_sources/notebooks/{p.stem}.ipynb">download</a>'
+        p.write_text("<main>" + "".join(marks) + link + "</main>")
+    return html_dir
+
+
+def test_a_consistent_book_has_no_problem_and_a_broken_one_is_reported(tmp_path, quick_rows):
+    html_dir = _built(tmp_path, quick_rows)
+    assert check(browser=False, html_dir=html_dir) == []
+    (html_dir / "book" / "errata.html").write_text('<p>see $\\frac{a}{b}$ and <a href="nowhere.html">x</a></p>')
+    problems = check(browser=False, html_dir=html_dir)
+    assert len(problems) == 2 and any("raw TeX" in p for p in problems) and any("nowhere.html" in p for p in problems)
+
+
+def test_no_built_book_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    with pytest.raises(build.BookError, match="run `make book` first"):
+        check(browser=False, html_dir=tmp_path / "_build" / "html")
+    monkeypatch.setattr(cli, "check", lambda **k: check(browser=False, html_dir=tmp_path / "none"))
+    assert cli.main(["check", "--no-browser"]) == 1
+    assert "[book] error: no built book" in capsys.readouterr().err
+

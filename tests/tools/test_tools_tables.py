@@ -1,0 +1,98 @@
+"""tools.book.tables: the generated pages, rendered from the rows, the findings and the package's own tables."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from curvature_gap.config import PROFILE_CONFIGS, UNSTATED
+from curvature_gap.faults import FAULTS
+from curvature_gap.findings import RESULTS, findings
+from curvature_gap.notebook import verdict_html
+from curvature_gap.theory.errata import ERRATA
+from curvature_gap.theory.notation import NOTATION
+from tools.book import tables
+from tools.book.build import fault_tests
+
+ROOT = Path(__file__).resolve().parents[2]
+BADGE = re.compile(r'<span class="cg-badge cg-(\w+)" data-result="([^"]*)" data-verdict="([^"]*)">([^<]*)</span>')
+MARK = re.compile(r'data-verdict="([^"]*)"')
+
+
+def _table_rows(md: str) -> list[str]:
+    return [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| result |")]
+
+
+def test_the_landing_table_shows_for_every_result_the_verdict_of_its_page(quick_rows):
+    md = tables.landing_md(quick_rows, "paper")
+    rows = _table_rows(md)
+    assert len(rows) == len(RESULTS)
+    for (key, title, page, _), line in zip(RESULTS, rows):
+        (css, result, marked, verdict), = BADGE.findall(line)
+        assert result == key and marked == verdict, "the badge is marked like the verdict line of its page"
+        assert verdict == MARK.search(verdict_html(key, "paper", quick_rows)).group(1), key
+        assert f"(/{page})" in line, key
+        f = next(x for x in findings(quick_rows) if x.key == key)
+        assert css == f.css
+    assert f"every one of the {len(quick_rows)} checks" in md
+    assert md.startswith("- "), "what was found, in a few sentences, comes first"
+
+
+def test_all_checks_lists_every_row_once(quick_rows):
+    md = tables.all_checks_md(quick_rows)
+    for r in quick_rows:
+        assert md.count(f"| `{r.id}` |") == 1, r.id
+    assert md.count("## ") == len({r.result for r in quick_rows})
+    assert "## The software itself" in md
+    one = tables.all_checks_md([r for r in quick_rows if r.result == "appB"], headings=False)
+    assert "## " not in one and "Page:" not in one
+
+
+def test_errata_page_lists_every_erratum_with_its_evidence_and_every_counterexample(quick_rows):
+    md = tables.errata_md(quick_rows)
+    for k, e in enumerate(ERRATA, 1):
+        assert f"### E{k}\n" in md and f"*Erratum id* `{e['id']}`" in md
+        assert f"| `{e['evidence']}` |" in md
+    failing = [r for r in quick_rows if r.kind == "bound" and r.verdict == "fails" and r.claim is not None]
+    assert md.count("### C") == len(failing) and "### C1. `bounds.thm1.printed`" in md
+    assert "`curvature_gap/bounds/counterexamples/thm1.printed@minimiser.json`" in md
+
+
+def test_package_tables():
+    nt = tables.notation_md()
+    assert len(_table_rows(nt)) == len(NOTATION) + 1           # + the header's own line
+    un = tables.unstated_md()
+    assert un.count("\n") == len(UNSTATED) + 2 and "\\|" not in un.splitlines()[0]
+    pr = tables.profiles_md()
+    assert all(f"`{c.hash()}`" in pr for c in PROFILE_CONFIGS.values())
+    assert "mnist smoke" in pr.splitlines()[0]
+    assert "| torch |" in tables.versions_md(ROOT)
+    assert "device requested for this build" in tables.hardware_md("cpu")
+    assert "| `curvature-gap verify --quick` | — |" in tables.runtimes_md({"a.ipynb": 2.0}, "curvature-gap verify --quick")
+    assert "nothing was read from `published/`" in tables.published_md(ROOT / "nonexistent", "smoke")
+
+
+def test_verdict_md_is_the_verdict_element_of_a_markdown_page(quick_rows):
+    assert tables.verdict_md(quick_rows, "appB", "smoke") == verdict_html("appB", "smoke", quick_rows) + "\n"
+
+
+def test_the_fault_table_lists_every_case_with_the_tests_that_prove_it():
+    tests = fault_tests(ROOT)
+    md = tables.faults_md(tests)
+    rows = _table_rows(md)[1:]
+    assert len(rows) == len(FAULTS)
+    for f, row in zip(FAULTS, rows):
+        assert tests.get(f.id), f"{f.id} has no test"
+        for t in tests[f.id]:
+            assert f"`{t}`" in row
+        assert "**no test**" not in row
+    assert "**no test**" in tables.faults_md({})
+
+
+@pytest.mark.xfail(strict=True, reason="src bug (tools/book, not fixed here): faults_md passes each fault's case and "
+                   "behaviour through md_escape, which escapes their backticks, so `make clean`, `reproduce` … show as "
+                   "literal backticks instead of inline code")
+def test_inline_code_of_the_fault_table_stays_code():
+    md = tables.faults_md(fault_tests(ROOT))
+    assert "| `make clean` |" in md and "\\`" not in md
