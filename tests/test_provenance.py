@@ -151,3 +151,10 @@ def test_file_lock_serialises_processes_and_says_so(tmp_path, capfd):
         pass
     assert "waiting" not in capfd.readouterr().err
     assert os.path.exists(tmp_path / ".lock")
+
+
+def test_atomic_writes_give_the_mode_open_would_give(tmp_path):
+    """mkstemp creates 0600 files; a result written atomically must be readable like any other file."""
+    cio.atomic_write_text(tmp_path / "a.txt", "x")
+    (tmp_path / "b.txt").write_text("x")
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == (tmp_path / "b.txt").stat().st_mode & 0o777

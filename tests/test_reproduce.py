@@ -21,7 +21,7 @@ from curvature_gap import experiments as ex
 from curvature_gap.config import ConfigError, train_config
 from curvature_gap.data import DataUnavailable
 from curvature_gap.experiments import report
-from curvature_gap.experiments.plotting import new_figure
+from curvature_gap.plotting import new_figure
 
 MANIFEST_KEYS = {"figure", "command", "profile", "config_hash", "git", "device", "torch_version", "wall_seconds", "outputs",
                  "status", "results_computed", "finished"}

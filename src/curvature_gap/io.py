@@ -24,12 +24,22 @@ __all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "json
            "save_torch", "load_torch", "state_sha256", "file_lock", "save_npz_atomic"]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; the file gets the mode open() would give it
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

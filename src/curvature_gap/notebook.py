@@ -27,7 +27,7 @@ from .checks.row import Row  # noqa: E402
 from .config import DEVICES, PROFILES, MODELS, ConfigError, train_config  # noqa: E402
 from .experiments import Context, UnusableResult, default_published_dir  # noqa: E402
 from .experiments.hessians import SETS, STATISTICS  # noqa: E402
-from .experiments.plotting import png_bytes  # noqa: E402
+from .plotting import png_bytes  # noqa: E402
 from .findings import Finding, finding_of  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "show_markdown", "show_figure", "figure", "rows", "show_rows",

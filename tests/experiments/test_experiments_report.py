@@ -40,3 +40,10 @@ def test_report_md_lists_every_result_and_a_table_per_result_with_numbers():
     assert "| fig6 | ok |" in md and "| fig3 | blocked | not reproduced: no / data |" in md
     assert md.count("## ") == 1 and "| fitted slope | -1 | -0.9 | 1.0e-01 |" in md
     assert set(rp.KEY_NUMBERS) >= {"fig3", "fig4", "fig5", "fig6", "fig12", "fused_ln", "theorem7", "trained_bounds"}
+
+
+def test_every_result_reproduce_runs_has_key_numbers():
+    """The report is written after every result is computed: a result without key numbers would lose it."""
+    from curvature_gap import experiments as ex
+
+    assert set(ex.SPECS) <= set(rp.KEY_NUMBERS), set(ex.SPECS) - set(rp.KEY_NUMBERS)

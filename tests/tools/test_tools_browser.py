@@ -23,7 +23,7 @@ for _p in (str(ROOT / "src"), str(ROOT)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from curvature_gap.experiments.plotting import new_figure, png_bytes  # noqa: E402
+from curvature_gap.plotting import new_figure, png_bytes  # noqa: E402
 from tools.book import browser, html as static  # noqa: E402
 
 

@@ -90,9 +90,6 @@ def test_the_fault_table_lists_every_case_with_the_tests_that_prove_it():
     assert "**no test**" in tables.faults_md({})
 
 
-@pytest.mark.xfail(strict=True, reason="src bug (tools/book, not fixed here): faults_md passes each fault's case and "
-                   "behaviour through md_escape, which escapes their backticks, so `make clean`, `reproduce` … show as "
-                   "literal backticks instead of inline code")
 def test_inline_code_of_the_fault_table_stays_code():
     md = tables.faults_md(fault_tests(ROOT))
     assert "| `make clean` |" in md and "\\`" not in md

@@ -239,7 +239,7 @@ def _figure_problem(rel: str, fig: dict) -> str | None:
         min_pt = float(chunks["cg:min_font_pt"])
     except (KeyError, ValueError):
         return (f"{rel}: {name} carries no cg:width_in / cg:min_font_pt chunks (draw it with "
-                "curvature_gap.experiments.plotting.png_bytes)")
+                "curvature_gap.plotting.png_bytes)")
     if not fig["shown"] or width_in <= 0 or min_pt == float("inf"):
         return None
     drawn = min_pt * fig["width"] / (width_in * CSS_PX_PER_IN)

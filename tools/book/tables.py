@@ -145,7 +145,7 @@ def profiles_md() -> str:
 
 def faults_md(tests: dict[str, list[str]]) -> str:
     """The fault table: each fault, what the program does, and the tests marked with its id."""
-    body = [[md_escape(f.area), md_escape(f.case), md_escape(f.behaviour),
+    body = [[md_escape(f.area), f.case.replace("|", "\\|"), f.behaviour.replace("|", "\\|"),  # keep their `code`
              "<br>".join(f"`{t}`" for t in tests.get(f.id, [])) or "**no test**"] for f in FAULTS]
     return md_table(["area", "fault", "what the program does", "tests"], body) + "\n"
 

@@ -30,7 +30,9 @@ sweeps with ≥ 5 points the first and last three points give ``low``/``high`` e
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
+import json
 import math
 import statistics
 import time
@@ -40,9 +42,10 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ..exact.forward import attention_matrix
+from ..exact.forward import attention_matrix, sa_loss
 from ..exact.instances import Instance, random_instance
 from ..io import atomic_write_json, atomic_write_text
+from ..plotting import WIDTH, new_figure
 from . import checks as ck
 
 __all__ = ["Sweep", "definitions", "run_sweep", "summarize", "slopes", "pick_counterexamples",
@@ -56,7 +59,6 @@ CSV_FIELDS = ["sweep", "x", "seed", "L", "d_V", "d_K", "d_ff", "sigma", "sharpne
 @dataclass
 class Sweep:
     """A named sweep: ``make(x, seed) -> Instance`` and ``parts(x)`` to evaluate there."""
-
     name: str
     var: str
     values: list
@@ -328,8 +330,6 @@ def theorem1_sweeps(names: Iterable[str] = tuple(THEOREM1_SETTINGS), seed: int =
     over the full-length synthetic sweeps ``names`` (:func:`definitions`), one ``seed``, the "sa" part
     only: a few seconds. By default the three sweeps of the Q/K balance ``a`` (``W_Q ← a W_Q``,
     ``W_K ← W_K/a``, attention and output unchanged): random target, exact minimiser, uniform attention."""
-    import dataclasses  # noqa: PLC0415
-
     wanted = list(names)
     rows = []
     for s in definitions():
@@ -342,8 +342,6 @@ def theorem1_sweeps(names: Iterable[str] = tuple(THEOREM1_SETTINGS), seed: int =
 def plot_theorem1_sweeps(records: list[dict]):
     """Theorem 1's bound / exact ``‖H_i‖_2`` against the Q/K balance ``a``, as printed and repaired, for the
     sweeps of :func:`theorem1_sweeps` (one line per sweep and variant; below 1 the bound is violated)."""
-    from ..experiments.plotting import WIDTH, new_figure  # noqa: PLC0415 - plotting stays out of the checks
-
     fig = new_figure(WIDTH, 4.0)
     ax = fig.subplots()
     colors = {"balance": "tab:blue", "minimiser": "tab:green", "uniform": "tab:purple"}
@@ -376,10 +374,6 @@ def named_theorem1(directory: Path, check: str = "thm1.printed") -> list[dict]:
     "printed_rows_max", "worst_block_norm"}`` — the loss ``l = ‖F − Target‖_F²/(L d_V)``, ``max |A − 1/L|``,
     bound/exact of Theorem 1 printed and repaired, and the largest of the nine blocks ``‖H(W_i, W_j)‖_2`` against
     the largest printed row (``max(VV, QQ, VQ, QK)``)."""
-    import json  # noqa: PLC0415
-
-    from ..exact.forward import sa_loss  # noqa: PLC0415
-
     out = []
     for p in sorted(Path(directory).glob(f"{check}@*.json")):
         ce = json.loads(p.read_text())

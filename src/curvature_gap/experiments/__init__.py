@@ -21,7 +21,7 @@ from ..provenance import code_hash, git_commit, host, software
 from . import assumption, convergence, dynamics, fused_ln, heatmaps, landscape_checks, norms
 from .context import Context
 from .dynamics_blocks import TYPES
-from .plotting import save_figure
+from ..plotting import save_figure
 from .settings import as_dict, replace, settings_for
 from .store import PublishedStore, Result, ResultStore, StaleResultWarning, UnusableResult
 
@@ -73,7 +73,7 @@ def _type_spec(fig: str, n: int) -> FigureSpec:
 
 _HEAT = {"hessian": heatmaps.plot_hessian, "attention": heatmaps.plot_attention, "block_means": heatmaps.plot_block_means}
 _HEAT_CODE = ("experiments/heatmaps.py", "experiments/hessians.py", "experiments/dynamics_blocks.py",
-              "experiments/plotting.py")
+              "plotting.py")
 _SPECS = [
     FigureSpec("fig3", "Fig. 3", "fig03_hessian_init", "Hessian entries at initialisation", "init_heatmap",
                lambda j: heatmaps.compute_heatmap(j.ctx, j.settings, settings_of(spec("trajectory"), j.ctx)), _HEAT,

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..landscape.assumption1 import measure
 from .context import Context
-from .plotting import WIDTH, new_figure
+from ..plotting import WIDTH, new_figure
 from .settings import AssumptionSettings
 
 __all__ = ["compute_assumption", "plot_assumption"]

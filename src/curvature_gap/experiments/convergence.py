@@ -19,7 +19,7 @@ import numpy as np
 from ..landscape.losses import loss_differences, per_sample_losses
 from ..landscape.theorem7 import rhs
 from .context import Context
-from .plotting import WIDTH, new_figure
+from ..plotting import WIDTH, new_figure
 from .settings import ConvergenceSettings
 
 __all__ = ["compute_convergence", "ema", "loglog_ema", "fit_loglog", "plot_convergence"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .dynamics_blocks import TYPES
-from .plotting import WIDTH, new_figure, tensor_label
+from ..plotting import WIDTH, new_figure, tensor_label
 
 __all__ = ["compute_type", "plot_entries", "plot_hessian_blocks", "plot_norms"]
 

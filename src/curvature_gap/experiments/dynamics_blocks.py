@@ -12,7 +12,7 @@ import numpy as np
 
 from ..exact.linalg import sym_spectral_norm
 from ..model import param_groups
-from .plotting import pooled_log_image
+from ..plotting import pooled_log_image
 
 __all__ = ["TYPES", "trajectory_groups", "trajectory_pairs", "snapshot_record", "blocks_from_dense"]
 

@@ -19,7 +19,7 @@ from torch.func import functional_call, grad, jacrev, jvp
 from ..model import build_model, param_groups
 from .context import Context
 from .hessians import exact_columns, sample_columns
-from .plotting import WIDTH, new_figure, short_label
+from ..plotting import WIDTH, new_figure, short_label
 from .settings import FusedSettings
 
 __all__ = ["compute_fused_ln", "hvp_route_errors", "plot_fused_error"]

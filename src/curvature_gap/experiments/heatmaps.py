@@ -16,7 +16,7 @@ from .context import Context
 from .dynamics_blocks import blocks_from_dense, snapshot_record, trajectory_groups
 from .hessians import (STATISTICS, cross_check, dense, group_pair_statistics, rankings, sample_columns,
                        unit_statistics, units_of)
-from .plotting import WIDTH, group_axes, new_figure, pooled_log_image, short_label
+from ..plotting import WIDTH, group_axes, new_figure, pooled_log_image, short_label
 from .settings import HeatmapSettings, TrajectorySettings
 
 __all__ = ["compute_heatmap", "group_table", "plot_hessian", "plot_attention", "plot_block_means", "ATTENTION"]

@@ -17,7 +17,7 @@ from ..bounds.training import instances_of, training_sweep
 from ..exact.instances import from_block
 from ..landscape.theorem7 import vit_check
 from .context import Context
-from .plotting import WIDTH, new_figure
+from ..plotting import WIDTH, new_figure
 from .settings import Theorem7Settings, TrainedBoundsSettings
 
 __all__ = ["compute_theorem7", "compute_trained_bounds", "plot_theorem7"]

@@ -26,7 +26,7 @@ from .context import Context
 from .dynamics_blocks import TYPES, snapshot_record, trajectory_groups, trajectory_pairs
 from .heatmaps import group_table
 from .hessians import units_of
-from .plotting import WIDTH, new_figure, short_label
+from ..plotting import WIDTH, new_figure, short_label
 from .settings import NormsSettings, TrajectorySettings
 
 __all__ = ["snapshot_steps", "compute_trajectory", "compute_norms", "plot_parameters", "plot_hessians",

@@ -20,9 +20,12 @@ formulas with the mixed-product rule, ``(g^T ⊗ I)(A ⊗ B) = (g^T A) ⊗ B``, 
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..exact.forward import block_forward
+from ..exact.linalg import sym_spectral_norm
+from ..plotting import new_figure
 from . import attention as at
 from . import ffn as ff
 from . import layernorm as ln
@@ -290,10 +293,6 @@ def diagonal_norms_under_input_scaling(X, W_Q, W_K, W_V, W_1, W_2, Target, scale
     attention ones sees the input only through the LayerNorm output ``Y`` (scale-free), and ``Y`` depends
     on ``s`` only through the attention pattern ``A(sX)``.
     """
-    import numpy as np  # noqa: PLC0415 - only this helper needs NumPy
-
-    from ..exact.linalg import sym_spectral_norm  # noqa: PLC0415
-
     norms = {p: [] for p in BLOCK_PARAMS}
     for s in scales:
         blocks = loss_hessian(float(s) * X, W_Q, W_K, W_V, W_1, W_2, Target)
@@ -307,10 +306,6 @@ def diagonal_norms_under_input_scaling(X, W_Q, W_K, W_V, W_1, W_2, Target, scale
 def plot_diagonal_norms_under_input_scaling(data: dict):
     """Figure: the diagonal blocks' spectral norms against the input scale
     (:func:`diagonal_norms_under_input_scaling`), each curve labelled at its right end."""
-    from ..experiments.plotting import new_figure  # noqa: PLC0415 - matplotlib only when a figure is drawn
-
-    import numpy as np  # noqa: PLC0415
-
     names = {"1": "$W_1$", "2": "$W_2$", "K": "$W_K$", "Q": "$W_Q$", "V": "$W_V$"}
     fig = new_figure(height=4.0)
     ax = fig.add_subplot()

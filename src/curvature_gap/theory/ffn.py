@@ -8,8 +8,12 @@ W_2 (d_ff, d_V); the residual sum is ``S = FFN(Y) + Y`` (L, d_V).
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
+from ..plotting import new_figure
 from .calculus import eye, kron, vec_r
 
 __all__ = [
@@ -94,8 +98,6 @@ def second_difference_along_W1(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tens
       entry's row crosses zero; ``jumps``: the change of slope of s there, ``|(Y V)_{a_0 j} (W_2)_{j a_1}|``;
     * ``max_d2`` (max |d2|) and ``max_d2_away`` (max |d2| more than 2h from every kink).
     """
-    import numpy as np  # noqa: PLC0415 - only this helper needs NumPy
-
     r, c = entry
     pre, slope = Y[r] @ W1, Y[r] @ V                                  # row a_0 of Y W_1 and of Y V, (d_ff,)
     s = relu(pre[None, :] + t[:, None] * slope[None, :]) @ W2[:, c] + Y[r, c]
@@ -118,10 +120,6 @@ def second_difference_along_W1(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tens
 
 def plot_second_difference_along_W1(scan: dict):
     """Figure: ``s(t)`` and its second difference (:func:`second_difference_along_W1`), kinks dotted."""
-    import math  # noqa: PLC0415
-
-    from ..experiments.plotting import new_figure  # noqa: PLC0415 - matplotlib only when a figure is drawn
-
     fig = new_figure(height=4.6)
     top, bottom = fig.subplots(2, 1, sharex=True)
     top.plot(scan["t"], scan["s"], lw=1.5)

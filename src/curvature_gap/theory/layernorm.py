@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
+from ..exact.linalg import spectral_norm
+from ..plotting import new_figure
 from .calculus import commutation, d_diag, eye, kron, kron3, ones, vec_r
 
 __all__ = [
@@ -319,10 +322,6 @@ def norms_as_row_flattens(X: torch.Tensor, factors, row: int | None = None) -> d
     against σ_min over the factors ≤ 0.1 (LayerNorm is invariant to the scale of each row, so its k-th
     derivative in that row scales as σ_row^{−k}: the slopes are −1 and −2 once the row dominates).
     """
-    import numpy as np  # noqa: PLC0415 - only this helper needs NumPy
-
-    from ..exact.linalg import spectral_norm  # noqa: PLC0415 - keeps the closed forms' imports light
-
     factors = np.asarray(factors, dtype=float)
     if factors.size == 0 or factors.min() <= 0 or factors.max() > 1:
         raise ValueError("factors must lie in (0, 1]: the flattened row has to stay the one with the smallest σ")
@@ -347,8 +346,6 @@ def norms_as_row_flattens(X: torch.Tensor, factors, row: int | None = None) -> d
 
 def plot_norms_as_row_flattens(data: dict):
     """Figure: ‖J_LN‖_2 and ‖H_LN‖_2 against σ_min as one row flattens (:func:`norms_as_row_flattens`)."""
-    from ..experiments.plotting import new_figure  # noqa: PLC0415 - matplotlib only when a figure is drawn
-
     fig = new_figure(height=3.6)
     ax = fig.add_subplot()
     s = data["sigma_min"]

@@ -1,11 +1,11 @@
-"""curvature_gap.experiments.plotting: one style, page-width figures, legibility metadata, atomic files."""
+"""curvature_gap.plotting: one style, page-width figures, legibility metadata, atomic files."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from curvature_gap.experiments import plotting as pl
+from curvature_gap import plotting as pl
 
 
 def test_pooled_log_image_is_the_cell_mean_of_log10():
