@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from .config import check_choice
+
 DATASETS = ("mnist", "cifar100")
 
 MNIST_FILES = {  # raw IDX name -> md5 of the uncompressed file
@@ -249,8 +251,6 @@ def _checked(name: str, where: Path, images: torch.Tensor, labels: torch.Tensor,
 
 def load(name: str, root=None, train: bool = True, allow_download: bool = False, verify_md5: bool = True) -> TensorDataset:
     """A dataset as in-memory tensors. Raises DataUnavailable with instructions when missing."""
-    from .config import check_choice
-
     check_choice("dataset", name, DATASETS)
     root = data_dir(root)
     if name == "mnist":
