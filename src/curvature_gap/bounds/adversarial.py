@@ -128,7 +128,7 @@ def search(check: str, L: int, d: int, seed: int, steps: int = 150, lr: float = 
     best, best_val = [p.detach().clone() for p in params], math.inf
     for _ in range(steps):
         r = fn()
-        val = float(r)
+        val = float(r.detach())
         if not math.isfinite(val):
             break
         if val < best_val:
