@@ -103,7 +103,7 @@ def _theory(rows: list[Row], numbers: dict) -> tuple[str, str]:
         if worst.kind == "bound":
             ev.append(f"counter-example: bound/exact = {_num(worst.min_ratio)} ({worst.id})")
         else:
-            ev.append(f"{worst.id}: {_num(worst.value)}")
+            ev.append(f"{worst.id} = {_num(worst.value)}" + (f" ({worst.note})" if worst.note else ""))
         if rep and all(r.verdict == "holds" for r in rep):
             main = min(rep, key=lambda r: (r.id.count("."), r.id))  # the repaired statement, not its sub-rows
             numbers["repaired"] = (main.id, main.min_ratio)
