@@ -105,12 +105,16 @@ def errata_md(rows: list[Row]) -> str:
                     for r in found]
             parts.append(md_table(["check", "verdict", "error of the corrected form", "error as printed"], body) + "\n")
         parts.append(f"*Erratum id* `{e['id']}`\n")
-    parts.append("## Statements that fail, with a counter-example\n")
+    parts.append("## Inequalities that fail, with a counter-example\n")
     bad = [r for r in rows if r.kind == "bound" and r.verdict == "fails" and r.claim is not None]
+    titles = {k: t for k, t, _, _ in RESULTS}
     for k, r in enumerate(bad, 1):
         ev = ", ".join(f"`{x}`" for x in r.evidence) or "in the sweeps' tables"
         err = f" Depends on: {', '.join(f'`{e}`' for e in r.errata)}." if r.errata else ""
-        parts.append(f"### C{k}. `{r.id}`\n\n{text_html(r.what)}\n\nSmallest bound/exact: **{_num(r)}** "
+        role = {"statement": "the statement", "repair": "the repair", "proof": "a step of the proof",
+                "detail": "a step of the proof"}.get(r.role, r.role)
+        of = titles.get(r.result, r.result).split(":")[0]
+        parts.append(f"### C{k}. `{r.id}`\n\n*{role} of {md_escape(of)}* — {text_html(r.what)}\n\nSmallest bound/exact: **{_num(r)}** "
                      f"({md_escape(r.instances)}). Counter-example: {ev}.{err}\n")
     return "\n".join(parts)
 
