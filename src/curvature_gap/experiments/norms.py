@@ -172,30 +172,27 @@ def _bars(ax, labels, a, b, ylabel):
     ax.grid(axis="y", alpha=0.3)
 
 
-def plot_parameters(result):
-    """Frobenius norm of every parameter unit, initialised and trained."""
+def _plot_unit_bars(result, key: str, statistic: str, ylabel: str, title: str):
+    """Bars of ``meta[key][state][unit][statistic]`` per parameter unit, initialised beside trained."""
     meta = result.meta
     u = meta["units"]
     fig = new_figure(WIDTH, 4.2)
     ax = fig.subplots()
-    _bars(ax, [_UNIT_LABEL[x] for x in u], [meta["param_norms"]["init"][x]["fro"] for x in u],
-          [meta["param_norms"]["trained"][x]["fro"] for x in u], r"$\|W_u\|_F$")
+    _bars(ax, [_UNIT_LABEL[x] for x in u], [meta[key]["init"][x][statistic] for x in u],
+          [meta[key]["trained"][x][statistic] for x in u], ylabel)
     ax.legend(ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below the axis: never over a bar
-    ax.set_title("Parameter norms")
+    ax.set_title(title)
     return fig
+
+
+def plot_parameters(result):
+    """Frobenius norm of every parameter unit, initialised and trained."""
+    return _plot_unit_bars(result, "param_norms", "fro", r"$\|W_u\|_F$", "Parameter norms")
 
 
 def plot_hessians(result):
     """Spectral norm of the diagonal Hessian block of every parameter unit, initialised and trained."""
-    meta = result.meta
-    u = meta["units"]
-    fig = new_figure(WIDTH, 4.2)
-    ax = fig.subplots()
-    _bars(ax, [_UNIT_LABEL[x] for x in u], [meta["hessian_stats"]["init"][x]["spectral"] for x in u],
-          [meta["hessian_stats"]["trained"][x]["spectral"] for x in u], r"$\|H_{uu}\|_2$")
-    ax.legend(ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below the axis: never over a bar
-    ax.set_title("Hessian-block norms (spectral)")
-    return fig
+    return _plot_unit_bars(result, "hessian_stats", "spectral", r"$\|H_{uu}\|_2$", "Hessian-block norms (spectral)")
 
 
 def _lines(ax, steps, Y, labels, ylabel):
