@@ -59,6 +59,14 @@ def test_errata_page_lists_every_erratum_with_its_evidence_and_every_counterexam
     assert "`curvature_gap/bounds/counterexamples/thm1.printed@minimiser.json`" in md
 
 
+def test_an_ill_dimensioned_printed_form_is_never_shown_as_a_small_error(quick_rows):
+    """E5's printed form fits only when L = d_V, where it coincides with the correction: the page must say
+    it is ill-dimensioned, not show its 1e-16 as if the printed formula were right."""
+    md = tables.errata_md(quick_rows)
+    row = next(line for line in md.splitlines() if line.startswith("| `thm3.layernorm.d_PkronI_dX` |"))
+    assert "ill-dimensioned" in row.split("|")[4]
+
+
 def test_package_tables():
     nt = tables.notation_md()
     assert len(_table_rows(nt)) == len(NOTATION) + 1           # + the header's own line

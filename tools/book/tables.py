@@ -89,6 +89,15 @@ def all_checks_md(rows: list[Row], headings: bool = True) -> str:
     return "\n".join(parts)
 
 
+def _as_printed(r: Row) -> str:
+    """The error of a formula as printed; a printed form that is ill-dimensioned for most shapes is said to
+    be so (its error where the shapes happen to fit, e.g. L = d_V, is no evidence that it is right)."""
+    if "not evaluable as written" in (r.note or ""):
+        where = "" if r.printed_rel_err is None else f"; {r.printed_rel_err:.2g} where the shapes fit"
+        return f"ill-dimensioned{where}"
+    return "—" if r.printed_rel_err is None else f"{r.printed_rel_err:.2g}"
+
+
 def errata_md(rows: list[Row]) -> str:
     """The E-list (misprinted formulas, E1…) and the C-list (statements with a counter-example, C1…)."""
     by_id = {r.id: r for r in rows}
@@ -101,8 +110,7 @@ def errata_md(rows: list[Row]) -> str:
         ids = [e["evidence"], *e.get("related", [])]
         found = [by_id[i] for i in ids if i in by_id]
         if found:
-            body = [[f"`{r.id}`", r.verdict, _num(r), "—" if r.printed_rel_err is None else f"{r.printed_rel_err:.2g}"]
-                    for r in found]
+            body = [[f"`{r.id}`", r.verdict, _num(r), _as_printed(r)] for r in found]
             parts.append(md_table(["check", "verdict", "error of the corrected form", "error as printed"], body) + "\n")
         parts.append(f"*Erratum id* `{e['id']}`\n")
     parts.append("## Inequalities that fail, with a counter-example\n")
