@@ -271,3 +271,17 @@ def test_static_checks_on_the_same_sites(tmp_path):
     assert len(raw) == 1 and raw[0].startswith("book/errata.html: raw TeX") and "\\frac{a}{b}" in raw[0]
     # links of both sites resolve except the click-to-enlarge files a real build writes
     assert all("_static/figures/" in p for p in static.check_links(bad))
+
+
+@pytest.mark.slow
+def test_a_page_wider_than_a_phone_is_a_problem(tmp_path):
+    """Anything outside a table that pushes the page past a phone's width (here a long unbreakable line of
+    text) makes the reader scroll sideways: one problem naming the element."""
+    _require_browser()
+    site = make_site(tmp_path / "site")
+    long_line = '<p><span style="white-space: nowrap">' + "curvature_gap/bounds/counterexamples/" * 4 + "</span></p>"
+    (site / "book" / "errata.html").write_text(_page("Errata", long_line + ERRATA))
+    problems = browser.browser_check(site, "smoke", tmp_path / "shots")
+    wide, = problems
+    assert wide.startswith("book/errata.html: the page is") and "px wide on a 390 px phone" in wide
+    assert "<span>" in wide and "curvature_gap/bounds" in wide

@@ -215,7 +215,33 @@ _PHONE_JS = """() => {
     out.push({i, header: th ? (th.innerText || th.textContent || '').trim().slice(0, 60) : '',
               width: Math.round(Math.max(r.width, t.scrollWidth)), right: Math.round(right), vw, wide, cut});
   });
-  return out;
+  // the page itself wider than the screen: the reader has to scroll sideways (e.g. a long inline formula)
+  const page = document.documentElement.scrollWidth;
+  let widest = null;
+  if (page > vw + 1) {
+    const inClippedBox = (e) => {
+      for (let a = e.parentElement; a; a = a.parentElement) if (getComputedStyle(a).overflowX !== 'visible') return true;
+      return false;
+    };
+    document.querySelectorAll('article *').forEach((e) => {
+      const r = e.getBoundingClientRect();
+      if (r.width > 0 && r.right > vw + 1 && !e.closest('table') && !inClippedBox(e) && (!widest || r.right > widest.right))
+        widest = {right: Math.round(r.right), tag: e.tagName.toLowerCase(),
+                  text: (e.innerText || e.textContent || '').trim().slice(0, 60)};
+    });
+  }
+  // a formula running past the screen's edge with no scrollbar of its own: its end is cut off
+  const cutMath = [];
+  document.querySelectorAll('article mjx-container').forEach((m) => {
+    const r = m.getBoundingClientRect();
+    if (r.width === 0 || r.right <= vw + 1) return;
+    for (let e = m; e && !e.matches('article'); e = e.parentElement) {
+      const cs = getComputedStyle(e);
+      if (cs.overflowX === 'auto' || cs.overflowX === 'scroll') return;  // the reader can scroll to it
+    }
+    cutMath.push((m.querySelector('mjx-assistive-mml') || m).textContent.trim().slice(0, 60));
+  });
+  return {tables: out, page, vw, widest, cutMath};
 }"""
 
 
@@ -283,7 +309,15 @@ def _desktop_problems(page, base: str, rel: str, profile: str) -> list[str]:
 def _phone_problems(page, base: str, rel: str) -> list[str]:
     _open(page, base, rel)
     problems = []
-    for t in page.evaluate(_PHONE_JS):
+    got = page.evaluate(_PHONE_JS)
+    w = got["widest"]  # None when only tables (reported below, one by one) widen the page
+    if got["page"] > got["vw"] + 1 and w:
+        what = f"; widest element: <{w['tag']}> {w['text']!r}, right edge at {w['right']} px"
+        problems.append(f"{rel}: the page is {got['page']} px wide on a {PHONE['width']} px phone (the reader has "
+                        f"to scroll sideways{what})")
+    problems += [f"{rel}: a formula runs past the edge of a {PHONE['width']} px phone and cannot be scrolled: {m!r}"
+                 for m in got["cutMath"]]
+    for t in got["tables"]:
         head = f"the table headed {t['header']!r}" if t["header"] else f"table {t['i'] + 1}"
         why = (f"{t['width']} px wide, its right edge at {t['right']} px" if t["wide"]
                else "its columns are cut off (they scroll out of sight)")
