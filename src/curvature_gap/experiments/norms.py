@@ -205,23 +205,22 @@ def _lines(ax, steps, Y, labels, ylabel):
     ax.grid(alpha=0.3)
 
 
-def plot_parameters_over_training(result):
-    """Parameter norms of the transformer block's groups and the head over the first training steps."""
+def _plot_group_lines(result, key: str, ylabel: str, title: str):
+    """One line per group of the block (and the head) of ``arrays[key]`` (steps, groups) over training."""
     a, meta = result.arrays, result.meta
     fig = new_figure(WIDTH, 4.4)
     ax = fig.subplots()
-    _lines(ax, a["steps"], a["param_fro_steps"], [short_label(g) for g in meta["groups"]], r"$\|W_g\|_F$")
+    _lines(ax, a["steps"], a[key], [short_label(g) for g in meta["groups"]], ylabel)
     ax.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18))
-    ax.set_title(f"Parameter norms, first {meta['trajectory_steps']} steps")
+    ax.set_title(f"{title}, first {meta['trajectory_steps']} steps")
     return fig
+
+
+def plot_parameters_over_training(result):
+    """Parameter norms of the transformer block's groups and the head over the first training steps."""
+    return _plot_group_lines(result, "param_fro_steps", r"$\|W_g\|_F$", "Parameter norms")
 
 
 def plot_hessians_over_training(result):
     """Spectral norms of the diagonal Hessian blocks over the first training steps."""
-    a, meta = result.arrays, result.meta
-    fig = new_figure(WIDTH, 4.4)
-    ax = fig.subplots()
-    _lines(ax, a["steps"], a["diag_spec_steps"], [short_label(g) for g in meta["groups"]], r"$\|H_{gg}\|_2$")
-    ax.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18))
-    ax.set_title(f"Hessian-block norms (spectral), first {meta['trajectory_steps']} steps")
-    return fig
+    return _plot_group_lines(result, "diag_spec_steps", r"$\|H_{gg}\|_2$", "Hessian-block norms (spectral)")
