@@ -77,3 +77,22 @@ def test_tensor_dataset_subset():
     ds = data.TensorDataset(torch.zeros(5, 1, 2, 2), torch.arange(5))
     assert ds.subset(None) is ds and ds.subset(9) is ds
     assert len(ds.subset(2)) == 2 and ds.subset(2).labels.tolist() == [0, 1]
+
+
+def test_a_failed_download_says_why_and_a_bug_in_it_is_not_swallowed():
+    """torchvision's download failing (no network, a refused mirror) is 'not obtainable this way', with
+    its reason; anything else (here a TypeError) is a bug and propagates."""
+    import urllib.error
+
+    from curvature_gap import data
+
+    def offline():
+        raise urllib.error.URLError("no route to host")
+
+    def bug():
+        raise TypeError("wrong argument")
+
+    assert data._try_torchvision_download(lambda: None) == ""
+    assert data._try_torchvision_download(offline) == "URLError: <urlopen error no route to host>"
+    with pytest.raises(TypeError):
+        data._try_torchvision_download(bug)

