@@ -1,12 +1,9 @@
-"""Where numbers come from: the machine, the software, the commit, and a hash of the code that made them.
+"""Where numbers come from: the machine, the software and the commit (the code hash: :mod:`.codehash`).
 
 One place for the facts every result, benchmark and book page records about its origin.
 """
 from __future__ import annotations
 
-import ast
-import functools
-import hashlib
 import os
 import platform
 import subprocess
@@ -16,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["host", "software", "git_commit", "code_hash", "PACKAGE_DIR", "load_average"]
+__all__ = ["host", "software", "git_commit", "PACKAGE_DIR", "load_average"]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -72,36 +69,3 @@ def git_commit(root: str | os.PathLike | None = None) -> dict:
                                    capture_output=True, text=True, timeout=20)
             return dict(commit=head.stdout.strip(), dirty=bool(dirty.stdout.strip()))
     return dict(commit=None, dirty=None)
-
-
-def code_hash(modules: list[str] | tuple[str, ...]) -> str:
-    """sha256 (16 hex digits) of the source of the given package modules, e.g. ``["model.py",
-    "hessian/"]`` (a trailing slash takes every ``.py`` below that directory).
-
-    The hash is taken over each module's syntax tree with docstrings removed, so comments, docstrings
-    and formatting do not change it; any change to the code does. Results record this hash; a
-    published result whose code hash differs from the installed code's was computed by other code and
-    must be refreshed. Works the same in an editable and an ordinary install (it reads the installed
-    package's files)."""
-    h = hashlib.sha256()
-    for m in sorted(modules):
-        paths = sorted((PACKAGE_DIR / m).rglob("*.py")) if m.endswith("/") else [PACKAGE_DIR / m]
-        for p in paths:
-            h.update(str(p.relative_to(PACKAGE_DIR)).encode())
-            h.update(_code_only(p.read_text()).encode())
-    return h.hexdigest()[:16]
-
-
-@functools.lru_cache(maxsize=512)
-def _code_only(source: str) -> str:
-    """``ast.dump`` of ``source`` without docstrings (module, class and function) and without top-level
-    functions whose names start with ``plot`` (drawing code reads results; it never changes numbers)."""
-    tree = ast.parse(source)
-    tree.body = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name.lstrip("_").startswith("plot"))]
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree)

@@ -289,8 +289,7 @@ def publish(profile: str = "paper", results_dir="results", published_dir=None, o
     if profile == "paper" and not only:  # the rows the paper book renders, from these results
         rows = checks.run(quick=False, results_dir=results_dir, published_dir=published_dir)
         path = store.root / "verify.json"
-        atomic_write_json(path, {"meta": checks.rows_meta(False, results_dir), "rows": [r.to_json() for r in rows]},
-                          indent=1)
+        checks.write_rows(path, rows, checks.rows_meta(False, results_dir))
         written.append(str(path))
     print(f"published {len(written)} files into {store.root}/", file=out)
     return written

@@ -14,28 +14,35 @@ the command that computes them. ``curvature_gap.findings`` turns the rows into o
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
-from ..experiments import Context, config_hash_of, default_published_dir, find_result
+from ..experiments import Context, UnusableResult, config_hash_of, default_published_dir, find_result
 from ..io import atomic_write_json
-from ..provenance import code_hash
+from ..provenance import git_commit, software
+from ..codehash import code_hash
 from ..theory.errata import ERRATA
 from . import bounds, figures, landscape, theory
 from .row import Row, exit_status, format_table, summary_line
 
-__all__ = ["Row", "run", "main", "load_rows", "DATA_RESULTS", "rows_meta", "VERIFY_CODE"]
+__all__ = ["Row", "run", "main", "load_rows", "DATA_RESULTS", "rows_meta", "verify_code_hash", "published_rows",
+           "write_rows"]
 
 DATA_RESULTS = ("fig3", "fig4", "fig5", "fig6", "fig6_mnist", "fig12", "theorem7", "trained_bounds")
-# the code the rows depend on (beyond the results they read)
-VERIFY_CODE = ("checks/", "theory/", "bounds/", "exact/", "landscape/", "model.py", "findings.py")
 
 
 def rows_meta(quick: bool, results_dir="results") -> dict:
     """What determines the rows: the code that computes them, ``quick``, and the config hash of each paper
     result they read. Two verify runs with the same meta give the same rows (to rounding)."""
     ctx = Context(profile="paper", results_dir=results_dir, progress=False)
-    return {"code": code_hash(VERIFY_CODE), "quick": quick,
+    return {"code": verify_code_hash(), "quick": quick,
             "results": {n: config_hash_of(n, ctx=ctx) for n in DATA_RESULTS}}
+
+
+def verify_code_hash() -> str:
+    """The hash of the code the rows are computed by (:mod:`curvature_gap.codehash`, from the row
+    functions of each topic); the results they read enter :func:`rows_meta` by their config hashes."""
+    return code_hash(theory.run_checks, bounds.run_checks, landscape.run_checks, figures.run_checks, _link_errata)
 
 
 def _link_errata(rows: list[Row]) -> None:
@@ -57,6 +64,26 @@ def run(quick: bool = False, results_dir="results", published_dir=None, log=None
     rows += figures.run_checks(res)
     _link_errata(rows)
     return rows
+
+
+def write_rows(path, rows: list[Row], meta: dict) -> None:
+    """Write rows with what determined them (:func:`rows_meta`) and where they were computed."""
+    prov = dict(git=git_commit(), software=software(), created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    atomic_write_json(path, {"meta": meta, "provenance": prov, "rows": [r.to_json() for r in rows]}, indent=1)
+
+
+def published_rows(path) -> list[Row]:
+    """The rows of a published ``verify.json`` if the current code computes the same rows from the current
+    published results; else :class:`~curvature_gap.experiments.UnusableResult` saying what differs."""
+    path = Path(path)
+    if not path.is_file():
+        raise UnusableResult(f"{path} is missing")
+    doc = json.loads(path.read_text())
+    want = rows_meta(False)
+    diff = [k for k in want if doc.get("meta", {}).get(k) != want[k]]
+    if diff:
+        raise UnusableResult(f"{path} was computed by other code or from other results (differs in: {', '.join(diff)})")
+    return [Row.from_json(d) for d in doc["rows"]]
 
 
 def load_rows(path) -> list[Row]:

@@ -4,7 +4,7 @@
 (``results/<name>/<config-hash>``) nor the published results (committed to the repository) hold an
 intact result for the current configuration; ``find_result`` never computes. A result's configuration
 is its settings, the training configuration of its model, the configurations of the results it
-depends on, and a hash of the code that computes it (:func:`curvature_gap.provenance.code_hash`), so a
+depends on, and a hash of the code that computes it (:func:`curvature_gap.codehash.code_hash`), so a
 changed setting or a changed computation is never served from an old result. The plot functions
 (``FigureSpec.plots``) draw a result without computing anything; ``render`` writes them as PDF and PNG.
 """
@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..config import ConfigError, config_hash
-from ..provenance import code_hash, git_commit, host, software
+from ..codehash import code_hash
+from ..provenance import git_commit, host, software
 from . import assumption, convergence, dynamics, fused_ln, heatmaps, landscape_checks, norms
 from .context import Context
 from .dynamics_blocks import TYPES
@@ -29,9 +30,6 @@ __all__ = ["Context", "FigureSpec", "SPECS", "FIGURE_NAMES", "RESULT_NAMES", "Re
            "StaleResultWarning", "UnusableResult", "load_results", "find_result", "config_of", "config_hash_of",
            "spec", "plot", "render", "published_check", "default_published_dir", "cached_result", "settings_of"]
 
-# the computation every result shares (model, data, training, exact Hessians)
-_BASE_CODE = ("model.py", "train.py", "data.py", "config.py", "io.py", "hessian/", "exact/", "experiments/context.py",
-              "experiments/settings.py", "experiments/store.py")
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,7 @@ class FigureSpec:
     compute: Callable[[Job], tuple]
     plots: dict = field(default_factory=dict)  # part -> function(result) -> matplotlib Figure
     depends: tuple = ()
-    code: tuple = ()  # modules (beyond _BASE_CODE) whose code determines the numbers
+    reads: tuple = ()  # settings of other results its computation reads (they enter its config)
     profiles: tuple = ("smoke", "paper")  # profiles the result exists under
     finish: Callable | None = None
     needs: str = "MNIST"  # what it needs to run, for reports
@@ -68,52 +66,42 @@ def _type_spec(fig: str, n: int) -> FigureSpec:
                       "trajectory", lambda j: dynamics.compute_type(j.name, j.deps["trajectory"]),
                       {"entries": dynamics.plot_entries, "hessian": dynamics.plot_hessian_blocks,
                        "norms": dynamics.plot_norms},
-                      depends=("trajectory",), code=("experiments/dynamics.py", "experiments/dynamics_blocks.py"))
+                      depends=("trajectory",))
 
 
 _HEAT = {"hessian": heatmaps.plot_hessian, "attention": heatmaps.plot_attention, "block_means": heatmaps.plot_block_means}
-_HEAT_CODE = ("experiments/heatmaps.py", "experiments/hessians.py", "experiments/dynamics_blocks.py",
-              "plotting.py")
 _SPECS = [
     FigureSpec("fig3", "Fig. 3", "fig03_hessian_init", "Hessian entries at initialisation", "init_heatmap",
-               lambda j: heatmaps.compute_heatmap(j.ctx, j.settings, settings_of(spec("trajectory"), j.ctx)), _HEAT,
-               code=_HEAT_CODE),
+               lambda j: heatmaps.compute_heatmap(j.ctx, j.settings, settings_of(spec("trajectory"), j.ctx)), _HEAT, reads=("trajectory",)),
     FigureSpec("fig4", "Fig. 4", "fig04_hessian_trained", "Hessian entries after training", "trained_heatmap",
-               lambda j: heatmaps.compute_heatmap(j.ctx, j.settings, settings_of(spec("trajectory"), j.ctx)), _HEAT,
-               code=_HEAT_CODE),
+               lambda j: heatmaps.compute_heatmap(j.ctx, j.settings, settings_of(spec("trajectory"), j.ctx)), _HEAT, reads=("trajectory",)),
     FigureSpec("fig5", "Fig. 5", "fig05_norms", "parameter and Hessian block norms", "norms",
                lambda j: norms.compute_norms(j.ctx, j.settings, j.deps),
                {"parameters": norms.plot_parameters, "hessians": norms.plot_hessians,
                 "parameters_over_training": norms.plot_parameters_over_training,
                 "hessians_over_training": norms.plot_hessians_over_training},
-               depends=("fig3", "fig4", "trajectory"), code=("experiments/norms.py", "experiments/hessians.py")),
+               depends=("fig3", "fig4", "trajectory")),
     FigureSpec("fig6", "Fig. 6", "fig06_loss_convergence", "|L_{k+1} - L_k| against k", "convergence",
-               lambda j: convergence.compute_convergence(j.ctx, j.settings), {"convergence": convergence.plot_convergence},
-               code=("experiments/convergence.py", "landscape/"), needs="CIFAR-100 (paper) / MNIST (smoke)"),
+               lambda j: convergence.compute_convergence(j.ctx, j.settings), {"convergence": convergence.plot_convergence}, needs="CIFAR-100 (paper) / MNIST (smoke)"),
     FigureSpec("fig6_mnist", "Fig. 6 (MNIST stand-in)", "fig06_loss_convergence_mnist",
                "|L_{k+1} - L_k| against k, MNIST model", "convergence_mnist",
-               lambda j: convergence.compute_convergence(j.ctx, j.settings), {"convergence": convergence.plot_convergence},
-               code=("experiments/convergence.py", "landscape/"), profiles=("paper",)),
+               lambda j: convergence.compute_convergence(j.ctx, j.settings), {"convergence": convergence.plot_convergence}, profiles=("paper",)),
     _type_spec("fig7", 7), _type_spec("fig8", 8), _type_spec("fig9", 9), _type_spec("fig10", 10), _type_spec("fig11", 11),
     FigureSpec("fig12", "Fig. 12", "fig12_assumption_1", "validation of Assumption 1", "assumption",
-               lambda j: assumption.compute_assumption(j.ctx, j.settings), {"assumption": assumption.plot_assumption},
-               code=("experiments/assumption.py", "landscape/")),
+               lambda j: assumption.compute_assumption(j.ctx, j.settings), {"assumption": assumption.plot_assumption}),
     FigureSpec("fused_ln", "beyond the paper", "extra_fused_layernorm", "the fused LayerNorm's Hessian error", "fused",
-               lambda j: fused_ln.compute_fused_ln(j.ctx, j.settings), {"error": fused_ln.plot_fused_error},
-               code=("experiments/fused_ln.py", "experiments/hessians.py")),
+               lambda j: fused_ln.compute_fused_ln(j.ctx, j.settings), {"error": fused_ln.plot_fused_error}),
     FigureSpec("theorem7", "check", "check_theorem7", "Theorem 7 on the trained ViT", "theorem7",
-               lambda j: landscape_checks.compute_theorem7(j.ctx, j.settings), {"ratios": landscape_checks.plot_theorem7},
-               code=("experiments/landscape_checks.py", "landscape/", "bounds/")),
+               lambda j: landscape_checks.compute_theorem7(j.ctx, j.settings), {"ratios": landscape_checks.plot_theorem7}),
     FigureSpec("trained_bounds", "check", "", "the bounds at the trained ViT's block", "trained_bounds",
-               lambda j: landscape_checks.compute_trained_bounds(j.ctx, j.settings),
-               code=("experiments/landscape_checks.py", "bounds/")),
+               lambda j: landscape_checks.compute_trained_bounds(j.ctx, j.settings)),
 ]
 SPECS: dict[str, FigureSpec] = {s.name: s for s in _SPECS}
 INTERNAL: dict[str, FigureSpec] = {
     "trajectory": FigureSpec(
         "trajectory", "Figs. 5, 7-11", "", "snapshots of the first training steps", "trajectory",
         lambda j: norms.compute_trajectory(j.ctx, j.settings, j.deps["fig3"], j.config_hash, j.store),
-        depends=("fig3",), code=("experiments/norms.py", "experiments/dynamics_blocks.py"),
+        depends=("fig3",),
         finish=lambda j: norms.finish_trajectory(j.ctx, j.config_hash, j.store)),
 }
 RESULT_NAMES = tuple(SPECS)
@@ -141,8 +129,17 @@ def config_of(s: FigureSpec, ctx: Context, settings, dep_hashes: dict) -> dict:
     if model is not None:
         cfg = ctx.train_cfg(model)
         train[model] = dict(config_hash=cfg.hash(), **cfg.to_dict())
-    return dict(figure=s.name, profile=ctx.profile, settings=as_dict(settings), train=train, depends=dict(dep_hashes),
-                code=code_hash(_BASE_CODE + s.code))
+    config = dict(figure=s.name, profile=ctx.profile, settings=as_dict(settings), train=train,
+                  depends=dict(dep_hashes), code=code_hash(*computation(s)))
+    if s.reads:
+        config["reads"] = {r: as_dict(settings_of(spec(r), ctx)) for r in s.reads}
+    return config
+
+
+def computation(s: FigureSpec) -> tuple:
+    """The roots of a result's code hash: its compute (and finish) functions and the context every
+    computation runs in (data, models, training); :mod:`curvature_gap.codehash` follows what they use."""
+    return (Context, s.compute) + ((s.finish,) if s.finish is not None else ())
 
 
 def _context(profile: str | None, ctx: Context | None, kwargs: dict) -> Context:

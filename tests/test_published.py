@@ -1,0 +1,45 @@
+"""The committed paper-scale results (published/paper/) are fresh at this commit.
+
+The paper book renders only these files and refuses a stale one, so a commit that changes what
+determines a published number (its settings, its training run, the code that computes it) fails
+here first, with the command that refreshes them. Reads hashes only: nothing is computed.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from curvature_gap import checks
+from curvature_gap import experiments as E
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "published" / "paper"
+REFRESH = "make reproduce && make publish (maintainers; then commit published/paper/)"
+# the results the paper book needs; Fig. 6 at paper scale needs CIFAR-100 and a GPU (not published)
+NEEDED = tuple(n for n in E.RESULT_NAMES if "paper" in E.spec(n).profiles and n != "fig6")
+
+
+@pytest.mark.parametrize("name", NEEDED)
+def test_published_result_is_fresh(name):
+    ctx = E.Context(profile="paper", progress=False, published_dir=PUBLISHED.parent)
+    try:
+        E.published_check(name, ctx)
+    except E.UnusableResult as exc:
+        pytest.fail(f"stale at this commit: {exc}; refresh: {REFRESH}")
+
+
+def test_published_rows_are_fresh():
+    try:
+        checks.published_rows(PUBLISHED / "verify.json")
+    except E.UnusableResult as exc:
+        pytest.fail(f"stale at this commit: {exc}; refresh: {REFRESH}")
+
+
+def test_published_results_name_the_commit_that_computed_them():
+    docs = {n: json.loads((PUBLISHED / f"{n}.json").read_text()) for n in NEEDED}
+    docs["verify"] = json.loads((PUBLISHED / "verify.json").read_text())
+    for name, doc in docs.items():
+        git = doc["provenance"]["git"]
+        assert git["commit"] and len(git["commit"]) == 40, name
+        assert git["dirty"] is False, f"{name} was computed from uncommitted code: its commit does not name its code"
