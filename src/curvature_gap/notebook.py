@@ -137,8 +137,10 @@ def load(name: str, profile: str = "smoke", device: str = "auto", seed: int | No
                 why = "no usable result"
             except UnusableResult as exc:
                 why = str(exc)
-            raise StaleResults(f"the published result of {name} cannot be used ({why}); refresh it with "
-                               f"`make reproduce && .venv/bin/curvature-gap publish` (or `make publish`)")
+            raise StaleResults(f"the published result of {name} cannot be used ({why}): it is stale at this commit, "
+                               "which the test suite reports; a maintainer refreshes it with `make reproduce && "
+                               "make publish`. To read your own results meanwhile: `make reproduce`, then run this "
+                               "page outside the paper book's build")
         return r
     return experiments.load_results(name, ctx=ctx)
 
