@@ -2,14 +2,15 @@
 (never from one number)."""
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from curvature_gap.checks import figures as cf
-from curvature_gap.experiments.hessians import SETS, STATISTICS
+from curvature_gap.experiments.hessians import OUTSIDE_BLOCK, SETS, STATISTICS, UNITS
 
-UNITS = SETS["all"][1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _stats(value):
@@ -30,13 +31,13 @@ def test_ranking_table_orders_each_set_by_each_statistic():
     table = cf.ranking_table(_stats(_base))
     assert set(table) == set(SETS) and set(table["weights"]) == set(STATISTICS)
     assert table["weights"]["fro"] == ["W_2", "W_1", "W_V", "W_K", "W_Q"]
-    assert table["all"]["mean"][0] == "head" and len(table["with_layernorm"]["rms"]) == 7
+    assert table["block"]["mean"][0] == "b_2" and len(table["with_layernorm"]["rms"]) == 7
 
 
 def test_W_V_largest_everywhere_is_reproduced():
     row = cf.values_largest(_res(_stats(lambda u, st: 100.0 if u == "W_V" else _base(u, st))), "fig3")
     assert row.verdict == "reproduced" and row.value == 1.0 and not row.finding
-    assert row.id == "fig3.values_largest" and row.details["rankings"]["all"]["max"][0] == "W_V"
+    assert row.id == "fig3.values_largest" and row.details["rankings"]["block"]["max"][0] == "W_V"
     assert all(all(per.values()) for per in row.details["leads"].values())
 
 
@@ -63,6 +64,44 @@ def test_W_V_largest_among_the_weights_but_not_with_the_layernorms_is_partly_rep
     assert not any(row.details["leads"]["with_layernorm"].values())
 
 
+def test_the_widest_reading_is_the_blocks_own_parameters():
+    """"One Transformer block": the embedding, the positions and the head are in no reading, however large."""
+    assert set(OUTSIDE_BLOCK) == {"embed", "pos", "head"} and set(UNITS) == set(SETS["block"][1]) | set(OUTSIDE_BLOCK)
+    assert not any(set(members) & set(OUTSIDE_BLOCK) for _, members in SETS.values())
+    assert "of the block" in SETS["block"][0]
+    row = cf.values_largest(_res(_stats(lambda u, st: {"W_V": 100.0, "embed": 1e4, "head": 1e4}.get(u, _base(u, st)))),
+                            "fig4")
+    assert row.verdict == "reproduced", "an embedding or head larger than W_V does not count against the block's claim"
+    assert all(r[0] == "W_V" for per in row.details["rankings"].values() for r in per.values())
+    assert "of every parameter group of the block in 7/7" in row.note
+
+
+def test_fig4_evidence_names_the_layernorm_that_is_larger_per_entry():
+    """W_V leads the weights everywhere; LN1 beats it in every per-entry statistic (and the RMS eigenvalue) but
+    not in Frobenius or spectral norm: the evidence says so, with counts computed from the table."""
+    def value(u, st):
+        if u == "W_V":
+            return 10.0
+        if u == "LN1":
+            return 1.0 if st in ("fro", "spectral") else 20.0 + (st == "mean")
+        return _base(u, st)
+
+    row = cf.values_largest(_res(_stats(value)), "fig4")
+    head = row.note.split(" — ")[0]
+    assert head.startswith("W_V's diagonal block: the largest of the five weight matrices in 7/7 statistics; "
+                           "LN1 larger per entry (5/7 statistics; mean |H| 21 vs 10)")
+    assert "the largest with the LayerNorms in 2/7 and of every parameter group of the block in 2/7." in head
+    assert row.verdict == "partly reproduced" and row.value == 1.0
+    # LN1 larger in some statistics, not in every per-entry one: named with the statistics, not "per entry"
+    row = cf.values_largest(_res(_stats(lambda u, st: 20.0 if u == "LN1" and st in ("mean", "rms") else
+                                        (10.0 if u == "W_V" else _base(u, st)))), "fig4")
+    assert "LN1 larger in 2/7: mean |H|, RMS of the entries" in row.note and "per entry" not in row.note
+    # a weight matrix that beats W_V is named in the first clause
+    row = cf.values_largest(_res(_stats(lambda u, st: 50.0 if u == "W_2" and st == "max" else
+                                        (10.0 if u == "W_V" else _base(u, st)))), "fig3")
+    assert "in 6/7 statistics (W_2 larger in 1/7: max |H|)" in row.note
+
+
 def test_W_V_never_largest_is_not_reproduced():
     row = cf.values_largest(_res(_stats(lambda u, st: 0.1 if u == "W_V" else _base(u, st))), "fig3")
     assert row.verdict == "not reproduced" and row.value == 0.0 and row.finding
@@ -78,23 +117,117 @@ def test_no_result_is_not_run_with_the_command():
     assert "MNIST stand-in (1 block) gives slope -0.980" in stand.note and stand.verdict == "not run"
 
 
-def test_fig5_keys_and_values():
+def _fig5(param, hess):
+    """A Fig. 5 result whose every reading has the weight-matrix values ``param(u, st)`` / ``hess(u, st)``."""
     weights = SETS["weights"][1]
-    big = {"W_K": 10.0, "W_V": 9.0}
+    norms = {u: {st: float(param(u, st)) for st in ("fro", "rms")} for u in weights}
+    hs = {u: {st: float(hess(u, st)) for st in STATISTICS} for u in weights}
+    meta = {"param_norms": {"init": norms, "trained": norms}, "hessian_stats": {"init": hs, "trained": hs}}
+    return SimpleNamespace(meta=meta, config={"profile": "paper"}, json_path="f.json")
 
-    def norms(scale):
-        return {u: {"fro": big.get(u, 1.0) * scale, "rms": big.get(u, 1.0) * scale} for u in weights}
 
-    hs = {u: {st: big.get(u, 1.0) for st in STATISTICS} for u in weights}
-    meta = {"param_norms": {"init": norms(1.0), "trained": norms(2.0)}, "hessian_stats": {"init": hs, "trained": hs}}
-    row = cf.keys_values(SimpleNamespace(meta=meta, config={"profile": "paper"}, json_path="f.json"))
+def test_fig5_needs_keys_and_values_on_top_and_the_others_much_smaller():
+    big = lambda u, st: {"W_K": 10.0, "W_V": 9.0}.get(u, 1.0)  # noqa: E731  others ≤ 0.5 × 9
+    row = cf.keys_values(_fig5(big, big))
+    assert row.verdict == "reproduced" and row.value == 1.0 and row.tolerance == cf.MUCH_SMALLER
+    assert all(all(v.values()) for v in row.details["holds"].values())
+    # K and V on top, but W_Q just below W_K: the first clause holds, the second fails, in every reading
+    close = lambda u, st: {"W_K": 10.0, "W_V": 9.0, "W_Q": 8.0}.get(u, 1.0)  # noqa: E731
+    row = cf.keys_values(_fig5(close, close))
+    assert row.verdict == "not reproduced" and row.value == 0.0 and row.finding
+    assert all(all(v.values()) for v in row.details["top_two"].values())
+    assert not any(any(v.values()) for v in row.details["much_smaller"].values())
+    head = row.note.split(" — ")[0]
+    assert "two largest weight matrices in 12/12 readings" in head and "much smaller" in head and "in 0/12" in head
+    assert "where W_K and W_V lead, W_Q is within 11 % of W_V" in head
+    assert "The second clause ('much smaller') fails in every reading, so no reading supports the sentence." in head
+    # the margin is MUCH_SMALLER, inclusive: a third at exactly half the smaller of W_K, W_V is much smaller
+    edge = lambda u, st: {"W_K": 10.0, "W_V": 9.0, "W_Q": 4.5}.get(u, 1.0)  # noqa: E731
+    assert cf.keys_values(_fig5(edge, edge)).verdict == "reproduced"
+    above = lambda u, st: {"W_K": 10.0, "W_V": 9.0, "W_Q": 4.5 * (1 + 1e-9)}.get(u, 1.0)  # noqa: E731
+    assert cf.keys_values(_fig5(above, above)).verdict == "not reproduced"
+
+
+def test_fig5_partly_reproduced_and_the_first_clause_failing():
+    big = lambda u, st: {"W_K": 10.0, "W_V": 9.0}.get(u, 1.0)  # noqa: E731
+    q_on_top = lambda u, st: {"W_Q": 10.0, "W_V": 9.0}.get(u, 1.0)  # noqa: E731
+    row = cf.keys_values(_fig5(q_on_top, big))  # as before: one panel supporting it in every reading suffices
     assert row.verdict == "reproduced" and row.value == 1.0
-    hs2 = {u: {st: {"W_Q": 10.0, "W_V": 9.0}.get(u, 1.0) for st in STATISTICS} for u in weights}
-    meta2 = dict(meta, hessian_stats={"init": hs2, "trained": hs2}, param_norms={"init": {u: {"fro": 1.0, "rms": 1.0}
-                 for u in weights} | {"W_Q": {"fro": 5.0, "rms": 5.0}, "W_1": {"fro": 4.0, "rms": 4.0}},
-                 "trained": norms(2.0)})
-    row2 = cf.keys_values(SimpleNamespace(meta=meta2, config={"profile": "paper"}, json_path="f.json"))
-    assert row2.verdict == "partly reproduced" and row2.value == 0.5
+    assert "Both clauses hold in 8/12 readings, best in the Hessian-block norms panel (every reading)" in row.note
+    some = lambda u, st: (big if st in ("fro", "rms") else q_on_top)(u, st)  # noqa: E731
+    row = cf.keys_values(_fig5(q_on_top, some))
+    assert row.verdict == "partly reproduced" and row.value == 0.5
+    assert "Both clauses hold in 4/12 readings, best in the Hessian-block norms panel (4/8)" in row.note
+    row = cf.keys_values(_fig5(q_on_top, q_on_top))
+    assert row.verdict == "not reproduced"
+    assert "The first clause (W_K and W_V on top) fails in every reading, and with it the second" in row.note
+    assert cf.MUCH_SMALLER < 1, "the second clause implies the first"
+
+
+def _published(name):
+    """The published paper-scale result of ``name``, read whatever code computed it (the claim functions only
+    read its numbers)."""
+    from curvature_gap.experiments.store import PublishedStore
+
+    store = PublishedStore(ROOT / "published" / "paper")
+    if not store.json_path(name).exists():
+        pytest.skip(f"no published paper-scale {name}")
+    return store.read(name, "")
+
+
+def test_fig5_on_the_paper_numbers():
+    """The published paper-scale Fig. 5, recomputed here by hand from its numbers: the two clauses, the
+    verdict, and the third block's distance where W_K and W_V lead (the referee's reading at 52e9202: K and V
+    on top in 2 of 12 readings, W_Q within 11 % of W_K in both, so 'much smaller' fails everywhere)."""
+    res = _published("fig5")
+    m, weights = res.meta, SETS["weights"][1]
+    readings = [("p", m["param_norms"][s], st) for s in ("init", "trained") for st in ("fro", "rms")]
+    readings += [("h", m["hessian_stats"][s], st) for s in ("init", "trained")
+                 for st in ("fro", "rms", "spectral", "fro_sqrt_n")]
+    top, small, gaps, support = 0, 0, [], {"p": [], "h": []}
+    for panel, table, st in readings:
+        v = sorted(((table[u][st], u) for u in weights), reverse=True)
+        kv = {v[0][1], v[1][1]} == {"W_K", "W_V"}
+        top += kv
+        small += kv and v[2][0] <= 0.5 * v[1][0]
+        support[panel].append(kv and v[2][0] <= 0.5 * v[1][0])
+        if kv and v[2][0] > 0.5 * v[1][0]:
+            gaps.append((v[2][1], v[1][1], 1 - v[2][0] / v[1][0]))
+    row = cf.keys_values(res)
+    head = row.note.split(" — ")[0]
+    assert head.startswith(f"W_K and W_V are the two largest weight matrices in {top}/12 readings, and the other "
+                           f"three much smaller (each ≤ 0.5 × the smaller of W_K, W_V) in {small}/12")
+    assert row.verdict == ("reproduced" if any(all(x) for x in support.values()) else
+                           "partly reproduced" if small else "not reproduced")
+    if small == 0 and top:
+        assert head.endswith("The second clause ('much smaller') fails in every reading, so no reading supports "
+                             "the sentence.")
+    if len({(a, b) for a, b, _ in gaps}) == 1:
+        third, second, _ = gaps[0]
+        assert f"where W_K and W_V lead, {third} is within {100 * max(g for *_, g in gaps):.0f} % of {second}" in head
+
+
+def test_figs3_4_on_the_paper_numbers():
+    """The Figs. 3-4 evidence on the published numbers, its counts recomputed here by hand: W_V first among the
+    five weight matrices, with the LayerNorms, and among the block's own groups (never the embedding or head)."""
+    for name in ("fig3", "fig4"):
+        stats = _published(name).meta["unit_stats"]
+        sets = {"weights": ("W_Q", "W_K", "W_V", "W_1", "W_2"), "ln": ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2"),
+                "block": ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2", "b_1", "b_2")}
+        leads = {k: sum(max(us, key=lambda u: stats[u][st]) == "W_V" for st in STATISTICS) for k, us in sets.items()}
+        row = cf.values_largest(_published(name), name)
+        head = row.note.split(" — ")[0]
+        assert head.startswith(f"W_V's diagonal block: the largest of the five weight matrices in {leads['weights']}/7 "
+                               "statistics"), name
+        assert (f"the largest with the LayerNorms in {leads['ln']}/7 and of every parameter group of the block in "
+                f"{leads['block']}/7") in head, name
+        assert "embed" not in head and "head" not in head.replace("|H|", ""), name
+        ln_beats = {u: [st for st in STATISTICS if stats[u][st] > stats["W_V"][st]] for u in ("LN1", "LN2")}
+        per_entry = [u for u, b in ln_beats.items() if all(st in b for st in cf.PER_ENTRY)]
+        if leads["ln"] < leads["weights"] and per_entry:
+            u = max(per_entry, key=lambda x: len(ln_beats[x]))
+            assert (f"{u} larger per entry ({len(ln_beats[u])}/7 statistics; mean |H| {stats[u]['mean']:.3g} vs "
+                    f"{stats['W_V']['mean']:.3g})") in head, name
 
 
 def test_fig6_slope():

@@ -66,7 +66,7 @@ def test_block_statistics_and_rankings_on_a_designed_matrix():
     assert st["LN1"]["max"] == 50.0 and set(st["W_Q"]) == set(hs.STATISTICS)
     rk = hs.rankings(st)
     assert rk["weights"]["mean"][0] == "W_V" and rk["with_layernorm"]["max"][0] == "LN1"
-    assert "LN1" not in rk["weights"]["max"] and rk["all"]["fro"][0] == "LN1"
+    assert "LN1" not in rk["weights"]["max"] and rk["block"]["fro"][0] == "LN1" and "all" not in rk
     pairs = hs.group_pair_statistics(H, [0, 5, 10], [5, 10, 11])
     assert pairs["fro"][1, 1] == pytest.approx(np.sqrt(9 * 4 + 16 * 1e-6))
     assert pairs["max"][2, 2] == 50.0 and pairs["mean"][0, 2] == pytest.approx(1e-3)

@@ -28,8 +28,8 @@ from ..hessian._generic import curvlinops_columns
 from ..hessian._vit import ViTSecondOrder
 from ..model import param_groups
 
-__all__ = ["UNITS", "STATISTICS", "SETS", "units_of", "sample_columns", "cross_check", "exact_columns",
-           "unit_statistics", "rankings", "group_pair_statistics"]
+__all__ = ["UNITS", "OUTSIDE_BLOCK", "STATISTICS", "SETS", "units_of", "sample_columns", "cross_check",
+           "exact_columns", "unit_statistics", "rankings", "group_pair_statistics"]
 
 # statistics of a diagonal block: name -> (label, function of the block as float64)
 STATISTICS = {
@@ -41,17 +41,20 @@ STATISTICS = {
     "spectral": ("spectral norm", lambda B: sym_spectral_norm(B)),
     "fro_sqrt_n": ("‖H‖_F/√n (RMS eigenvalue)", lambda B: float(np.linalg.norm(B) / math.sqrt(B.shape[0]))),
 }
-# the parameter sets a claim about "the largest block" can be read over
+# the parameter sets a claim about "the largest block" of one Transformer block can be read over: the
+# block's own parameters only (the patch embedding, the positions and the head lie outside the block,
+# so they are in the statistics and the figures but in no reading of the claim)
 SETS = {
     "weights": ("the theory's weight matrices W_Q, W_K, W_V, W_1, W_2", ("W_Q", "W_K", "W_V", "W_1", "W_2")),
     "with_layernorm": ("… and the LayerNorms (γ, β)", ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2")),
-    "all": ("every parameter group (with FFN biases, embedding, positions, head)",
-            ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2", "b_1", "b_2", "embed", "pos", "head")),
+    "block": ("every parameter group of the block (… and the FFN biases b_1, b_2)",
+              ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2", "b_1", "b_2")),
 }
+OUTSIDE_BLOCK = ("embed", "pos", "head")  # units with statistics that are not parameters of the block
 _UNIT_PARAMS = {"W_Q": ("query",), "W_K": ("key",), "W_V": ("value",), "W_1": ("ffn1.weight",),
                 "W_2": ("ffn2.weight",), "LN1": ("ln1.weight", "ln1.bias"), "LN2": ("ln2.weight", "ln2.bias"),
                 "b_1": ("ffn1.bias",), "b_2": ("ffn2.bias",)}
-UNITS = tuple(SETS["all"][1])
+UNITS = tuple(SETS["block"][1]) + OUTSIDE_BLOCK  # every unit whose diagonal block is measured
 
 
 def units_of(model, block: int = 0) -> dict[str, np.ndarray]:
