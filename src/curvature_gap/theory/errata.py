@@ -2,8 +2,16 @@
 
 Each entry: ``id``, ``where`` (theorem / equation / proof step), ``printed`` (what the paper
 prints), ``holds`` (what is implemented and verified), ``evidence`` (the ``curvature-gap verify``
-check id that measures both), and optionally ``related`` (further check ids).  The measured
-errors are in the rows of :func:`curvature_gap.checks.theory.run_checks`.
+check id that measures both), and optionally ``related`` (further check ids) and ``as_printed`` (what
+the errata page says of a printed form that cannot be evaluated, where that is not its shapes: e.g. an
+undefined symbol).  The measured errors are in the rows of :func:`curvature_gap.checks.theory.run_checks`.
+
+The entries are numbered E1, E2, … in this order. An entry whose evidence row has the verdict
+``corrected`` is a misprinted formula; one whose evidence row has the verdict ``notation`` (the printed
+form differs by a notational convention only) is listed, and said to be, but is not counted among the
+misprinted formulas. :func:`misprint_counts` gives the counts that the landing page, the errata page and
+the per-result evidence all state. It counts errata, not rows: one erratum measured on several rows
+(E9, the loss factor of Lemma 2, on three) is one misprinted formula.
 
 ``where``, ``printed`` and ``holds`` are MyST Markdown: words are plain text and formulas are inline
 LaTeX in ``$...$`` (using the book's MathJax macros vecr, vec, diag, LN, ReLU, softmax and R); they never
@@ -12,17 +20,21 @@ contain a ``|``, which would break a Markdown table that shows them.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
-__all__ = ["ERRATA", "errata_as_json"]
+__all__ = ["ERRATA", "errata_as_json", "label", "misprint_counts", "MisprintCounts", "ResultMisprints"]
 
 ERRATA: list[dict] = [
     {
         "id": "layernorm-definition-index",
-        "where": r"§2 Preliminaries, LayerNorm of $\mathbf{U} \in \R^{m \times n}$",
-        "printed": r"$\mu_i = \frac{1}{m} \sum_{j=1}^{m} U_{ij}$, $\sigma_i^2 = \frac{1}{m} \sum_{j=1}^{m} (U_{ij} - \mu_i)^2$, "
-                   r"$\gamma, \beta \in \R^m$",
+        "where": r"§2 Preliminaries, LayerNorm of $\mathbf{U} \in \R^{m \times n}$ ($\mu_i$, $\sigma_i^2$), and §3.2, "
+                 r"LayerNorm of $\mathbf{X} \in \R^{L \times d_V}$ (its parameters $\gamma, \beta$)",
+        "printed": r"§2: $\mu_i = \frac{1}{m} \sum_{j=1}^{m} U_{ij}$, $\sigma_i^2 = \frac{1}{m} \sum_{j=1}^{m} (U_{ij} - \mu_i)^2$; "
+                   r"§3.2: $\gamma, \beta \in \R^m$",
         "holds": r"$\mu_i = \frac{1}{n} \sum_{j=1}^{n} U_{ij}$ and $\sigma_i^2 = \frac{1}{n} \sum_{j=1}^{n} (U_{ij} - \mu_i)^2$ "
-                 r"(row statistics over the $n = d_V$ features, as in §3.2 and Theorem 2); $\gamma, \beta \in \R^n$",
+                 r"(row statistics over the $n = d_V$ features, as §3.2's own $\mu_i$, $\sigma_i^2$ and Theorem 2 have "
+                 r"them); $\gamma, \beta \in \R^{d_V}$, one scale and shift per feature ($m$ is not defined in §3.2, and "
+                 r"§2's $m$ counts the rows)",
         "evidence": "sec2.layernorm_definition",
     },
     {
@@ -38,12 +50,15 @@ ERRATA: list[dict] = [
     },
     {
         "id": "uniform-attention-1-over-n",
-        "where": "Theorem 4 proof (Noci et al. Lemma A.2/A.3), uniform-attention softmax Jacobian",
+        "where": "Theorem 4, detailed version and proof (App. C.4), Noci et al.'s Lemma A.2 as quoted: the softmax "
+                 "Jacobian under uniform attention",
         "printed": r"$\partial\mathbf{A}/\partial\mathbf{M} = \frac{1}{n} \mathbf{I}_L \otimes "
                    r"(\mathbf{I}_L - \frac{1}{L} \mathbf{1}_{L \times L})$",
-        "holds": r"$\frac{1}{L} \mathbf{I}_L \otimes (\mathbf{I}_L - \frac{1}{L} \mathbf{1}_{L \times L})$; this holds only "
-                 r"when every attention row is exactly uniform (e.g. $\mathbf{W}_Q \mathbf{W}_K^\top = 0$), "
-                 r"not for general softmax rows",
+        "holds": r"the prefactor's $n$ is an undefined symbol: neither Theorem 4 nor its proof defines it (the shapes are "
+                 r"right, $L^2 \times L^2$). With every attention row exactly uniform ($A_{ij} = 1/L$, e.g. "
+                 r"$\mathbf{W}_Q \mathbf{W}_K^\top = 0$) it is $\frac{1}{L} \mathbf{I}_L \otimes (\mathbf{I}_L - "
+                 r"\frac{1}{L} \mathbf{1}_{L \times L})$; for general softmax rows the formula does not apply",
+        "as_printed": "undefined symbol: n is not defined in Theorem 4 or its proof",
         "evidence": "noci.uniform_dA_dT",
     },
     {
@@ -231,3 +246,64 @@ ERRATA: list[dict] = [
 def errata_as_json(indent: int | None = 2) -> str:
     """The errata list as a JSON string."""
     return json.dumps(ERRATA, indent=indent, ensure_ascii=False)
+
+
+def label(erratum_id: str) -> str:
+    """The erratum's number on the errata page: ``"E<k>"``, k its place in :data:`ERRATA`."""
+    for k, e in enumerate(ERRATA, 1):
+        if e["id"] == erratum_id:
+            return f"E{k}"
+    raise KeyError(f"no erratum {erratum_id!r}")
+
+
+@dataclass(frozen=True)
+class ResultMisprints:
+    """The errata of one result, by where the misprint is (the role of the erratum's evidence row)."""
+    statement: int = 0  # misprinted formulas in the statement
+    proof: int = 0      # misprinted formulas in the detailed version or the proof
+    notation: int = 0   # notation-only entries (listed, not counted as misprinted formulas)
+
+    @property
+    def formulas(self) -> int:
+        """Misprinted formulas of the result, notation-only entries not counted."""
+        return self.statement + self.proof
+
+
+@dataclass(frozen=True)
+class MisprintCounts:
+    """What :func:`misprint_counts` finds: every count the book states about the errata list."""
+    formulas: int                  # misprinted formulas: the errata whose evidence row is "corrected"
+    notation: tuple[str, ...]      # labels of the notation-only errata ("E16"): listed, not counted
+    rows: int                      # the formula rows these errata are measured on (one erratum may have several)
+    by_result: dict[str, ResultMisprints] = field(default_factory=dict)
+
+    @property
+    def listed(self) -> int:
+        """Entries of the errata list the rows support: the misprinted formulas and the notation-only ones."""
+        return self.formulas + len(self.notation)
+
+    def of(self, result: str) -> ResultMisprints:
+        """The counts of one result (zero where it has no erratum); they add up to :attr:`formulas`."""
+        return self.by_result.get(result, ResultMisprints())
+
+
+def misprint_counts(rows) -> MisprintCounts:
+    """Count the errata that ``rows`` (of ``curvature-gap verify``) find printed wrongly.
+
+    Each erratum is counted once, in the result and the role of its own evidence row (``evidence``), when
+    that row is among ``rows`` with the verdict ``corrected`` (a misprinted formula) or ``notation`` (a
+    notational slip, counted apart); the ``related`` rows and any further row of the same erratum add
+    nothing. So the per-result counts partition the total, and the rows of one result alone give that
+    result's counts."""
+    by_id = {r.id: r for r in rows}
+    wrong = {e["id"]: by_id[e["evidence"]] for e in ERRATA
+             if e["evidence"] in by_id and by_id[e["evidence"]].verdict in ("corrected", "notation")}
+    per: dict[str, dict[str, int]] = {}
+    for ev in wrong.values():
+        kind = "notation" if ev.verdict == "notation" else "statement" if ev.role == "statement" else "proof"
+        per.setdefault(ev.result, {"statement": 0, "proof": 0, "notation": 0})[kind] += 1
+    notation = tuple(label(i) for i, ev in wrong.items() if ev.verdict == "notation")
+    measured = {r.id for r in rows if r.kind == "formula" and r.verdict in ("corrected", "notation")
+                and set(r.errata) & set(wrong)}
+    return MisprintCounts(formulas=len(wrong) - len(notation), notation=notation, rows=len(measured),
+                          by_result={k: ResultMisprints(**v) for k, v in per.items()})
