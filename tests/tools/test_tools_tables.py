@@ -10,7 +10,7 @@ from curvature_gap.config import PROFILE_CONFIGS, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings
 from curvature_gap.notebook import verdict_html
-from curvature_gap.theory.errata import ERRATA
+from curvature_gap.theory.errata import ERRATA, misprint_counts
 from curvature_gap.theory.notation import NOTATION
 from tools.book import tables
 from tools.book.build import fault_tests
@@ -101,3 +101,25 @@ def test_the_fault_table_lists_every_case_with_the_tests_that_prove_it():
 def test_inline_code_of_the_fault_table_stays_code():
     md = tables.faults_md(fault_tests(ROOT))
     assert "| `make clean` |" in md and "\\`" not in md
+
+
+def test_the_errata_page_states_the_counts_and_the_labelling_rule(quick_rows):
+    """The E-list's counts are misprint_counts() (those of the landing and of each result), and the rule that
+    tells 'holds as corrected' from 'fails; repaired version holds' is stated once, before the lists."""
+    md = tables.errata_md(quick_rows)
+    intro, lists = md.split("## Misprinted formulas", 1)
+    mc = misprint_counts(quick_rows)
+    assert intro.startswith(f"The first list has {mc.listed} entries: **{mc.formulas} misprinted formulas** and 1 "
+                            f"notational slip ({mc.notation[0]}, whose check has the verdict `notation`)")
+    assert f"Lemma 2: {mc.of('lem2').formulas};" in intro and mc.of("lem2").formulas == 2
+    assert f"measured on {mc.rows} checks" in intro
+    assert "**How a misprinted statement is labelled.**" in intro and "needs a new argument" in intro
+    assert "Labelled fails; repaired version holds: Theorem 1" in intro
+    assert intro.count("How a misprinted statement is labelled") == 1 and "labelled" not in lists
+
+
+def test_an_undefined_symbol_is_not_called_ill_dimensioned(quick_rows):
+    """E3's printed 1/n has the right shapes; its n is defined nowhere: the page says so."""
+    md = tables.errata_md(quick_rows)
+    row = next(line for line in md.splitlines() if line.startswith("| `noci.uniform_dA_dT` |"))
+    assert "undefined symbol" in row.split("|")[4] and "ill-dimensioned" not in row

@@ -19,7 +19,7 @@ from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings, summary_sentences
 from curvature_gap.notebook import md_escape, md_table, text_html, verdict_html
 from curvature_gap.provenance import host
-from curvature_gap.theory.errata import ERRATA
+from curvature_gap.theory.errata import ERRATA, label, misprint_counts
 from curvature_gap.theory.notation import NOTATION
 
 __all__ = ["landing_md", "verdict_md", "all_checks_md", "errata_md", "notation_md", "unstated_md", "profiles_md", "faults_md",
@@ -89,19 +89,59 @@ def all_checks_md(rows: list[Row], headings: bool = True) -> str:
     return "\n".join(parts)
 
 
-def _as_printed(r: Row) -> str:
-    """The error of a formula as printed; a printed form that is ill-dimensioned for most shapes is said to
-    be so (its error where the shapes happen to fit, e.g. L = d_V, is no evidence that it is right)."""
+def _as_printed(r: Row, erratum: dict | None = None) -> str:
+    """The error of a formula as printed; a printed form that cannot be evaluated is said to be
+    ill-dimensioned (its error where the shapes happen to fit, e.g. L = d_V, is no evidence that it is
+    right), or what its erratum's ``as_printed`` says instead (e.g. an undefined symbol)."""
     if "not evaluable as written" in (r.note or ""):
+        what = (erratum or {}).get("as_printed", "ill-dimensioned")
         where = "" if r.printed_rel_err is None else f"; {r.printed_rel_err:.2g} where the shapes fit"
-        return f"ill-dimensioned{where}"
+        return f"{what}{where}"
     return "—" if r.printed_rel_err is None else f"{r.printed_rel_err:.2g}"
 
 
+def _errata_intro(rows: list[Row]) -> str:
+    """The counts of the E-list (:func:`~curvature_gap.theory.errata.misprint_counts`, the same the landing page
+    and each result's evidence state) and the rule by which a misprinted statement is labelled."""
+    mc = misprint_counts(rows)
+    titles = {k: t.split(":")[0] for k, t, _, _ in RESULTS}
+    per = []
+    for key, *_ in RESULTS:
+        c = mc.of(key)
+        if c.formulas or c.notation:
+            per.append(f"{md_escape(titles[key])}: {c.formulas}" + (f" and {c.notation} notational" if c.notation else ""))
+    slips = ""
+    if mc.notation:
+        slips = (f" and {len(mc.notation)} notational slip{'s' if len(mc.notation) > 1 else ''} "
+                 f"({', '.join(mc.notation)}, whose check has the verdict `notation`), listed and said to be, but not "
+                 "counted among the misprinted formulas")
+    wrong = ("corrected", "notation")
+    n_rows = {e["id"]: sum(1 for r in rows if r.kind == "formula" and r.verdict in wrong and e["id"] in r.errata)
+              for e in ERRATA}
+    most = max(n_rows, key=n_rows.get) if n_rows else None
+    several = (f", since one erratum can need several ({label(most)} is one misprint in {n_rows[most]} formulas)"
+               if most and n_rows[most] > 1 else "")
+    by = {}
+    for f in findings(rows):
+        by.setdefault(f.verdict, []).append(md_escape(f.title.split(":")[0]))
+    corrected = ", ".join(by.get("holds as corrected", [])) or "none"
+    repaired = ", ".join(by.get("fails; repaired version holds", [])) or "none"
+    return (f"The first list has {mc.listed} entries: **{mc.formulas} misprinted formulas**{slips}. Each is counted "
+            f"once, in the result its check belongs to ({'; '.join(per)}), and they are measured on {mc.rows} "
+            f"checks{several}.\n\n"
+            "**How a misprinted statement is labelled.** A misprint in a definition or a constant (an index, a factor, "
+            "a normalisation) that, once corrected, gives a statement every check verifies makes the result *holds "
+            "as corrected*: the statement is the paper's with the misprint fixed, and needs no new argument, even "
+            "where the printed form has a counter-example in the second list. A statement whose corrected form "
+            "still fails, so that it needs a new argument and not a correction, is *fails; repaired version "
+            f"holds*. Labelled holds as corrected: {corrected}. Labelled fails; repaired version holds: {repaired}.\n")
+
+
 def errata_md(rows: list[Row]) -> str:
-    """The E-list (misprinted formulas, E1…) and the C-list (statements with a counter-example, C1…)."""
+    """The E-list (misprinted formulas, E1…) and the C-list (statements with a counter-example, C1…), after
+    their counts and the labelling rule (:func:`_errata_intro`)."""
     by_id = {r.id: r for r in rows}
-    parts = ["## Misprinted formulas\n"]
+    parts = [_errata_intro(rows), "## Misprinted formulas\n"]
     for k, e in enumerate(ERRATA, 1):
         parts.append(f"### E{k}\n")
         parts.append(f"**Where.** {e['where']}\n")
@@ -110,7 +150,7 @@ def errata_md(rows: list[Row]) -> str:
         ids = [e["evidence"], *e.get("related", [])]
         found = [by_id[i] for i in ids if i in by_id]
         if found:
-            body = [[f"`{r.id}`", r.verdict, _num(r), _as_printed(r)] for r in found]
+            body = [[f"`{r.id}`", r.verdict, _num(r), _as_printed(r, e)] for r in found]
             parts.append(md_table(["check", "verdict", "error of the corrected form", "error as printed"], body) + "\n")
         parts.append(f"*Erratum id* `{e['id']}`\n")
     parts.append("## Inequalities that fail, with a counter-example\n")
