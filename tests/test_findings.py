@@ -14,11 +14,13 @@ def _find(rows, key):
 def test_verdicts_on_the_quick_rows(quick_rows):
     t1 = _find(quick_rows, "thm1")
     assert t1.verdict == "fails; repaired version holds" and t1.css == "mixed"
-    assert "counter-example: bound/exact" in t1.evidence and "bounds.thm1.repaired" in t1.evidence
+    # the headline counter-example satisfies every assumption in force (loss 0, uniform attention)
+    assert "counter-example at an exact minimiser with uniform attention" in t1.evidence
+    assert t1.numbers["worst"][0] == "bounds.thm1.printed.admissible" and "bounds.thm1.repaired" in t1.evidence
     l4 = _find(quick_rows, "lemma4")
-    assert l4.verdict == "fails; repaired version holds"
+    assert l4.verdict == "holds as corrected" and l4.css == "corrected"
     t6 = _find(quick_rows, "thm6")
-    assert t6.verdict == "holds; proof has a gap" and t6.css == "ok"
+    assert t6.verdict == "holds; proof has a gap" and t6.css == "corrected"
     assert "of the proof fail" in t6.evidence
     assert _find(quick_rows, "thm2").verdict == "holds"
     assert _find(quick_rows, "thm3").verdict.startswith("holds")
@@ -66,10 +68,79 @@ def test_theory_vocabulary():
 
 def test_summary_sentences_carry_the_numbers(quick_rows):
     s = fd.summary_sentences(quick_rows)
-    worst = min(r.min_ratio for r in quick_rows if r.result == "thm1" and r.role == "statement" and r.kind == "bound"
-                and r.verdict == "fails")
+    worst = next(r.min_ratio for r in quick_rows if r.id == "bounds.thm1.printed.admissible")
     repaired = next(r for r in quick_rows if r.id == "bounds.thm1.repaired")
     assert any(f"{worst:.2g}" in x and f"{repaired.min_ratio:.3g}" in x and "Theorem 1" in x for x in s)
-    assert any("Lemma 4 fails as stated" in x for x in s)
+    assert any("Lemma 4 holds as corrected" in x for x in s)
     assert s[-1].startswith("At paper scale, the figures' claims are: ")
     assert not any("Theorem 7 holds wherever tested" in x for x in s), "no sentence from rows that did not run"
+
+
+def _bound(rid, verdict, role="statement", res="thm1", ratio=0.5, **details):
+    return Row(id=rid, result=res, kind="bound", role=role, what="w", verdict=verdict, min_ratio=ratio,
+               claim=None if role in ("repair", "reference") else "holds", details=details)
+
+
+def test_a_bound_looser_than_a_thousandfold_everywhere_is_vacuous():
+    assert _find([_bound("a", "holds", ratio=1.01e3)], "thm1").verdict == "holds, vacuous"
+    assert _find([_bound("a", "holds", ratio=0.99e3)], "thm1").verdict == "holds"
+    f = _find([_bound("a", "holds", ratio=1.4e14, res="ce")], "ce")
+    assert f.verdict == "holds, vacuous" and f.css == "vacuous"
+
+
+def test_a_bound_the_check_guarantees_cannot_fail_and_names_the_informative_row():
+    rows = [_bound("thm7.vit.thm6_ce", "holds", res="thm7", ratio=2.03, cannot_fail="by the lemma"),
+            _bound("thm7.vit.exact", "holds", role="reference", res="thm7", ratio=1.40)]
+    f = _find(rows, "thm7")
+    assert f.verdict == "holds, cannot fail as checked" and f.css == "vacuous"
+    assert "by the lemma" in f.evidence and "1.4 (thm7.vit.exact)" in f.evidence
+    # one statement row that could fail: the ordinary verdict
+    rows.append(_bound("thm7.sa.printed", "holds", res="thm7", ratio=4.5))
+    assert _find(rows, "thm7").verdict == "holds"
+
+
+def test_the_theorem7_statement_rows_are_marked_guaranteed_from_the_size_of_M():
+    from curvature_gap.checks.landscape import GUARANTEED_FACTOR, _cannot_fail
+    assert _cannot_fail(GUARANTEED_FACTOR * 2.0, 2.0) and not _cannot_fail(GUARANTEED_FACTOR * 1.9, 2.0)
+
+
+def test_the_papers_validated_ce_claim_is_not_supported_and_the_companions_ce_is_its_own_result():
+    f = _find([], "ce_validated")
+    assert f.verdict == "not supported" and f.css == "bad" and "evaluate none" in f.evidence
+    assert "companion" in dict((k, t) for k, t, *_ in fd.RESULTS)["ce"]
+
+
+def test_a_proof_step_counts_as_a_misprint_only_when_its_variant_survives():
+    step = _bound("bounds.thm6.Phi.VQ", "fails", role="proof", res="thm6")
+    st = _bound("bounds.thm6.full.exact", "holds", res="thm6", ratio=20.0)
+    held = _bound("bounds.thm6.Phi.VQ.no_loss_factor", "holds", role="proof", res="thm6", ratio=1.1)
+    failed = _bound("bounds.thm6.Phi.VQ.no_loss_factor", "fails", role="proof", res="thm6", ratio=0.8)
+    f = _find([st, step, held], "thm6")
+    assert "proof_failures" not in f.numbers and "survive the same search" in f.evidence
+    f = _find([st, step, failed], "thm6")
+    assert f.numbers["proof_failures"] == 1 and f.verdict == "holds; proof has a gap"
+
+
+def test_a_failing_step_reports_how_it_scales():
+    scaling = [{"var": "L", "points": [[4, 0.5], [8, 0.25], [16, 0.125]], "slope": -1.0, "law": "≈ 2/L"}]
+    rows = [_bound("bounds.thm6.full.exact", "holds", res="thm6", ratio=20.0),
+            _bound("bounds.thm6.GQ", "fails", role="proof", res="thm6", ratio=0.125, scaling=scaling)]
+    assert "bounds.thm6.GQ (bound/exact ≈ 2/L)" in _find(rows, "thm6").evidence
+
+
+def test_every_verdict_has_its_own_class():
+    assert set(fd.VERDICT_CLASSES.values()) == {"ok", "corrected", "vacuous", "mixed", "bad", "none"}
+    with pytest.raises(KeyError, match="no class"):
+        fd.Finding("x", "t", "p", "theory", "holds mostly", "").css
+
+
+def test_the_landing_counts_misprinted_formulas_as_the_errata_page_does(quick_rows):
+    """The landing's count is misprint_counts(): errata, not rows (E9 spans three rows), and without the
+    notation-only E16, which is named as listed but not counted."""
+    from curvature_gap.theory.errata import ERRATA, misprint_counts
+
+    mc = misprint_counts(quick_rows)
+    assert mc.notation == ("E16",) and mc.formulas == len(ERRATA) - 1 and mc.rows > mc.listed
+    first = fd.summary_sentences(quick_rows)[0]
+    assert (f"once the {mc.formulas} misprinted formulas of the errata list are corrected (E16, a notational slip, "
+            "is listed there too but not counted); the statements themselves hold.") in first

@@ -19,14 +19,14 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 CE_DIR = Path(ck.__file__).parent / "counterexamples"
 CE_FILES = sorted(CE_DIR.glob("*.json"))
-NAMED = {"thm1.printed@minimiser", "thm1.printed@uniform"}
+NAMED = {"thm1.printed@minimiser", "thm1.printed@uniform", "thm1.printed@admissible"}
 
 
 # ----------------------------------------------------------------------------- the committed counter-examples
 def test_every_known_failure_has_a_committed_counterexample_and_nothing_else_is_committed():
     stems = {p.stem for p in CE_FILES}
     assert {s for s in stems if "@" not in s} == set(ck.KNOWN_FAILURES)
-    assert {s for s in stems if "@" in s} == NAMED, "the two named Theorem 1 counter-examples (bounds/counterexamples)"
+    assert {s for s in stems if "@" in s} == NAMED, "the named Theorem 1 counter-examples (bounds/counterexamples)"
     for p in CE_FILES:
         ce = json.loads(p.read_text())
         assert ce["check"] == p.stem.split("@")[0] and ce["ratio"] < 1 - ck.RTOL, p.name
@@ -43,6 +43,8 @@ def test_the_named_theorem1_counterexamples_rule_out_both_readings():
         assert d["worst_block_norm"] > d["printed_rows_max"]       # a block no printed row bounds
     assert named["thm1.printed@minimiser"]["loss"] < 1e-25
     assert named["thm1.printed@uniform"]["attn_dev"] < 1e-14
+    adm = named["thm1.printed@admissible"]  # both at once: every assumption in force
+    assert adm["loss"] < 1e-25 and adm["attn_dev"] < 1e-14
     uni = Instance.from_json(json.loads((CE_DIR / "thm1.printed@uniform.json").read_text())["instance"])
     assert float((uni.W_Q @ uni.W_K.T).abs().max()) == 0.0 and float(uni.W_Q.abs().max()) > 0
 

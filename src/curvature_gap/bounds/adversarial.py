@@ -113,10 +113,29 @@ def _need(check: str) -> tuple:
     return ("H", "G")
 
 
-def search(check: str, L: int, d: int, seed: int, steps: int = 150, lr: float = 0.05) -> Instance:
-    """One Adam run from ``random_instance(L, d, seed)``; returns the instance with the smallest
-    differentiable ratio seen (entries in float64)."""
-    base = random_instance(L=L, d_V=d, d_ff=2 * d, seed=seed)
+# Where a search starts: named regimes of :func:`~curvature_gap.exact.instances.random_instance`, each a
+# corner a referee would try by hand (the repaired Theorem 1 is searched from all of them).
+STARTS = {
+    "random": {},
+    "value-dominated": {"sharpness": 0.0625},   # W_Q, W_K scaled by 1/4: attention near uniform, V–V rows lead
+    "one-hot": {"sharpness": 64.0},            # T scaled by 64: rows of A close to one-hot
+    "minimiser": {"target": "fit", "target_output": "attention"},  # Target = F: loss 0 at the start
+}
+
+
+def start_instance(L: int, d: int, seed: int, start: str = "random") -> Instance:
+    """The seeded start of a search: ``random_instance(L, d_V=d, d_ff=2d, seed)`` in the regime ``start``
+    (:data:`STARTS`)."""
+    if start not in STARTS:
+        raise ValueError(f"unknown search start {start!r}; choose one of {', '.join(STARTS)}")
+    return random_instance(L=L, d_V=d, d_ff=2 * d, seed=seed, **STARTS[start])
+
+
+def search(check: str, L: int, d: int, seed: int, steps: int = 150, lr: float = 0.05,
+           start: str = "random") -> Instance:
+    """One Adam run from :func:`start_instance`; returns the instance with the smallest differentiable
+    ratio seen (entries in float64)."""
+    base = start_instance(L, d, seed, start)
     if check.startswith("lemma4"):
         params = [base.X.clone().requires_grad_(True)]
         fn = lambda: _ln_ratio(check, params[0])  # noqa: E731
@@ -172,3 +191,124 @@ def run(quick: bool = False, log: Callable[[str], None] | None = None) -> tuple[
                 got = [r["ratio"] for r in recs if r["check"] == check]
                 log(f"  adversarial {x}: ratio {min(got):.4g} ({time.perf_counter() - t0:.1f}s)")
     return rows, insts
+
+
+# ----------------------------------------------------------------------------- derivative-free search
+_FIELDS = ("X", "W_Q", "W_K", "W_V", "W_1", "W_2", "Target")
+
+
+def row_ratio(check: str, inst: Instance) -> float:
+    """The smallest ``bound/exact`` of ``check`` at ``inst`` (over its ``sub`` entries), computed by
+    :func:`~.checks.evaluate` — the very function the rows of ``curvature-gap verify`` are made of."""
+    recs = ck.evaluate(inst, parts=(ck.part_of(check),), tensors=ck.needs_tensors(check),
+                       hessian=check.startswith("thm6.full") or ck.part_of(check) == "sa",
+                       ln_input="X" if check.startswith("lemma4") and ck.part_of(check) == "ln" else "block")
+    got = [r["ratio"] for r in recs if r["check"] == check]
+    if not got:
+        raise KeyError(f"{check} is not produced by evaluate(parts=({ck.part_of(check)!r},))")
+    return min(got)
+
+
+def _mutate(inst: Instance, g: torch.Generator, step: float) -> Instance:
+    """A random neighbour: with probability ½ one tensor rescaled by ``exp(2·step·N(0,1))`` (the moves
+    that reach sharp attention, small W₂, large X), else every tensor perturbed by ``step·rms·N(0,1)``."""
+    t = {f: getattr(inst, f).clone() for f in _FIELDS}
+    if float(torch.rand((), generator=g)) < 0.5:
+        f = _FIELDS[int(torch.randint(len(_FIELDS), (), generator=g))]
+        t[f] = t[f] * math.exp(2.0 * step * float(torch.randn((), generator=g, dtype=torch.float64)))
+    else:
+        for f, v in t.items():
+            rms = float(v.pow(2).mean().sqrt()) or 1.0
+            t[f] = v + step * rms * torch.randn(v.shape, generator=g, dtype=v.dtype)
+    return Instance(*(t[f] for f in _FIELDS), dict(inst.meta))
+
+
+def es_search(check: str, L: int, d: int, seed: int, evals: int = 40, start: str = "random",
+              step: float = 0.3) -> tuple[Instance, float]:
+    """(1+1) evolution strategy on ``bound/exact`` of ``check``, for the checks whose ratio is not written
+    differentiably (Theorem 6's proof steps: ξ, Φ, H_tr, B): each proposal is scored by :func:`row_ratio`,
+    accepted when it lowers the ratio; the step grows ×1.5 on success and shrinks ×1.5^(−1/4) on failure
+    (the 1/5 rule). Returns the best instance and its ratio."""
+    inst = start_instance(L, d, seed, start)
+    g = torch.Generator().manual_seed(7_919 * int(seed) + 104_729 * L + 13)
+    best = row_ratio(check, inst)
+    for _ in range(evals):
+        cand = _mutate(inst, g, step)
+        r = row_ratio(check, cand)
+        if math.isfinite(r) and r < best:
+            inst, best, step = cand, r, step * 1.5
+        else:
+            step *= 1.5 ** -0.25
+    inst.meta.update(source="adversarial", check=check, method="es", start=start)
+    return inst, best
+
+
+# The steps of Theorem 6's proof and their "without the misprint" variants: each is searched at every
+# L of SCALING_L, so how a failure scales with L is measured, not one minimum (C-list tables).
+THM6_STEPS = tuple(c for c, m in ck.CHECKS.items() if m["result"] == "thm6" and m["role"] == "proof")
+SCALING_L = (4, 8, 16)
+_GRADIENT_STEPS = ("thm6.GQ", "thm6.GK")  # written differentiably (_sa_ratio): Adam instead of the ES
+# the repaired Theorem 1: many starts in every regime of STARTS, at two lengths
+REPAIRED_SEARCH = dict(L=(4, 8), seeds=(0, 1, 2), steps=80)
+
+
+def _record(inst: Instance, check: str, x: str, seed: int, extra: dict) -> list[dict]:
+    ln_input = "X" if check.startswith("lemma4") else "block"
+    recs = ck.evaluate(inst, parts=(ck.part_of(check),), tensors=ck.needs_tensors(check), ln_input=ln_input,
+                       hessian=check.startswith("thm6.full") or ck.part_of(check) == "sa")
+    base = {"sweep": "adversarial", "x": x, "seed": seed, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
+            "d_ff": inst.d_ff, "sigma": "", "sharpness": "", "balance": "",
+            "attn_max": float(fw.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
+            "target": "optimised", **extra}
+    return [{**base, **r, "parts": ck.part_of(check), "tensors": ck.needs_tensors(check), "ln_input": ln_input,
+             "inst_key": f"adversarial|{x}"} for r in recs if r["check"] == check]
+
+
+def run_searches(quick: bool = False, log: Callable[[str], None] | None = None,
+                 evals: int = 40) -> tuple[list[dict], dict]:
+    """The searches a referee's reading asks for, beyond :func:`run`:
+
+    * every step of Theorem 6's proof (:data:`THM6_STEPS`, the ``.no_*`` variants included) searched at
+      each L of :data:`SCALING_L` (d = 3): Adam for the differentiable G_Q, G_K, the evolution strategy
+      :func:`es_search` (``evals`` proposals) for the others; records carry ``scaling = "L"``;
+    * the repaired Theorem 1 from every regime of :data:`STARTS` × :data:`REPAIRED_SEARCH` (Adam through
+      the Hessian).
+
+    ``quick``: L ∈ {4, 8}, a quarter of the proposals, the repaired search from one seed."""
+    rows, insts = [], {}
+    Ls = SCALING_L[:2] if quick else SCALING_L
+    n = max(4, evals // 4) if quick else evals
+    for check in THM6_STEPS:
+        for L in Ls:
+            t0 = time.perf_counter()
+            if check in _GRADIENT_STEPS:
+                inst = search(check, L, 3, 0, steps=150)
+            else:
+                inst, _ = es_search(check, L, 3, 0, evals=n)
+            x = f"{check}@L={L},d=3,seed=0"
+            got = _record(inst, check, x, 0, {"scaling": "L"})
+            rows += got
+            insts[f"adversarial|{x}"] = inst
+            if log:
+                log(f"  search {x}: ratio {min(r['ratio'] for r in got):.4g} ({time.perf_counter() - t0:.1f}s)")
+    seeds = REPAIRED_SEARCH["seeds"][:1] if quick else REPAIRED_SEARCH["seeds"]
+    for start in STARTS:
+        for L in REPAIRED_SEARCH["L"]:
+            for seed in seeds:
+                t0 = time.perf_counter()
+                inst = search("thm1.repaired", L, 3, seed, steps=REPAIRED_SEARCH["steps"], start=start)
+                x = f"thm1.repaired@{start},L={L},d=3,seed={seed}"
+                got = _record(inst, "thm1.repaired", x, seed, {"start": start})
+                rows += got
+                insts[f"adversarial|{x}"] = inst
+                if log:
+                    log(f"  search {x}: ratio {min(r['ratio'] for r in got):.4g} ({time.perf_counter() - t0:.1f}s)")
+    return rows, insts
+
+
+def repaired_search_extent(quick: bool = False) -> str:
+    """How far the repaired Theorem 1 was searched, in words (stated on its row and page)."""
+    seeds = REPAIRED_SEARCH["seeds"][:1] if quick else REPAIRED_SEARCH["seeds"]
+    n = len(STARTS) * len(REPAIRED_SEARCH["L"]) * len(seeds)
+    return (f"{n} Adam starts of {REPAIRED_SEARCH['steps']} steps on log(bound/exact) ({', '.join(STARTS)} regimes × "
+            f"L ∈ {{{', '.join(map(str, REPAIRED_SEARCH['L']))}}} × {len(seeds)} seeds, d = 3) besides the sweeps")

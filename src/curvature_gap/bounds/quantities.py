@@ -189,7 +189,7 @@ def sa_exact(inst: Instance, hessian: bool = True) -> dict:
         "dA_dT": softmax_d1_norm(A), "d2A_dT2": softmax_d2_norm(A),
         "Z1": la.spectral_norm(Z1_matrix(X, A)), "Z2": Z2_norm(X, A),
         "S": la.spectral_norm(S_shuffle(d)),
-        "attn_max": float(A.max(dim=1).values.mean()),
+        "attn_max": float(A.max(dim=1).values.mean()), "attn_uniform_dev": float((A - 1.0 / L).abs().max()),
     }
     if not hessian:
         return out

@@ -51,6 +51,8 @@ def run_all(out="results/bounds", quick: bool = False, save_counterexamples=None
     t0 = time.perf_counter()
     log("adversarial search")
     r, i = adversarial.run(quick, log=log)
+    r2, i2 = adversarial.run_searches(quick, log=log)
+    r, i = r + r2, {**i, **i2}
     sw.write_csv(out / "sweep_adversarial.csv", r)
     rows += r
     insts.update(i)

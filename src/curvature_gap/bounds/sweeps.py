@@ -15,6 +15,9 @@ sweep          swept factor                                 shapes / parts
                W_Q and W_K non-zero on disjoint columns)
 ``width``      d_V = d_K (d_ff = 4 d_V)                     L=8; block for d_V ≤ 8 (quick: ≤ 4)
 ``length``     L                                            d_V=4; block for L ≤ 32 (quick: ≤ 8)
+``w2_scale``   s (``W_2 ← s W_2``), 1 … 10^-3                as ``sigma``; block (ξ₂₁ → 0 with ‖W₂‖)
+``admissible`` a, with Target = F **and** W_Q W_Kᵀ = 0: every    as ``sigma``; SA
+               assumption of Theorem 1 in force at once
 ``ln_rows``    rows m of a LayerNorm input                  n = 16 (MNIST width); Lemma 4 only
 ``ln_width``   columns n of a LayerNorm input               m = 4; Lemma 4 only
 =============  ==========================================  ========================================
@@ -85,6 +88,22 @@ def _uniform(base: dict, seed: int, balance: float) -> Instance:
     return random_instance(**base, seed=seed, balance=balance, uniform="orthogonal")
 
 
+def _w2_scaled(base: dict, seed: int, scale: float) -> Instance:
+    """A random instance with ``W_2`` scaled by ``scale``: ∂B₁/∂W₂ does not depend on W₂, so ratios of
+    bounds that carry ‖W₂‖ (ξ₂₁) fall with it."""
+    inst = random_instance(**base, seed=seed)
+    inst.W_2 = scale * inst.W_2
+    inst.meta.update(w2_scale=float(scale))
+    return inst
+
+
+def _admissible(base: dict, seed: int, balance: float) -> Instance:
+    """An instance that satisfies every assumption of Theorem 1 at once: exactly uniform attention
+    (W_Q W_Kᵀ = 0, both non-zero, rebalanced by ``balance``) and Target = F (loss 0: an exact minimiser)."""
+    return random_instance(**base, seed=seed, balance=balance, uniform="orthogonal", target="fit",
+                           target_output="attention")
+
+
 def definitions(quick: bool = False, mini: bool = False) -> list[Sweep]:
     """The synthetic sweeps (see module doc); ``quick`` uses fewer points and one seed, ``mini``
     (for ``curvature-gap verify --quick``) two or three points per sweep and small shapes only."""
@@ -98,6 +117,8 @@ def definitions(quick: bool = False, mini: bool = False) -> list[Sweep]:
                   lambda x: ("sa",)),
             Sweep("minimiser", "balance", [1.0, 4096.0], sd, lambda x, s: _minimiser(b, s, x), lambda x: ("sa",)),
             Sweep("uniform", "balance", [1.0, 4096.0], sd, lambda x, s: _uniform(b, s, x), lambda x: ("sa",)),
+            Sweep("admissible", "balance", [1.0, 4096.0], sd, lambda x, s: _admissible(b, s, x), lambda x: ("sa",)),
+            Sweep("w2_scale", "w2_scale", [1.0, 1e-3], sd, lambda x, s: _w2_scaled(b, s, x), lambda x: ("block",)),
             Sweep("width", "d_V", [4, 16], sd, lambda x, s: random_instance(L=8, d_V=x, seed=s), lambda x: ("sa",)),
             Sweep("length", "L", [2, 32], sd, lambda x, s: random_instance(L=x, d_V=4, seed=s), lambda x: ("sa",)),
             Sweep("ln_rows", "m", [1, 16], sd, lambda x, s: random_instance(L=x, d_V=16, seed=s), lambda x: ("ln",),
@@ -119,6 +140,9 @@ def definitions(quick: bool = False, mini: bool = False) -> list[Sweep]:
               lambda x: ("sa", "block")),
         Sweep("minimiser", "balance", bal, seeds, lambda x, s: _minimiser(b, s, x), lambda x: ("sa",)),
         Sweep("uniform", "balance", bal, seeds, lambda x, s: _uniform(b, s, x), lambda x: ("sa",)),
+        Sweep("admissible", "balance", bal, seeds, lambda x, s: _admissible(b, s, x), lambda x: ("sa",)),
+        Sweep("w2_scale", "w2_scale", [1.0, 1e-1, 1e-2, 1e-3], seeds, lambda x, s: _w2_scaled(b, s, x),
+              lambda x: ("block",)),
         Sweep("width", "d_V", widths, seeds, lambda x, s: random_instance(L=8, d_V=x, seed=s),
               lambda x: ALL if x <= wmax_block else ("sa",)),
         Sweep("length", "L", lengths, seeds, lambda x, s: random_instance(L=x, d_V=4, seed=s),
@@ -208,6 +232,44 @@ def slopes(rows: list[dict], check: str, sweep: str) -> dict | None:
     return out
 
 
+# how a ratio scales: records searched at several L (adversarial, ``scaling = "L"``) and the W₂ sweep
+SCALING_VARS = {"L": "L", "w2_scale": "‖W₂‖ scale s"}
+
+
+def scaling(rs: list[dict]) -> list[dict]:
+    """How one check's smallest ratio moves with L (the searches at each L) and with the scale of W₂ (the
+    ``w2_scale`` sweep): ``[{"var", "points": [[x, min ratio], …], "slope", "law"}]``. ``slope`` is the
+    log-log least-squares slope; ``law`` says it in words: ``"≈ c/L"`` for a slope within 0.2 of −1
+    (c the geometric mean of ratio·L), ``"→ 0 as ‖W₂‖ → 0 (∝ s)"`` for a slope within 0.2 of +1,
+    ``"∝ x^slope"`` otherwise."""
+    out = []
+    for var, label in SCALING_VARS.items():
+        per: dict = {}
+        for r in rs:
+            if var == "L" and r.get("scaling") == "L":
+                x = float(r["L"])
+            elif var == "w2_scale" and r["sweep"] == "w2_scale":
+                x = float(r["x"])
+            else:
+                continue
+            if math.isfinite(r["ratio"]) and r["ratio"] > 0:
+                per[x] = min(per.get(x, math.inf), r["ratio"])
+        if len(per) < 2:
+            continue
+        xs = sorted(per)
+        ys = [per[x] for x in xs]
+        slope = _fit(xs, ys)
+        if var == "L" and abs(slope + 1) <= 0.2:
+            c = math.exp(statistics.mean(math.log(y * x) for x, y in zip(xs, ys)))
+            law = f"≈ {c:.2g}/L"
+        elif var == "w2_scale" and abs(slope - 1) <= 0.2:
+            law = "→ 0 as ‖W₂‖ → 0 (∝ s)"
+        else:
+            law = f"∝ {'L' if var == 'L' else 's'}^{slope:.2f}"
+        out.append({"var": label, "points": [[x, y] for x, y in zip(xs, ys)], "slope": slope, "law": law})
+    return out
+
+
 def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dict]:
     """One row per check: verdict, min ratio over everything (sweeps, training, adversarial
     search), min and median over the natural sweeps (all but ``adversarial``), the worst instance,
@@ -236,7 +298,7 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
             "n_records": len(rs), "n_fail": sum(1 for r in rs if not ck.holds(r["ratio"])),
             "n_adversarial": len(rs) - len(natural),
             "worst": {k: worst.get(k) for k in ("sweep", "x", "seed", "sub", "bound", "exact", "L", "d_V", "d_K", "d_ff")},
-            "sweeps": sweeps, "slopes": sl,
+            "sweeps": sweeps, "slopes": sl, "scaling": scaling(rs),
         })
     return out
 
@@ -251,11 +313,24 @@ def counterexample_json(rec: dict, inst: Instance) -> dict:
         "sweep": rec.get("sweep"), "x": rec.get("x"), "seed": rec.get("seed"),
         "part": ck.part_of(rec["check"]), "tensors": ck.needs_tensors(rec["check"]),
         "ln_input": rec.get("ln_input", "block"), "shape": list(inst.shape), "instance": inst.to_json(),
+        **(_sa_regime(inst) if ck.part_of(rec["check"]) == "sa" else {}),
     }
 
 
-NAMED = {"minimiser": "at an exact global minimiser (Target = F, loss 0: the w* of the statement)",
-         "uniform": "under exactly uniform attention (W_Q W_Kᵀ = 0 with W_Q, W_K non-zero)"}
+def _sa_regime(inst: Instance) -> dict:
+    """What a self-attention counter-example's file shows of the assumptions: its loss (0 at an exact
+    minimiser) and how far its attention is from uniform (max |A_ij − 1/L|)."""
+    A = attention_matrix(inst.X, inst.W_Q, inst.W_K)
+    return {"loss": float(sa_loss(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.Target)),
+            "attention_uniform_dev": float((A - 1.0 / inst.L).abs().max())}
+
+
+NAMED = {"minimiser": "at an exact global minimiser (Target = F, loss 0: the w* of the statement), with a "
+                      "non-uniform attention",
+         "uniform": "under exactly uniform attention (W_Q W_Kᵀ = 0 with W_Q, W_K non-zero), with a random Target "
+                    "(not a minimiser)",
+         "admissible": "at an exact minimiser (Target = F, loss 0) with exactly uniform attention (W_Q W_Kᵀ = 0): "
+                       "every assumption in force for Theorem 1 and its proof"}
 
 
 def named_counterexamples(rows: list[dict], instances: dict, check: str = "thm1.printed") -> dict:

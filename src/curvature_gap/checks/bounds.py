@@ -1,7 +1,9 @@
 """Rows for every bound of the paper: the smallest ratio bound/exact over the instances evaluated.
 
 Instances: the synthetic sweeps of :mod:`curvature_gap.bounds.sweeps` (the ``mini`` set with ``quick``,
-the ``quick`` set and the adversarial search otherwise), and always the replay of every committed
+the ``quick`` set and the adversarial searches otherwise: :func:`~curvature_gap.bounds.adversarial.run` and
+:func:`~curvature_gap.bounds.adversarial.run_searches`, every Theorem-6 proof step at each L and the repaired
+Theorem 1 from many starts), and always the replay of every committed
 counter-example (``curvature_gap/bounds/counterexamples/*.json``), whose recomputed ratio must equal
 the recorded one to 1e-6 and still fail (row ``bounds.counterexamples.replay``: a mismatch is a
 software failure). With a result of the trained MNIST model (``trained_bounds``), the key bounds are
@@ -35,9 +37,9 @@ def synthetic_records(quick: bool, log=None) -> tuple[list[dict], dict]:
         rows += r
         insts.update(i)
     if not quick:
-        r, i = adversarial.run(quick=True, log=log)
-        rows += r
-        insts.update(i)
+        for r, i in (adversarial.run(quick=True, log=log), adversarial.run_searches(log=log)):
+            rows += r
+            insts.update(i)
     return rows, insts
 
 
@@ -78,12 +80,18 @@ def rows_from_summary(summary: list[dict], replayed: list[dict], profile: str = 
         where = ", ".join(f"{k}={v}" for k, v in w.items() if k in ("sweep", "x", "seed", "sub") and v not in (None, ""))
         note = (f"{s['ref']}; {s['n_fail']}/{s['n_records']} instances fail; worst at {where}"
                 + (f"; log-log slopes {sl}" if sl else ""))
+        law = "; ".join(f"as {t['var']} grows: {t['law']}" for t in s.get("scaling", []))
+        if law:
+            note += f"; bound/exact {law}"
+        details = {"scaling": s["scaling"]} if s.get("scaling") else {}
+        if s["id"] == "thm1.repaired" and s.get("n_adversarial"):
+            details["searched"] = adversarial.repaired_search_extent()
         out.append(Row(id=prefix + s["id"], result=s["result"], kind="bound", role=s["role"], what=s["what"],
                        verdict=s["verdict"], expected=s["expect"] if expected else None, claim=s["claim"],
                        min_ratio=s["min_ratio"], median_ratio=s["median_ratio"], tolerance=ck.RTOL,
                        errata=list(s["errata"]), evidence=_evidence(s["id"], replayed), profile=profile,
                        instances=f"{s['n_records']} records; worst {shapes}" if shapes else f"{s['n_records']} records",
-                       note=note))
+                       note=note, details=details))
     return out
 
 

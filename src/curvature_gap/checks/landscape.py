@@ -19,6 +19,20 @@ ASSUMPTION_TOL = 1e-6  # "∇L_k(w*) = 0": the gradient below 1e-6 of the typica
 _T7 = ("|L_{k+1}(w) − L_k(w)| ≤ 2ℓ_max/(k+1) + M‖w − w*‖²/(k+1)")
 
 
+# A statement row whose M exceeds the exact curvature at w* by more than this cannot fail as checked: for
+# l_i ≥ 0 with ‖∇²l_i‖ ≤ M near the segment, l_i(w) ≤ 2 l_i(w*) + M‖w − w*‖² (the lemma on the Theorem 7
+# page), and that alone gives |L_{k+1}(w) − L_k(w)| ≤ (2ℓ_max + M‖w − w*‖²)/(k+1), the statement.
+GUARANTEED_FACTOR = 1e3
+
+
+def _cannot_fail(M: float, M_exact: float) -> dict:
+    if M < GUARANTEED_FACTOR * M_exact:
+        return {}
+    return {"cannot_fail": f"M is {M / M_exact:.2g}× the exact curvature max_i ‖∇²l_i(w*)‖, and any M that bounds "
+                           "‖∇²l_i‖ near w* gives the inequality by l_i(w) ≤ 2l_i(w*) + M‖w − w*‖² (for l_i ≥ 0), "
+                           "without Assumption 1 or the Taylor step: this check cannot fail"}
+
+
 def _min_ratio(res: dict, name: str) -> float:
     vals = [p[f"min_ratio_{name}"] for p in res["path"]] + [res["adversarial"][name]["min_ratio"]]
     return float(min(vals))
@@ -40,6 +54,7 @@ def sa_rows(res: dict | None = None) -> list[Row]:
             what=f"{_T7} for one self-attention layer (MSE) at an exact minimiser, {label} = {res['M'][name]:.3g}; "
                  "ratio rhs/lhs, min over k, distances along a random direction and an adversarial search over w",
             verdict="holds" if mn >= 1 - RTOL else "fails", min_ratio=mn, tolerance=RTOL, profile="synthetic",
+            details=_cannot_fail(res["M"][name], res["M"]["exact_at_w_star"]) if role != "reference" else {},
             instances=inst, note=f"adversarial minimum {adv['min_ratio']:.3g} at t = {adv['t']:.2g}, k = {adv['k']}; "
                                  f"ℓ_max = {res['ell_max']:.3g}. Assumption 1 fails here (min_k<N ‖∇L_k(w*)‖ = "
                                  f"{res['grad_norm_k_min']:.2g}), yet no w found violates the inequality"))
@@ -71,6 +86,7 @@ def vit_rows(result) -> list[Row]:
             what=f"{_T7} on the trained MNIST ViT (cross-entropy, w = w* + t u in block 0's matrices), {label} = "
                  f"{m['M'][n]:.3g}; ratio rhs/lhs, min over k, t and two directions",
             verdict="holds" if mn >= 1 - RTOL else "fails", min_ratio=mn, tolerance=RTOL, profile=result.config["profile"],
+            details=_cannot_fail(m["M"][n], m["M"]["exact"]) if role != "reference" else {},
             instances=f"first {m['n']} training images, t ∈ {m['ts']}", evidence=[str(result.json_path)],
             note=f"worst at direction {worst['direction']}, t = {worst['t']}, k = {worst[f'argmin_k_{n}']}; ℓ_max = "
                  f"{m['ell_max']:.3g}"))

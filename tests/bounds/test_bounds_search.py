@@ -1,0 +1,83 @@
+"""The searches and sweeps behind the Theorem 1 and Theorem 6 verdicts (a referee's second reading)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from curvature_gap.bounds import adversarial as adv
+from curvature_gap.bounds import checks as ck
+from curvature_gap.bounds import sweeps as sw
+from curvature_gap.bounds.quantities import sa_exact
+from curvature_gap.checks.bounds import COUNTEREXAMPLES
+from curvature_gap.exact.instances import random_instance
+
+
+def _sweep(name, quick=True):
+    (s,) = [s for s in sw.definitions(quick=quick) if s.name == name]
+    return s
+
+
+def test_the_G_Q_step_fails_like_2_over_L_under_search():
+    got = {L: adv.row_ratio("thm6.GQ", adv.search("thm6.GQ", L, 3, 0, steps=150)) for L in (4, 16)}
+    assert got[16] <= 0.15 and got[4] <= 0.55
+    assert 3.0 < got[4] / got[16] < 5.0  # ×4 in L, ÷4 in the ratio
+
+
+def test_the_xi21_step_falls_with_the_scale_of_W2():
+    s = _sweep("w2_scale")
+    recs = [r for x in (1.0, 1e-3) for r in ck.evaluate(s.make(x, 0), parts=("block",), hessian=False)
+            if r["check"] == "thm6.xi21"]
+    big, small = recs[0]["ratio"], recs[-1]["ratio"]
+    assert small < 0.01 < big
+
+
+def test_scaling_reads_a_law_off_the_searched_ratios():
+    recs = [{"check": "c", "sweep": "adversarial", "scaling": "L", "L": L, "x": "", "ratio": 2.0 / L} for L in (4, 8, 16)]
+    recs += [{"check": "c", "sweep": "w2_scale", "L": 8, "x": s, "ratio": 0.9 * s} for s in (1.0, 0.1, 0.01)]
+    laws = {t["var"]: t["law"] for t in sw.scaling(recs)}
+    assert laws == {"L": "≈ 2/L", "‖W₂‖ scale s": "→ 0 as ‖W₂‖ → 0 (∝ s)"}
+    flat = [{"check": "c", "sweep": "adversarial", "scaling": "L", "L": L, "x": "", "ratio": 3.0} for L in (4, 8)]
+    assert sw.scaling(flat)[0]["law"] == "∝ L^0.00"
+
+
+def test_the_admissible_row_is_recorded_only_where_every_assumption_holds():
+    adm = _sweep("admissible").make(4096.0, 0)
+    q = sa_exact(adm)
+    assert ck.admissible(q) and q["R"] == 0.0 and q["attn_uniform_dev"] == 0.0
+    assert "thm1.printed.admissible" in {r["check"] for r in ck.records_sa(q)}
+    for inst in (_sweep("minimiser").make(1.0, 0), _sweep("uniform").make(1.0, 0), random_instance(L=8, d_V=4)):
+        assert "thm1.printed.admissible" not in {r["check"] for r in ck.records_sa(sa_exact(inst))}
+
+
+def test_the_committed_admissible_counter_example_shows_loss_0_and_uniform_attention_and_replays():
+    ce = json.loads((COUNTEREXAMPLES / "thm1.printed@admissible.json").read_text())
+    assert ce["loss"] == 0.0 and ce["attention_uniform_dev"] == 0.0 and ce["ratio"] < 1
+    assert sw.replay(ce)["ratio"] == pytest.approx(ce["ratio"], rel=1e-9)
+    inst = sw.Instance.from_json(ce["instance"])
+    assert "thm1.printed.admissible" in {r["check"] for r in ck.records_sa(sa_exact(inst))}
+
+
+def test_rows_comparing_a_proof_step_carry_the_proof_role():
+    for cid in ("thm1.printed.maxblock", "thm1.proof.maxblock", "thm6.block.explicit"):
+        assert ck.CHECKS[cid]["role"] in ("proof", "detail"), cid
+    assert ck.CHECKS["thm1.printed.admissible"]["role"] == "statement"
+
+
+def test_every_theorem6_step_and_variant_is_searched_at_every_length():
+    assert {c for c in ck.CHECKS if ".no_" in c} <= set(adv.THM6_STEPS)
+    rows, _ = adv.run_searches(quick=True, evals=4)
+    searched = {(r["check"], r["L"]) for r in rows if r.get("scaling") == "L"}
+    assert {(c, L) for c in adv.THM6_STEPS for L in adv.SCALING_L[:2]} <= searched
+    starts = {r["start"] for r in rows if r["check"] == "thm1.repaired"}
+    assert starts == set(adv.STARTS)
+    n = len(adv.STARTS) * len(adv.REPAIRED_SEARCH["L"]) * len(adv.REPAIRED_SEARCH["seeds"])
+    assert adv.repaired_search_extent().startswith(f"{n} Adam starts")
+
+
+def test_the_evolution_strategy_only_ever_lowers_the_rows_own_ratio():
+    start = adv.row_ratio("thm6.xi21", adv.start_instance(8, 3, 0))
+    inst, best = adv.es_search("thm6.xi21", 8, 3, 0, evals=12)
+    assert best <= start and adv.row_ratio("thm6.xi21", inst) == pytest.approx(best)
+    with pytest.raises(ValueError, match="unknown search start"):
+        adv.start_instance(4, 3, 0, "sideways")
