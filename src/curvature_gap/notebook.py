@@ -31,6 +31,7 @@ from .plotting import png_bytes  # noqa: E402
 from .findings import Finding, finding_of  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "show_markdown", "show_figure", "figure", "rows", "show_rows",
+           "scaling_md", "show_scaling",
            "verdict_text", "verdict_html", "show_verdict", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES", "find",
            "show_ranking", "show_cross_check", "md_escape", "text_html"]
 
@@ -245,6 +246,21 @@ def _number(r: Row) -> str:
     if v is None:
         return "—"
     return "0" if v == 0 else (f"{v:.2g}" if abs(v) >= 1e-2 else f"{v:.1e}")
+
+
+def scaling_md(r: Row) -> str:
+    """How a bound row's smallest ratio moves (its ``details["scaling"]``: the searches at each L, the W₂
+    sweep) as a Markdown table: the swept value, bound/exact found there, and the law read off them."""
+    tabs = r.details.get("scaling") or []
+    body = [[md_escape(t["var"]), ", ".join(f"{x:g}: {y:.3g}" for x, y in t["points"]), md_escape(t["law"])]
+            for t in tabs]
+    return md_table(["as it grows", "smallest bound/exact found", "law"], body) if body else ""
+
+
+def show_scaling(rs: list[Row], caption: str = "") -> None:
+    """For each failing row of ``rs`` that has one, its scaling table (:func:`scaling_md`)."""
+    parts = [f"`{r.id}`\n\n{scaling_md(r)}" for r in rs if r.verdict == "fails" and scaling_md(r)]
+    show_markdown((f"{caption}\n\n" if caption else "") + ("\n\n".join(parts) or "*No failing step has a scaling table.*"))
 
 
 def show_rows(rs: list[Row], caption: str = "") -> None:
