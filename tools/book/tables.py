@@ -126,9 +126,9 @@ def _errata_intro(rows: list[Row]) -> str:
         by.setdefault(f.verdict, []).append(md_escape(f.title.split(":")[0]))
     corrected = ", ".join(by.get("holds as corrected", [])) or "none"
     repaired = ", ".join(by.get("fails; repaired version holds", [])) or "none"
-    return (f"The first list has {mc.listed} entries: **{mc.formulas} misprinted formulas**{slips}. Each is counted "
-            f"once, in the result its check belongs to ({'; '.join(per)}), and they are measured on {mc.rows} "
-            f"checks{several}.\n\n"
+    where = (f" Each is counted once, in the result its check belongs to ({'; '.join(per)}), and they are measured "
+             f"on {mc.rows} checks{several}." if per else "")
+    return (f"The first list has {mc.listed} entries: **{mc.formulas} misprinted formulas**{slips}.{where}\n\n"
             "**How a misprinted statement is labelled.** A misprint in a definition or a constant (an index, a factor, "
             "a normalisation) that, once corrected, gives a statement every check verifies makes the result *holds "
             "as corrected*: the statement is the paper's with the misprint fixed, and needs no new argument, even "
