@@ -144,3 +144,17 @@ def test_the_landing_counts_misprinted_formulas_as_the_errata_page_does(quick_ro
     first = fd.summary_sentences(quick_rows)[0]
     assert (f"once the {mc.formulas} misprinted formulas of the errata list are corrected (E16, a notational slip, "
             "is listed there too but not counted); the statements themselves hold.") in first
+
+
+def test_each_results_misprint_count_is_the_errata_pages_count(quick_rows):
+    import re
+    from curvature_gap.theory.errata import misprint_counts
+    mc = misprint_counts(quick_rows)
+    total = 0
+    for f in fd.findings(quick_rows):
+        st = re.search(r"(\d+) misprinted formulas? corrected", f.evidence)
+        pf = re.search(r"(\d+) formulas? of the detailed version or proof corrected", f.evidence)
+        got = (int(st.group(1)) if st else 0) + (int(pf.group(1)) if pf else 0)
+        assert got == mc.of(f.key).formulas, f.key
+        total += got
+    assert total == mc.formulas

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .checks.row import Row
+from .theory.errata import misprint_counts
 
 __all__ = ["RESULTS", "Finding", "findings", "finding_of", "summary_sentences", "VERDICT_CLASSES"]
 
@@ -154,8 +155,10 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
             return "fails; repaired version holds", "; ".join(ev)
         return "fails", "; ".join(ev)
     base = "holds as corrected" if st_corr else "holds"
+    mp = misprint_counts(rows).of(key)  # errata counted once each, as on the errata page
     if st_corr:
-        ev.append(f"{len(st_corr)} misprinted formula{'s' if len(st_corr) > 1 else ''} corrected and verified")
+        n = mp.statement or len(st_corr)
+        ev.append(f"{n} misprinted formula{'s' if n > 1 else ''} corrected and verified")
     quals = []
     if pf_fail:
         numbers["proof_failures"] = len(pf_fail)
@@ -167,7 +170,10 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
                   f"({', '.join(r.id for r in pf_misprint)})")
     if pf_corr:
         quals.append("misprints in the detailed version or proof corrected")
-        ev.append(f"{len(pf_corr)} formula{'s' if len(pf_corr) > 1 else ''} of the detailed version or proof corrected")
+        if mp.proof:
+            ev.append(f"{mp.proof} formula{'s' if mp.proof > 1 else ''} of the detailed version or proof corrected")
+        if mp.notation:
+            ev.append(f"{mp.notation} notational slip{'s' if mp.notation > 1 else ''} (listed in the errata, not counted)")
     errs = [r.rel_err for r in st if r.rel_err is not None and (r.tolerance or 0) <= 1e-10]
     ratios = [r.min_ratio for r in st if r.min_ratio is not None]
     if errs:
@@ -235,7 +241,6 @@ def finding_of(key: str, rows: list[Row]) -> Finding:
 
 def summary_sentences(rows: list[Row]) -> list[str]:
     """The landing page's few plain sentences of what was found, with the numbers of ``rows``."""
-    from .theory.errata import misprint_counts  # move to the module's imports once _theory uses it too
 
     f = {x.key: x for x in findings(rows)}
     by = {r.id: r for r in rows}

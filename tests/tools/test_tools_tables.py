@@ -123,3 +123,13 @@ def test_an_undefined_symbol_is_not_called_ill_dimensioned(quick_rows):
     md = tables.errata_md(quick_rows)
     row = next(line for line in md.splitlines() if line.startswith("| `noci.uniform_dA_dT` |"))
     assert "undefined symbol" in row.split("|")[4] and "ill-dimensioned" not in row
+
+
+def test_the_c_list_reports_how_a_failure_scales():
+    from curvature_gap.checks.row import Row
+    from tools.book.tables import errata_md
+    sc = [{"var": "L", "points": [[4, 0.5], [8, 0.25], [16, 0.125]], "slope": -1.0, "law": "≈ 2/L"}]
+    r = Row(id="bounds.thm6.GQ", result="thm6", kind="bound", role="proof", what="w", verdict="fails", claim="holds",
+            min_ratio=0.125, details={"scaling": sc})
+    md = errata_md([r])
+    assert "How it scales under search" in md and "≈ 2/L" in md and "16: 0.125" in md

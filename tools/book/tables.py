@@ -17,7 +17,7 @@ from curvature_gap.checks.row import Row
 from curvature_gap.config import PROFILE_CONFIGS, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings, summary_sentences
-from curvature_gap.notebook import md_escape, md_table, text_html, verdict_html
+from curvature_gap.notebook import md_escape, md_table, scaling_md, text_html, verdict_html
 from curvature_gap.provenance import host
 from curvature_gap.theory.errata import ERRATA, label, misprint_counts
 from curvature_gap.theory.notation import NOTATION
@@ -164,6 +164,8 @@ def errata_md(rows: list[Row]) -> str:
         of = titles.get(r.result, r.result).split(":")[0]
         parts.append(f"### C{k}. `{r.id}`\n\n*{role} of {md_escape(of)}* — {text_html(r.what)}\n\nSmallest bound/exact: **{_num(r)}** "
                      f"({md_escape(r.instances)}). Counter-example: {ev}.{err}\n")
+        if scaling_md(r):  # how the failure scales, not one minimum
+            parts.append(f"How it scales under search:\n\n{scaling_md(r)}\n")
     return "\n".join(parts)
 
 
