@@ -5,33 +5,36 @@ the paper's MNIST ViT), and a Hessian-vector product costs at least one forward 
 the batch. So ``P × t(forward + backward)`` is the floor of any method that computes columns one at a
 time (curvlinops' ``HessianLinearOperator``, ``torch.func``), and a method beats it only by sharing work
 between tangents (batched GEMMs) or by skipping entries known to be zero. This script measures, in one
-process and one run, at the figures' batch (the first 128 MNIST training images, float32):
+process and one run, on the first ``--batch`` MNIST training images (float32, the model at seed 0):
 
-* ``t_fb`` — one forward + backward of the batch (median of many);
-* ``t_hvp`` — one Hessian-vector product through curvlinops (median over a few random vectors);
-* the package's exact dense Hessian (``curvature_gap.hessian.hessian``, median of ``--repeats``);
+* ``forward_backward`` — one forward + backward of the batch (median of 50 runs after 5 warm-ups);
+* ``curvlinops_hvp`` — one Hessian-vector product through curvlinops (median over 5 random vectors,
+  after one warm-up product);
+* ``ours_dense`` — the package's exact dense Hessian (``curvature_gap.hessian.hessian``, median of
+  ``--repeats`` after one warm-up).
 
-and reports the floor ``P · t_fb``, curvlinops' extrapolated ``P · t_hvp``, and the package's time as a
-multiple of the floor. Usage::
+``benchmarks/report.py`` derives the floor ``P · t_fb``, curvlinops' extrapolated ``P · t_hvp`` and the
+package's time as a multiple of the floor from these rows. Usage::
 
-    python benchmarks/floor.py [--repeats 3] [--threads N] [--json benchmarks/floor.json]
+    python benchmarks/floor.py [--repeats 3] [--threads N] [--out benchmarks/floor.json]
+    python benchmarks/floor.py --quick       # batch 4, fewer runs, 1 thread: seconds
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
+import sys
 import time
-from pathlib import Path
 
 import torch
 
+from _bench import Run, add_switches, out_path
 from curvature_gap import build_model
 from curvature_gap.data import load
 from curvature_gap.hessian import hessian
-from curvature_gap.provenance import host
+
+NAME = "floor"
+QUICK = dict(batch=4, fb_runs=5, hvp_vectors=3, repeats=1)
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -43,18 +46,23 @@ def _median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    ap.add_argument("--json", default="benchmarks/floor.json")
-    args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    load0 = os.getloadavg()
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (default: torch's; 1 with --quick, where tiny products only lose "
+                         "from thread synchronisation)")
+    add_switches(ap)
+    argv = sys.argv[1:] if argv is None else argv
+    args = ap.parse_args(argv)
+    threads = args.threads or (1 if args.quick else None)
+    if threads:
+        torch.set_num_threads(threads)
+    bench = Run(NAME, args.quick, argv)
+    size = QUICK if args.quick else dict(batch=args.batch, fb_runs=50, hvp_vectors=5, repeats=args.repeats)
     ds = load("mnist", train=True)
-    x, y = ds.images[:args.batch], ds.labels[:args.batch]
+    x, y = ds.images[:size["batch"]], ds.labels[:size["batch"]]
     model = build_model("mnist", seed=0).eval()
     params = [p for p in model.parameters() if p.requires_grad]
     P = sum(p.numel() for p in params)
@@ -66,30 +74,34 @@ def main() -> None:
 
     for _ in range(5):
         fb()  # warm-up
-    t_fb = _median_time(fb, 50)
+    t_fb = _median_time(fb, size["fb_runs"])
 
     from curvlinops import HessianLinearOperator  # noqa: PLC0415 - only this measurement needs it
 
     op = HessianLinearOperator(model, loss_fn, params, [(x, y)], progressbar=False)
     g = torch.Generator().manual_seed(0)
-    vs = [torch.randn(P, generator=g) for _ in range(6)]
+    vs = [torch.randn(P, generator=g) for _ in range(size["hvp_vectors"] + 1)]
     op @ vs[0]  # warm-up
     t_hvp = statistics.median([_median_time(lambda v=v: op @ v, 1) for v in vs[1:]])
 
     hessian(model, (x, y))  # warm-up
-    t_ours = _median_time(lambda: hessian(model, (x, y)), args.repeats)
+    t_ours = _median_time(lambda: hessian(model, (x, y)), size["repeats"])
 
-    out = dict(
-        date=time.strftime("%Y-%m-%d %H:%M"), batch=args.batch, parameters=P, dtype="float32",
-        threads=torch.get_num_threads(), t_forward_backward=t_fb, t_hvp_curvlinops=t_hvp,
-        floor_seconds=P * t_fb, curvlinops_extrapolated_seconds=P * t_hvp, ours_seconds=t_ours,
-        ours_over_floor=t_ours / (P * t_fb), hvp_over_fb=t_hvp / t_fb, host=host(), python=platform.python_version(),
-        torch=torch.__version__, load_average={"start": load0, "end": os.getloadavg()},
-    )
-    Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if k != "host"}, indent=1))
-    print(f"wrote {args.json}")
+    rows = [
+        dict(quantity="forward_backward", seconds=t_fb, runs=size["fb_runs"],
+             what="one forward + backward of the batch (cross-entropy, batch mean)"),
+        dict(quantity="curvlinops_hvp", seconds=t_hvp, runs=size["hvp_vectors"],
+             what="one Hessian-vector product, curvlinops HessianLinearOperator"),
+        dict(quantity="ours_dense", seconds=t_ours, runs=size["repeats"],
+             what="curvature_gap.hessian.hessian, the dense P x P Hessian"),
+    ]
+    for r in rows:
+        print(f"{r['quantity']}: {r['seconds']:.4g} s (median of {r['runs']})", flush=True)
+    bench.write(out_path(NAME, args), rows,
+                dict(batch=size["batch"], parameters=P, dtype="float32", model="mnist, seed 0",
+                     data=f"first {size['batch']} MNIST training images"))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
