@@ -1,23 +1,24 @@
 """Benchmark: exact Hessians of the paper's MNIST ViT (ours vs curvlinops vs torch.func), block pairs,
 block spectra of the CIFAR-100-sized model, and the cost of Fig. 6's running-mean losses.
 
-Every measurement runs in a fresh subprocess, so peak memory (``ru_maxrss``) belongs to one method
-and an out-of-memory failure (under an address-space limit) cannot take the benchmark down.
-Errors are ``max |H − H_ref| / max |H_ref|`` against curvlinops at the same batch and dtype.
+Every measurement runs in a fresh subprocess, so peak memory (VmHWM) belongs to one method and an
+out-of-memory failure (under an address-space limit) cannot take the benchmark down. Measured per row:
+wall seconds (median of ``--repeats`` where stated), CPU seconds of the process, peak resident memory,
+and the error ``max |H − H_ref| / max |H_ref|`` against curvlinops at the same batch and dtype.
 
-    python benchmarks/hessian.py            # full run (~10 min on 2 idle cores, longer when shared)
-    python benchmarks/hessian.py --quick    # ~4 min: no full curvlinops run at batch 128
+    python benchmarks/hessian.py            # full run (~20 min on 2 cores)
+    python benchmarks/hessian.py --quick    # the same measurements on a 454-parameter ViT, batch 4: seconds
 
-Writes benchmarks/hessian.json (list of rows) and the section "Exact Hessians: ours vs curvlinops
-vs torch.func" of benchmarks/RESULTS.md.
+Writes one JSON document (``--out``, default benchmarks/hessian.json; see ``_bench.py``) whose rows
+have ``kind`` probe | dense | block | spectra | fig6; ``benchmarks/report.py`` renders them into
+RESULTS.md. A row with status ``error`` (a method that failed for another reason than memory) makes
+the script exit with status 1 after writing the document.
 """
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -28,8 +29,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SECTION = "## Exact Hessians: ours vs curvlinops vs torch.func"
-DTYPES = {"float32": "float32", "float64": "float64"}
+NAME = "hessian"
 
 
 # ====================================================================== worker side
@@ -65,7 +65,7 @@ def _worker(spec: dict) -> dict:
     out: dict = {}
     if task in ("dense", "block", "probe"):
         X, y = _mnist_head(spec["batch"])
-        model = cg.build_model("mnist", seed=0)
+        model = cg.build_model("mnist", seed=0, **spec.get("model", {}))
         base = _peak_mb()
         times, cpu = [], []
         H = None
@@ -84,7 +84,7 @@ def _worker(spec: dict) -> dict:
         from curvature_gap.hessian.spectra import top_eigenvalues
 
         torch.manual_seed(0)
-        model = cg.build_model("cifar100", seed=0)
+        model = cg.build_model("cifar100", seed=0, **spec.get("model", {}))
         X = torch.rand(spec["batch"], 3, 32, 32) * 2 - 1  # CIFAR-shaped inputs (no CIFAR-100 offline)
         y = torch.randint(0, 100, (spec["batch"],))
         t0, c0 = time.perf_counter(), time.process_time()
@@ -95,7 +95,7 @@ def _worker(spec: dict) -> dict:
         from curvature_gap.landscape.losses import per_sample_losses, running_means
 
         ds = load("mnist", train=True)
-        model = cg.build_model("mnist", seed=0)
+        model = cg.build_model("mnist", seed=0, **spec.get("model", {}))
         rows = []
         for n in spec["sizes"]:
             sub = ds.subset(n)
@@ -192,8 +192,36 @@ def _worker_main(arg: str) -> None:
 
 
 # ====================================================================== driver side
+# The sizes of a run. The quick run takes every measurement of the full run once, on the test suite's
+# 454-parameter MNIST-shaped ViT and a 2-block CIFAR-shaped one, with one batch size per dtype.
+FULL = dict(
+    model={}, batch=128, small_batch=16, small_dtypes=("float64", "float32"),
+    small_methods=("curvlinops", "ours", "functorch", "torch.func.hessian"),
+    chunks=(16, 32, 64), probe_cols=64, probe_small_batch=True,
+    blocks=(("block0.value", "block0.query"), ("block0.value", "block0.value"), ("block0.ffn1", "block0.ffn1"),
+            ("head", "pos")),
+    spectra_model={}, spectra_batch=16, spectra_iters=15, fig6_sizes=(1000, 10000, 60000), max_timeout=None,
+)
+QUICK = dict(
+    model=dict(d_model=4, d_k=4, d_ff=8, patch_size=7), batch=4, small_batch=2, small_dtypes=("float64",),
+    small_methods=("curvlinops", "ours"), chunks=(32,), probe_cols=32, probe_small_batch=False,
+    blocks=(("block0.value", "block0.query"),),
+    spectra_model=dict(n_blocks=2, d_model=8, d_k=8, d_ff=16, patch_size=8), spectra_batch=2, spectra_iters=4,
+    fig6_sizes=(64, 128), max_timeout=300.0,
+)
+METHOD_NAMES = {
+    "ours": "ours (auto → hand-written ViT forward-over-reverse)",
+    "functorch": "ours, generic (block-triangular torch.func)",
+    "ours-no-alloc": "ours without the allocator setting",
+    "curvlinops": "curvlinops chunk={chunk} (reference)",
+    "curvlinops+alloc": "curvlinops chunk={chunk} + our allocator setting",
+    "torch.func.hessian": "torch.func.hessian",
+}
+
+
 def run(spec: dict, timeout: float) -> dict:
-    """Run one measurement in a fresh interpreter; never raises."""
+    """Run one measurement in a fresh interpreter. A failure is returned as the row's status
+    (``oom``, ``skipped`` on timeout, ``error`` with the last lines of stderr), never raised."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(spec["threads"]))
     try:
@@ -217,28 +245,14 @@ def rel_err(path: str, ref: str) -> float | None:
     return ((H.double() - R.double()).abs().max() / R.double().abs().max()).item()
 
 
-def machine() -> dict:
-    import torch
-
-    from curvature_gap.provenance import host
-
-    h = host()
-    mem = f"{h['memory_gib']:.0f} GB" if h["memory_gib"] else "?"
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        cl = version("curvlinops-for-pytorch")
-    except PackageNotFoundError:
-        cl = "?"
-    return dict(cpu=h["cpu"] + (" (virtual machine)" if h["virtual"] else ""), cores=os.cpu_count(), memory=mem, python=platform.python_version(), torch=torch.__version__,
-                curvlinops=cl, os=platform.platform(), load=os.getloadavg())
-
-
-def row(method, batch, dtype, res, err=None, note=""):
-    r = dict(method=method, batch=batch, dtype=dtype, seconds=res.get("seconds"), peak_mb=res.get("peak_mb"),
-             max_rel_err=err, status=res.get("status", "error"))
+def row(kind, method, batch, dtype, res, err=None, note="", **extra):
+    """One JSON row: what was measured (kind, method, batch, dtype), its numbers and its status."""
+    r = dict(kind=kind, method=method, batch=batch, dtype=dtype, seconds=res.get("seconds"),
+             peak_mb=res.get("peak_mb"), max_rel_err=err, status=res.get("status", "error"), **extra)
     if res.get("cpu_seconds") is not None:
         r["cpu_seconds"] = res["cpu_seconds"]
+    if res.get("base_mb") is not None:
+        r["base_mb"] = res["base_mb"]
     if note or res.get("error"):
         r["note"] = (note + ("; " if note and res.get("error") else "") + res.get("error", "")).strip()
     return r
@@ -251,85 +265,98 @@ def fmt(v, spec="{:.3g}"):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--quick", action="store_true", help="short run: curvlinops at batch 128 only extrapolated")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per method (default 1)")
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--small-batch", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=None, help="the large batch (default 128; 4 with --quick)")
+    ap.add_argument("--small-batch", type=int, default=None, help="the small batch (default 16; 2 with --quick)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of ours, median taken (1 with --quick)")
     ap.add_argument("--mem-limit-gb", type=float, default=12.0, help="address-space limit for torch.func.hessian")
-    ap.add_argument("--json", default=str(HERE / "hessian.json"))
-    ap.add_argument("--results", default=str(HERE / "RESULTS.md"))
+    from _bench import Run, add_switches, out_path
+
+    add_switches(ap)
+    argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
     if args.worker:
         _worker_main(args.worker)
         return 0
 
-    t_start = time.time()
-    info = machine()
-    tmp = tempfile.mkdtemp(prefix="hessbench-")
-    B, b = args.batch, args.small_batch
+    bench = Run(NAME, args.quick, argv)
+    size = dict(QUICK if args.quick else FULL)
+    size["batch"] = args.batch or size["batch"]
+    size["small_batch"] = args.small_batch or size["small_batch"]
+    B, b = size["batch"], size["small_batch"]
     reps = 1 if args.quick else args.repeats
-    base = dict(threads=args.threads)
+    base = dict(threads=args.threads, model=size["model"])
+
+    def timeout(seconds: float) -> float:
+        return min(seconds, size["max_timeout"] or seconds)
+
+    tmp = tempfile.mkdtemp(prefix="hessbench-")
+    try:
+        rows, settings = _measure(size, base, B, b, reps, args, tmp, timeout)
+    finally:
+        shutil.rmtree(tmp)  # the saved Hessians (~1 GB in a full run)
+    bench.write(out_path(NAME, args), rows, settings, threads=args.threads)
+    errors = [r for r in rows if r["status"] == "error"]
+    for r in errors:
+        print(f"ERROR in {r['method']} (batch {r['batch']}, {r['dtype']}): {r.get('note', '')}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def _measure(size, base, B, b, reps, args, tmp, timeout):
+    """Every measurement of the run, each in its own process: (rows, settings)."""
+    from curvature_gap import build_model, param_groups
+    from curvature_gap.provenance import host
+
     rows: list[dict] = []
-    lines: list[str] = []
 
     def say(msg):
         print(msg, flush=True)
-        lines.append(msg)
 
     def H(name):
         return os.path.join(tmp, name + ".pt")
 
-    from curvature_gap import build_model
+    P = sum(p.numel() for p in build_model("mnist", **size["model"]).parameters())
+    h = host()
+    say(f"machine: {h['cpu']}, {h['cpus']} CPUs, {args.threads} thread(s) per method, {P} parameters; "
+        f"load average at start {os.getloadavg()[0]:.1f}")
 
-    P = sum(p.numel() for p in build_model("mnist").parameters())
-    say(f"machine: {info['cpu']}, {info['cores']} cores, {info['memory']}, torch {info['torch']}, "
-        f"curvlinops {info['curvlinops']}, {args.threads} thread(s); load average at start {info['load'][0]:.1f}")
-
-    # ---- curvlinops: choose the chunk size on the first columns, at batch B and b
-    probe_cols = 64
+    # ---- curvlinops: choose the chunk size on the first columns
+    cols = size["probe_cols"]
     best = {}
-    for batch in (B, b):
+    for batch in ((B, b) if size["probe_small_batch"] else (B,)):
         est = {}
-        for ch in (16, 32, 64):
-            r = run(dict(base, task="probe", method="curvlinops", batch=batch, dtype="float32", chunk=ch, cols=probe_cols, repeats=1), 900)
+        for ch in size["chunks"]:
+            r = run(dict(base, task="probe", method="curvlinops", batch=batch, dtype="float32", chunk=ch, cols=cols,
+                         repeats=1), timeout(900))
             if r["status"] == "ok":
-                est[ch] = r["seconds"] / probe_cols * P
-            rows.append(row(f"curvlinops chunk={ch} (extrapolated)", batch, "float32",
-                            dict(r, seconds=est.get(ch), cpu_seconds=r.get("cpu_seconds") and r["cpu_seconds"] / probe_cols * P),
-                            note=f"{probe_cols} of {P} columns timed, scaled to {P}"))
+                est[ch] = r["seconds"] / cols * P
+            cpu = r.get("cpu_seconds") and r["cpu_seconds"] / cols * P
+            rows.append(row("probe", f"curvlinops chunk={ch} (extrapolated)", batch, "float32",
+                            dict(r, seconds=est.get(ch), cpu_seconds=cpu), chunk=ch, key="curvlinops",
+                            note=f"{cols} of {P} columns timed, scaled to {P}"))
             say(f"  curvlinops probe batch {batch} chunk {ch}: {fmt(est.get(ch))} s extrapolated")
-        best[batch] = min(est, key=est.get) if est else 64
+        best[batch] = min(est, key=est.get) if est else size["chunks"][-1]
+    best.setdefault(b, best[B])
     say(f"best curvlinops chunk: batch {B}: {best[B]}, batch {b}: {best[b]}")
-    # ---- dense Hessians: batch B float32, batch b float32/float64
-    plan = []
-    if not args.quick:
-        plan.append(("curvlinops", B, "float32", 1, dict(chunk=best[B]), 3000))
-        plan.append(("curvlinops+alloc", B, "float32", 1, dict(chunk=best[B], tune_alloc=True), 3000))
-    plan += [("ours", B, "float32", reps, {}, 1800)]
-    if not args.quick:
-        plan.append(("ours-no-alloc", B, "float32", 1, dict(no_alloc=True), 1800))
-        plan.append(("functorch", B, "float32", 1, {}, 1800))
-    plan.append(("torch.func.hessian", B, "float32", 1, dict(mem_limit_gb=args.mem_limit_gb), 900))
-    for dt in ("float64", "float32"):
-        plan += [("curvlinops", b, dt, 1, dict(chunk=best[b]), 1800), ("ours", b, dt, reps, {}, 900)]
-        if not args.quick:
-            plan.append(("functorch", b, dt, 1, {}, 900))
-        plan.append(("torch.func.hessian", b, dt, 1, dict(mem_limit_gb=args.mem_limit_gb), 900))
-    dense = {}
+
+    # ---- dense Hessians: the large batch in float32, the small one in each dtype
+    plan = [("curvlinops", B, "float32", 1, dict(chunk=best[B]), 3000),
+            ("curvlinops+alloc", B, "float32", 1, dict(chunk=best[B], tune_alloc=True), 3000),
+            ("ours", B, "float32", reps, {}, 1800),
+            ("ours-no-alloc", B, "float32", 1, dict(no_alloc=True), 1800),
+            ("functorch", B, "float32", 1, {}, 1800),
+            ("torch.func.hessian", B, "float32", 1, dict(mem_limit_gb=args.mem_limit_gb), 900)]
+    small = {"curvlinops": (1, dict(chunk=best[b]), 1800), "ours": (reps, {}, 900), "functorch": (1, {}, 900),
+             "torch.func.hessian": (1, dict(mem_limit_gb=args.mem_limit_gb), 900)}
+    for dt in size["small_dtypes"]:
+        plan += [(m, b, dt, *small[m]) for m in size["small_methods"]]
     for method, batch, dt, rp, extra, tmo in plan:
         key = f"{method}-{batch}-{dt}"
         spec = dict(base, task="dense", method=method, batch=batch, dtype=dt, repeats=rp, save=H(key), **extra)
         say(f"  running {method} batch {batch} {dt} ...")
-        res = run(spec, tmo)
-        dense[key] = res
+        res = run(spec, timeout(tmo))
         ref = H(f"curvlinops-{batch}-{dt}")
         err = rel_err(H(key), ref) if method != "curvlinops" else (0.0 if res["status"] == "ok" else None)
-        name = {"ours": "ours (auto → hand-written ViT forward-over-reverse)", "functorch": "ours, generic (block-triangular torch.func)",
-                "ours-no-alloc": "ours without the allocator setting",
-                "curvlinops": f"curvlinops chunk={extra.get('chunk')} (reference)",
-                "curvlinops+alloc": f"curvlinops chunk={extra.get('chunk')} + our allocator setting",
-                "torch.func.hessian": "torch.func.hessian"}[method]
         note = f"median of {rp}" if rp > 1 else ""
         if method == "torch.func.hessian":
             note = f"address space limited to {args.mem_limit_gb:g} GB"
@@ -339,127 +366,53 @@ def main(argv=None) -> int:
             note = "one run; curvature_gap.hessian._alloc.keep_freed_memory() in the process"
         if method == "ours-no-alloc":
             note = "one run; glibc malloc defaults"
-        rows.append(row(name, batch, dt, res, err, note))
-        say(f"    -> {res['status']} {fmt(res.get('seconds'))} s, peak {fmt(res.get('peak_mb'), '{:.0f}')} MB, err {fmt(err)}")
+        rows.append(row("dense", METHOD_NAMES[method].format(chunk=extra.get("chunk")), batch, dt, res, err, note,
+                        key=method, repeats=rp, chunk=extra.get("chunk")))
+        say(f"    -> {res['status']} {fmt(res.get('seconds'))} s, peak {fmt(res.get('peak_mb'), '{:.0f}')} MB, "
+            f"err {fmt(err)}")
 
-    # ---- single blocks at batch B
-    for r_, c_ in [("block0.value", "block0.query"), ("block0.value", "block0.value"), ("block0.ffn1", "block0.ffn1"), ("head", "pos")]:
-        res = run(dict(base, task="block", method="ours", batch=B, dtype="float32", repeats=reps, row=r_, col=c_, save=H(f"blk-{r_}-{c_}")), 900)
+    # ---- single blocks at the large batch, against the curvlinops Hessian's block
+    groups = {g.name: g for g in param_groups(build_model("mnist", **size["model"]))}
+    for r_, c_ in size["blocks"]:
+        res = run(dict(base, task="block", method="ours", batch=B, dtype="float32", repeats=reps, row=r_, col=c_,
+                       save=H(f"blk-{r_}-{c_}")), timeout(900))
         err = None
         if os.path.exists(H(f"curvlinops-{B}-float32")) and res["status"] == "ok":
             import torch
 
-            from curvature_gap import param_groups
-
-            g = {x.name: x for x in param_groups(build_model("mnist"))}
-            R = torch.load(H(f"curvlinops-{B}-float32"))[g[r_].slice, g[c_].slice].double()
+            R = torch.load(H(f"curvlinops-{B}-float32"))[groups[r_].slice, groups[c_].slice].double()
             blk = torch.load(H(f"blk-{r_}-{c_}")).double()
             err = ((blk - R).abs().max() / R.abs().max()).item()
-        rows.append(row(f"ours block H[{r_}, {c_}]", B, "float32", res, err, f"median of {reps}" if reps > 1 else ""))
+        rows.append(row("block", f"ours block H[{r_}, {c_}]", B, "float32", res, err,
+                        f"median of {reps}" if reps > 1 else "", key="ours", repeats=reps, block=[r_, c_]))
         say(f"  block {r_} x {c_}: {fmt(res.get('seconds'))} s")
 
-    # ---- block spectra of the CIFAR-100-sized model (8 blocks, d=128)
-    spec_groups = ["embed", "block0.query", "block0.value", "block7.value", "block7.ffn2", "head"]
-    sb, iters = (4, 8) if args.quick else (16, 15)
-    res = run(dict(base, task="spectra", batch=sb, groups=spec_groups, iters=iters, overall=True), 1800)
-    rows.append(row(f"ours block spectra, cifar100 model ({len(spec_groups)} blocks + overall, {iters} Lanczos steps)", sb, "float32", res,
+    # ---- block spectra of the CIFAR-100-sized model (8 blocks, d = 128; 2 small blocks in the quick run)
+    last = build_model("cifar100", **size["spectra_model"]).cfg.n_blocks - 1
+    spec_groups = ["embed", "block0.query", "block0.value", f"block{last}.value", f"block{last}.ffn2", "head"]
+    sb, iters = size["spectra_batch"], size["spectra_iters"]
+    res = run(dict(base, task="spectra", batch=sb, groups=spec_groups, iters=iters, overall=True,
+                   model=size["spectra_model"]), timeout(1800))
+    rows.append(row("spectra", f"ours block spectra, cifar100 model ({len(spec_groups)} blocks + overall, "
+                    f"{iters} Lanczos steps)", sb, "float32", res, key="ours", groups=spec_groups, iters=iters,
+                    hvp_calls=res.get("hvp_calls"), parameters=res.get("params"), table=res.get("table"),
                     note=f"{res.get('hvp_calls')} block Hessian-vector products; synthetic CIFAR-shaped inputs"))
     say(f"  spectra: {res['status']} {fmt(res.get('seconds'))} s, {res.get('hvp_calls')} products")
 
     # ---- Fig. 6 running-mean losses: time per sample
-    sizes = [1000, 10000, 60000]
-    res6 = run(dict(base, task="fig6", sizes=sizes, repeats=1 if args.quick else 3), 1800)
+    res6 = run(dict(base, task="fig6", sizes=list(size["fig6_sizes"]), repeats=reps), timeout(1800))
     for rr in res6.get("rows", []):
-        rows.append(row(f"per-sample losses + running means N={rr['n']}", rr["n"], "float32", dict(res6, seconds=rr["seconds"], cpu_seconds=None),
+        rows.append(row("fig6", f"per-sample losses + running means N={rr['n']}", rr["n"], "float32",
+                        dict(res6, seconds=rr["seconds"], cpu_seconds=None), key="fig6", per_sample_us=rr["per_sample_us"],
                         note=f"{rr['per_sample_us']:.1f} µs per sample"))
+    if not res6.get("rows"):
+        rows.append(row("fig6", "per-sample losses + running means", None, "float32", res6, key="fig6"))
 
-    info["load_end"] = os.getloadavg()
-    elapsed = time.time() - t_start
-    with open(args.json, "w") as f:
-        json.dump(rows, f, indent=1)
-    md = render(rows, info, dense, res, res6, best, args, elapsed, spec_groups, iters, sb)
-    print("\n" + md)
-    update_results(Path(args.results), md)
-    shutil.rmtree(tmp, ignore_errors=True)  # the saved Hessians (~1 GB)
-    return 0
-
-
-def render(rows, info, dense, spec_res, fig6, best, args, elapsed, spec_groups, iters, sb) -> str:
-    B, b = args.batch, args.small_batch
-    out = [SECTION, ""]
-    out.append(f"Run {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} with `python benchmarks/hessian.py{' --quick' if args.quick else ''}` "
-               f"({elapsed / 60:.1f} min). Machine: {info['cpu']}, {info['cores']} cores, {info['memory']} RAM, "
-               f"Python {info['python']}, torch {info['torch']}, curvlinops {info['curvlinops']}; every method in its own "
-               f"process with {args.threads} intra-op thread(s). Load average {info['load'][0]:.1f} at the start and "
-               f"{info['load_end'][0]:.1f} at the end: the 2 cores were shared with other jobs, so wall-clock seconds are "
-               "noisy; CPU seconds (process time) are less so. Compare methods within this run only.")
-    out.append("")
-    out.append("Model: the paper's 1-block MNIST ViT (4,186 parameters), initialised with seed 0; data: the first images of the "
-               "MNIST training set; loss: cross-entropy, batch mean. Error: max |H − H_curvlinops| / max |H_curvlinops| at the "
-               "same batch and dtype. Peak memory: the process's resident-set high-water mark (VmHWM), including "
-               "~0.7 GB for Python with torch imported.")
-    out.append("")
-    out.append("| method | batch | dtype | seconds | CPU s | peak MB | max rel err | status | note |")
-    out.append("|---|---:|---|---:|---:|---:|---:|---|---|")
-    for r in rows:
-        out.append(f"| {r['method']} | {r['batch']} | {r['dtype']} | {fmt(r['seconds'])} | {fmt(r.get('cpu_seconds'))} | "
-                   f"{fmt(r['peak_mb'], '{:.0f}')} | {fmt(r['max_rel_err'], '{:.1e}')} | {r['status']} | {r.get('note', '')} |")
-    out.append("")
-    ours = dense.get(f"ours-{B}-float32", {})
-    cl = dense.get(f"curvlinops-{B}-float32", {})
-    probe = [r for r in rows if r["method"].startswith("curvlinops chunk=") and "allocator" not in r["method"]
-             and r["batch"] == B and r["seconds"]]
-    best_est = min((r["seconds"] for r in probe), default=None)
-    tuned = dense.get(f"curvlinops+alloc-{B}-float32", {})
-    noalloc = dense.get(f"ours-no-alloc-{B}-float32", {})
-    lines = []
-    if ours.get("seconds"):
-        if cl.get("seconds"):
-            lines.append(f"- Dense, batch {B}, float32: ours {ours['seconds']:.1f} s vs curvlinops (best chunk {best[B]}, full run) "
-                         f"{cl['seconds']:.0f} s: **{cl['seconds'] / ours['seconds']:.1f}×** faster (target ≥ 5×); in CPU time "
-                         f"{cl['cpu_seconds'] / ours['cpu_seconds']:.1f}×.")
-        if tuned.get("seconds"):
-            lines.append(f"- With the same allocator setting in both processes: curvlinops {tuned['seconds']:.0f} s, ours "
-                         f"{ours['seconds']:.1f} s: {tuned['seconds'] / ours['seconds']:.1f}× ({tuned['cpu_seconds'] / ours['cpu_seconds']:.1f}× in CPU time).")
-        if noalloc.get("seconds"):
-            lines.append(f"- Ours without the allocator setting: {noalloc['seconds']:.1f} s ({fmt(noalloc.get('cpu_seconds'))} CPU s).")
-        if best_est and not cl.get("seconds"):
-            lines.append(f"- Dense, batch {B}, float32: ours {ours['seconds']:.1f} s vs the best extrapolated curvlinops chunk "
-                         f"{best_est:.0f} s: {best_est / ours['seconds']:.1f}× (no full curvlinops run with --quick).")
-        if best_est:
-            lines.append(f"- curvlinops chunk sizes were chosen on {64} timed columns (extrapolated rows above); best: {best[B]} at batch {B}, {best[b]} at batch {b}.")
-        lines.append(f"- Peak memory of ours at batch {B}: {ours.get('peak_mb', 0):.0f} MB (target ≤ 4096), of which ~{ours.get('base_mb', 0):.0f} MB is the "
-                     "interpreter with torch imported.")
-    if fig6.get("rows"):
-        us = [r["per_sample_us"] for r in fig6["rows"]]
-        lines.append("- Fig. 6 running means (MNIST model, forward passes of 1024): " + ", ".join(
-            f"N={r['n']}: {r['per_sample_us']:.1f} µs/sample" for r in fig6["rows"]) + f"; max/min ratio {max(us) / min(us):.2f} (target ≤ 1.5).")
-    if spec_res.get("table"):
-        lines.append(f"- Block spectra, CIFAR-100-sized model ({spec_res.get('params', 0):,} parameters), batch {sb}, "
-                     f"{iters} Lanczos steps: {spec_res['seconds']:.0f} s for {len(spec_groups)} blocks + overall on the CPU "
-                     f"({spec_res['hvp_calls']} block products, {spec_res['seconds'] / max(1, spec_res['hvp_calls']):.2f} s each).")
-        lines.append("")
-        lines.append("  | block | size | λ_max | λ_min | ‖·‖₂ |")
-        lines.append("  |---|---:|---:|---:|---:|")
-        for t in spec_res["table"]:
-            lines.append(f"  | {t['block']} | {t['size']:,} | {t['lambda_max']:.3e} | {t['lambda_min']:.3e} | {t['spectral_norm']:.3e} |")
-    out += lines
-    out.append("")
-    out.append("The JSON rows (`benchmarks/hessian.json`) hold the same numbers; `status` is `ok`, `oom` (allocation "
-               "failed under the address-space limit) or `skipped` (timed out).")
-    return "\n".join(out) + "\n"
-
-
-def update_results(path: Path, section: str) -> None:
-    """Replace (or append) our section of RESULTS.md, leaving other sections untouched."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    if SECTION in text:
-        start = text.index(SECTION)
-        nxt = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[nxt + 1:] if nxt != -1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+    settings = dict(batch=B, small_batch=b, parameters=P, repeats=reps, probe_cols=cols, chunks=list(size["chunks"]),
+                    best_chunk={str(k): v for k, v in best.items()}, mem_limit_gb=args.mem_limit_gb,
+                    model_overrides=size["model"], spectra_model_overrides=size["spectra_model"],
+                    spectra_batch=sb, spectra_iters=iters, threads_per_method=args.threads)
+    return rows, settings
 
 
 if __name__ == "__main__":
