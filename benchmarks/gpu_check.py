@@ -1,9 +1,13 @@
 """GPU check: the package's CUDA paths, tested and timed in one call of at most ~9 minutes.
 
-    python benchmarks/gpu_check.py [--out benchmarks/gpu.json] [--results benchmarks/RESULTS.md]
-                                   [--budget-s 540] [--data-dir data]
+    python benchmarks/gpu_check.py [--out benchmarks/gpu_check.json] [--budget-s 540] [--data-dir data]
+    python benchmarks/gpu_check.py --quick     # every step at tiny sizes, seconds; on the CPU without CUDA
 
-Without CUDA it prints one line saying so, measures and writes nothing, and exits 0. With CUDA:
+Without CUDA (and without ``--quick``) it prints one line saying so, measures and writes nothing, and
+exits 0. ``--quick`` runs every step below on tiny models and batches with one CPU thread, on CUDA
+where present and otherwise on the CPU (then "GPU" and "CPU" in the step records are both the CPU: the numbers are
+meaningless, the code paths ran); it is what the test suite runs on a machine without a GPU.
+With CUDA:
 
 a. the device-parametrised tests on the GPU (``pytest -m device --device cuda tests/test_device.py``
    in a subprocess): passed/failed counts and seconds;
@@ -25,21 +29,21 @@ the run itself) fits in what is left, otherwise it is recorded as ``skipped (bud
 stops a step that overruns the budget (``aborted (budget)``). The steps run in the order a, c, d,
 e, b: the MNIST training is the longest and least predictable, so it gets what is left and is
 sized from its own probe. Every number, the device, the torch/CUDA versions and each step's wall
-time go to ``--out`` (JSON, rewritten atomically after every step) and, at the end, to the section
-``## GPU check`` of ``--results`` between ``<!-- gpu-check:start -->`` and ``<!-- gpu-check:end -->``
-(replaced in place, or appended).
+time go to ``--out`` (the benchmark document of ``_bench.py``, one row per step, rewritten atomically
+after every step); ``benchmarks/report.py`` renders it as the section "GPU check" of RESULTS.md.
+The exit status is 1 when a step failed or errored (with ``--quick``:
+unless every step is ``ok``).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
-import json
 import math
 import os
 import pickle
 import platform
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -53,20 +57,47 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SECTION = "## GPU check"
-START_MARK = "<!-- gpu-check:start -->"
-END_MARK = "<!-- gpu-check:end -->"
+NAME = "gpu_check"
 DEFAULT_BUDGET_S = 540.0
-DEVICE_TEST_ARGS = ["-m", "pytest", "-q", "-m", "device", "--device", "cuda", "tests/test_device.py",
-                    "-p", "no:cacheprovider"]
 CIFAR_FULL_TRAIN = 50_000  # images in the real CIFAR-100 training set
-DEV = "cuda"  # the device every GPU step uses
-HESSIAN_BATCHES = (("float32", 128), ("float64", 16))  # step c: (dtype, first images of MNIST)
-SPECTRA_BATCH = 128  # step e
-CIFAR_WARMUP_STEPS = 10  # step d: untimed steps before the timed ones
-MNIST_PROBE = (20, 200)  # step b: (untimed warm-up steps, timed probe steps) that size the full run
 NO_CUDA_LINE = ("gpu_check: CUDA is not available here (torch.cuda.is_available() is False); "
-                "nothing was measured and nothing was written.")
+                "nothing was measured and nothing was written (--quick runs the steps on the CPU).")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What each step measures: :data:`FULL` on a CUDA machine, :data:`QUICK` with ``--quick``."""
+
+    device_tests: tuple = ()  # step a: extra pytest arguments (a selection)
+    hessian_batches: tuple = (("float32", 128), ("float64", 16))  # step c: (dtype, first images of MNIST)
+    hessian_model: tuple = ()  # step c: overrides of build_model("mnist")
+    cifar_overrides: tuple = ()  # step d: overrides of train_config("cifar100", "paper")
+    cifar_warmup_steps: int = 10  # step d: untimed steps before the timed ones
+    cifar_steps: int = 200  # step d: timed steps (--cifar-steps)
+    spectra_batch: int = 128  # step e
+    spectra_model: tuple = ()  # step e: overrides of build_model("cifar100")
+    lanczos_iters: int = 20  # step e (--lanczos-iters)
+    mnist_overrides: tuple = ()  # step b: overrides of train_config("mnist", "paper")
+    mnist_subset: tuple | None = None  # step b: (train, test) images; None: all of MNIST
+    mnist_probe: tuple = (20, 200)  # step b: (untimed warm-up steps, timed probe steps) that size the full run
+
+
+_TINY_VIT = (("d_ff", 8), ("d_k", 4), ("d_model", 4), ("patch_size", 7))  # 454 parameters (tests/cases.py)
+_SMALL_CIFAR = (("d_ff", 16), ("d_k", 8), ("d_model", 8), ("n_blocks", 2), ("patch_size", 8))
+FULL = Sizes()
+QUICK = Sizes(
+    device_tests=("-k", "test_resolve_device"), hessian_batches=(("float32", 4), ("float64", 2)),
+    hessian_model=_TINY_VIT, cifar_overrides=(("batch_size", 8), ("model_overrides", _SMALL_CIFAR)),
+    cifar_warmup_steps=1, cifar_steps=2, spectra_batch=2, spectra_model=_SMALL_CIFAR, lanczos_iters=3,
+    mnist_overrides=(("batch_size", 32), ("epochs", 1), ("model_overrides", _TINY_VIT)), mnist_subset=(256, 64),
+    mnist_probe=(2, 3),
+)
+
+
+def device_test_args(device: str, sizes: Sizes = FULL) -> list[str]:
+    """The pytest arguments of step a: the device-parametrised tests on ``device``."""
+    return ["-m", "pytest", "-q", "-m", "device", "--device", device, "tests/test_device.py",
+            "-p", "no:cacheprovider", *sizes.device_tests]
 
 # Upper-bound seconds per (sub)step on an H200 host with 16 CPU cores; a step starts only if its
 # estimate fits the remaining budget.
@@ -113,26 +144,6 @@ def cuda_available() -> bool:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return bool(torch.cuda.is_available())
-
-
-def replace_section(text: str, body: str) -> str:
-    """``text`` with the block between the gpu-check markers (markers included) replaced by
-    ``START_MARK + body + END_MARK``, or with that block appended when there are no markers.
-
-    Raises ValueError on a damaged block (one marker without the other, end before start, or a
-    marker twice) rather than guess what to overwrite.
-    """
-    block = f"{START_MARK}\n{body.strip()}\n{END_MARK}"
-    n_start, n_end = text.count(START_MARK), text.count(END_MARK)
-    if n_start == 0 and n_end == 0:
-        head = text.rstrip("\n")
-        return f"{head}\n\n{block}\n" if head else f"{block}\n"
-    if n_start != 1 or n_end != 1:
-        raise ValueError(f"expected one {START_MARK} and one {END_MARK}, found {n_start} and {n_end}")
-    i, j = text.index(START_MARK), text.index(END_MARK)
-    if j < i:
-        raise ValueError(f"{END_MARK} comes before {START_MARK}")
-    return text[:i] + block + text[j + len(END_MARK):]
 
 
 def estimate_full_run(n_train: int, batch_size: int, epochs: int, steps_per_s: float) -> dict:
@@ -204,105 +215,6 @@ def max_rel_diff(a, b) -> float:
     return num / den if den > 0 else num
 
 
-def atomic_write_text(path, text: str) -> None:
-    """Write ``text`` to a temporary file next to ``path``, then ``os.replace`` it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would outlive the replace
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def command_line(argv: list[str]) -> str:
-    """The command as typed: ``python <script path relative to the working directory> args``."""
-    script = Path(__file__).resolve()
-    try:
-        shown = os.path.relpath(script)
-    except ValueError:  # another drive (Windows)
-        shown = str(script)
-    if shown.startswith(".."):
-        shown = str(script)
-    return " ".join(["python", shlex.quote(shown), *map(shlex.quote, argv)])
-
-
-def fmt(v, digits: int = 3) -> str:
-    """A number for the table: – for None, ints with separators, floats to ``digits`` significant."""
-    if v is None:
-        return "–"
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        if v == 0:
-            return "0"
-        if abs(v) < 1e-3 or abs(v) >= 1e6:
-            return f"{v:.{max(digits - 1, 1)}e}"
-        return f"{v:.{digits}g}" if abs(v) < 10 ** digits else f"{v:,.0f}"
-    return str(v)
-
-
-def _wall(v) -> str:
-    return "–" if v is None else f"{v:.1f}"
-
-
-def _rows_a(s: dict) -> list[tuple[str, str]]:
-    return [("passed / failed / errors", f"{s.get('passed', 0)} / {s.get('failed', 0)} / {s.get('errors', 0)}"),
-            ("pytest seconds", fmt(s.get("pytest_seconds")))]
-
-
-def _rows_b(s: dict) -> list[tuple[str, str]]:
-    rows = [("test accuracy", f"{100 * s['test_accuracy']:.2f} %" if s.get("test_accuracy") is not None else "–"),
-            ("training seconds", fmt(s.get("seconds"))),
-            ("steps/s (whole run, with evaluations)", fmt(s.get("steps_per_s"))),
-            ("steps/s (steady, probe)", fmt(s.get("probe_steps_per_s")))]
-    if s.get("seconds") is None and s.get("estimated_full_s") is not None:
-        rows.append(("estimated full run [s]", fmt(s.get("estimated_full_s"))))
-    return rows
-
-
-def _rows_c(s: dict) -> list[tuple[str, str]]:
-    rows = []
-    for dt in ("float32", "float64"):
-        r = s.get(dt) or {}
-        if r.get("status", "ok") != "ok":
-            rows.append((f"{dt}", r.get("status", "–")))
-            continue
-        b = r.get("batch")
-        rows += [(f"{dt}, batch {b}: GPU / CPU seconds", f"{fmt(r.get('gpu_s'))} / {fmt(r.get('cpu_s'))}"),
-                 (f"{dt}, batch {b}: max rel diff", fmt(r.get("max_rel_diff")))]
-    return rows
-
-
-def _rows_d(s: dict) -> list[tuple[str, str]]:
-    est = s.get("full_run_estimate") or {}
-    return [("images/s", fmt(s.get("images_per_s"))),
-            ("steps/s", fmt(s.get("steps_per_s"))),
-            ("max memory allocated [GiB]", fmt(s.get("max_memory_allocated_gib"))),
-            (f"full run estimate ({fmt(est.get('total_steps'))} steps)",
-             f"{fmt(est.get('hours'))} h" if est.get("hours") is not None else "–")]
-
-
-def _rows_e(s: dict) -> list[tuple[str, str]]:
-    return [("seconds", fmt(s.get("seconds"))),
-            ("overall λ_max", fmt(s.get("overall_lambda_max"), 4)),
-            ("blocks, Hessian-vector products", f"{fmt(s.get('n_blocks'))}, {fmt(s.get('hvp_calls'))}")]
-
-
-STEP_ROWS = {"a": _rows_a, "b": _rows_b, "c": _rows_c, "d": _rows_d, "e": _rows_e}
 STEP_TITLES = {
     "a": "a. device tests on CUDA",
     "b": "b. MNIST paper training",
@@ -311,55 +223,6 @@ STEP_TITLES = {
     "e": "e. block spectra, 8-block model",
 }
 
-
-def render_markdown(report: dict) -> str:
-    """The ``## GPU check`` section (without markers) for RESULTS.md."""
-    dev = report.get("device") or {}
-    out = [SECTION, ""]
-    out.append(f"Run {report.get('started', '?')} with `{report.get('command', '?')}` "
-               f"({fmt(report.get('wall_s'))} s of a {fmt(report.get('budget_s'))} s budget). "
-               f"Device: {dev.get('name', '?')} (compute capability {dev.get('capability', '?')}, "
-               f"{fmt(dev.get('memory_gib'))} GiB), driver {fmt(dev.get('driver'))}; torch {dev.get('torch', '?')}, "
-               f"CUDA {dev.get('cuda', '?')}, cuDNN {dev.get('cudnn', '?')}; host: {dev.get('host_cpu', '?')}, "
-               f"{dev.get('cpu_count', '?')} CPUs, {dev.get('torch_threads', '?')} torch threads for the CPU side.")
-    out += ["", "| step | status | wall [s] | quantity | value |", "|---|---|---:|---|---:|"]
-    steps = report.get("steps") or {}
-    for key in ("a", "b", "c", "d", "e"):
-        s = steps.get(key)
-        title = STEP_TITLES[key]
-        if s is None:
-            out.append(f"| {title} | not run | – | – | – |")
-            continue
-        status = str(s.get("status", "?")).replace("|", "\\|").splitlines()[0][:120]
-        show = s.get("status") in ("ok", "failed") or (key == "b" and s.get("probe_steps_per_s") is not None)
-        rows = STEP_ROWS[key](s) if show else []
-        if not rows:
-            out.append(f"| {title} | {status} | {_wall(s.get('wall_s'))} | – | – |")
-            continue
-        for i, (q, v) in enumerate(rows):
-            if i == 0:
-                out.append(f"| {title} | {status} | {_wall(s.get('wall_s'))} | {q} | {v} |")
-            else:
-                out.append(f"| | | | {q} | {v} |")
-    notes = []
-    c = steps.get("c") or {}
-    if c.get("data"):
-        notes.append(f"c: data {c['data']}; model `build_model(\"mnist\", seed=0)` ({fmt(c.get('parameters'))} parameters).")
-    d = steps.get("d") or {}
-    if d.get("status") == "ok":
-        notes.append(f"d: {fmt(d.get('steps'))} timed steps (after {fmt(d.get('warmup_steps'))} untimed) at batch "
-                     f"{fmt(d.get('batch_size'))} on random uint8 images in CIFAR format ({fmt(d.get('n_train'))} written); "
-                     f"the estimate is optimiser steps only ({fmt(d.get('full_run_estimate', {}).get('steps_per_epoch'))} "
-                     "steps/epoch × 200 epochs on 50,000 images), without per-epoch evaluation.")
-    e = steps.get("e") or {}
-    if e.get("status") == "ok":
-        notes.append(f"e: {fmt(e.get('iters'))} Lanczos steps per block at batch {fmt(e.get('batch'))}, "
-                     f"{e.get('data', 'synthetic inputs')}; model at initialisation (seed 0).")
-    if notes:
-        out += [""] + [f"- {n}" for n in notes]
-    json_shown = (report.get("outputs") or {}).get("json_shown", "benchmarks/gpu.json")
-    out += ["", f"Every number, with the per-step details, is in `{json_shown}`."]
-    return "\n".join(out) + "\n"
 
 
 # ====================================================================== the GPU steps
@@ -371,6 +234,8 @@ class Context:
     progress: bool
     cifar_steps: int = 200
     lanczos_iters: int = 20
+    device: str = "cuda"  # every "GPU" side runs here; "cpu" only in a quick run without CUDA
+    sizes: Sizes = FULL
     _mnist: dict = field(default_factory=dict)
 
     def mnist(self):
@@ -393,30 +258,47 @@ def log(msg: str) -> None:
     print(f"[gpu-check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def _sync():
+def _sync(device: str):
     import torch
 
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _reset_peak(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_gib(device: str) -> float | None:
+    """``torch.cuda.max_memory_allocated`` in GiB; None on the CPU (a quick run without CUDA)."""
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
 
 
 def step_a(ctx: Context) -> dict:
     env = dict(os.environ)
     src = str(ROOT / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    cmd = [sys.executable, *DEVICE_TEST_ARGS]
+    args = device_test_args(ctx.device, ctx.sizes)
+    cmd = [sys.executable, *args]
     timeout = max(1.0, ctx.budget.remaining())
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or "") if isinstance(exc.stdout, str) else (exc.stdout or b"").decode(errors="replace")
-        return dict(status="aborted (budget)", command=" ".join(["python", *DEVICE_TEST_ARGS]),
+        return dict(status="aborted (budget)", command=" ".join(["python", *args]),
                     seconds=time.perf_counter() - t0, tail=out[-2000:])
     seconds = time.perf_counter() - t0
     output = proc.stdout + proc.stderr
     counts = parse_pytest_summary(proc.stdout or output)
     ok = proc.returncode == 0 and counts["failed"] == 0 and counts["errors"] == 0 and counts["passed"] > 0
-    rec = dict(status="ok" if ok else "failed", command=" ".join(["python", *DEVICE_TEST_ARGS]),
+    rec = dict(status="ok" if ok else "failed", command=" ".join(["python", *args]),
                returncode=proc.returncode, passed=counts["passed"], failed=counts["failed"],
                errors=counts["errors"], skipped=counts["skipped"], pytest_seconds=counts["seconds"],
                seconds=seconds)
@@ -448,10 +330,11 @@ def step_c(ctx: Context) -> dict:
     from curvature_gap.hessian import hessian
     from curvature_gap.model import build_model
 
-    X, y, source = _mnist_batch(ctx, max(n for _, n in HESSIAN_BATCHES))
-    rec = dict(data=source, parameters=sum(p.numel() for p in build_model("mnist", seed=0).parameters()),
-               cpu_threads=torch.get_num_threads())
-    for dtype_name, n in HESSIAN_BATCHES:
+    batches, overrides, dev = ctx.sizes.hessian_batches, dict(ctx.sizes.hessian_model), ctx.device
+    X, y, source = _mnist_batch(ctx, max(n for _, n in batches))
+    rec = dict(data=source, parameters=sum(p.numel() for p in build_model("mnist", seed=0, **overrides).parameters()),
+               cpu_threads=torch.get_num_threads(), device=dev, model_overrides=overrides)
+    for dtype_name, n in batches:
         est = ESTIMATE_S[f"c_{dtype_name}"]
         if not ctx.budget.fits(est):
             rec[dtype_name] = dict(status="skipped (budget)", batch=n)
@@ -459,16 +342,16 @@ def step_c(ctx: Context) -> dict:
             continue
         dt = getattr(torch, dtype_name)
         Xc, yc = X[:n].to(dt), y[:n]
-        Xg, yg = Xc.to(DEV), yc.to(DEV)
-        model_cpu = build_model("mnist", seed=0).to(dtype=dt)
-        model_gpu = build_model("mnist", seed=0).to(device=DEV, dtype=dt)
+        Xg, yg = Xc.to(dev), yc.to(dev)
+        model_cpu = build_model("mnist", seed=0, **overrides).to(dtype=dt)
+        model_gpu = build_model("mnist", seed=0, **overrides).to(device=dev, dtype=dt)
         t0 = time.perf_counter()
         hessian(model_gpu, (Xg[:2], yg[:2]))  # warm-up: kernels, cuBLAS handles
-        _sync()
+        _sync(dev)
         warm = time.perf_counter() - t0
         t0 = time.perf_counter()
         Hg = hessian(model_gpu, (Xg, yg))
-        _sync()
+        _sync(dev)
         gpu_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         Hc = hessian(model_cpu, (Xc, yc))
@@ -481,7 +364,8 @@ def step_c(ctx: Context) -> dict:
                                finite=bool(torch.isfinite(Hg_cpu).all()))
         log(f"c. {dtype_name} batch {n}: GPU {gpu_s:.2f} s, CPU {cpu_s:.2f} s, max rel diff {diff:.2e}")
         del Hg, Hc, Hg_cpu, model_gpu, Xg, yg
-        torch.cuda.empty_cache()
+        if dev == "cuda":
+            torch.cuda.empty_cache()
     statuses = [rec[k]["status"] for k in ("float32", "float64")]
     rec["status"] = "ok" if "ok" in statuses else statuses[0]
     return rec
@@ -503,8 +387,8 @@ def step_d(ctx: Context) -> dict:
     from curvature_gap.model import build_model
     from curvature_gap.train import Datasets, train
 
-    cfg = train_config("cifar100", "paper")
-    warm, steps = CIFAR_WARMUP_STEPS, ctx.cifar_steps
+    cfg = train_config("cifar100", "paper", **dict(ctx.sizes.cifar_overrides))
+    warm, steps, dev = ctx.sizes.cifar_warmup_steps, ctx.cifar_steps, ctx.device
     bs = cfg.batch_size
     n_train = (warm + steps + 1) * bs  # one epoch longer than the run: no evaluation inside the timing
     t0 = time.perf_counter()
@@ -513,27 +397,27 @@ def step_d(ctx: Context) -> dict:
     data_s = time.perf_counter() - t0
     log(f"d. wrote and read {n_train:,} random CIFAR-format images in {data_s:.1f} s")
     out = ctx.scratch / "cifar-run"
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    _reset_peak(dev)
     t0 = time.perf_counter()
-    train(cfg, out, device=DEV, datasets=ds, max_steps=warm, progress=False)
-    _sync()
+    train(cfg, out, device=dev, datasets=ds, max_steps=warm, progress=False)
+    _sync(dev)
     warm_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    train(cfg, out, device=DEV, datasets=ds, max_steps=warm + steps, progress=ctx.progress)
-    _sync()
+    train(cfg, out, device=dev, datasets=ds, max_steps=warm + steps, progress=ctx.progress)
+    _sync(dev)
     secs = time.perf_counter() - t0
-    peak = torch.cuda.max_memory_allocated()
+    peak = _peak_gib(dev)
     sps = steps / secs
     est = estimate_full_run(CIFAR_FULL_TRAIN, bs, cfg.epochs, sps)
     mc = cfg.model_config()
-    rec = dict(status="ok", config_hash=cfg.hash(), n_blocks=mc.n_blocks, d_model=mc.d_model,
-               parameters=sum(p.numel() for p in build_model("cifar100", seed=0).parameters()),
+    rec = dict(status="ok", config_hash=cfg.hash(), n_blocks=mc.n_blocks, d_model=mc.d_model, device=dev,
+               parameters=sum(p.numel() for p in build_model("cifar100", seed=0, **dict(cfg.model_overrides)).parameters()),
                batch_size=bs, warmup_steps=warm, steps=steps, n_train=n_train, data_s=data_s, warmup_s=warm_s,
-               seconds=secs, steps_per_s=sps, images_per_s=sps * bs, max_memory_allocated_bytes=int(peak),
-               max_memory_allocated_gib=peak / 2**30, full_run_estimate=est,
+               seconds=secs, steps_per_s=sps, images_per_s=sps * bs,
+               max_memory_allocated_bytes=None if peak is None else int(peak * 2**30),
+               max_memory_allocated_gib=peak, full_run_estimate=est,
                note="timed call includes resuming from the warm-up checkpoint and writing the final one")
-    log(f"d. {steps} steps in {secs:.1f} s: {rec['images_per_s']:.0f} images/s, peak {rec['max_memory_allocated_gib']:.2f} GiB, "
+    log(f"d. {steps} steps in {secs:.1f} s: {rec['images_per_s']:.0f} images/s, peak {'–' if peak is None else f'{peak:.2f}'} GiB, "
         f"full 200-epoch run ≈ {est['hours']:.2f} h")
     del ds
     return rec
@@ -545,26 +429,26 @@ def step_e(ctx: Context) -> dict:
     from curvature_gap.hessian.spectra import top_eigenvalues
     from curvature_gap.model import build_model
 
+    n, dev = ctx.sizes.spectra_batch, ctx.device
     g = torch.Generator().manual_seed(0)
-    X = (torch.rand(SPECTRA_BATCH, 3, 32, 32, generator=g) * 2 - 1).to(DEV)
-    y = torch.randint(0, 100, (SPECTRA_BATCH,), generator=g).to(DEV)
-    model = build_model("cifar100", seed=0).to(DEV)
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    _sync()
+    X = (torch.rand(n, 3, 32, 32, generator=g) * 2 - 1).to(dev)
+    y = torch.randint(0, 100, (n,), generator=g).to(dev)
+    model = build_model("cifar100", seed=0, **dict(ctx.sizes.spectra_model)).to(dev)
+    _reset_peak(dev)
+    _sync(dev)
     t0 = time.perf_counter()
     sp = top_eigenvalues(model, (X, y), groups=None, iters=ctx.lanczos_iters)
-    _sync()
+    _sync(dev)
     secs = time.perf_counter() - t0
     blocks = {n: dict(size=b.size, lambda_max=b.lambda_max, lambda_min=b.lambda_min, iters=b.iters)
               for n, b in sp.blocks.items()}
     top = max(blocks.items(), key=lambda kv: kv[1]["lambda_max"]) if blocks else (None, {})
-    rec = dict(status="ok", batch=SPECTRA_BATCH, iters=ctx.lanczos_iters, n_blocks=len(blocks),
+    rec = dict(status="ok", batch=n, iters=ctx.lanczos_iters, n_blocks=len(blocks), device=dev,
                data="synthetic CIFAR-shaped inputs (uniform in [-1, 1], seed 0)",
                parameters=sum(p.numel() for p in model.parameters()), seconds=secs, hvp_calls=sp.hvp_calls,
                overall_lambda_max=sp.overall.lambda_max, overall_lambda_min=sp.overall.lambda_min,
                largest_block=top[0], largest_block_lambda_max=top[1].get("lambda_max"),
-               max_memory_allocated_gib=torch.cuda.max_memory_allocated() / 2**30, blocks=blocks)
+               max_memory_allocated_gib=_peak_gib(dev), blocks=blocks)
     log(f"e. {len(blocks)} blocks + overall, {ctx.lanczos_iters} Lanczos steps: {secs:.1f} s, "
         f"overall λ_max {rec['overall_lambda_max']:.4g}")
     return rec
@@ -578,24 +462,26 @@ def step_b(ctx: Context) -> dict:
     if isinstance(ds, Exception):
         log(f"b. skipped: MNIST not in {ctx.data_dir}")
         return dict(status=f"skipped: MNIST not in {ctx.data_dir}", reason=str(ds)[:500])
-    cfg = train_config("mnist", "paper")
-    datasets = Datasets(*ds)
+    cfg = train_config("mnist", "paper", **dict(ctx.sizes.mnist_overrides))
+    sub = ctx.sizes.mnist_subset
+    datasets = Datasets(*ds) if sub is None else Datasets(ds[0].subset(sub[0]), ds[1].subset(sub[1]))
     est = estimate_full_run(len(datasets.train), cfg.batch_size, cfg.epochs, 1.0)
     total = est["total_steps"]
-    warm = min(MNIST_PROBE[0], total)
-    probe = min(MNIST_PROBE[1], total - warm)
+    warm = min(ctx.sizes.mnist_probe[0], total)
+    probe = min(ctx.sizes.mnist_probe[1], total - warm)
+    dev = ctx.device
     out = ctx.scratch / "mnist-paper"
     t0 = time.perf_counter()
-    train(cfg, out, device=DEV, datasets=datasets, max_steps=warm, progress=False)
+    train(cfg, out, device=dev, datasets=datasets, max_steps=warm, progress=False)
     warm_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    train(cfg, out, device=DEV, datasets=datasets, max_steps=warm + probe, progress=False)
+    train(cfg, out, device=dev, datasets=datasets, max_steps=warm + probe, progress=False)
     probe_s = time.perf_counter() - t0
     rate = probe / probe_s if probe and probe_s > 0 else None
     rest = total - warm - probe
     # the rest of the steps at the probe's rate, +15 % and 15 s for the per-epoch evaluations
     est_rest = (rest / rate * 1.15 + 15.0) if rate else 60.0
-    rec = dict(config_hash=cfg.hash(), epochs=cfg.epochs, batch_size=cfg.batch_size, n_train=len(datasets.train),
+    rec = dict(config_hash=cfg.hash(), epochs=cfg.epochs, batch_size=cfg.batch_size, n_train=len(datasets.train), device=dev,
                total_steps=total, load_s=ctx._mnist.get("load_s"), probe_steps=probe, probe_steps_per_s=rate,
                estimated_full_s=warm_s + probe_s + est_rest)
     log(f"b. probe: {rate or 0:.1f} steps/s; the remaining {rest} steps need ≈ {est_rest:.0f} s, "
@@ -604,7 +490,7 @@ def step_b(ctx: Context) -> dict:
         rec["status"] = "skipped (budget)"
         return rec
     t0 = time.perf_counter()
-    metrics = train(cfg, out, device=DEV, datasets=datasets, progress=ctx.progress)
+    metrics = train(cfg, out, device=dev, datasets=datasets, progress=ctx.progress)
     rest_s = time.perf_counter() - t0
     secs = warm_s + probe_s + rest_s
     steps = metrics.get("steps", total)
@@ -659,9 +545,22 @@ def _cudnn_version():
         return f"unavailable ({exc})"[:200]
 
 
-def device_info() -> dict:
+def device_info(device: str = "cuda") -> dict:
+    """The GPU (name, compute capability, memory, driver), torch/CUDA/cuDNN versions and the host's CPU;
+    for ``device="cpu"`` (a quick run without CUDA) the GPU fields are None."""
     import torch
 
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    common = dict(torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(), host_cpu=cpu,
+                  cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(), platform=platform.platform())
+    if device != "cuda":
+        return dict(common, name="no GPU: the CPU stands in (quick run without CUDA)", capability=None,
+                    memory_gib=None, count=0, driver=None, cudnn=None)
     p = torch.cuda.get_device_properties(0)
     driver = None
     if shutil.which("nvidia-smi"):
@@ -671,17 +570,9 @@ def device_info() -> dict:
             driver = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else None
         except (OSError, subprocess.SubprocessError):
             pass
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                    if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return dict(name=torch.cuda.get_device_name(0), capability=f"{p.major}.{p.minor}",
+    return dict(common, name=torch.cuda.get_device_name(0), capability=f"{p.major}.{p.minor}",
                 memory_gib=p.total_memory / 2**30, count=torch.cuda.device_count(), driver=driver,
-                torch=torch.__version__, cuda=torch.version.cuda, cudnn=_cudnn_version(),
-                python=platform.python_version(), host_cpu=cpu, cpu_count=os.cpu_count(),
-                torch_threads=torch.get_num_threads(), platform=platform.platform())
+                cudnn=_cudnn_version())
 
 
 def _shown(path: Path) -> str:
@@ -701,26 +592,43 @@ def _in_repo(path: Path) -> str:
 
 
 def parse_args(argv):
+    from _bench import add_switches
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=HERE / "gpu.json", help="JSON with every number (default: %(default)s)")
-    ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md",
-                    help="Markdown file whose '## GPU check' section is replaced or appended (default: %(default)s)")
+    add_switches(ap)
     ap.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
                     help="wall-clock budget in seconds for the whole call (default: %(default)s)")
     ap.add_argument("--data-dir", type=Path, default=Path(os.environ.get("CURVATURE_GAP_DATA") or "data"),
                     help="directory holding MNIST/raw (default: $CURVATURE_GAP_DATA or ./data)")
-    ap.add_argument("--cifar-steps", type=int, default=200, help="timed optimiser steps of step d (default: %(default)s)")
-    ap.add_argument("--lanczos-iters", type=int, default=20, help="Lanczos steps per block in step e (default: %(default)s)")
+    ap.add_argument("--cifar-steps", type=int, default=None,
+                    help=f"timed optimiser steps of step d (default: {FULL.cifar_steps}; {QUICK.cifar_steps} with --quick)")
+    ap.add_argument("--lanczos-iters", type=int, default=None,
+                    help=f"Lanczos steps per block in step e (default: {FULL.lanczos_iters}; {QUICK.lanczos_iters} with --quick)")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                     help="tqdm bars during training (default: when stderr is a terminal)")
     return ap.parse_args(argv)
 
 
+def step_rows(report_steps: dict) -> list[dict]:
+    """The step records as the document's rows, in the order of the table (a–e)."""
+    return [dict(step=k, **report_steps[k]) for k in ("a", "b", "c", "d", "e") if k in report_steps]
+
+
+def exit_status(rows: list[dict], quick: bool) -> int:
+    """1 when a step failed, errored or was aborted; with ``quick`` also when any step is not ``ok``."""
+    bad = [r for r in rows if str(r.get("status")).startswith(("error", "failed", "aborted"))
+           or (quick and r.get("status") != "ok")]
+    for r in bad:
+        print(f"gpu_check: step {r['step']} ({r.get('title', '')}): {r.get('status')}", file=sys.stderr, flush=True)
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    if not cuda_available():
+    cuda = cuda_available()
+    if not cuda and not args.quick:
         print(NO_CUDA_LINE, flush=True)
         return 0
     budget = Budget(args.budget_s, start=_T_START)
@@ -728,18 +636,31 @@ def main(argv: list[str] | None = None) -> int:
         import curvature_gap  # noqa: F401
     except ImportError:
         sys.path.insert(0, str(ROOT / "src"))
-    out_json, results = args.out.resolve(), args.results.resolve()
-    report = dict(command=command_line(argv), started=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                  budget_s=args.budget_s, device=device_info(), data_dir=str(args.data_dir), steps={},
-                  outputs=dict(json=str(out_json), json_shown=_in_repo(out_json), results=str(results)),
-                  estimates_s=ESTIMATE_S)
+    from _bench import Run, out_path
+
+    from curvature_gap.io import atomic_write_json
+
+    device, sizes = ("cuda" if cuda else "cpu"), (QUICK if args.quick else FULL)
+    if args.quick:  # tiny products only lose from thread synchronisation (badly so on shared cores)
+        import torch
+
+        torch.set_num_threads(1)
+    bench = Run(NAME, args.quick, argv)
+    out_json = out_path(NAME, args).resolve()
+    report = dict(budget_s=args.budget_s, device=device_info(device), data_dir=str(args.data_dir), steps={},
+                  outputs=dict(json=str(out_json), json_shown=_in_repo(out_json)), estimates_s=ESTIMATE_S)
 
     def save():
-        report["wall_s"] = budget.elapsed()
-        atomic_write_text(out_json, json.dumps(report, indent=2, default=str) + "\n")
+        import torch
+
+        doc = bench.document(step_rows(report["steps"]),  # saved after each step: never empty
+                             dict(budget_s=args.budget_s, device=device, sizes=dataclasses.asdict(sizes),
+                                  data_dir=str(args.data_dir)), threads=torch.get_num_threads())
+        doc.update({k: v for k, v in report.items() if k != "steps"}, wall_s=budget.elapsed())
+        atomic_write_json(out_json, doc)
 
     log(f"{report['device']['name']}, torch {report['device']['torch']}, CUDA {report['device']['cuda']}; "
-        f"budget {args.budget_s:.0f} s")
+        f"budget {args.budget_s:.0f} s{'; quick sizes' if args.quick else ''}")
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     armed = {"on": True}
 
@@ -754,7 +675,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
             ctx = Context(data_dir=args.data_dir, scratch=Path(scratch), budget=budget, progress=progress,
-                          cifar_steps=args.cifar_steps, lanczos_iters=args.lanczos_iters)
+                          cifar_steps=args.cifar_steps or sizes.cifar_steps,
+                          lanczos_iters=args.lanczos_iters or sizes.lanczos_iters, device=device, sizes=sizes)
             try:
                 for key, est_key, fn in STEPS:
                     run_step(report, key, ESTIMATE_S[est_key], fn, ctx, save)
@@ -767,19 +689,11 @@ def main(argv: list[str] | None = None) -> int:
                     signal.setitimer(signal.ITIMER_REAL, 0)
     finally:
         armed["on"] = False
-    report["steps"] = {k: report["steps"][k] for k in ("a", "b", "c", "d", "e") if k in report["steps"]}
     report["finished"] = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     save()
-    rc = 0
-    try:
-        old = results.read_text(encoding="utf-8") if results.exists() else "# Benchmark results\n"
-        atomic_write_text(results, replace_section(old, render_markdown(report)))
-        where = f"the '{SECTION}' section of {_shown(results)}"
-    except (ValueError, OSError) as exc:
-        where = f"NOT {_shown(results)} ({exc})"
-        rc = 1
-    log(f"done in {budget.elapsed():.0f} s: every number in {_shown(out_json)}; the table in {where}")
-    return rc
+    log(f"done in {budget.elapsed():.0f} s: every number in {_shown(out_json)} "
+        "(`python benchmarks/report.py` renders it into RESULTS.md)")
+    return exit_status(step_rows(report["steps"]), args.quick)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """benchmarks/gpu_check.py: without CUDA it says so in one line and writes nothing; its pure helpers.
 
-The CUDA path itself needs a GPU; here only what runs without one is tested.
+The CUDA path itself needs a GPU; here only what runs without one is tested. Its quick mode (every step
+on the CPU at tiny sizes) runs in tests/benchmarks/test_bench_quick.py, its table in
+tests/benchmarks/test_bench_report.py.
 """
 from __future__ import annotations
 
@@ -35,14 +37,11 @@ def _no_cuda_env() -> dict:
 
 
 def test_without_cuda_it_prints_one_line_writes_nothing_and_exits_0(tmp_path):
-    out = tmp_path / "out" / "gpu.json"
-    results = tmp_path / "RESULTS.md"
-    results.write_text("# Benchmark results\n\n## Something else\n\nkept\n")
-    before = results.read_bytes(), results.stat().st_mtime_ns
+    out = tmp_path / "out" / "gpu_check.json"
+    (tmp_path / "kept").write_text("kept\n")
     listing = sorted(p.name for p in tmp_path.rglob("*"))
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out), "--results", str(results), "--budget-s", "60",
-         "--data-dir", str(tmp_path / "data")],
+        [sys.executable, str(SCRIPT), "--out", str(out), "--budget-s", "60", "--data-dir", str(tmp_path / "data")],
         cwd=tmp_path, env=_no_cuda_env(), capture_output=True, text=True, timeout=120,
     )
     lines = (proc.stdout + proc.stderr).splitlines()
@@ -51,47 +50,18 @@ def test_without_cuda_it_prints_one_line_writes_nothing_and_exits_0(tmp_path):
     assert "CUDA is not available" in lines[0] and "nothing was measured" in lines[0]
     assert proc.stderr == ""
     assert not out.exists() and not out.parent.exists()
-    assert (results.read_bytes(), results.stat().st_mtime_ns) == before
     assert sorted(p.name for p in tmp_path.rglob("*")) == listing  # no temporary files either
 
 
-def test_device_tests_with_cuda_requested_but_absent_fail_loudly(tmp_path):
+def test_device_tests_with_cuda_requested_but_absent_fail_loudly(gc, tmp_path):
     """The command of step a, where CUDA is missing: every test errors with the reason; none passes."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-m", "device", "--device", "cuda", "tests/test_device.py",
-         "-p", "no:cacheprovider"],
+        [sys.executable, *gc.device_test_args("cuda")],
         cwd=ROOT, env=_no_cuda_env(), capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode != 0
     assert "CUDA is not available" in proc.stdout
     assert " passed" not in proc.stdout.strip().splitlines()[-1]
-
-
-def test_replace_section_appends_then_replaces_in_place(gc):
-    text = "# Benchmark results\n\n## Other\n\nrow\n"
-    once = gc.replace_section(text, "## GPU check\n\nfirst\n")
-    assert once.startswith(text.rstrip("\n"))
-    assert once.endswith(f"{gc.START_MARK}\n## GPU check\n\nfirst\n{gc.END_MARK}\n")
-    twice = gc.replace_section(once, "## GPU check\n\nsecond")
-    assert "first" not in twice and "second" in twice
-    assert twice.count(gc.START_MARK) == twice.count(gc.END_MARK) == 1
-    assert twice.startswith(text.rstrip("\n"))
-    # a section in the middle is replaced where it stands; what follows is kept
-    middle = once + "\n## After\n\nkept\n"
-    new = gc.replace_section(middle, "## GPU check\n\nthird")
-    assert new.index("third") < new.index("## After") and new.endswith("## After\n\nkept\n")
-    assert gc.replace_section(new, "## GPU check\n\nthird") == new  # idempotent
-    assert gc.replace_section("", "## GPU check") == f"{gc.START_MARK}\n## GPU check\n{gc.END_MARK}\n"
-
-
-@pytest.mark.parametrize("bad", [
-    "x\n<!-- gpu-check:start -->\nno end\n",
-    "x\n<!-- gpu-check:end -->\n<!-- gpu-check:start -->\n",
-    "<!-- gpu-check:start -->\na\n<!-- gpu-check:end -->\n<!-- gpu-check:start -->\nb\n<!-- gpu-check:end -->\n",
-])
-def test_replace_section_refuses_damaged_markers(gc, bad):
-    with pytest.raises(ValueError):
-        gc.replace_section(bad, "## GPU check")
 
 
 def test_full_run_estimate_arithmetic(gc):
@@ -165,34 +135,20 @@ def test_pytest_summary_parsing(gc):
     assert gc.parse_pytest_summary("garbage")["seconds"] is None
 
 
-def test_markdown_table_and_atomic_json(gc, tmp_path):
-    report = dict(
-        command="python benchmarks/gpu_check.py --data-dir data", started="2026-12-01T10:00:00+00:00",
-        wall_s=312.5, budget_s=540.0,
-        device=dict(name="NVIDIA H200", capability="9.0", memory_gib=139.8, torch="2.14.1", cuda="13.0", cudnn=91000),
-        outputs=dict(json_shown="benchmarks/gpu.json"),
-        steps=dict(
-            a=dict(status="ok", wall_s=40.0, passed=4, failed=0, errors=0, pytest_seconds=20.5),
-            b=dict(status="skipped: MNIST not in data", wall_s=0.1),
-            c=dict(status="ok", wall_s=60.0, data="first 128 MNIST training images", parameters=4186,
-                   float32=dict(status="ok", batch=128, gpu_s=1.5, cpu_s=30.0, max_rel_diff=3.2e-7),
-                   float64=dict(status="skipped (budget)", batch=16)),
-            d=dict(status="ok", wall_s=50.0, images_per_s=12345.6, steps_per_s=48.2, max_memory_allocated_gib=1.25,
-                   full_run_estimate=gc.estimate_full_run(50_000, 256, 200, 48.2)),
-            e=dict(status="skipped (budget)", wall_s=0.0),
-        ),
-    )
-    md = gc.render_markdown(report)
-    assert md.startswith("## GPU check\n")
-    assert "`python benchmarks/gpu_check.py --data-dir data`" in md and "NVIDIA H200" in md
-    table = [ln for ln in md.splitlines() if ln.startswith("|")]
-    assert all(ln.count("|") == 6 for ln in table), table  # 5 columns everywhere
-    assert "4 / 0 / 0" in md and "3.20e-07" in md and "skipped: MNIST not in data" in md
-    assert "| e. block spectra, 8-block model | skipped (budget) |" in md
-    assert "float64 | skipped (budget)" in md
+def test_quick_sizes_are_the_full_steps_made_small(gc):
+    assert gc.device_test_args("cpu", gc.QUICK)[:10] == gc.device_test_args("cpu")
+    assert "--device" in gc.device_test_args("cuda") and gc.device_test_args("cuda")[6] == "cuda"
+    for (dt_q, n_q), (dt_f, n_f) in zip(gc.QUICK.hessian_batches, gc.FULL.hessian_batches):
+        assert dt_q == dt_f and n_q < n_f
+    assert gc.QUICK.cifar_steps < gc.FULL.cifar_steps and gc.QUICK.lanczos_iters < gc.FULL.lanczos_iters
+    assert gc.QUICK.spectra_batch < gc.FULL.spectra_batch and gc.FULL.mnist_subset is None
 
-    path = tmp_path / "sub" / "gpu.json"
-    gc.atomic_write_text(path, "{}\n")
-    gc.atomic_write_text(path, '{"a": 1}\n')
-    assert path.read_text() == '{"a": 1}\n'
-    assert [p.name for p in path.parent.iterdir()] == ["gpu.json"]  # no temporary left behind
+
+def test_rows_in_table_order_and_the_exit_status(gc):
+    steps = {"e": dict(status="ok"), "a": dict(status="ok"), "c": dict(status="skipped (budget)")}
+    rows = gc.step_rows(steps)
+    assert [r["step"] for r in rows] == ["a", "c", "e"]
+    assert gc.exit_status(rows, quick=False) == 0  # a step left out for the budget is no failure
+    assert gc.exit_status(rows, quick=True) == 1  # but a quick run must run every step
+    for bad in ("failed", "error: RuntimeError: boom", "aborted (budget)"):
+        assert gc.exit_status(gc.step_rows(dict(steps, a=dict(status=bad))), quick=False) == 1
