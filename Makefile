@@ -12,7 +12,7 @@ BOOK_DEVICE ?= cpu
 DATA    ?= data
 export CURVATURE_GAP_DATA ?= $(abspath $(DATA))
 
-.PHONY: install reproduce publish test book book-check kernel data bench gpu-check lab clean help
+.PHONY: install reproduce publish test book book-check kernel data bench bench-all bench-quick gpu-check lab clean help
 
 help:
 	@echo "make reproduce [PROFILE=paper|smoke] [DEVICE=auto|cpu|cuda]  recompute every result, reproduction report"
@@ -21,8 +21,11 @@ help:
 	@echo "make book-check                                            check the built book (links, verdicts, raw TeX, Chromium)"
 	@echo "make publish                                               copy the recomputed paper results into published/paper/"
 	@echo "make lab                                                   JupyterLab on notebooks/ (installs the lab extra on first use)"
-	@echo "make gpu-check                                             on a CUDA machine: device tests, GPU timings (benchmarks/gpu.json)"
-	@echo "make data | bench | clean | install"
+	@echo "make bench-all                                             every benchmark at full size (~25 min, quiet machine), then RESULTS.md"
+	@echo "make bench-quick                                           every benchmark in its quick mode (seconds each) into runs/bench-quick/"
+	@echo "make bench                                                 the exact-Hessian benchmark alone (~20 min), then RESULTS.md"
+	@echo "make gpu-check                                             on a CUDA machine: device tests, GPU timings (benchmarks/gpu_check.json)"
+	@echo "make data | clean | install"
 
 install: $(STAMP)
 
@@ -57,13 +60,43 @@ $(KERNEL): $(STAMP)
 test: install kernel data
 	$(PY) -m pytest -q
 
-bench: install
+# Benchmarks: each benchmarks/NAME.py writes benchmarks/NAME.json (machine, load average, threads,
+# versions, commit and its rows); benchmarks/report.py renders RESULTS.md's tables from them (--check:
+# compare only, as the test suite does).
+BENCH_SCRIPTS := $(filter-out benchmarks/report.py benchmarks/_%.py,$(wildcard benchmarks/*.py))
+BENCH_RUN     := runs/bench
+BENCH_QUICK   := runs/bench-quick
+
+bench: install data
 	$(PY) benchmarks/hessian.py
+	$(PY) benchmarks/report.py
+
+# Every benchmark at full size, then RESULTS.md: about 25 minutes on 2 cores (theory_block_hessian
+# < 1 min, floor ~2 min, hessian ~20 min; gpu_check ≤ 9 min where CUDA is present, else a no-op). Run it
+# on a quiet machine: each document states its load average. The documents go to $(BENCH_RUN) first and
+# into benchmarks/ only when every run has finished, so the commit each run records is not made dirty
+# by the JSON of the run before it.
+bench-all: install data
+	@rm -rf $(BENCH_RUN) && mkdir -p $(BENCH_RUN)
+	@set -e; for s in $(BENCH_SCRIPTS); do \
+		n=$$(basename $$s .py); echo "== $$s"; $(PY) $$s --out $(BENCH_RUN)/$$n.json; done
+	cp $(BENCH_RUN)/*.json benchmarks/
+	$(PY) benchmarks/report.py
+
+# Every benchmark in its quick mode (tiny sizes, seconds each: what tests/benchmarks runs), rendered
+# into $(BENCH_QUICK)/RESULTS.md; the committed JSON and benchmarks/RESULTS.md are left alone.
+bench-quick: install data
+	@rm -rf $(BENCH_QUICK) && mkdir -p $(BENCH_QUICK)
+	@set -e; for s in $(BENCH_SCRIPTS); do \
+		n=$$(basename $$s .py); echo "== $$s --quick"; $(PY) $$s --quick --out $(BENCH_QUICK)/$$n.json; done
+	cp benchmarks/RESULTS.md $(BENCH_QUICK)/RESULTS.md
+	$(PY) benchmarks/report.py --results $(BENCH_QUICK)/RESULTS.md --json-dir $(BENCH_QUICK)
 
 # On a CUDA machine (≤ 9 min): device tests on the GPU, MNIST training, GPU-vs-CPU Hessian, CIFAR-100
-# throughput, block spectra; writes benchmarks/gpu.json and RESULTS.md's "GPU check". Without CUDA: a no-op.
+# throughput, block spectra; writes benchmarks/gpu_check.json, then RESULTS.md's "GPU check" (also after
+# a failed step, whose status the table shows; the exit status is then 1). Without CUDA: a no-op.
 gpu-check: install
-	$(PY) benchmarks/gpu_check.py --data-dir $(DATA)
+	$(PY) benchmarks/gpu_check.py --data-dir $(DATA); rc=$$?; $(PY) benchmarks/report.py && exit $$rc
 
 # Executes every notebook with papermill (-p profile $(PROFILE)) and builds _build/html with
 # jupyter-book -W -n --keep-going: any execution error or warning fails it (tools/book/build.py).
