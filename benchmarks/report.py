@@ -114,7 +114,8 @@ def provenance(doc: dict) -> list[str]:
         lines += ["**Quick mode** (tiny sizes, one repeat): these rows show that the benchmark runs; they are "
                   "not its figures. `make bench-all` replaces them with a full run.", ""]
     when = doc["started"].replace("T", " ")
-    wall = f", {doc['wall_s'] / 60:.1f} min" if doc.get("wall_s") is not None else ""
+    w = doc.get("wall_s")
+    wall = "" if w is None else f", {w:.1f} s" if w < 100 else f", {w / 60:.1f} min"
     commit = git.get("commit")
     if commit:
         code = f"commit `{commit[:10]}`" + (" with uncommitted changes" if git.get("dirty") else "")
@@ -190,16 +191,16 @@ def render_hessian(doc: dict) -> list[str]:
         if _ok(cl):
             cpu = (f"; in CPU time {cl['cpu_seconds'] / ours['cpu_seconds']:.1f}×"
                    if cl.get("cpu_seconds") and ours.get("cpu_seconds") else "")
-            bullets.append(f"Dense, batch {B}, float32: ours {ours['seconds']:.1f} s vs curvlinops (chunk "
+            bullets.append(f"Dense, batch {B}, float32: ours {secs(ours['seconds'])} s vs curvlinops (chunk "
                            f"{cl.get('chunk') or best.get(str(B), '?')}, full run) {secs(cl['seconds'])} s: "
                            f"**{cl['seconds'] / ours['seconds']:.1f}×** faster (target ≥ 5×){cpu}.")
         if _ok(tuned):
             cpu = (f" ({tuned['cpu_seconds'] / ours['cpu_seconds']:.1f}× in CPU time)"
                    if tuned.get("cpu_seconds") and ours.get("cpu_seconds") else "")
             bullets.append(f"With the same allocator setting in both processes: curvlinops {secs(tuned['seconds'])} s, "
-                           f"ours {ours['seconds']:.1f} s: {tuned['seconds'] / ours['seconds']:.1f}×{cpu}.")
+                           f"ours {secs(ours['seconds'])} s: {tuned['seconds'] / ours['seconds']:.1f}×{cpu}.")
         if _ok(noalloc):
-            bullets.append(f"Ours without the allocator setting: {noalloc['seconds']:.1f} s "
+            bullets.append(f"Ours without the allocator setting: {secs(noalloc['seconds'])} s "
                            f"({fmt(noalloc.get('cpu_seconds'))} CPU s).")
         base = (f", of which ~{ours['base_mb']:.0f} MB is the interpreter with torch imported"
                 if ours.get("base_mb") is not None else "")
@@ -220,9 +221,9 @@ def render_hessian(doc: dict) -> list[str]:
     if _ok(spectra):
         params = f" ({spectra['parameters']:,} parameters)" if spectra.get("parameters") else ""
         calls = spectra.get("hvp_calls")
-        each = f", {spectra['seconds'] / calls:.2f} s each" if calls else ""
+        each = f", {secs(spectra['seconds'] / calls)} s each" if calls else ""
         bullets.append(f"Block spectra, CIFAR-100-sized model{params}, batch {spectra['batch']}, "
-                       f"{spectra.get('iters', '?')} Lanczos steps: {spectra['seconds']:.0f} s for "
+                       f"{spectra.get('iters', '?')} Lanczos steps: {secs(spectra['seconds'])} s for "
                        f"{len(spectra.get('groups') or []) or '?'} blocks + overall on the CPU ({fmt(calls, '{}')} "
                        f"block products{each}).")
     out += [f"- {x}" for x in bullets]
@@ -305,9 +306,13 @@ GPU_STEP_ROWS = {"a": _gpu_rows_a, "b": _gpu_rows_b, "c": _gpu_rows_c, "d": _gpu
 def render_gpu_check(doc: dict) -> list[str]:
     """The steps of ``benchmarks/gpu_check.py``: one table line per quantity, status and wall time per step."""
     dev = doc.get("device") or {}
-    out = [f"Device: {dev.get('name', '?')} (compute capability {num(dev.get('capability'))}, "
-           f"{num(dev.get('memory_gib'))} GiB), driver {num(dev.get('driver'))}; CUDA {dev.get('cuda', '?')}, "
-           f"cuDNN {num(dev.get('cudnn'))}; {num(doc.get('wall_s'))} s of a {num(doc.get('budget_s'))} s budget.", "",
+    if dev.get("count") == 0:
+        device = "none (no CUDA): the steps' GPU side ran on the CPU"
+    else:
+        device = (f"{dev.get('name', '?')} (compute capability {num(dev.get('capability'))}, "
+                  f"{num(dev.get('memory_gib'))} GiB), driver {num(dev.get('driver'))}; CUDA {dev.get('cuda', '?')}, "
+                  f"cuDNN {num(dev.get('cudnn'))}")
+    out = [f"Device: {device}; {num(doc.get('wall_s'))} s of a {num(doc.get('budget_s'))} s budget.", "",
            "| step | status | wall [s] | quantity | value |", "|---|---|---:|---|---:|"]
     steps = {r["step"]: r for r in doc["rows"]}
     for key in ("a", "b", "c", "d", "e"):
