@@ -143,7 +143,8 @@ def test_incomplete_documents_are_refused(report, change, message):
 
 def test_the_block_states_mode_machine_load_threads_and_commit(report):
     block = report.render_block("floor", report.validate(_doc(), "floor"))
-    assert "Full run 2026-12-01 10:00:00+00:00, 1.5 min: `python benchmarks/floor.py`, commit `0123456789`." in block
+    assert "Full run 2026-12-01 10:00:00+00:00, 90.0 s: `python benchmarks/floor.py`, commit `0123456789`." in block
+    assert ", 5.0 min: `python" in report.render_block("floor", _doc(wall_s=300.0))
     assert "Some CPU (virtual machine), 2 CPU(s), 24 GiB" in block and "2 torch thread(s)" in block
     assert "load average 0.50 at the start and 3.25 at the end (above the 2 CPUs" in block
     assert "| the floor, P · t_fb = 100 × t_fb | 1.0 |" in block  # derived from the rows: 100 × 0.01 s
