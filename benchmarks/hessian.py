@@ -56,6 +56,8 @@ def _worker(spec: dict) -> dict:
     if spec.get("no_alloc"):  # measure ours without the allocator setting
         import curvature_gap.hessian as chess
 
+        if not callable(getattr(chess, "keep_freed_memory", None)):  # else the patch below would change nothing
+            raise AttributeError("curvature_gap.hessian.keep_freed_memory is gone: ours-no-alloc cannot switch it off")
         chess.keep_freed_memory = lambda: False
     import curvature_gap as cg
     from curvature_gap.data import load
