@@ -37,4 +37,5 @@ def test_run_all_writes_tables_summary_and_replayable_counterexamples(tmp_path, 
     for p in committed.glob("*.json"):
         ce = json.loads(p.read_text())
         assert sw.replay(ce)["ratio"] == pytest.approx(ce["ratio"], rel=1e-12)
-    assert json.loads((out / "timings.json").read_text())["seconds"]["total"] >= 0
+    secs = json.loads((out / "timings.json").read_text())["seconds"]
+    assert secs["total"] >= max(v for k, v in secs.items() if k != "total") > 0  # the parts lie inside the total

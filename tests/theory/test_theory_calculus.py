@@ -7,7 +7,13 @@ from curvature_gap.theory import calculus as cc
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-g = torch.Generator().manual_seed(0)
+g = torch.Generator()
+
+
+@pytest.fixture(autouse=True)
+def _draws_of_this_test_alone():
+    """Every test draws from a generator seeded afresh, so its numbers do not depend on which tests ran before."""
+    g.manual_seed(0)
 
 
 def r(*s):
