@@ -39,6 +39,10 @@ def test_scaling_reads_a_law_off_the_searched_ratios():
     assert laws == {"L": "≈ 2/L", "‖W₂‖ scale s": "→ 0 as ‖W₂‖ → 0 (∝ s)"}
     flat = [{"check": "c", "sweep": "adversarial", "scaling": "L", "L": L, "x": "", "ratio": 3.0} for L in (4, 8)]
     assert sw.scaling(flat)[0]["law"] == "∝ L^0.00"
+    steep = [{"check": "c", "sweep": "w2_scale", "L": 8, "x": s, "ratio": s * s} for s in (1.0, 0.1, 0.01)]
+    assert sw.scaling(steep)[0]["law"] == "→ 0 as ‖W₂‖ → 0 (∝ s^2)"
+    slow = [{"check": "c", "sweep": "adversarial", "scaling": "L", "L": L, "x": "", "ratio": L ** -0.5} for L in (4, 16)]
+    assert sw.scaling(slow)[0]["law"] == "falls like L^-0.50"
 
 
 def test_the_admissible_row_is_recorded_only_where_every_assumption_holds():

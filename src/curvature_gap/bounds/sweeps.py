@@ -240,8 +240,9 @@ def scaling(rs: list[dict]) -> list[dict]:
     """How one check's smallest ratio moves with L (the searches at each L) and with the scale of W₂ (the
     ``w2_scale`` sweep): ``[{"var", "points": [[x, min ratio], …], "slope", "law"}]``. ``slope`` is the
     log-log least-squares slope; ``law`` says it in words: ``"≈ c/L"`` for a slope within 0.2 of −1
-    (c the geometric mean of ratio·L), ``"→ 0 as ‖W₂‖ → 0 (∝ s)"`` for a slope within 0.2 of +1,
-    ``"∝ x^slope"`` otherwise."""
+    (c the geometric mean of ratio·L), ``"falls like L^slope"`` for another slope below −0.2,
+    ``"→ 0 as ‖W₂‖ → 0 (∝ s)"`` for a W₂ slope within 0.2 of +1 (``∝ s^slope`` for another above 0.2),
+    ``"∝ x^slope"`` (no trend worth stating) otherwise."""
     out = []
     for var, label in SCALING_VARS.items():
         per: dict = {}
@@ -262,8 +263,10 @@ def scaling(rs: list[dict]) -> list[dict]:
         if var == "L" and abs(slope + 1) <= 0.2:
             c = math.exp(statistics.mean(math.log(y * x) for x, y in zip(xs, ys)))
             law = f"≈ {c:.2g}/L"
-        elif var == "w2_scale" and abs(slope - 1) <= 0.2:
-            law = "→ 0 as ‖W₂‖ → 0 (∝ s)"
+        elif var == "L" and slope < -0.2:
+            law = f"falls like L^{slope:.2f}"
+        elif var == "w2_scale" and slope > 0.2:
+            law = "→ 0 as ‖W₂‖ → 0 (∝ " + ("s)" if abs(slope - 1) <= 0.2 else f"s^{slope:.2g})")
         else:
             law = f"∝ {'L' if var == 'L' else 's'}^{slope:.2f}"
         out.append({"var": label, "points": [[x, y] for x, y in zip(xs, ys)], "slope": slope, "law": law})
