@@ -117,21 +117,29 @@ def test_the_smoke_book_caches_its_quick_rows_by_their_meta(tmp_path, monkeypatc
 
 
 # ---------------------------------------------------------------- tidying and generated pages
-def test_tidy_notebook_shows_one_parameters_cell_and_hides_the_checked_cells(tmp_path):
+def test_tidy_notebook_merges_the_parameters_shows_them_and_hides_the_checked_cells(tmp_path):
+    """One parameters cell, the defaults overridden by the injected values (so the download defines every name
+    of the original), a one-line summary on the page in its place, papermill's paths gone; checked cells
+    hidden. tests/tools/test_tools_downloads.py runs such a download."""
     nb = nbformat.v4.new_notebook()
-    p = nbformat.v4.new_code_cell('profile = "smoke"')
+    p = nbformat.v4.new_code_cell('profile = "smoke"  # which\nseed = 0')
     p.metadata["tags"] = ["parameters"]
     inj = nbformat.v4.new_code_cell('# Parameters\nprofile = "paper"\n')
     inj.metadata["tags"] = ["injected-parameters"]
     chk = nbformat.v4.new_code_cell("print(1)")
     chk.metadata["tags"] = [build.CHECKED_TAG]
     nb.cells = [nbformat.v4.new_markdown_cell("# T"), p, inj, chk]
+    nb.metadata["papermill"] = {"input_path": str(tmp_path / "in.ipynb"), "output_path": str(tmp_path / "n.ipynb"),
+                                "parameters": {"profile": "paper"}}
     nbformat.write(nb, tmp_path / "n.ipynb")
-    build.tidy_notebook(tmp_path / "n.ipynb")
-    cells = nbformat.read(tmp_path / "n.ipynb", as_version=4).cells
-    assert len(cells) == 3 and cells[1].source == '# Parameters of this build\nprofile = "paper"'
-    assert cells[1].metadata["tags"] == ["parameters-used"]
-    assert "remove-cell" in cells[2].metadata["tags"]
+    build.tidy_notebook(tmp_path / "n.ipynb", tmp_path)
+    back = nbformat.read(tmp_path / "n.ipynb", as_version=4)
+    cells = back.cells
+    assert len(cells) == 4 and cells[2].source == 'profile = "paper"  # which\nseed = 0'
+    assert cells[2].metadata["tags"] == ["parameters", "parameters-used", "remove-cell"]
+    assert cells[1].cell_type == "markdown" and "<code>seed = 0</code>" in cells[1].source
+    assert "remove-cell" in cells[3].metadata["tags"]
+    assert back.metadata["papermill"] == {"parameters": {"profile": "paper"}}
 
 
 def test_fault_tests_reads_the_markers(tmp_path):

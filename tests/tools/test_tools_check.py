@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import nbformat
 import pytest
 
 from curvature_gap.findings import RESULTS
@@ -10,6 +12,19 @@ from curvature_gap.notebook import verdict_html
 from tools.book import __main__ as cli
 from tools.book import build
 from tools.book.check import check
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _footer() -> str:
+    return ""
+
+
+def _download(stem: str, dst: Path) -> None:
+    """The page's notebook as the build tidies it (without executing it)."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+    nbformat.write(nb, dst)
+    build.tidy_notebook(dst, ROOT)
 
 
 def _built(tmp_path, rows, profile="smoke"):
@@ -20,26 +35,29 @@ def _built(tmp_path, rows, profile="smoke"):
     (html_dir / "index.html").write_text('<a href="book/intro.html">start</a>')
     (tmp_path / "_build" / "book-report.json").write_text(json.dumps({"profile": profile}))
     (html_dir / "book").mkdir()
-    (html_dir / "book" / "intro.html").write_text("".join(verdict_html(k, "paper", rows) for k, *_ in RESULTS))
+    (html_dir / "book" / "intro.html").write_text("".join(verdict_html(k, "paper", rows) for k, *_ in RESULTS)
+                                                  + _footer())
     pages = {}
     for key, _, page, _ in RESULTS:
         pages.setdefault(page, []).append(verdict_html(key, profile, rows))
     for page, marks in pages.items():
         p = (html_dir / page).with_suffix(".html")
         p.parent.mkdir(parents=True, exist_ok=True)
-        link = ""
+        extra = ""
         if p.parent.name == "notebooks":
             (html_dir / "_sources" / "notebooks").mkdir(parents=True, exist_ok=True)
-            (html_dir / "_sources" / "notebooks" / f"{p.stem}.ipynb").write_text("{}")
-            link = f'<a href="../_sources/notebooks/{p.stem}.ipynb">download</a>'
-        p.write_text("<main>" + "".join(marks) + link + "</main>")
+            _download(p.stem, html_dir / "_sources" / "notebooks" / f"{p.stem}.ipynb")
+            extra = (f'<a href="../_sources/notebooks/{p.stem}.ipynb">download</a>'
+                     f'<p class="{build.PARAMS_CLASS}">Parameters of this build: …</p>')
+        p.write_text("<main>" + "".join(marks) + extra + "</main>" + _footer())
     return html_dir
 
 
 def test_a_consistent_book_has_no_problem_and_a_broken_one_is_reported(tmp_path, quick_rows):
     html_dir = _built(tmp_path, quick_rows)
     assert check(browser=False, html_dir=html_dir) == []
-    (html_dir / "book" / "errata.html").write_text('<p>see $\\frac{a}{b}$ and <a href="nowhere.html">x</a></p>')
+    (html_dir / "book" / "errata.html").write_text('<p>see $\\frac{a}{b}$ and <a href="nowhere.html">x</a></p>'
+                                                   + _footer())
     problems = check(browser=False, html_dir=html_dir)
     assert len(problems) == 2 and any("raw TeX" in p for p in problems) and any("nowhere.html" in p for p in problems)
 
@@ -51,3 +69,22 @@ def test_no_built_book_is_a_clear_error(tmp_path, capsys, monkeypatch):
     assert cli.main(["check", "--no-browser"]) == 1
     assert "[book] error: no built book" in capsys.readouterr().err
 
+
+
+def test_downloads_that_would_not_run_are_reported(tmp_path, quick_rows):
+    """The defects a reader met: a download without its parameters (NameError) and with the build machine's
+    paths, and a page that hides the parameters of its build."""
+    html_dir = _built(tmp_path, quick_rows)
+    nb = html_dir / "_sources" / "notebooks" / "self_attention.ipynb"
+    doc = json.loads(nb.read_text())
+    doc["cells"] = [c for c in doc["cells"] if "parameters" not in c["metadata"].get("tags", [])]
+    doc["metadata"]["papermill"] = {"input_path": str(ROOT / "notebooks" / nb.name), "parameters": {}}
+    nb.write_text(json.dumps(doc))
+    page = html_dir / "notebooks" / "self_attention.html"
+    page.write_text(page.read_text().replace(build.PARAMS_CLASS, "x"))
+    problems = check(browser=False, html_dir=html_dir)
+    mine = [p for p in problems if "self_attention" in p]
+    assert len(mine) == len(problems), problems
+    assert any("does not show the parameters of its build" in p for p in mine), mine
+    assert any("0 parameters cells" in p for p in mine) and any("keeps papermill's input_path" in p for p in mine)
+    assert any(f"absolute path of the build machine: {ROOT}" in p for p in mine), mine

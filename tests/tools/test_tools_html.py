@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import nbformat
+
 from curvature_gap.findings import RESULTS
 from curvature_gap.notebook import verdict_html
 from tools.book import html, tables
@@ -43,15 +45,23 @@ def test_raw_latex_outside_math_and_code_is_a_problem(tmp_path):
 def test_downloads(tmp_path):
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "notebooks" / "p.html").write_text("<p>no download link</p>")
-    problems = html.check_downloads(tmp_path)
+    problems = html.check_downloads(tmp_path, root=tmp_path)
     assert any("_sources/notebooks/p.ipynb is missing" in p for p in problems)
     (tmp_path / "_sources" / "notebooks").mkdir(parents=True)
     (tmp_path / "_sources" / "notebooks" / "p.ipynb").write_text("{}")
-    assert html.check_downloads(tmp_path) == ["notebooks/p.html has no download link to its notebook"]
-    (tmp_path / "notebooks" / "p.html").write_text('<a href="../_sources/notebooks/p.ipynb">download</a>')
+    assert html.check_downloads(tmp_path, root=tmp_path) == [
+        "notebooks/p.html has no download link to its notebook",
+        "notebooks/p.html does not show the parameters of its build (no p.cg-params line)",
+        "_sources/notebooks/p.ipynb has 0 parameters cells (one is needed, holding the values of the build)"]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("seed = 0", metadata={"tags": ["parameters"]})]
+    nbformat.write(nb, tmp_path / "_sources" / "notebooks" / "p.ipynb")
+    (tmp_path / "notebooks" / "p.html").write_text('<a href="../_sources/notebooks/p.ipynb">download</a>'
+                                                   '<p class="cg-params">seed = 0</p>')
     (tmp_path / "_sources" / "book").mkdir()
     (tmp_path / "_sources" / "book" / "x.md").write_text("```{include} _generated/summary.md\n```\n")
-    assert html.check_downloads(tmp_path) == ["_sources/book/x.md holds an {include} directive instead of its text"]
+    assert html.check_downloads(tmp_path, root=tmp_path) == [
+        "_sources/book/x.md holds an {include} directive instead of its text"]
 
 
 def _site(tmp_path, rows, profile, landing: str):

@@ -8,13 +8,17 @@ pages, and render it with Jupyter Book; any execution error or warning fails the
 2. **stage** — ``_config.yml``, ``_toc.yml``, ``book/`` and the static files into ``_build/stage/``;
 3. **execute** — every notebook of the table of contents through papermill (``-p profile -p device``);
    the ``paper`` build renders published results and never computes (``CURVATURE_GAP_NO_COMPUTE``);
-4. **tidy** — the reader sees one parameters cell (the values used) and no plumbing;
+4. **tidy** — one parameters cell (the defaults overridden by the values used), so that the page's
+   download runs as it was built; the page shows those values in one line, and no plumbing; no absolute
+   path of the build machine is left in the notebook;
 5. **generate** — the landing summary, every check, errata, notation and reproducibility tables, written
    into the staged pages in place of their ``{include}`` directives (so each page's source holds its text);
 6. **render** — ``jupyter-book build -W -n --keep-going``: the HTML lands in ``_build/html``.
 """
 from __future__ import annotations
 
+import ast
+import html
 import json
 import os
 import re
@@ -28,6 +32,7 @@ import nbformat
 import papermill as pm
 import yaml
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+from papermill.translators import PythonTranslator
 
 from curvature_gap import checks
 from curvature_gap.checks.row import Row
@@ -39,7 +44,8 @@ from curvature_gap.notebook import NO_COMPUTE_ENV, STATIC_ENV, VERIFY_ENV
 from . import tables
 
 __all__ = ["BookError", "project_root", "build", "toc_notebooks", "execute_notebook", "tidy_notebook", "book_rows",
-           "KERNEL", "fault_tests"]
+           "KERNEL", "fault_tests", "merged_parameters", "parameters_line", "parameter_names", "machine_paths",
+           "relative_paths", "PARAMS_CLASS", "PAPERMILL_MACHINE_KEYS"]
 
 KERNEL = "python3"
 CHECKED_TAG = "nbval-check-output"  # nbval compares these cells' outputs (pytest --nbval-lax)
@@ -142,24 +148,119 @@ def execute_notebook(src: Path, dst: Path, parameters: dict, cwd: Path, timeout:
     return time.perf_counter() - t0
 
 
-def tidy_notebook(path: Path) -> None:
-    """What the reader sees of an executed notebook: one parameters cell (papermill's injected one, holding
-    the values used, in place of the defaults), the checked cells (tests for nbval) removed."""
+PARAMS_CLASS = "cg-params"  # the page's one-line summary of the parameters of its build
+# what papermill records of the machine that executed a notebook: never in a download
+PAPERMILL_MACHINE_KEYS = ("input_path", "output_path", "cwd", "environment_variables")
+
+
+def _assignments(source: str) -> list[ast.Assign]:
+    """The top-level ``name = value`` statements of a cell."""
+    return [n for n in ast.parse(source).body
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)]
+
+
+def parameter_names(source: str) -> list[str]:
+    """The names a parameters cell assigns, in order."""
+    return list(dict.fromkeys(n.targets[0].id for n in _assignments(source)))
+
+
+def merged_parameters(source: str, values: dict) -> str:
+    """A parameters cell's source with the values of ``values`` in place of its defaults (each line keeps its
+    comment); a value the cell does not name is appended. What a download needs to run as it was built."""
+    lines = source.splitlines()
+    done = set()
+    shared = {}  # line -> how many statements are on it (a statement sharing its line is not rewritten)
+    for node in ast.parse(source).body:
+        for ln in range(node.lineno, node.end_lineno + 1):
+            shared[ln] = shared.get(ln, 0) + 1
+    for node in reversed(_assignments(source)):  # from the bottom, so that earlier line numbers stay valid
+        name = node.targets[0].id
+        if name not in values or name in done:
+            continue
+        if any(shared[ln] > 1 for ln in range(node.lineno, node.end_lineno + 1)):
+            continue  # set again below, after the cell's own lines
+        done.add(name)
+        tail = lines[node.end_lineno - 1][node.end_col_offset:]  # the comment, as aligned in the notebook
+        comment = tail.rstrip() if tail.strip().startswith("#") else ""
+        lines[node.lineno - 1:node.end_lineno] = [f"{name} = {PythonTranslator.translate(values[name])}{comment}"]
+    lines += [f"{k} = {PythonTranslator.translate(v)}" for k, v in values.items() if k not in done]
+    return "\n".join(lines)
+
+
+def parameters_line(source: str) -> str:
+    """The page's one-line summary of a (merged) parameters cell, as an HTML paragraph (``p.cg-params``,
+    which ``make book-check`` looks for): ``profile = 'smoke' · seed = 0 · …``."""
+    items = [f"<code>{html.escape(n.targets[0].id)} = {html.escape(ast.get_source_segment(source, n.value))}</code>"
+             for n in _assignments(source)]
+    return (f'<p class="{PARAMS_CLASS}"><strong>Parameters of this build:</strong> ' + " · ".join(items)
+            + " (the download's parameters cell; papermill's <code>-p NAME VALUE</code> changes one)</p>")
+
+
+def machine_paths(root: Path) -> tuple[list[str], list[str]]:
+    """Absolute paths of the machine that builds the book, which no download may carry: (the checkout's,
+    the others: the interpreter's prefix outside the checkout, the home directory)."""
+    root = Path(root)
+    mine = sorted({str(root), str(root.resolve())}, key=len, reverse=True)
+    others = {sys.prefix, str(Path.home())} - {"", "/"}
+    others = [p for p in others if not any(p == r or p.startswith(r + "/") for r in mine)]
+    return mine, sorted(others, key=len, reverse=True)
+
+
+def relative_paths(text: str, paths: tuple[list[str], list[str]]) -> str:
+    """``text`` with the checkout's absolute path made relative (``/…/repo/x`` -> ``x``, the root itself ->
+    ``.``) and the build machine's other paths elided (``…``)."""
+    mine, others = paths
+    for p in mine:
+        text = text.replace(p + "/", "").replace(p, ".")
+    for p in others:
+        text = text.replace(p, "…")
+    return text
+
+
+def _strip_paths(value, paths):
+    if isinstance(value, str):
+        return relative_paths(value, paths)
+    if isinstance(value, list):
+        return [_strip_paths(v, paths) for v in value]
+    if isinstance(value, dict):
+        return {k: _strip_paths(v, paths) for k, v in value.items()}
+    return value
+
+
+def tidy_notebook(path: Path, root: Path | None = None) -> None:
+    """What the reader sees of an executed notebook, and downloads:
+
+    * **one parameters cell**, tagged ``parameters`` (papermill can set it again), holding the notebook's
+      defaults overridden by the values the build injected, so that the download runs as it was built;
+      papermill's injected cell is removed. The cell is hidden on the page, where a one-line summary of
+      its values (:func:`parameters_line`) stands in its place;
+    * the checked cells (tests for nbval) hidden;
+    * no absolute path of the build machine: papermill's ``input_path``, ``output_path`` and environment
+      leave the metadata, and the checkout's path in an output is made relative (:func:`relative_paths`)."""
+    paths = machine_paths(root or project_root())
     nb = nbformat.read(path, as_version=4)
+    injected = next((c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])), None)
+    values = dict((nb.metadata.get("papermill") or {}).get("parameters") or {})
+    if injected is not None and not values:  # papermill's record of them is missing: read its cell
+        values = {n.targets[0].id: ast.literal_eval(n.value) for n in _assignments(injected.source)}
     cells = []
-    injected = any("injected-parameters" in c.metadata.get("tags", []) for c in nb.cells)
     for c in nb.cells:
         tags = c.metadata.get("tags", [])
-        if "parameters" in tags and injected:
+        if c is injected:
             continue
-        if "injected-parameters" in tags:
-            c.source = "# Parameters of this build\n" + "\n".join(
-                ln for ln in c.source.splitlines() if ln.strip() and not ln.startswith("#"))
-            c.metadata["tags"] = ["parameters-used"]
-        if CHECKED_TAG in tags:
+        if "parameters" in tags and "parameters-used" not in tags:
+            c.source = merged_parameters(c.source, values)
+            c.metadata["tags"] = ["parameters", "parameters-used", "remove-cell"]
+            cells.append(nbformat.v4.new_markdown_cell(parameters_line(c.source),
+                                                       metadata={"tags": ["parameters-line"]}))
+        elif CHECKED_TAG in tags:
             c.metadata["tags"] = sorted(set(tags) | {"remove-cell"})
+        if c.cell_type == "code":
+            c.outputs = [nbformat.from_dict(_strip_paths(o, paths)) for o in c.outputs]
         cells.append(c)
     nb.cells = cells
+    for k in PAPERMILL_MACHINE_KEYS:
+        (nb.metadata.get("papermill") or {}).pop(k, None)
     nbformat.write(nb, path)
 
 
@@ -187,8 +288,8 @@ def generated_pages(rows: list[Row], profile: str, device: str, timings: dict, s
         "appB_rows.md": tables.all_checks_md([r for r in rows if r.result == "appB"], headings=False),
         "appB_verdict.md": tables.verdict_md(rows, "appB", profile),
         "unstated.md": tables.unstated_md(),
-        "profiles.md": tables.profiles_md(),
         "faults.md": tables.faults_md(fault_tests(root)),
+        "profiles.md": tables.profiles_md(),
         "versions.md": tables.versions_md(root),
         "hardware.md": tables.hardware_md(device),
         "runtimes.md": tables.runtimes_md(timings, source),
@@ -278,7 +379,7 @@ def build(profile: str = "paper", device: str = "cpu", only: list[str] | None = 
             log(f"[book] papermill {nb} -p profile {profile} -p device {device}")
             timings[nb.name] = execute_notebook(root / nb, stage / nb, {"profile": profile, "device": device}, root,
                                                 timeout)
-            tidy_notebook(stage / nb)
+            tidy_notebook(stage / nb, root)
             log(f"[book]   done in {timings[nb.name]:.1f} s")
     finally:
         for k, v in old.items():

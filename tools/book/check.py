@@ -26,7 +26,7 @@ def check(browser: bool = True, shots=None, html_dir=None) -> list[str]:
     rows = [Row.from_json(d) for d in json.loads((html_dir / "_static" / "verify.json").read_text())]
     parsed = html.pages(html_dir)
     problems = (html.check_links(html_dir, parsed) + html.check_offline(html_dir, parsed)
-                + html.check_downloads(html_dir, parsed) + html.check_verdicts(html_dir, rows, profile, parsed)
+                + html.check_downloads(html_dir, parsed, root) + html.check_verdicts(html_dir, rows, profile, parsed)
                 + html.check_raw_latex(html_dir, parsed))
     if browser:
         problems += chromium.browser_check(html_dir, profile, Path(shots) if shots else root / "_build" / "screenshots")

@@ -1,6 +1,7 @@
 """Checks of the built HTML that need no browser: links, offline assets, downloads, verdicts, raw LaTeX."""
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -9,8 +10,10 @@ from urllib.parse import unquote, urlsplit
 from curvature_gap.checks.row import Row
 from curvature_gap.findings import RESULTS, findings
 
-__all__ = ["Page", "pages", "check_links", "check_offline", "check_downloads", "check_verdicts", "check_raw_latex",
-           "RAW_LATEX"]
+from .build import PAPERMILL_MACHINE_KEYS, PARAMS_CLASS, machine_paths, parameter_names
+
+__all__ = ["Page", "pages", "check_links", "check_offline", "check_downloads", "check_download", "check_verdicts",
+           "check_raw_latex", "RAW_LATEX"]
 
 # TeX that must never reach a reader as text (outside rendered math, code and scripts)
 RAW_LATEX = re.compile(r"\$[^$\s][^$]*\$|\\(frac|mathbf|otimes|operatorname|sqrt|lVert|sum)\b|[_^]\{")
@@ -26,6 +29,7 @@ class Page(HTMLParser):
         self.ids: set[str] = set()
         self.links: list[tuple[str, str]] = []
         self.marked: list[dict] = []  # elements with a data-verdict attribute
+        self.classes: set[str] = set()  # every class any element has
         self.tables: list[list[list[str]]] = []
         self.text: list[str] = []
         self._skip = 0
@@ -45,6 +49,7 @@ class Page(HTMLParser):
         if "data-verdict" in a:
             self.marked.append(a)
         cls = a.get("class") or ""
+        self.classes.update(cls.split())
         is_math = tag in ("span", "div") and ("math" in cls.split() or "MathJax" in cls)
         void = tag in ("img", "br", "hr", "meta", "link", "input", "source", "wbr", "col", "area", "base")
         if not void:
@@ -124,10 +129,51 @@ def check_offline(html_dir: Path, parsed: dict | None = None) -> list[str]:
     return problems
 
 
-def check_downloads(html_dir: Path, parsed: dict | None = None) -> list[str]:
-    """Every notebook page links to its executed ``.ipynb``, and every generated page's source download holds
-    its text (not an ``{include}`` directive)."""
+def check_download(path: Path, root: Path, original: Path | None = None) -> list[str]:
+    """Problems of one downloadable notebook (empty: it runs as downloaded): one parameters cell, defining
+    every name the repository notebook's own parameters cell (``original``) defines; papermill's injected
+    cell gone; no absolute path of the build machine (:func:`~tools.book.build.machine_paths`) anywhere in
+    it, papermill's metadata included."""
+    name = path.name
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return [f"{name} is not a notebook ({exc})"]
+    problems = []
+    mine, others = machine_paths(root)
+    for p in mine + others:
+        if p in text:
+            problems.append(f"{name} carries an absolute path of the build machine: {p}")
+    pm = (nb.get("metadata") or {}).get("papermill") or {}
+    kept = [k for k in PAPERMILL_MACHINE_KEYS if k in pm]
+    if kept:
+        problems.append(f"{name} keeps papermill's {', '.join(kept)} (paths of the build machine) in its metadata")
+    cells = nb.get("cells") or []
+    tags = [(c.get("metadata") or {}).get("tags") or [] for c in cells]
+    params = [c for c, t in zip(cells, tags) if "parameters" in t]
+    if any("injected-parameters" in t for t in tags):
+        problems.append(f"{name} keeps papermill's injected-parameters cell: its parameters are in two cells")
+    if len(params) != 1:
+        problems.append(f"{name} has {len(params)} parameters cells (one is needed, holding the values of the build)")
+    elif original is not None and original.is_file():
+        src = lambda c: "".join(c.get("source") or "")  # noqa: E731
+        orig = json.loads(original.read_text())
+        want = [n for c in orig.get("cells") or [] if "parameters" in ((c.get("metadata") or {}).get("tags") or [])
+                for n in parameter_names(src(c))]
+        missing = [n for n in want if n not in parameter_names(src(params[0]))]
+        if missing:
+            problems.append(f"{name}: its parameters cell does not define {', '.join(missing)}, which "
+                            f"{original.name}'s does: the download would stop with a NameError")
+    return problems
+
+
+def check_downloads(html_dir: Path, parsed: dict | None = None, root: Path | None = None) -> list[str]:
+    """Every notebook page links to its executed ``.ipynb``, shows the parameters of its build, and the
+    download runs as downloaded (:func:`check_download`); every generated page's source download holds its
+    text (not an ``{include}`` directive)."""
     html_dir = Path(html_dir)
+    root = Path(root) if root else html_dir.parent.parent
     problems = []
     parsed = parsed or pages(html_dir)
     nbpages = [p for p in parsed if p.parent.name == "notebooks"]
@@ -137,8 +183,13 @@ def check_downloads(html_dir: Path, parsed: dict | None = None) -> list[str]:
         nb = html_dir / "_sources" / "notebooks" / (page.stem + ".ipynb")
         if not nb.is_file():
             problems.append(f"{nb.relative_to(html_dir)} is missing: no notebook to download")
-        elif not any(t.split("#")[0].endswith(f"_sources/notebooks/{page.stem}.ipynb") for _, t in parsed[page].links):
+            continue
+        if not any(t.split("#")[0].endswith(f"_sources/notebooks/{page.stem}.ipynb") for _, t in parsed[page].links):
             problems.append(f"{page.relative_to(html_dir)} has no download link to its notebook")
+        if PARAMS_CLASS not in parsed[page].classes:
+            problems.append(f"{page.relative_to(html_dir)} does not show the parameters of its build "
+                            f"(no p.{PARAMS_CLASS} line)")
+        problems += [f"_sources/notebooks/{m}" for m in check_download(nb, root, root / "notebooks" / nb.name)]
     for src in (html_dir / "_sources" / "book").glob("*.md"):
         if "{include}" in src.read_text():
             problems.append(f"{src.relative_to(html_dir)} holds an {{include}} directive instead of its text")
