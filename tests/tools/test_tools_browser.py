@@ -58,7 +58,14 @@ def _figure(name: str, src: str) -> str:
             "</a></figcaption></figure>")
 
 
-def _page(title: str, body: str, depth: int = 1, math: bool = True) -> str:
+SEARCH = '<button class="btn search-button-field" type="button">Search</button>'
+FOOTER = ('<footer class="bd-footer-content"><p>The paper: <a href="https://arxiv.org/abs/2510.16927">'
+          "arXiv:2510.16927</a></p></footer>")
+
+
+def _page(title: str, body: str, depth: int = 1, math: bool = True, search: str = SEARCH, footer: str = FOOTER,
+          script: str = "") -> str:
+    """A page as the book's: one search box, the footer with the paper's link (unless told otherwise)."""
     up = "../" * depth
     mj = ""
     if math and MATHJAX:
@@ -67,9 +74,9 @@ def _page(title: str, body: str, depth: int = 1, math: bool = True) -> str:
               f'<script defer src="{up}_static/mathjax/tex-chtml.js"></script>')
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<title>{title}</title><link rel="stylesheet" href="{up}_static/custom.css">{mj}</head>'
-            f'<body><main class="bd-main"><article class="bd-article" role="main"><h1>{title}</h1>{body}'
-            "</article></main></body></html>")
+            f'<title>{title}</title><link rel="stylesheet" href="{up}_static/custom.css">{mj}{script}</head>'
+            f'<body><nav>{search}</nav><main class="bd-main"><article class="bd-article" role="main"><h1>{title}</h1>'
+            f"{body}</article>{footer}</main></body></html>")
 
 
 def _m(tex: str) -> str:
@@ -208,6 +215,7 @@ def test_broken_images_math_errors_and_figures_without_metadata(tmp_path):
     about an experiment is not."""
     _require_browser()
     (tmp_path / "_static").mkdir()
+    shutil.copy2(ROOT / "book" / "_static" / "custom.css", tmp_path / "_static" / "custom.css")
     if MATHJAX:
         (tmp_path / "_static" / "mathjax").symlink_to(MATHJAX, target_is_directory=True)
     fig = new_figure()
@@ -225,7 +233,8 @@ def test_broken_images_math_errors_and_figures_without_metadata(tmp_path):
     assert any("figure #fig-bare carries no cg:width_in" in p for p in problems), problems
     if MATHJAX:
         assert any("MathJax error" in p for p in problems), problems
-    assert len(problems) == 2 + bool(MATHJAX), problems
+    assert any("console error at 1440 px: Failed to load resource" in p and "missing.png" in p for p in problems)
+    assert len(problems) == 3 + bool(MATHJAX), problems
 
 
 # ---------------------------------------------------------------------------------------------- no browser
@@ -285,3 +294,28 @@ def test_a_page_wider_than_a_phone_is_a_problem(tmp_path):
     wide, = problems
     assert wide.startswith("book/errata.html: the page is") and "px wide on a 390 px phone" in wide
     assert "<span>" in wide and "curvature_gap/bounds" in wide
+
+
+@pytest.mark.slow
+def test_console_errors_two_search_boxes_and_a_missing_footer_are_problems(tmp_path):
+    """What the reviewer saw on every page: a script declaring a constant twice (sphinx-thebe's
+    THEBE_JS_URL), a second search box, and (here) no footer with the paper's link. One page each, opened at
+    the desktop width only (no table, no screenshot), so each defect is one problem."""
+    _require_browser()
+    site = make_site(tmp_path / "site")
+    twice = '<script>const THEBE_JS_URL = "x";</script><script>const THEBE_JS_URL = "x";</script>'
+    (site / "book" / "console.html").write_text(_page("Console", "<p>text</p>", script=twice))
+    (site / "book" / "search.html").write_text("")  # the theme's search page is never checked
+    (site / "book" / "two-searches.html").write_text(_page("Two", "<p>text</p>", search=SEARCH + SEARCH))
+    (site / "book" / "no-footer.html").write_text(_page("None", "<p>text</p>", footer=""))
+    (site / "book" / "missing.html").write_text(_page("Missing", '<script src="gone.js"></script><p>text</p>'))
+    problems = browser.browser_check(site, "smoke", tmp_path / "shots")
+    assert len(problems) == 4, "\n".join(problems)
+    declared, = [p for p in problems if p.startswith("book/console.html:")]
+    assert "console error at 1440 px" in declared and "THEBE_JS_URL" in declared and "already been declared" in declared
+    gone, = [p for p in problems if p.startswith("book/missing.html:")]
+    assert "console error" in gone and "Failed to load resource" in gone and "gone.js" in gone
+    two, = [p for p in problems if p.startswith("book/two-searches.html:")]
+    assert "2 search boxes at 1440 px" in two
+    footer, = [p for p in problems if p.startswith("book/no-footer.html:")]
+    assert "no footer linking the paper on arXiv" in footer

@@ -10,14 +10,19 @@ import pytest
 from curvature_gap.findings import RESULTS
 from curvature_gap.notebook import verdict_html
 from tools.book import __main__ as cli
-from tools.book import build
+from tools.book import build, repository
 from tools.book.check import check
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+URL, _ = repository.repository_url(ROOT)
+
+
 def _footer() -> str:
-    return ""
+    return (f'<footer class="bd-footer-content"><a href="{repository.ARXIV_ABS}">paper</a> '
+            f'<a href="{repository.ARXIV_SOURCE}">source</a>' + (f' <a href="{URL}">repo</a>' if URL else "")
+            + "</footer>")
 
 
 def _download(stem: str, dst: Path) -> None:
@@ -48,7 +53,9 @@ def _built(tmp_path, rows, profile="smoke"):
             (html_dir / "_sources" / "notebooks").mkdir(parents=True, exist_ok=True)
             _download(p.stem, html_dir / "_sources" / "notebooks" / f"{p.stem}.ipynb")
             extra = (f'<a href="../_sources/notebooks/{p.stem}.ipynb">download</a>'
-                     f'<p class="{build.PARAMS_CLASS}">Parameters of this build: …</p>')
+                     f'<p class="{build.PARAMS_CLASS}">Parameters of this build: …</p>'
+                     + "".join(f'<a href="{u}">{k}</a>' for k, u in
+                               repository.launch_urls(URL, "main", f"notebooks/{p.stem}.ipynb").items()))
         p.write_text("<main>" + "".join(marks) + extra + "</main>" + _footer())
     return html_dir
 
@@ -71,9 +78,9 @@ def test_no_built_book_is_a_clear_error(tmp_path, capsys, monkeypatch):
 
 
 
-def test_downloads_that_would_not_run_are_reported(tmp_path, quick_rows):
+def test_downloads_that_would_not_run_and_missing_links_are_reported(tmp_path, quick_rows):
     """The defects a reader met: a download without its parameters (NameError) and with the build machine's
-    paths, and a page that hides the parameters of its build."""
+    paths, a page that hides the parameters of its build, no footer link to the paper, no launch buttons."""
     html_dir = _built(tmp_path, quick_rows)
     nb = html_dir / "_sources" / "notebooks" / "self_attention.ipynb"
     doc = json.loads(nb.read_text())
@@ -81,10 +88,14 @@ def test_downloads_that_would_not_run_are_reported(tmp_path, quick_rows):
     doc["metadata"]["papermill"] = {"input_path": str(ROOT / "notebooks" / nb.name), "parameters": {}}
     nb.write_text(json.dumps(doc))
     page = html_dir / "notebooks" / "self_attention.html"
-    page.write_text(page.read_text().replace(build.PARAMS_CLASS, "x"))
+    page.write_text(page.read_text().replace(build.PARAMS_CLASS, "x").replace(repository.ARXIV_ABS, "#")
+                    .replace("mybinder.org", "example.org"))
     problems = check(browser=False, html_dir=html_dir)
     mine = [p for p in problems if "self_attention" in p]
     assert len(mine) == len(problems), problems
     assert any("does not show the parameters of its build" in p for p in mine), mine
     assert any("0 parameters cells" in p for p in mine) and any("keeps papermill's input_path" in p for p in mine)
     assert any(f"absolute path of the build machine: {ROOT}" in p for p in mine), mine
+    assert any("no link to the paper on arXiv" in p for p in mine), mine
+    if repository.github_slug(URL):
+        assert any("no binder launch button opening https://mybinder.org/v2/gh/" in p for p in mine), mine

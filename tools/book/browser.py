@@ -9,9 +9,13 @@ desktop viewport (1440 × 900) and at a phone's (390 × 844). Problems reported:
 * a figure (``img.cg-img``) whose smallest text is drawn below 9 pt at the desktop viewport, from the PNG's
   ``cg:width_in`` and ``cg:min_font_pt`` text chunks and the width the page shows it at;
 * on a ``smoke`` build, a verdict (``.cg-verdict``) about an experiment;
-* on the phone, a table wider than the screen (or whose columns are cut off).
+* on the phone, a table wider than the screen (or whose columns are cut off);
+* an error in the browser's console (a script that fails, a file that does not load), at either width;
+* not exactly one search box (a search field or button the reader can see) at either width;
+* at the desktop viewport, no visible footer linking the paper on arXiv.
 
-Full-page screenshots of the landing page, Fig. 3, Theorem 1 and the errata at both widths go to
+Full-page screenshots of the landing page, Fig. 3, Theorem 1, the errata and the reproducibility page at both
+widths go to
 ``shots_dir`` (their paths are printed and kept in :data:`LAST_SCREENSHOTS`).
 """
 from __future__ import annotations
@@ -48,7 +52,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 INSTALL_HINT = "apt-get install chromium"
 # page -> screenshot stem (written as <stem>-1440.png and <stem>-390.png)
 SCREENSHOTS = {"book/intro.html": "landing", "notebooks/fig03_hessian_init.html": "fig03",
-               "notebooks/self_attention.html": "theorem1", "book/errata.html": "errata"}
+               "notebooks/self_attention.html": "theorem1", "book/errata.html": "errata",
+               "book/reproducibility.html": "reproducibility"}
 _SKIP_DIRS = {"_static", "_sources"}
 _SKIP_STEMS = {"genindex", "search", "py-modindex"}
 _REDIRECT = re.compile(r"<meta[^>]+http-equiv=[\"']?refresh", re.I)
@@ -160,6 +165,23 @@ _SETTLE_JS = """async (ms) => {
   catch (e) { return 'error: ' + e; }
 }"""
 
+# what a reader sees of the page's chrome: its search boxes and its footer
+_CHROME_JS = """() => {
+  const shown = (e) => {
+    if (e.closest('dialog:not([open])')) return false;
+    const r = e.getBoundingClientRect(), cs = getComputedStyle(e);
+    return r.width > 0 && r.height > 0 && cs.visibility !== 'hidden' && cs.display !== 'none' && cs.opacity !== '0';
+  };
+  const search = new Set();
+  document.querySelectorAll('input[type=search], .search-button-field, button.search-button').forEach((e) => {
+    if (shown(e)) search.add(e);
+  });
+  const footers = [...document.querySelectorAll('footer, .bd-footer-content, .extra_footer')].filter(shown);
+  const paper = footers.some((f) => f.querySelector('a[href^="https://arxiv.org/abs/"]'));
+  return {search: [...search].map((e) => e.tagName.toLowerCase() + '.' + [...e.classList].join('.')),
+          footer: footers.length > 0, paper};
+}"""
+
 _DESKTOP_JS = """async (smoke) => {
   const out = {broken: [], merror: [], figures: [], verdicts: [], text: ''};
   for (const img of document.images) {
@@ -249,6 +271,38 @@ _PHONE_JS = """() => {
 def _open(page, base: str, rel: str) -> str:
     page.goto(base + quote(rel), wait_until="load", timeout=PAGE_TIMEOUT_MS)
     return page.evaluate(_SETTLE_JS, MATHJAX_TIMEOUT_MS)
+
+
+def _listen(page, console: list) -> None:
+    """Collect the page's console errors and uncaught exceptions into ``console`` (a file that failed to load
+    with its URL; the browser's own request for ``/favicon.ico``, which no page asks for, is not one)."""
+    def on_console(m):
+        if m.type != "error":
+            return
+        url = (m.location or {}).get("url") or ""
+        if m.text.startswith("Failed to load resource"):
+            if url.endswith("/favicon.ico"):
+                return
+            console.append(f"{m.text} ({url})")
+        else:
+            console.append(m.text)
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda e: console.append(f"uncaught {e.name or 'error'}: {e.message}"))
+
+
+def _chrome_problems(page, rel: str, width: int, console: list) -> list[str]:
+    """Console errors seen while ``rel`` was open, and its search boxes and (desktop) footer."""
+    problems = [f"{rel}: console error at {width} px: {m.splitlines()[0][:200]}" for m in dict.fromkeys(console)]
+    console.clear()
+    got = page.evaluate(_CHROME_JS)
+    if len(got["search"]) != 1:
+        problems.append(f"{rel}: {len(got['search'])} search boxes at {width} px (one is wanted): "
+                        f"{', '.join(got['search']) or 'none'}")
+    if width == DESKTOP["width"] and not got["paper"]:
+        problems.append(f"{rel}: no footer linking the paper on arXiv at {width} px"
+                        + (" (a footer is shown, without that link)" if got["footer"] else " (no footer is shown)"))
+    return problems
 
 
 def _figure_problem(rel: str, fig: dict) -> str | None:
@@ -356,13 +410,17 @@ def browser_check(html_dir: Path, profile: str, shots_dir: Path) -> list[str]:
             for viewport in (DESKTOP, PHONE):
                 ctx = browser.new_context(viewport=viewport, device_scale_factor=1)
                 ctx.set_default_timeout(PAGE_TIMEOUT_MS)
+                console: list[str] = []
                 page = ctx.new_page()
+                _listen(page, console)
                 for rel in rels if viewport is DESKTOP else phone_rels:
+                    console.clear()
                     try:
                         if viewport is DESKTOP:
                             problems += _desktop_problems(page, base, rel, profile)
                         else:
                             problems += _phone_problems(page, base, rel)
+                        problems += _chrome_problems(page, rel, viewport["width"], console)
                         if rel in SCREENSHOTS:
                             shots_dir.mkdir(parents=True, exist_ok=True)
                             shot = shots_dir / f"{SCREENSHOTS[rel]}-{viewport['width']}.png"
@@ -373,6 +431,7 @@ def browser_check(html_dir: Path, profile: str, shots_dir: Path) -> list[str]:
                                         f"{str(exc).splitlines()[0]}")
                         page.close()
                         page = ctx.new_page()
+                        _listen(page, console)
                 ctx.close()
         finally:
             browser.close()

@@ -5,7 +5,8 @@ pages, and render it with Jupyter Book; any execution error or warning fails the
    published ones (``published/paper/verify.json``), used only when they were computed by the current
    code from the current published results (else the build stops with the command that refreshes them);
    for ``smoke`` a ``--quick`` run, cached under ``results/book/`` by the same key;
-2. **stage** — ``_config.yml``, ``_toc.yml``, ``book/`` and the static files into ``_build/stage/``;
+2. **stage** — ``_config.yml`` (with the repository URL and the links derived from it: ``repository.py``),
+   ``_toc.yml``, ``book/`` and the static files into ``_build/stage/``;
 3. **execute** — every notebook of the table of contents through papermill (``-p profile -p device``);
    the ``paper`` build renders published results and never computes (``CURVATURE_GAP_NO_COMPUTE``);
 4. **tidy** — one parameters cell (the defaults overridden by the values used), so that the page's
@@ -41,7 +42,7 @@ from curvature_gap.experiments import UnusableResult
 from curvature_gap.io import atomic_write_json
 from curvature_gap.notebook import NO_COMPUTE_ENV, STATIC_ENV, VERIFY_ENV
 
-from . import tables
+from . import repository, tables
 
 __all__ = ["BookError", "project_root", "build", "toc_notebooks", "execute_notebook", "tidy_notebook", "book_rows",
            "KERNEL", "fault_tests", "merged_parameters", "parameters_line", "parameter_names", "machine_paths",
@@ -319,6 +320,7 @@ def _stage(root: Path, stage: Path, substitutions: dict) -> None:
     subs = dict(cfg.setdefault("parse", {}).get("myst_substitutions") or {})
     subs.update(substitutions)
     cfg["parse"]["myst_substitutions"] = subs
+    repository.apply(cfg, root)  # the repository URL, the buttons it allows, the footer with the paper's links
     (stage / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
     shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns("__pycache__", "_static"))
     if (root / "book" / "_static").is_dir():

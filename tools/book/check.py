@@ -13,11 +13,13 @@ from .build import BookError, project_root
 __all__ = ["check"]
 
 
-def check(browser: bool = True, shots=None, html_dir=None) -> list[str]:
-    """Problems of the built book (empty: all good): links, offline assets, downloads, one verdict per
-    result everywhere, no raw TeX, and (headless Chromium) legible figures, tables that fit a phone,
-    rendered math, loaded images; screenshots into ``shots`` (default ``_build/screenshots``)."""
-    root = project_root()
+def check(browser: bool = True, shots=None, html_dir=None, root=None) -> list[str]:
+    """Problems of the built book (empty: all good): links, offline assets, downloads that run as downloaded
+    (one parameters cell, no path of the build machine), the paper's, the repository's and the launch
+    buttons' links, one verdict per result everywhere, no raw TeX, and (headless Chromium) legible figures,
+    tables that fit a phone, rendered math, loaded images, no console error, one search box, a footer;
+    screenshots into ``shots`` (default ``_build/screenshots``)."""
+    root = Path(root) if root else project_root()
     html_dir = Path(html_dir) if html_dir else root / "_build" / "html"
     report_path = html_dir.parent / "book-report.json"
     if not (html_dir / "index.html").is_file() or not report_path.is_file():
@@ -26,8 +28,8 @@ def check(browser: bool = True, shots=None, html_dir=None) -> list[str]:
     rows = [Row.from_json(d) for d in json.loads((html_dir / "_static" / "verify.json").read_text())]
     parsed = html.pages(html_dir)
     problems = (html.check_links(html_dir, parsed) + html.check_offline(html_dir, parsed)
-                + html.check_downloads(html_dir, parsed, root) + html.check_verdicts(html_dir, rows, profile, parsed)
-                + html.check_raw_latex(html_dir, parsed))
+                + html.check_downloads(html_dir, parsed, root) + html.check_companion_links(html_dir, parsed, root)
+                + html.check_verdicts(html_dir, rows, profile, parsed) + html.check_raw_latex(html_dir, parsed))
     if browser:
         problems += chromium.browser_check(html_dir, profile, Path(shots) if shots else root / "_build" / "screenshots")
     return problems

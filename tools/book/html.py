@@ -7,13 +7,16 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import yaml
+
 from curvature_gap.checks.row import Row
 from curvature_gap.findings import RESULTS, findings
 
+from . import repository
 from .build import PAPERMILL_MACHINE_KEYS, PARAMS_CLASS, machine_paths, parameter_names
 
 __all__ = ["Page", "pages", "check_links", "check_offline", "check_downloads", "check_download", "check_verdicts",
-           "check_raw_latex", "RAW_LATEX"]
+           "check_raw_latex", "check_companion_links", "RAW_LATEX"]
 
 # TeX that must never reach a reader as text (outside rendered math, code and scripts)
 RAW_LATEX = re.compile(r"\$[^$\s][^$]*\$|\\(frac|mathbf|otimes|operatorname|sqrt|lVert|sum)\b|[_^]\{")
@@ -193,6 +196,40 @@ def check_downloads(html_dir: Path, parsed: dict | None = None, root: Path | Non
     for src in (html_dir / "_sources" / "book").glob("*.md"):
         if "{include}" in src.read_text():
             problems.append(f"{src.relative_to(html_dir)} holds an {{include}} directive instead of its text")
+    return problems
+
+
+def check_companion_links(html_dir: Path, parsed: dict | None = None, root: Path | None = None) -> list[str]:
+    """A companion's links: every page's footer links the paper on arXiv and its LaTeX source; with a
+    repository (:func:`~tools.book.repository.repository_url`) every page links it, and every notebook page
+    launches Binder and Colab at the repository's copy of that notebook (which must exist)."""
+    html_dir = Path(html_dir)
+    root = Path(root) if root else html_dir.parent.parent
+    parsed = parsed or pages(html_dir)
+    url, _ = repository.repository_url(root)
+    cfg = yaml.safe_load((root / "_config.yml").read_text()) if (root / "_config.yml").is_file() else {}
+    repo_cfg = (cfg or {}).get("repository") or {}
+    branch, to_book = repo_cfg.get("branch") or "main", repo_cfg.get("path_to_book") or ""
+    problems = []
+    for page, pg in parsed.items():
+        rel = page.relative_to(html_dir)
+        if rel.parts[0] == "_sources" or page.name in ("genindex.html", "search.html") or rel.as_posix() == "index.html":
+            continue
+        hrefs = {t for tag, t in pg.links if tag == "a"}
+        for want, what in ((repository.ARXIV_ABS, "the paper on arXiv"), (repository.ARXIV_SOURCE, "the paper's LaTeX source")):
+            if want not in hrefs:
+                problems.append(f"{rel}: no link to {what} ({want})")
+        if url and url not in hrefs:
+            problems.append(f"{rel}: no link to the repository {url}")
+        if page.parent.name != "notebooks" or not url:
+            continue
+        notebook = f"notebooks/{page.stem}.ipynb"
+        for kind, want in repository.launch_urls(url, branch, notebook, to_book).items():
+            if want not in hrefs:
+                found = sorted(h for h in hrefs if kind in h)
+                problems.append(f"{rel}: no {kind} launch button opening {want}" + (f" (it opens {found[0]})" if found else ""))
+        if repository.github_slug(url) and not (root / to_book / notebook).is_file():
+            problems.append(f"{rel}: the launch buttons open {notebook}, which the repository does not hold")
     return problems
 
 
