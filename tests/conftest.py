@@ -88,8 +88,8 @@ def small_run(tmp_path_factory):
 def pytest_collection_modifyitems(config, items):
     """Mark every test that declares a fault (``@pytest.mark.fault("<id>")``, ids of
     ``curvature_gap.faults``) and everything under tests/reliability as ``reliability``:
-    ``pytest -m reliability`` runs exactly the tests of the book's fault table. A marker naming an
-    unknown fault fails the collection."""
+    ``pytest -m reliability`` runs exactly the tests of the fault table (docs/maintainers.md). A marker
+    naming an unknown fault fails the collection."""
     from curvature_gap.faults import FAULT_IDS
 
     for item in items:

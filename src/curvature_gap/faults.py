@@ -2,8 +2,8 @@
 
 The tests declare which fault they prove with a marker, ``@pytest.mark.fault("<id>")``; the test suite
 fails when a fault has no test or a test names an unknown fault, ``pytest -m reliability`` runs exactly
-those tests, and the book's reproducibility chapter renders this table with the tests that prove each
-case (collected from the markers).
+those tests, and the maintainers' page ``docs/maintainers.md`` (``python -m tools.book maintainers``)
+renders this table with the tests that prove each case (collected from the markers).
 """
 from __future__ import annotations
 

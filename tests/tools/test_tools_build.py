@@ -155,7 +155,8 @@ def test_fault_tests_reads_the_markers(tmp_path):
 
 def test_generated_pages_are_inlined_in_place_of_their_includes(tmp_path):
     pages = build.generated_pages(_rows(), "smoke", "cpu", {"a.ipynb": 1.5}, "test", ROOT)
-    assert {"summary.md", "all_checks.md", "errata.md", "faults.md", "published.md"} <= set(pages)
+    assert {"summary.md", "all_checks.md", "errata.md", "published.md"} <= set(pages)
+    assert "faults.md" not in pages, "the fault table is the maintainers' (docs/maintainers.md), not the readers'"
     (tmp_path / "book").mkdir()
     (tmp_path / "book" / "p.md").write_text("# P\n\n```{include} _generated/runtimes.md\n```\nafter\n")
     build.inline_generated(tmp_path, pages)

@@ -1,4 +1,4 @@
-"""``python -m tools.book build|check|refresh-outputs`` (``make book``, ``make book-check``)."""
+"""``python -m tools.book build|check|refresh-outputs|maintainers`` (``make book``, ``make book-check``)."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +6,8 @@ import sys
 
 from curvature_gap.config import DEVICES, PROFILES
 
-from .build import BookError, build
+from . import maintainers
+from .build import BookError, build, project_root
 from .check import check
 from .outputs import refresh_checked_outputs
 
@@ -24,6 +25,8 @@ def main(argv=None) -> int:
     c.add_argument("--shots", default=None, help="write screenshots here (default: _build/screenshots)")
     r = sub.add_parser("refresh-outputs", help="store the outputs of the checked cells in the committed notebooks")
     r.add_argument("notebooks", nargs="*")
+    m = sub.add_parser("maintainers", help=f"write {maintainers.PAGE} (the fault table, configuration hashes)")
+    m.add_argument("--check", action="store_true", help="only say whether the committed page is current")
     args = p.parse_args(argv)
     try:
         if args.cmd == "build":
@@ -36,6 +39,13 @@ def main(argv=None) -> int:
                 print("  " + line)
             print(f"[book-check] {'OK' if not problems else f'{len(problems)} problem(s)'}")
             return 0 if not problems else 1
+        if args.cmd == "maintainers":
+            current = maintainers.write(project_root(), check=args.check)
+            if args.check and not current:
+                print(f"[book] {maintainers.PAGE} is out of date: run `{maintainers.COMMAND}`", file=sys.stderr)
+                return 1
+            print(f"[book] {maintainers.PAGE} {'is current' if current else 'written'}")
+            return 0
         refresh_checked_outputs(args.notebooks)
         return 0
     except BookError as exc:

@@ -185,7 +185,8 @@ def unstated_md() -> str:
 
 
 def profiles_md() -> str:
-    """Model and training settings per profile, transposed so that it fits a phone: one column per profile."""
+    """Model and training settings per profile, transposed so that it fits a phone: one column per profile
+    (their configuration hashes are for maintainers: ``docs/maintainers.md``)."""
     cols = list(PROFILE_CONFIGS)
     keys = ["epochs", "train_subset", "batch_size", "optimizer", "lr", "weight_decay", "schedule", "augment",
             "grad_clip", "seed"]
@@ -193,7 +194,6 @@ def profiles_md() -> str:
             ["width d_V / d_ff"] + [f"{PROFILE_CONFIGS[c].model_config().d_model} / {PROFILE_CONFIGS[c].model_config().d_ff}"
                                     for c in cols]]
     body += [[k] + [md_escape(getattr(PROFILE_CONFIGS[c], k)) for c in cols] for k in keys]
-    body += [["config hash"] + [f"`{PROFILE_CONFIGS[c].hash()}`" for c in cols]]
     return md_table(["setting"] + [f"{m} {p}" for m, p in cols], body) + "\n"
 
 
@@ -232,29 +232,35 @@ def hardware_md(device: str) -> str:
 
 
 def published_md(root, profile: str) -> str:
-    """The results this build rendered from: for the paper book the committed ``published/paper/`` files,
-    each with its provenance (how long it took, where, with which code)."""
+    """What the paper book renders, for readers: each result of the profile, how long it took to compute
+    and on what, and when; a result that was not published is listed with what it needs (left out). Its
+    configuration hash and commit are in the JSON itself (``docs/maintainers.md`` says where)."""
     import json  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
+    from curvature_gap.experiments import SPECS  # noqa: PLC0415
+
     d = Path(root) / "published" / profile
-    files = sorted(d.glob("*.json")) if profile == "paper" else []
-    files = [f for f in files if f.name != "verify.json"]
-    if not files:
+    if profile != "paper" or not d.is_dir():
         return (f"This `{profile}` build computed its results while executing the notebooks (under `results/`); "
                 "nothing was read from `published/`.\n")
     body = []
-    for f in files:
+    for name, s in SPECS.items():
+        if profile not in s.profiles:
+            continue
+        f = d / f"{name}.json"
+        what = md_escape(s.title)
+        if not f.is_file():
+            body.append([f"`{name}`", what, "left out", md_escape(f"not computed here: it needs {s.needs}"), "—"])
+            continue
         doc = json.loads(f.read_text())
         prov = doc.get("provenance") or {}
-        h, git = prov.get("host") or {}, prov.get("git") or {}
+        h = prov.get("host") or {}
         secs = prov.get("compute_seconds")
-        size = f.stat().st_size + (f.with_suffix(".npz").stat().st_size if f.with_suffix(".npz").is_file() else 0)
-        body.append([f"`{f.stem}`", f"`{doc.get('config_hash', '')}`",
-                     "—" if secs is None else f"{float(secs):.0f}",
-                     md_escape(f"{prov.get('device', '?')}, {h.get('cpu', '?')}"),
-                     f"`{str(git.get('commit', ''))[:10]}`", f"{size / 1e6:.2f}"])
-    return md_table(["result", "config", "compute (s)", "computed on", "commit", "MB"], body) + "\n"
+        cpu = f", {h['cpu']}" if h.get("cpu") else ""
+        body.append([f"`{name}`", what, "—" if secs is None else f"{float(secs):.0f}",
+                     md_escape(f"{prov.get('device', '?')}{cpu}"), md_escape(str(doc.get("created", ""))[:10] or "—")])
+    return md_table(["result", "what", "compute (s)", "computed on", "date"], body) + "\n"
 
 
 def runtimes_md(timings: dict, verify_source: str) -> str:
