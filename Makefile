@@ -12,13 +12,14 @@ BOOK_DEVICE ?= cpu
 DATA    ?= data
 export CURVATURE_GAP_DATA ?= $(abspath $(DATA))
 
-.PHONY: install reproduce publish test book book-check kernel data bench bench-all bench-quick gpu-check lab clean help
+.PHONY: install reproduce publish test book book-check book-pdf kernel data bench bench-all bench-quick gpu-check lab clean help
 
 help:
 	@echo "make reproduce [PROFILE=paper|smoke] [DEVICE=auto|cpu|cuda]  recompute every result, reproduction report"
 	@echo "make test                                                  run the test suite"
 	@echo "make book [PROFILE=paper|smoke]                            build the Jupyter Book (_build/html); paper: from published/"
 	@echo "make book-check                                            check the built book (links, verdicts, raw TeX, Chromium)"
+	@echo "make book-pdf                                              the whole built book as one PDF (_build/pdf/book.pdf)"
 	@echo "make publish                                               copy the recomputed paper results into published/paper/"
 	@echo "make lab                                                   JupyterLab on notebooks/ (installs the lab extra on first use)"
 	@echo "make bench-all                                             every benchmark at full size (~25 min, quiet machine), then RESULTS.md"
@@ -111,6 +112,11 @@ book: install kernel data
 SHOTS ?= _build/screenshots
 book-check: install
 	$(PY) -m tools.book check --shots $(SHOTS)
+
+# The whole book as one PDF, after `make book`: its staged pages rendered as a single HTML page and
+# printed by the system Chromium, offline (tools/book/pdf.py says why not Jupyter Book's PDF builders).
+book-pdf: install
+	$(PY) -m tools.book pdf
 
 # JupyterLab on the notebooks, in the project's kernel. jupyterlab is the optional `lab` extra, installed
 # here on first use only (never by `make install`).

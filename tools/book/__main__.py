@@ -1,4 +1,5 @@
-"""``python -m tools.book build|check|refresh-outputs|maintainers`` (``make book``, ``make book-check``)."""
+"""``python -m tools.book build|check|pdf|refresh-outputs|maintainers`` (``make book``, ``make book-check``,
+``make book-pdf``)."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +24,7 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="check the built HTML (links, verdicts, raw TeX, and in Chromium: legibility)")
     c.add_argument("--no-browser", action="store_true", help="skip the headless-Chromium checks")
     c.add_argument("--shots", default=None, help="write screenshots here (default: _build/screenshots)")
+    sub.add_parser("pdf", help="the whole book as one PDF (_build/pdf/book.pdf), after build")
     r = sub.add_parser("refresh-outputs", help="store the outputs of the checked cells in the committed notebooks")
     r.add_argument("notebooks", nargs="*")
     m = sub.add_parser("maintainers", help=f"write {maintainers.PAGE} (the fault table, configuration hashes)")
@@ -39,6 +41,10 @@ def main(argv=None) -> int:
                 print("  " + line)
             print(f"[book-check] {'OK' if not problems else f'{len(problems)} problem(s)'}")
             return 0 if not problems else 1
+        if args.cmd == "pdf":
+            from .pdf import build_pdf  # noqa: PLC0415 - Playwright only for this command
+            build_pdf()
+            return 0
         if args.cmd == "maintainers":
             current = maintainers.write(project_root(), check=args.check)
             if args.check and not current:
