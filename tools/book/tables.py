@@ -260,7 +260,8 @@ def published_md(root, profile: str) -> str:
         cpu = f", {h['cpu']}" if h.get("cpu") else ""
         body.append([f"`{name}`", what, "—" if secs is None else f"{float(secs):.0f}",
                      md_escape(f"{prov.get('device', '?')}{cpu}"), md_escape(str(doc.get("created", ""))[:10] or "—")])
-    return md_table(["result", "what", "compute (s)", "computed on", "date"], body) + "\n"
+    return ("The results it renders, how long each took to compute and on what; a result that was left out "
+            "says what it needs:\n\n" + md_table(["result", "what", "compute (s)", "computed on", "date"], body) + "\n")
 
 
 def runtimes_md(timings: dict, verify_source: str) -> str:
