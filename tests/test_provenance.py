@@ -95,3 +95,26 @@ def test_atomic_writes_give_the_mode_open_would_give(tmp_path):
     cio.atomic_write_text(tmp_path / "a.txt", "x")
     (tmp_path / "b.txt").write_text("x")
     assert (tmp_path / "a.txt").stat().st_mode & 0o777 == (tmp_path / "b.txt").stat().st_mode & 0o777
+
+
+def test_git_commit_can_leave_out_the_published_results(tmp_path):
+    """verify's rows are computed from results `publish` has just written: those files alone do not make
+    the rows' commit dirty, any other tracked change does."""
+    import subprocess
+
+    from curvature_gap.provenance import git_commit
+
+    def git(*a):
+        subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "published").mkdir()
+    (tmp_path / "published" / "r.json").write_text("1")
+    (tmp_path / "code.py").write_text("x = 1")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "c")
+    (tmp_path / "published" / "r.json").write_text("2")
+    assert git_commit(tmp_path)["dirty"] is True
+    assert git_commit(tmp_path, ignore=("published",))["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2")
+    assert git_commit(tmp_path, ignore=("published",))["dirty"] is True

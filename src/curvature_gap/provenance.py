@@ -55,17 +55,22 @@ def software() -> dict:
     return out
 
 
-def git_commit(root: str | os.PathLike | None = None) -> dict:
+def git_commit(root: str | os.PathLike | None = None, ignore: tuple[str, ...] = ()) -> dict:
     """HEAD commit of the checkout containing ``root`` (default: the package's own directory, which is in
     the checkout for an editable install, else the current directory) and whether its tracked files
-    differ from it; ``{"commit": None, "dirty": None}`` outside a git checkout."""
+    differ from it, leaving out the top-level paths ``ignore`` (the rows computed *from* freshly written
+    ``published/`` results are not made dirty by them: those results enter by their config hashes);
+    ``{"commit": None, "dirty": None}`` outside a git checkout."""
     for cwd in ([Path(root)] if root else [PACKAGE_DIR, Path.cwd()]):
         try:
             head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=20)
         except (OSError, subprocess.SubprocessError):
             continue
         if head.returncode == 0:
-            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+            top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True,
+                                 timeout=20).stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."]
+                                   + [f":(exclude){p}" for p in ignore], cwd=top or cwd,
                                    capture_output=True, text=True, timeout=20)
             return dict(commit=head.stdout.strip(), dirty=bool(dirty.stdout.strip()))
     return dict(commit=None, dirty=None)

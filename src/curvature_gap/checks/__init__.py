@@ -68,7 +68,8 @@ def run(quick: bool = False, results_dir="results", published_dir=None, log=None
 
 def write_rows(path, rows: list[Row], meta: dict) -> None:
     """Write rows with what determined them (:func:`rows_meta`) and where they were computed."""
-    prov = dict(git=git_commit(), software=software(), created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    # the results the rows read are named by config hash in ``meta``; `publish` writes them just before
+    prov = dict(git=git_commit(ignore=("published",)), software=software(), created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     atomic_write_json(path, {"meta": meta, "provenance": prov, "rows": [r.to_json() for r in rows]}, indent=1)
 
 
