@@ -51,7 +51,7 @@ def test_the_url_comes_from_origin_then_citation_then_config(tmp_path):
 def test_this_checkout_names_a_repository_that_the_repo_itself_shows():
     url, where = repo.repository_url(ROOT)
     shown = subprocess.run(["git", "remote", "get-url", "origin"], cwd=ROOT, capture_output=True, text=True)
-    if shown.returncode == 0:
+    if shown.returncode == 0 and repo.normalise(shown.stdout):  # a local-path origin (a clone of a clone) names none
         assert url == repo.normalise(shown.stdout) and where == "git remote origin"
     else:
         cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())["repository-code"]
