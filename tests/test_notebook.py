@@ -32,7 +32,10 @@ def test_setup_checks_first_then_works_from_the_checkout_root(tmp_path, monkeypa
     (root / "pyproject.toml").write_text("")
     (root / "notebooks").mkdir()
     monkeypatch.chdir(root / "notebooks")
-    monkeypatch.delenv("CURVATURE_GAP_DATA", raising=False)
+    # set, then delete: monkeypatch then restores the variable's absence too, so the value nb.setup
+    # writes does not leak into later tests of this process (test_offline reads it)
+    monkeypatch.setenv("CURVATURE_GAP_DATA", "unset")
+    monkeypatch.delenv("CURVATURE_GAP_DATA")
     with pytest.raises(ConfigError):
         nb.setup(profile="huge")
     assert os.getcwd() == str(root / "notebooks"), "nothing happens before the parameters are checked"
