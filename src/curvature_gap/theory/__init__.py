@@ -3,9 +3,12 @@
 Modules: :mod:`.calculus` (Appendix B), :mod:`.layernorm` (Theorems 2-3), :mod:`.ffn`
 (Lemma 1, FFN Jacobians), :mod:`.attention` (self-attention Jacobians, H_o / H_f, Φ),
 :mod:`.block` (Theorems 4-5 and the Gauss–Newton assembly), :mod:`.errata` (the paper's
-misprints) and :mod:`.notation` (one notation for the book). The autograd references they are checked
+misprints) and :mod:`.notation` (one notation for the book). Beyond the paper: :mod:`.encoder_layer`
+(:func:`encoder_layer_hessian`, the Hessian of ``torch.nn.TransformerEncoderLayer`` in every configuration)
+with :mod:`.multihead` (multi-head softmax attention). The autograd references they are checked
 against live in :mod:`curvature_gap.exact`; the checks themselves in :mod:`curvature_gap.checks.theory`.
 """
-from . import attention, block, calculus, ffn, layernorm
+from . import attention, block, calculus, encoder_layer, ffn, layernorm, multihead
+from .encoder_layer import encoder_layer_hessian
 
-__all__ = ["attention", "block", "calculus", "ffn", "layernorm"]
+__all__ = ["attention", "block", "calculus", "ffn", "layernorm", "encoder_layer", "multihead", "encoder_layer_hessian"]
