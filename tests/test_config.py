@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -40,5 +41,59 @@ def test_the_hash_is_stable_and_changes_with_every_setting():
 
 
 def test_unstated_choices_have_reasons():
-    assert len(cf.UNSTATED) >= 10
+    assert len(cf.UNSTATED) >= 2
     assert all(set(u) == {"name", "value", "reason"} and all(u.values()) for u in cf.UNSTATED)
+
+
+def test_values_from_the_authors_code_name_their_file():
+    rows = cf.FROM_AUTHORS_CODE
+    assert len(rows) >= 10
+    assert all(set(u) == {"name", "value", "source", "ours", "reason"} and all(u.values()) for u in rows)
+    assert all(u["source"].startswith(("src/", "configs/", "notebooks/")) for u in rows)
+    names = {u["name"] for u in rows} | {u["name"] for u in cf.UNSTATED}
+    assert len(names) == len(rows) + len(cf.UNSTATED), "a choice is either stated by the authors' code or not"
+
+
+def test_the_default_variant_is_the_theorem_block():
+    v = cf.MODEL_CONFIGS["mnist"].variant()
+    assert v == dict(norm="post", n_heads=1, activation="relu", qkv_bias=False, out_proj=False, out_proj_bias=False,
+                     ffn_bias=True, patch_bias=True, pos_encoding="learned", head_bias=True)
+    assert cf.MODEL_CONFIGS["cifar100"].variant() == v and cf.MODEL_CONFIGS["mnist"].init == "normal"
+    assert cf.MODEL_CONFIGS["mnist"].ln_eps == 1e-12
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(norm="sandwich"), "unknown norm 'sandwich'; choose one of: post, pre"),
+    (dict(activation="tanh"), "unknown activation 'tanh'; choose one of: relu, gelu"),
+    (dict(pos_encoding="rotary"), "unknown pos_encoding 'rotary'"),
+    (dict(init="xavier"), "unknown init 'xavier'"),
+    (dict(n_heads=3), "n_heads=3 must divide d_k=16 and d_model=16"),
+    (dict(n_heads=0), "n_heads must be a positive integer"),
+    (dict(out_proj_bias=True), "out_proj_bias=True needs out_proj=True"),
+    (dict(qkv_bias=1), "qkv_bias must be True or False"),
+    (dict(pos_encoding="sinusoidal", d_model=15), "needs an even d_model"),
+    (dict(patch_size=5), "patch_size=5 must divide image_size=28"),
+])
+def test_invalid_variants_are_clear_errors(bad, message):
+    with pytest.raises(cf.ConfigError, match=re.escape(message)):
+        dataclasses.replace(cf.MODEL_CONFIGS["mnist"], **bad)
+
+
+def test_authors_models_and_recipes_are_their_code():
+    a, c = cf.MODEL_CONFIGS["authors_mnist"], cf.MODEL_CONFIGS["authors_cifar100"]
+    assert a.variant() == dict(norm="post", n_heads=1, activation="gelu", qkv_bias=True, out_proj=True,
+                               out_proj_bias=True, ffn_bias=False, patch_bias=True, pos_encoding="sinusoidal",
+                               head_bias=True)
+    assert (a.image_size, a.in_channels, a.patch_size, a.d_model, a.d_k, a.d_ff, a.n_blocks, a.n_classes, a.ln_eps) == \
+        (28, 1, 4, 16, 16, 64, 1, 10, 1e-5)
+    assert (c.image_size, c.in_channels, c.patch_size, c.d_model, c.d_k, c.d_ff, c.n_blocks, c.n_classes) == \
+        (32, 3, 4, 128, 128, 512, 8, 100) and c.variant() == a.variant()
+    m, r = cf.AUTHORS_RECIPES["mnist"], cf.AUTHORS_RECIPES["cifar100"]
+    for x in (m, r):
+        assert (x.optimizer, x.lr, x.betas, x.eps, x.weight_decay, x.warmup_steps, x.grad_clip, x.batch_size, x.epochs) == \
+            ("adamw", 1e-3, (0.9, 0.95), 1e-8, 0.0, 100, 1.0, 128, 100)
+        assert x.model in cf.MODEL_CONFIGS
+    assert (m.seed, m.normalize_mean, m.normalize_std) == (37, (0.1307,), (0.3081,))
+    assert (r.seed, r.normalize_mean, r.normalize_std) == (21, (0.5,) * 3, (0.5,) * 3)
+    assert m.augment == ("RandomCrop(28, padding=2)", "RandomRotation(10 degrees, fill=0)")
+    assert r.augment == ("RandomCrop(32, padding=2)", "RandomHorizontalFlip()")

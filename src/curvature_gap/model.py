@@ -1,10 +1,15 @@
-"""The paper's post-norm, single-head Vision Transformer (Table 1), written out in full.
+"""The paper's Vision Transformer (Table 1) and the variants a ``ModelConfig`` names, written out in full.
 
 Shapes: images (B, C, H, W) -> patches X (B, n, p) -> tokens (B, n, d_V) -> blocks -> mean over
-tokens (B, d_V) -> logits (B, classes). Each block computes
+tokens (B, d_V) -> logits (B, classes). The default block is the theorem's (paper Eq. 1):
 
     Y = LN(X + A(X) X W_V),   Z = LN(Y + ReLU(Y W_1 + b_1) W_2 + b_2),
     A(X) = softmax(X W_Q W_Kᵀ Xᵀ / √d_K)   (row-wise).
+
+Variants (see :class:`curvature_gap.config.ModelConfig`): pre-norm, several heads, GELU, Q/K/V biases,
+an output projection W_O, no FFN/patch/head biases, sinusoidal or no positional encoding, and
+``nn.Linear``'s default initialisation. ``MODEL_CONFIGS["authors_mnist"]`` is the authors' model;
+:func:`from_authors_state_dict` loads their checkpoints.
 
 Weights are stored in the paper's orientation (``X @ W``), so vec_r of a parameter is its
 row-major flattening and Hessian blocks map one-to-one onto the theory's formulas.
@@ -20,11 +25,55 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .config import MODEL_CONFIGS, MODELS, ModelConfig, check_choice
+from .config import MODEL_CONFIGS, ConfigError, ModelConfig, check_choice, describe_support, unsupported_variant
 
 
-def _matrix(fan_in: int, fan_out: int) -> nn.Parameter:
-    return nn.Parameter(torch.randn(fan_in, fan_out) / math.sqrt(fan_in))
+def _matrix(fan_in: int, fan_out: int, init: str = "normal") -> nn.Parameter:
+    """A weight used as ``X @ W``: N(0, 1/fan_in) (``"normal"``) or U(±1/√fan_in) (``"torch"``, nn.Linear's default)."""
+    if init == "normal":
+        return nn.Parameter(torch.randn(fan_in, fan_out) / math.sqrt(fan_in))
+    bound = 1 / math.sqrt(fan_in)
+    return nn.Parameter(torch.empty(fan_in, fan_out).uniform_(-bound, bound))
+
+
+def _bias(fan_in: int, size: int, init: str = "normal") -> nn.Parameter:
+    """A bias: zeros (``"normal"``) or U(±1/√fan_in) (``"torch"``, nn.Linear's default)."""
+    if init == "normal":
+        return nn.Parameter(torch.zeros(size))
+    bound = 1 / math.sqrt(fan_in)
+    return nn.Parameter(torch.empty(size).uniform_(-bound, bound))
+
+
+def _linear(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ W (+ b) for a weight stored (in, out)."""
+    return x @ W if b is None else x @ W + b
+
+
+def _heads(t: torch.Tensor, h: int) -> torch.Tensor:
+    """(..., n, h·e) -> (..., h, n, e): split the columns into h heads."""
+    return t.unflatten(-1, (h, -1)).transpose(-2, -3)
+
+
+def _merge_heads(t: torch.Tensor) -> torch.Tensor:
+    """(..., h, n, e) -> (..., n, h·e), the inverse of :func:`_heads`."""
+    return t.transpose(-2, -3).flatten(-2)
+
+
+def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
+    """The fixed positional table of Vaswani et al. (n, d): row t is
+    (sin t ω_0, cos t ω_0, sin t ω_1, cos t ω_1, ...) with ω_i = 10000^(−2i/d), computed in float32."""
+    t = torch.arange(n).unsqueeze(1)
+    omega = torch.exp(torch.arange(0, d, 2) * -(math.log(10000.0) / d))
+    table = torch.zeros(n, d)
+    table[:, 0::2] = torch.sin(t * omega)
+    table[:, 1::2] = torch.cos(t * omega)
+    return table
+
+
+ACTIVATIONS = {"relu": torch.relu, "gelu": nn.functional.gelu}
+# The variant the theory's block (block_forward, Block.parts) computes; other fields may take any value.
+THEOREM_BLOCK = {"norm": ("post",), "n_heads": (1,), "activation": ("relu",), "qkv_bias": (False,),
+                 "out_proj": (False,)}
 
 
 # ----------------------------------------------------------------------------- the block as functions
@@ -130,35 +179,73 @@ class LayerNorm(nn.Module):
 
 
 class Block(nn.Module):
-    """One post-norm transformer block (paper Eq. "transformer"); the arithmetic is :func:`block_forward`."""
+    """One transformer block of the variant ``cfg`` names; the default is the theorem's post-norm block.
+
+    Parameters (stored for ``X @ W``): ``query``, ``key`` (d_V, d_K), ``value`` (d_V, d_V), optional
+    ``query_bias``/``key_bias``/``value_bias``, ``out`` = W_O (d_V, d_V) and ``out_bias``; ``ln1``,
+    ``ffn1`` (W_1, b_1), ``ffn2`` (W_2, b_2), ``ln2``. Absent ones are ``None``.
+    """
 
     def __init__(self, cfg: ModelConfig, fused_ln: bool = False):
         super().__init__()
-        d, dk, dff = cfg.d_model, cfg.d_k, cfg.d_ff
-        self.d_k = dk
-        self.query = _matrix(d, dk)  # W_Q (d_V, d_K)
-        self.key = _matrix(d, dk)  # W_K (d_V, d_K)
-        self.value = _matrix(d, d)  # W_V (d_V, d_V)
+        d, dk, dff, init = cfg.d_model, cfg.d_k, cfg.d_ff, cfg.init
+        self.cfg, self.d_k = cfg, dk
+        self.query = _matrix(d, dk, init)  # W_Q (d_V, d_K)
+        self.query_bias = _bias(d, dk, init) if cfg.qkv_bias else None
+        self.key = _matrix(d, dk, init)  # W_K (d_V, d_K)
+        self.key_bias = _bias(d, dk, init) if cfg.qkv_bias else None
+        self.value = _matrix(d, d, init)  # W_V (d_V, d_V)
+        self.value_bias = _bias(d, d, init) if cfg.qkv_bias else None
+        self.out = _matrix(d, d, init) if cfg.out_proj else None  # W_O (d_V, d_V)
+        self.out_bias = _bias(d, d, init) if cfg.out_proj_bias else None
         self.ln1 = LayerNorm(d, cfg.ln_eps, fused_ln)
-        self.ffn1 = nn.ParameterDict({"weight": _matrix(d, dff)})  # W_1 (d_V, d_ff)
-        self.ffn2 = nn.ParameterDict({"weight": _matrix(dff, d)})  # W_2 (d_ff, d_V)
+        self.ffn1 = nn.ParameterDict({"weight": _matrix(d, dff, init)})  # W_1 (d_V, d_ff)
+        self.ffn2 = nn.ParameterDict({"weight": _matrix(dff, d, init)})  # W_2 (d_ff, d_V)
         if cfg.ffn_bias:
-            self.ffn1["bias"] = nn.Parameter(torch.zeros(dff))
-            self.ffn2["bias"] = nn.Parameter(torch.zeros(d))
+            self.ffn1["bias"] = _bias(d, dff, init)
+            self.ffn2["bias"] = _bias(dff, d, init)
         self.ln2 = LayerNorm(d, cfg.ln_eps, fused_ln)
 
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        """The attention branch, x (..., n, d) -> (..., n, d): A x W_V (+ b_V), then W_O (+ b_O) if present.
+
+        Rows of A sum to one, so A (x W_V + b_V) = (A x) W_V + b_V; the product is taken as (A x) W_V,
+        the order of the theory's formulas and of :func:`block_forward`.
+        """
+        q = _linear(x, self.query, self.query_bias)
+        k = _linear(x, self.key, self.key_bias)
+        h = self.cfg.n_heads
+        if h == 1:
+            A = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d_k), dim=-1)  # (..., n, n)
+            o = _linear(A @ x, self.value, self.value_bias)
+        else:  # head j: softmax(q_j k_jᵀ / √(d_K/h)) x W_V[:, columns of head j]
+            q, k = _heads(q, h), _heads(k, h)  # (..., h, n, d_K/h)
+            A = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d_k // h), dim=-1)  # (..., h, n, n)
+            o = _merge_heads((A @ x.unsqueeze(-3)) @ _heads(self.value, h))
+            o = o if self.value_bias is None else o + self.value_bias
+        return o if self.out is None else _linear(o, self.out, self.out_bias)
+
+    def mlp(self, y: torch.Tensor) -> torch.Tensor:
+        """act(y W_1 + b_1) W_2 + b_2 (biases if present)."""
+        h = _linear(y, self.ffn1["weight"], self.ffn1.get("bias"))
+        return _linear(ACTIVATIONS[self.cfg.activation](h), self.ffn2["weight"], self.ffn2.get("bias"))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.cfg.norm == "post":  # paper Eq. 1
+            y = self.ln1(x + self.attention(x))
+            return self.ln2(y + self.mlp(y))
+        y = x + self.attention(self.ln1(x))
+        return y + self.mlp(self.ln2(y))
+
     def parts(self, x: torch.Tensor) -> BlockParts:
+        """The intermediate values of the theorem's block (:func:`block_forward`); other variants raise."""
+        bad = unsupported_variant(self.cfg, THEOREM_BLOCK)
+        if bad:
+            raise ConfigError(f"Block.parts computes the theorem's block ({describe_support(THEOREM_BLOCK)}); "
+                              f"this block has {', '.join(bad)}")
         return block_forward(x, self.query, self.key, self.value, self.ffn1["weight"], self.ffn2["weight"],
                              self.ffn1.get("bias"), self.ffn2.get("bias"), (self.ln1.weight, self.ln1.bias),
                              (self.ln2.weight, self.ln2.bias), (self.ln1.eps, self.ln2.eps))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.ln1.fused:  # the fused-LayerNorm comparison only: same arithmetic, torch's kernel for LN
-            y = self.ln1(x + attention_matrix(x, self.query, self.key) @ x @ self.value)
-            h = y @ self.ffn1["weight"] + (self.ffn1["bias"] if "bias" in self.ffn1 else 0)
-            f = torch.relu(h) @ self.ffn2["weight"] + (self.ffn2["bias"] if "bias" in self.ffn2 else 0)
-            return self.ln2(y + f)
-        return self.parts(x).out
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -169,40 +256,52 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
 
 
 class ViT(nn.Module):
-    """Patch embedding + learned positions + L post-norm blocks + mean pool + linear head."""
+    """Patch embedding + positions + L blocks (+ a final LayerNorm if pre-norm) + mean pool + linear head."""
 
     def __init__(self, cfg: ModelConfig, fused_ln: bool = False):
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Linear(cfg.patch_dim, cfg.d_model)
-        nn.init.normal_(self.embed.weight, std=1 / math.sqrt(cfg.patch_dim))
-        nn.init.zeros_(self.embed.bias)
-        self.pos = nn.Parameter(0.02 * torch.randn(cfg.n_tokens, cfg.d_model))
+        self.embed = nn.Linear(cfg.patch_dim, cfg.d_model, bias=cfg.patch_bias)
+        if cfg.init == "normal":
+            nn.init.normal_(self.embed.weight, std=1 / math.sqrt(cfg.patch_dim))
+            if cfg.patch_bias:
+                nn.init.zeros_(self.embed.bias)
+        if cfg.pos_encoding == "learned":
+            self.pos = nn.Parameter(0.02 * torch.randn(cfg.n_tokens, cfg.d_model))
+        elif cfg.pos_encoding == "sinusoidal":  # a constant: a buffer, not in the state dict
+            self.register_buffer("pos", sinusoidal_positions(cfg.n_tokens, cfg.d_model), persistent=False)
+        else:
+            self.pos = None
         self.blocks = nn.ModuleList(Block(cfg, fused_ln) for _ in range(cfg.n_blocks))
-        self.head = nn.Linear(cfg.d_model, cfg.n_classes)
-        nn.init.normal_(self.head.weight, std=1 / math.sqrt(cfg.d_model))
-        nn.init.zeros_(self.head.bias)
+        self.ln_f = LayerNorm(cfg.d_model, cfg.ln_eps, fused_ln) if cfg.norm == "pre" else None
+        self.head = nn.Linear(cfg.d_model, cfg.n_classes, bias=cfg.head_bias)
+        if cfg.init == "normal":
+            nn.init.normal_(self.head.weight, std=1 / math.sqrt(cfg.d_model))
+            if cfg.head_bias:
+                nn.init.zeros_(self.head.bias)
 
     def tokens(self, images: torch.Tensor) -> torch.Tensor:
-        return self.embed(patchify(images, self.cfg.patch_size)) + self.pos
+        x = self.embed(patchify(images, self.cfg.patch_size))
+        return x if self.pos is None else x + self.pos
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         x = self.tokens(images)
         for block in self.blocks:
             x = block(x)
-        return x
+        return x if self.ln_f is None else self.ln_f(x)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(images).mean(dim=1))
 
 
 def build_model(name: str, seed: int | None = 0, fused_ln: bool = False, **overrides) -> ViT:
-    """The paper's ViT for ``"mnist"`` or ``"cifar100"`` (Table 1), with optional config overrides.
+    """The ViT of ``MODEL_CONFIGS[name]`` (``"mnist"``, ``"cifar100"``: Table 1; ``"authors_mnist"``,
+    ``"authors_cifar100"``: the authors' code), with optional config overrides.
 
     ``seed`` fixes the initialisation (``None`` uses the global RNG). ``fused_ln=True`` swaps in
     ``torch.nn.functional.layer_norm`` (for the curvature-pitfall comparison only).
     """
-    check_choice("model", name, MODELS)
+    check_choice("model", name, tuple(MODEL_CONFIGS))
     cfg = dataclasses.replace(MODEL_CONFIGS[name], **overrides)
     if seed is None:
         return ViT(cfg, fused_ln)
@@ -230,10 +329,12 @@ class ParamGroup:
 
 
 def group_of(param_name: str) -> str:
-    """Stable group name of a parameter: embed, pos, block{i}.{query,...,ln2}, head."""
+    """Stable group name of a parameter: embed, pos, block{i}.{query,...,ln2}, ln_f, head.
+
+    A bias stored beside its weight (``query_bias``, ``out_bias``) belongs to the weight's group."""
     parts = param_name.split(".")
     if parts[0] == "blocks":
-        return f"block{parts[1]}.{parts[2]}"
+        return f"block{parts[1]}.{parts[2].removesuffix('_bias')}"
     return parts[0]
 
 
@@ -261,3 +362,77 @@ def param_groups(model: nn.Module) -> list[ParamGroup]:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------- the authors' checkpoints
+AUTHORS_MODELS = {"mnist": "authors_mnist", "cifar100": "authors_cifar100"}
+
+
+def authors_parameter_names(cfg: ModelConfig) -> dict[str, tuple[str, bool]]:
+    """Parameter names of the authors' ``VisionTransformer`` (their ``src/models/vit_classification.py``)
+    -> (our parameter name, transposed). Their ``nn.Linear`` weights are (out, in); ours are (in, out) for
+    the block matrices and (out, in) for the embedding and head (both ``nn.Linear`` here too)."""
+    names = {"embeddings.patch_embeddings.in_layer.weight": ("embed.weight", False),
+             "embeddings.patch_embeddings.in_layer.bias": ("embed.bias", False)}
+    for i in range(cfg.n_blocks):
+        theirs, ours = f"transformer_blocks.{i}.", f"blocks.{i}."
+        for t, o in (("to_query", "query"), ("to_key", "key"), ("to_value", "value"), ("out_layer", "out")):
+            names[f"{theirs}self_attention.{t}.weight"] = (ours + o, True)
+            names[f"{theirs}self_attention.{t}.bias"] = (ours + o + "_bias", False)
+        for t, o in (("self_attention_norm", "ln1"), ("feed_forward_norm", "ln2")):
+            names[f"{theirs}{t}.weight"] = (f"{ours}{o}.weight", False)
+            names[f"{theirs}{t}.bias"] = (f"{ours}{o}.bias", False)
+        names[f"{theirs}feed_forward.in_layer.weight"] = (ours + "ffn1.weight", True)
+        names[f"{theirs}feed_forward.out_layer.weight"] = (ours + "ffn2.weight", True)
+    names["out_layer.weight"] = ("head.weight", False)
+    names["out_layer.bias"] = ("head.bias", False)
+    return names
+
+
+def from_authors_state_dict(state_dict: dict, model: str = "mnist", dtype: torch.dtype = torch.float32,
+                            **overrides) -> ViT:
+    """Our ViT of the authors' variant (``MODEL_CONFIGS["authors_" + model]``) holding the weights of a state
+    dict saved by the authors' code (``model.state_dict()``, their names and shapes, bf16 or float32).
+
+    ``model`` is ``"mnist"`` or ``"cifar100"``; ``overrides`` change sizes (e.g. ``n_blocks``) but not the
+    variant. The result is in ``dtype``; bf16 weights are widened exactly. Its logits are theirs up to
+    rounding (the same arithmetic with the hand-written LayerNorm). A missing or unexpected key or a
+    wrong shape raises a ConfigError naming the key.
+    """
+    check_choice("authors' model", model, tuple(AUTHORS_MODELS))
+    base = MODEL_CONFIGS[AUTHORS_MODELS[model]]
+    cfg = dataclasses.replace(base, **overrides)
+    if cfg.variant() != base.variant():
+        changed = [f"{f}={v!r}" for f, v in cfg.variant().items() if v != base.variant()[f]]
+        raise ConfigError(f"overrides may change sizes only, not the authors' variant: {', '.join(changed)}")
+    names = authors_parameter_names(cfg)
+    sizes = f"d_model={cfg.d_model}, d_ff={cfg.d_ff}, n_blocks={cfg.n_blocks}, n_classes={cfg.n_classes}"
+    missing = [k for k in names if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in names]
+    if missing or unexpected:
+        hint = ("strip the prefix (e.g. 'module.' or '_orig_mod.') from the keys; "
+                if any(k.startswith(("module.", "_orig_mod.")) for k in unexpected) else "")
+        raise ConfigError(
+            f"not a state dict of the authors' {model} model ({sizes}): "
+            + (f"missing {missing[:4]}{' ...' if len(missing) > 4 else ''}" if missing else "")
+            + ("; " if missing and unexpected else "")
+            + (f"unexpected {unexpected[:4]}{' ...' if len(unexpected) > 4 else ''}" if unexpected else "")
+            + f". Fix: {hint}pass the model it was saved from (model='mnist' or 'cifar100'), or overrides "
+              "such as n_blocks=... for another size")
+    with torch.random.fork_rng(devices=[]):  # the initial values are overwritten; keep the global RNG
+        torch.manual_seed(0)
+        vit = ViT(cfg).to(dtype)
+    params = dict(vit.named_parameters())
+    assert set(params) == {o for o, _ in names.values()}, "authors_parameter_names does not cover the model"
+    with torch.no_grad():
+        for key, (ours, transposed) in names.items():
+            t = state_dict[key]
+            if not (torch.is_tensor(t) and t.is_floating_point()):
+                raise ConfigError(f"{key}: expected a floating-point tensor, got {type(t).__name__}"
+                                  f"{'' if not torch.is_tensor(t) else ' of ' + str(t.dtype)}")
+            want = tuple(params[ours].shape[::-1] if transposed else params[ours].shape)
+            if tuple(t.shape) != want:
+                raise ConfigError(f"{key}: shape {tuple(t.shape)}, expected {want} for the authors' {model} model "
+                                  f"({sizes}). Fix: pass the model it was saved from, or overrides for its sizes")
+            params[ours].copy_(t.T if transposed else t)
+    return vit

@@ -24,7 +24,12 @@ Methods (all exact; they differ in cost only)
 * ``"curvlinops"`` — ``curvlinops.HessianLinearOperator @ I`` in column chunks (the paper's tool).
 * ``"torch.func"`` — ``torch.func.hessian`` in one shot (runs out of memory at paper scale).
 
-``method="auto"`` picks ``"vit"`` for the project's ViT with cross-entropy, else ``"functorch"``.
+Variants: each route declares the :class:`curvature_gap.config.ModelConfig` variants it supports in
+:data:`SUPPORTS` (field -> allowed values; a missing field: any value). ``"vit"`` is written for the
+theorem's post-norm, single-head, ReLU block without Q/K/V biases or W_O, with Table 1's learned
+positions and biased embedding and head; the three generic routes differentiate any ``nn.Module``.
+``method="vit"`` on another variant raises a ValueError naming it; ``method="auto"`` picks ``"vit"``
+for a supported ViT with cross-entropy, else ``"functorch"``.
 All methods agree with curvlinops to rounding (tested in float64); diagonal blocks of the dense
 result are symmetrised, ``(H_gg + H_ggᵀ)/2``, which changes them by rounding only.
 """
@@ -34,13 +39,23 @@ import torch
 from torch import nn
 
 from ..model import ViT
-from . import _generic
+from . import _generic, _vit
 from ._alloc import keep_freed_memory
 from ._vit import ViTSecondOrder
 
-__all__ = ["hessian", "hessian_block", "default_chunks", "METHODS", "ViTSecondOrder"]
+__all__ = ["hessian", "hessian_block", "default_chunks", "METHODS", "SUPPORTS", "ViTSecondOrder", "unsupported"]
 
 METHODS = ("auto", "vit", "functorch", "curvlinops", "torch.func")
+# Model variants each route supports (ModelConfig field -> allowed values; a missing field: any value).
+# The generic routes differentiate the module as written (torch.func / curvlinops), so every variant.
+SUPPORTS: dict[str, dict] = {"vit": _vit.SUPPORTS, "functorch": {}, "curvlinops": {}, "torch.func": {}}
+
+
+def unsupported(model: nn.Module, method: str) -> list[str]:
+    """Why ``method`` cannot compute the Hessian of ``model`` (empty when it can)."""
+    if method == "vit":
+        return _vit.unsupported(model)
+    return []
 
 
 def _unpack(data) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,9 +71,10 @@ def _resolve(model: nn.Module, loss, method: str) -> str:
     if method != "auto":
         if method == "vit" and (not isinstance(model, ViT) or loss != "cross_entropy"):
             raise ValueError("method='vit' needs a curvature_gap ViT and loss='cross_entropy'")
+        if method == "vit" and unsupported(model, "vit"):
+            raise ValueError(_vit.unsupported_message(model))
         return method
-    fused = isinstance(model, ViT) and any(b.ln1.fused or b.ln2.fused for b in model.blocks)
-    return "vit" if isinstance(model, ViT) and loss == "cross_entropy" and not fused else "functorch"
+    return "vit" if loss == "cross_entropy" and not unsupported(model, "vit") else "functorch"
 
 
 def default_chunks(device: torch.device | str, group: str | None = None) -> tuple[int, int | None]:

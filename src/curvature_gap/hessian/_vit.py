@@ -41,11 +41,36 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import describe_support, unsupported_variant
 from ..model import ViT, block_forward, param_groups, patchify
 
-__all__ = ["ViTSecondOrder", "BLOCK_PARTS"]
+__all__ = ["ViTSecondOrder", "BLOCK_PARTS", "SUPPORTS"]
 
 BLOCK_PARTS = ("query", "key", "value", "ln1", "ffn1", "ffn2", "ln2")
+# The model variants these hand-written derivatives are written for (ModelConfig field -> allowed values;
+# ffn_bias and ln_eps may take any value): the theorem's post-norm block and Table 1's embedding and head.
+SUPPORTS = {"norm": ("post",), "n_heads": (1,), "activation": ("relu",), "qkv_bias": (False,),
+            "out_proj": (False,), "patch_bias": (True,), "pos_encoding": ("learned",), "head_bias": (True,)}
+
+
+def unsupported(model) -> list[str]:
+    """Why :class:`ViTSecondOrder` cannot differentiate ``model`` (empty when it can)."""
+    if not isinstance(model, ViT):
+        return [f"{type(model).__name__} is not a curvature_gap ViT"]
+    reasons = unsupported_variant(model.cfg, SUPPORTS)
+    if any(b.ln1.fused or b.ln2.fused for b in model.blocks):
+        reasons.append("fused_ln=True (the hand-written Hessian follows the hand-written LayerNorm)")
+    return reasons
+
+
+def unsupported_message(model) -> str:
+    """The error for ``method='vit'`` on ``model``: what the route supports, what the model has, the fix."""
+    reasons = unsupported(model)
+    fix = ("build the model with fused_ln=False" if reasons[-1].startswith("fused_ln") and len(reasons) == 1 else
+           "use method='functorch', 'curvlinops' or 'torch.func' (any variant), or method='auto'")
+    name = f" ({model.cfg.name})" if isinstance(model, ViT) else ""
+    return (f"method='vit' supports {describe_support(SUPPORTS)}, hand-written LayerNorm; "
+            f"this model{name} has {', '.join(reasons)}. Fix: {fix}")
 
 
 def _add(a, b):
@@ -168,9 +193,8 @@ class ViTSecondOrder:
     def __init__(self, model: ViT, images: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype | None = None):
         if not isinstance(model, ViT):
             raise TypeError("ViTSecondOrder needs a curvature_gap.model.ViT")
-        for blk in model.blocks:
-            if blk.ln1.fused or blk.ln2.fused:
-                raise ValueError("the hand-written Hessian follows the hand-written LayerNorm; build the model with fused_ln=False")
+        if unsupported(model):
+            raise ValueError(unsupported_message(model))
         self.cfg = model.cfg
         dtype = dtype or next(model.parameters()).dtype
         dev = images.device
