@@ -61,7 +61,8 @@ def _merge_heads(t: torch.Tensor) -> torch.Tensor:
 
 def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
     """The fixed positional table of Vaswani et al. (n, d): row t is
-    (sin t ω_0, cos t ω_0, sin t ω_1, cos t ω_1, ...) with ω_i = 10000^(−2i/d), computed in float32."""
+    (sin t ω_0, cos t ω_0, sin t ω_1, cos t ω_1, ...) with ω_i = 10000^(−2i/d), in the default dtype
+    (float32), as the authors' module computes it."""
     t = torch.arange(n).unsqueeze(1)
     omega = torch.exp(torch.arange(0, d, 2) * -(math.log(10000.0) / d))
     table = torch.zeros(n, d)
@@ -77,9 +78,10 @@ THEOREM_BLOCK = {"norm": ("post",), "n_heads": (1,), "activation": ("relu",), "q
 
 
 # ----------------------------------------------------------------------------- the block as functions
-# One implementation of the forward pass, used by the nn.Module below, by the exact references of the
+# The theorem's block with all its intermediate values, used by Block.parts, by the exact references of the
 # theory (curvature_gap.exact.forward: no biases, γ = 1, β = 0, no ε) and by the hand-written Hessian
-# (curvature_gap.hessian._vit), which needs the intermediate values.
+# (curvature_gap.hessian._vit). For that variant Block.forward computes the same operations in the same
+# order, so the two agree bit for bit (tested).
 def attention_matrix(x: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
     """A = softmax_rows(x W_Q (x W_K)ᵀ / √d_K); x (..., n, d) -> (..., n, n)."""
     q, k = x @ W_Q, x @ W_K
