@@ -406,12 +406,12 @@ class EncoderLayerHessian:
 def _sequence(layer, X: torch.Tensor) -> torch.Tensor:
     d = layer.self_attn.embed_dim
     if X.dim() == 3:
-        if layer.batch_first and X.shape[0] == 1:
+        if layer.self_attn.batch_first and X.shape[0] == 1:
             X = X[0]
-        elif not layer.batch_first and X.shape[1] == 1:
+        elif not layer.self_attn.batch_first and X.shape[1] == 1:
             X = X[:, 0]
         else:
-            want = "(1, L, d)" if layer.batch_first else "(L, 1, d) (batch_first=False)"
+            want = "(1, L, d)" if layer.self_attn.batch_first else "(L, 1, d) (batch_first=False)"
             raise ValueError(f"X of shape {tuple(X.shape)}: only one sequence is supported, X (L, d) or {want}")
     if X.dim() != 2 or X.shape[1] != d:
         raise ValueError(f"X of shape {tuple(X.shape)} is not supported: expected (L, d_model = {d})")

@@ -1,0 +1,345 @@
+"""theory.encoder_layer: the closed-form Hessian of nn.TransformerEncoderLayer against PyTorch's own layer.
+
+Reference: reverse-over-reverse torch.autograd of the layer itself under the MATH attention backend
+(curvature_gap.exact.encoder_layer), float64. Every configuration of the family, near-one-hot attention
+and large inputs; the second-derivative pieces against central differences; the paper's block
+(theory.block, Theorem 5) and the authors' experimental block as points of the family; the two autodiff
+traps, which fail here the day PyTorch fixes them.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from curvature_gap.exact import encoder_layer as ref
+from curvature_gap.exact.instances import random_instance
+from curvature_gap.theory import attention as at
+from curvature_gap.theory import block as bk
+from curvature_gap.theory import encoder_layer as el
+from curvature_gap.theory import encoder_layer_hessian
+from curvature_gap.theory import layernorm as ln
+from curvature_gap.theory import multihead as mh
+
+TOL = 1e-10
+FD_TOL = 1e-7
+# (seed, sharp, x_scale): a generic instance, near-one-hot attention, large inputs
+INSTANCES = ((0, 1.0, 1.0), (1, 8.0, 2.0), (2, 1.0, 30.0))
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _layer(cfg, seed, sharp, x_scale, **kw):
+    return ref.random_layer(seed=seed, sharp=sharp, x_scale=x_scale, norm_first=cfg["norm_first"],
+                            activation=cfg["activation"], bias=cfg["bias"], nhead=cfg["nhead"], **kw)
+
+
+def _max_attention(layer, X, causal):
+    """Median over heads and rows of the largest attention weight of a row (1: one-hot)."""
+    A_in = layer.norm1(X) if layer.norm_first else X
+    qkv = nn.functional.linear(A_in, layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias)
+    _, ctx = mh.forward(qkv, layer.self_attn.num_heads, mh.additive_mask(X.shape[0], None, causal, X))
+    return float(ctx["A"].amax(-1).median())
+
+
+# ---------------------------------------------------------------------------------------- the family
+@pytest.mark.parametrize("cfg", ref.CONFIGS, ids=ref.config_id)
+def test_every_configuration_matches_autograd_of_the_pytorch_layer(cfg):
+    assert len(ref.CONFIGS) == 48 and 8 // cfg["nhead"] > 1
+    worst, sharpest = 0.0, 0.0
+    for seed, sharp, xs in INSTANCES:
+        layer, X, T = _layer(cfg, seed, sharp, xs)
+        H_ref = ref.hessian_autograd(layer, X, target=T, is_causal=cfg["causal"])
+        res = encoder_layer_hessian(layer, X, target=T, is_causal=cfg["causal"])
+        assert res.dense.shape == H_ref.shape == (sum(res.sizes),) * 2
+        worst = max(worst, ref.relative_error(res.dense, H_ref))
+        if sharp > 1:
+            sharpest = _max_attention(layer, X, cfg["causal"])
+    assert worst <= TOL, (ref.config_id(cfg), worst)
+    assert sharpest > 0.99, sharpest  # the near-one-hot instance is one (most rows)
+
+
+def test_result_layout_names_blocks_gradient_and_batched_input():
+    layer, X, T = ref.random_layer(nhead=2, seed=3)
+    res = encoder_layer_hessian(layer, X, target=T)
+    assert res.names == tuple(n for n, _ in layer.named_parameters())
+    assert res.sizes == tuple(p.numel() for p in layer.parameters())
+    off = res.offsets()
+    a, b = "self_attn.in_proj_weight", "linear2.bias"
+    assert res.blocks[(a, b)].shape == (3 * 64, 8)
+    assert torch.equal(res.blocks[(a, b)], res.dense[off[a]:off[a] + 192, off[b]:off[b] + 8])
+    assert torch.equal(res.dense, res.dense.T)
+    with ref.math_backend():
+        loss = ref.layer_loss(layer, X, target=T)
+        g = torch.autograd.grad(loss, list(layer.parameters()))
+    assert ref.relative_error(res.gradient, torch.cat([x.reshape(-1) for x in g])) <= TOL
+    assert math.isclose(res.loss, float(loss), rel_tol=1e-12)
+    batched = encoder_layer_hessian(layer, X[None], target=T[None])
+    assert torch.equal(batched.dense, res.dense)
+    seq_first = ref.random_layer(nhead=2, seed=3)[0]
+    seq_first.self_attn.batch_first = False
+    assert torch.equal(encoder_layer_hessian(seq_first, X[:, None], target=T).dense, res.dense)
+    chunked = encoder_layer_hessian(layer, X, target=T, chunk=7)
+    assert ref.relative_error(chunked.dense, res.dense) <= 1e-14
+
+
+@pytest.mark.parametrize("variant", ["gelu_tanh", "eps0", "eps_large", "no_affine", "bool_mask", "float_mask",
+                                     "causal_as_mask"])
+def test_further_points_of_the_family(variant):
+    kw, call = {}, {}
+    L = 5
+    if variant == "gelu_tanh":
+        kw["activation"] = nn.GELU(approximate="tanh")
+    elif variant == "eps0":
+        kw["layer_norm_eps"] = 0.0
+    elif variant == "eps_large":
+        kw["layer_norm_eps"] = 0.5
+    layer, X, T = ref.random_layer(nhead=2, seed=4, norm_first=variant == "no_affine", sharp=2.0, **kw)
+    if variant == "no_affine":
+        for n in ("norm1", "norm2"):
+            ln_ = getattr(layer, n)
+            ln_.weight = None
+            ln_.bias = None
+    if variant == "bool_mask":
+        call["src_mask"] = torch.rand(L, L, generator=torch.Generator().manual_seed(0)) > 0.6
+        call["src_mask"].fill_diagonal_(False)
+    elif variant == "float_mask":
+        call["src_mask"] = torch.randn(L, L, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    elif variant == "causal_as_mask":
+        call["src_mask"] = nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64)
+    H_ref = ref.hessian_autograd(layer, X, target=T, **call)
+    res = encoder_layer_hessian(layer, X, target=T, **call)
+    assert ref.relative_error(res.dense, H_ref) <= TOL, variant
+    if variant == "causal_as_mask":
+        causal = encoder_layer_hessian(layer, X, target=T, is_causal=True)
+        assert ref.relative_error(causal.dense, H_ref) <= 1e-14
+
+
+def test_other_outer_losses_through_dl_dZ_and_d2l_dZ2():
+    """l(Z) = ½ vec_r(Z)ᵀ Q vec_r(Z) + cᵀ vec_r(Z) + Σ log-sum-exp of the rows of Z: given as callables and
+    as tensors, against autograd of the same loss."""
+    layer, X, _ = ref.random_layer(nhead=4, seed=5, norm_first=True, activation="gelu")
+    n = X.numel()
+    g = torch.Generator().manual_seed(1)
+    R = torch.randn(n, n, generator=g, dtype=torch.float64)
+    Q, c = (R + R.T) / n, torch.randn(n, generator=g, dtype=torch.float64)
+
+    def loss(Z):
+        z = Z.reshape(-1)
+        return 0.5 * z @ Q @ z + c @ z + torch.logsumexp(Z, dim=1).sum()
+
+    def dl(Z):
+        return (Q @ Z.reshape(-1) + c).reshape(Z.shape) + torch.softmax(Z, dim=1)
+
+    def d2l(Z):
+        S = torch.softmax(Z, dim=1)
+        return Q + torch.block_diag(*[torch.diag(s) - torch.outer(s, s) for s in S])
+
+    H_ref = ref.hessian_autograd(layer, X, loss=loss)
+    res = encoder_layer_hessian(layer, X, loss=(dl, d2l))
+    assert ref.relative_error(res.dense, H_ref) <= TOL
+    Z = res.Z
+    as_tensors = encoder_layer_hessian(layer, X, loss=(dl(Z), d2l(Z)))
+    assert torch.equal(as_tensors.dense, res.dense)
+
+
+def test_hessian_against_central_differences_of_the_gradient():
+    layer, X, T = ref.random_layer(nhead=2, seed=6, activation="gelu", sharp=2.0)
+    res = encoder_layer_hessian(layer, X, target=T)
+    ps = list(layer.parameters())
+    flat0 = torch.cat([p.detach().reshape(-1) for p in ps])
+
+    def grad_at(flat):
+        with torch.no_grad():
+            o = 0
+            for p in ps:
+                p.copy_(flat[o:o + p.numel()].reshape(p.shape))
+                o += p.numel()
+        return encoder_layer_hessian(layer, X, target=T).gradient
+
+    g = torch.Generator().manual_seed(2)
+    h = 1e-5
+    for _ in range(3):
+        v = torch.randn(flat0.numel(), generator=g, dtype=torch.float64)
+        fd = (grad_at(flat0 + h * v) - grad_at(flat0 - h * v)) / (2 * h)
+        Hv = res.dense @ v
+        assert ref.relative_error(Hv, fd) <= 1e-7
+    grad_at(flat0)
+
+
+# ------------------------------------------------------------------ second-derivative pieces vs FD
+def test_softmax_second_derivative_against_central_differences_and_lemma_c1():
+    g = torch.Generator().manual_seed(0)
+    T = 3 * torch.randn(2, 5, 5, generator=g, dtype=torch.float64)
+    T[1] = T[1] + mh.causal_mask(5, T)
+    gA = torch.randn(2, 5, 5, generator=g, dtype=torch.float64)
+    dT = torch.randn(2, 5, 5, generator=g, dtype=torch.float64)
+    A = mh.softmax_rows(T)
+    closed = mh.softmax_second(A, gA, mh.softmax_jvp(A, dT))
+    h = 1e-5
+    vjp = lambda Tm: mh.softmax_vjp(mh.softmax_rows(Tm), gA)
+    fd = (vjp(T + h * dT) - vjp(T - h * dT)) / (2 * h)
+    assert ref.relative_error(closed, fd) <= FD_TOL
+    # the paper's Lemma C.1 blocks contracted with Ā (theory.attention), one head without mask
+    blocks = at.contract_d2A_dT2_blocks(A[0], gA[0])
+    assert ref.relative_error(closed[0], torch.einsum("ikl,il->ik", blocks, dT[0])) <= 1e-13
+    fd1 = (mh.softmax_rows(T + h * dT) - mh.softmax_rows(T - h * dT)) / (2 * h)
+    assert ref.relative_error(mh.softmax_jvp(A, dT), fd1) <= FD_TOL
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-5, 0.3])
+def test_layernorm_second_derivative_against_central_differences(eps):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    u = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    dx = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    op = el.LayerNorm(eps)
+    xh, r = (op.forward([x], {})[1][k] for k in ("xh", "r"))
+    closed = el.layernorm_second(xh, r, u, dx)
+
+    def vjp(xm):
+        c = op.forward([xm], {})[1]
+        return el.layernorm_vjp(c["xh"], c["r"], u)
+
+    h = 1e-5
+    fd = (vjp(x + h * dx) - vjp(x - h * dx)) / (2 * h)
+    assert ref.relative_error(closed, fd) <= FD_TOL
+    if eps == 0.0:   # Theorem 3 (theory.layernorm, no ε) contracted with u
+        Hc = ln.contract_hessian(x, u.reshape(-1))
+        assert ref.relative_error(closed.reshape(-1), Hc @ dx.reshape(-1)) <= 1e-12
+
+
+@pytest.mark.parametrize("name", ["relu", "gelu", "gelu_tanh"])
+def test_activation_derivatives_against_central_differences_and_pytorch(name):
+    p = torch.linspace(-4, 4, 81, dtype=torch.float64) + 0.013
+    y, d1, d2 = el.activation_derivatives(name, p)
+    torch_fn = {"relu": torch.relu, "gelu": nn.functional.gelu,
+                "gelu_tanh": lambda t: nn.functional.gelu(t, approximate="tanh")}[name]
+    assert ref.relative_error(y, torch_fn(p)) <= 1e-15
+    h = 1e-5
+    f1 = lambda t: el.activation_derivatives(name, t)[1]
+    assert ref.relative_error(d1, (torch_fn(p + h) - torch_fn(p - h)) / (2 * h)) <= FD_TOL
+    if name == "relu":
+        assert d2 is None
+    else:
+        assert ref.relative_error(d2, (f1(p + h) - f1(p - h)) / (2 * h)) <= FD_TOL
+
+
+# ---------------------------------------------------------------------- named points of the family
+@pytest.mark.parametrize("shape,seed", [((5, 6, 6, 8), 0), ((4, 4, 4, 6), 1)])
+def test_the_paper_block_is_the_special_case_theorem5(shape, seed):
+    """One head, post-norm, ReLU, no biases, out_proj = I, γ = 1, ε = 0: the Hessian w.r.t.
+    (in_proj_weight, linear1.weight, linear2.weight), permuted by paper_index, is Theorem 5's
+    (theory.block.loss_hessian) w.r.t. (W_1, W_2, W_K, W_Q, W_V)."""
+    inst = random_instance(*shape, seed=seed, sharpness=1.5, away_from_kinks=True)
+    layer = el.paper_block(inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2)
+    assert [n for n, _ in layer.named_parameters()] == ["self_attn.in_proj_weight", "self_attn.out_proj.weight",
+                                                        "linear1.weight", "linear2.weight", "norm1.weight",
+                                                        "norm2.weight"]
+    with torch.no_grad():
+        Z_nn = layer(inst.X)
+    res = encoder_layer_hessian(layer, inst.X, target=inst.Target)
+    from curvature_gap.exact.forward import block_output
+    Z_th = block_output(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2)
+    assert ref.relative_error(res.Z, Z_th) <= 1e-13 and ref.relative_error(Z_nn, Z_th) <= 1e-13
+    idx = el.paper_index(res, inst.d_V, inst.d_ff)
+    assert sorted(idx.tolist()) == sorted(set(idx.tolist()))
+    H_th = bk.assemble(bk.loss_hessian(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2, inst.Target))
+    assert ref.relative_error(res.dense[idx][:, idx], H_th) <= TOL
+    # a wrong orientation (W instead of Wᵀ) would not match
+    assert ref.relative_error(res.dense[:idx.numel(), :idx.numel()], H_th) > 1e-3
+
+
+def test_the_authors_block():
+    layer = el.authors_block(8, 12)
+    names = [n for n, _ in layer.named_parameters()]
+    assert "linear1.bias" not in names and "linear2.bias" not in names
+    assert {"self_attn.in_proj_bias", "self_attn.out_proj.bias", "norm1.bias", "norm2.bias"} <= set(names)
+    assert layer.self_attn.num_heads == 1 and not layer.norm_first and layer.norm1.eps == 1e-5
+    assert layer.activation is nn.functional.gelu
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n, p in layer.named_parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    X, T = (torch.randn(6, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    H_ref = ref.hessian_autograd(layer, X, target=T)
+    res = encoder_layer_hessian(layer, X, target=T)
+    assert res.names == tuple(names)
+    assert ref.relative_error(res.dense, H_ref) <= TOL
+
+
+# ------------------------------------------------------------------------------ what is refused
+def _raises(match, layer, X, **kw):
+    with pytest.raises(ValueError, match=match):
+        encoder_layer_hessian(layer, X, **kw)
+
+
+def test_configurations_outside_the_family_raise_a_clear_error():
+    layer, X, T = ref.random_layer(nhead=2, seed=0)
+    d = 8
+    train = nn.TransformerEncoderLayer(d, 2, 6, dropout=0.1, batch_first=True, dtype=torch.float64)
+    _raises("dropout > 0 in training mode", train, X, target=T)
+    encoder_layer_hessian(train.eval(), X, target=T)        # eval mode: dropout is the identity
+    custom = nn.TransformerEncoderLayer(d, 2, 6, dropout=0.0, activation=lambda t: t.tanh(), batch_first=True,
+                                        dtype=torch.float64)
+    _raises("activation .* is not supported", custom, X, target=T)
+    _raises("src_key_padding_mask is not supported", layer, X, target=T,
+            src_key_padding_mask=torch.zeros(1, 5, dtype=torch.bool))
+    _raises("only one sequence", layer, torch.randn(2, 5, d, dtype=torch.float64), target=T)
+    _raises(r"\(L, 1, d\)", nn.TransformerEncoderLayer(d, 2, 6, dropout=0.0, dtype=torch.float64),
+            torch.randn(1, 5, d, dtype=torch.float64), target=T)
+    _raises("is not the causal mask", layer, X, target=T, is_causal=True, src_mask=torch.zeros(5, 5))
+    _raises("only one \\(L, L\\)", layer, X, target=T, src_mask=torch.zeros(4, 5, 5))
+    full = torch.zeros(5, 5, dtype=torch.bool)
+    full[2] = True
+    _raises("masks every key", layer, X, target=T, src_mask=full)
+    _raises("needs target", layer, X)
+    _raises("loss='huber' is not supported", layer, X, loss="huber", target=T)
+    _raises("d2l_dZ2 must have shape", layer, X, loss=(T, torch.eye(3, dtype=torch.float64)))
+    _raises("dtype and device", layer, X.float(), target=T)
+    kv = nn.TransformerEncoderLayer(d, 2, 6, dropout=0.0, batch_first=True, dtype=torch.float64)
+    kv.self_attn = nn.MultiheadAttention(d, 2, add_bias_kv=True, batch_first=True, dtype=torch.float64)
+    _raises("add_bias_kv", kv, X, target=T)
+
+    class Sub(nn.TransformerEncoderLayer):
+        pass
+
+    _raises("Sub is not supported", Sub(d, 2, 6, dropout=0.0, batch_first=True, dtype=torch.float64), X, target=T)
+    rms = ref.random_layer(nhead=2, seed=0)[0]
+    rms.norm2 = nn.RMSNorm(d, dtype=torch.float64)
+    _raises("norm2 .* is not supported", rms, X, target=T)
+
+
+# ------------------------------------------------------------------------------ the autodiff traps
+def test_trap_default_cpu_attention_kernel_has_no_double_backward():
+    layer, X, T = ref.random_layer(nhead=2, seed=0)
+    err = ref.default_kernel_double_backward_error(layer, X, T)
+    assert err is not None, ("PyTorch fixed it: double backward through the default CPU attention kernel now works "
+                             "-- the book text (and this test, and the verify row) must change")
+    assert "derivative for aten::_scaled_dot_product_flash_attention_for_cpu_backward is not implemented" in err, err
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_trap_torch_func_hessian_is_wrong_through_layernorm(norm_first):
+    layer, X, T = ref.random_layer(nhead=2, seed=0, norm_first=norm_first)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        H_func = ref.func_hessian(layer, X, target=T)
+    H_ref = ref.hessian_autograd(layer, X, target=T)
+    err, asym = ref.relative_error(H_func, H_ref), ref.asymmetry(H_func)
+    assert err > 1e-6 and asym > 1e-6, (
+        f"PyTorch fixed it: torch.func.hessian of the layer now agrees with reverse-over-reverse autograd "
+        f"(max rel err {err:.1e}, asymmetry {asym:.1e}) -- the book text (and this test, and the verify row) must change")
+    # while the closed form and reverse-over-reverse agree
+    assert ref.relative_error(encoder_layer_hessian(layer, X, target=T).dense, H_ref) <= TOL
