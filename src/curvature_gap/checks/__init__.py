@@ -5,7 +5,9 @@
   and the trained MNIST model when its result is available);
 * :mod:`.landscape` — Theorem 7 (one attention layer, always; the trained ViT from its result) and
   Assumption 1 (from Fig. 12's result);
-* :mod:`.figures`   — the paper's claims about its figures (from the paper-profile results).
+* :mod:`.figures`   — the paper's claims about its figures (from the paper-profile results);
+* :mod:`.encoder_layer` — beyond the paper: the closed-form Hessian of ``nn.TransformerEncoderLayer`` in each
+  configuration against autograd of PyTorch's layer, and the two autodiff traps.
 
 Rows that need a trained model are read from results (the cache, else the results committed to the
 repository under ``published/``) and never computed here; without one they are ``not run`` and name
@@ -22,7 +24,7 @@ from ..io import atomic_write_json
 from ..provenance import git_commit, software
 from ..codehash import code_hash
 from ..theory.errata import ERRATA
-from . import bounds, figures, landscape, theory
+from . import bounds, encoder_layer, figures, landscape, theory
 from .row import Row, exit_status, format_table, summary_line
 
 __all__ = ["Row", "run", "main", "load_rows", "DATA_RESULTS", "rows_meta", "verify_code_hash", "published_rows",
@@ -42,7 +44,8 @@ def rows_meta(quick: bool, results_dir="results") -> dict:
 def verify_code_hash() -> str:
     """The hash of the code the rows are computed by (:mod:`curvature_gap.codehash`, from the row
     functions of each topic); the results they read enter :func:`rows_meta` by their config hashes."""
-    return code_hash(theory.run_checks, bounds.run_checks, landscape.run_checks, figures.run_checks, _link_errata)
+    return code_hash(theory.run_checks, bounds.run_checks, landscape.run_checks, figures.run_checks,
+                     encoder_layer.run_checks, _link_errata)
 
 
 def _link_errata(rows: list[Row]) -> None:
@@ -62,6 +65,7 @@ def run(quick: bool = False, results_dir="results", published_dir=None, log=None
     rows += bounds.run_checks(quick, res["trained_bounds"], log=log)
     rows += landscape.run_checks(res["fig12"], res["theorem7"])
     rows += figures.run_checks(res)
+    rows += encoder_layer.run_checks(quick)
     _link_errata(rows)
     return rows
 
