@@ -13,10 +13,11 @@ def _find(rows, key):
 
 def test_verdicts_on_the_quick_rows(quick_rows):
     t1 = _find(quick_rows, "thm1")
-    assert t1.verdict == "fails; repaired version holds" and t1.css == "mixed"
+    assert t1.verdict == "fails; repaired version holds" and t1.css == "repaired"
     # the headline counter-example satisfies every assumption in force (loss 0, uniform attention)
     assert "counter-example at an exact minimiser with uniform attention" in t1.evidence
-    assert t1.numbers["worst"][0] == "bounds.thm1.printed.admissible" and "bounds.thm1.repaired" in t1.evidence
+    assert t1.numbers["worst"][0] == "bounds.thm1.printed.admissible" and t1.numbers["repaired"][0] == "bounds.thm1.repaired"
+    assert "bounds." not in t1.evidence, "the evidence is in words: no check ids"
     l4 = _find(quick_rows, "lemma4")
     assert l4.verdict == "holds as corrected" and l4.css == "corrected"
     t6 = _find(quick_rows, "thm6")
@@ -42,7 +43,7 @@ def test_an_experiment_row_of_the_smoke_profile_never_yields_a_verdict():
         f = _find([_claim("smoke", v)], "fig3")
         assert f.verdict == "not run" and "only a smoke-profile result" in f.evidence
     paper = _find([_claim("paper", "partly reproduced")], "fig3")
-    assert paper.verdict == "partly reproduced" and paper.evidence == "W_V leads" and paper.css == "mixed"
+    assert paper.verdict == "partly reproduced" and paper.evidence == "W_V leads" and paper.css == "notrepro"
 
 
 def test_theory_vocabulary():
@@ -72,7 +73,8 @@ def test_summary_sentences_carry_the_numbers(quick_rows):
     repaired = next(r for r in quick_rows if r.id == "bounds.thm1.repaired")
     assert any(f"{worst:.2g}" in x and f"{repaired.min_ratio:.3g}" in x and "Theorem 1" in x for x in s)
     assert any("Lemma 4 holds as corrected" in x for x in s)
-    assert s[-1].startswith("At paper scale, the figures' claims are: ")
+    assert s[-2].startswith("The figures' claims, from the paper-profile results: ")
+    assert "implications for scaling laws" in s[-1] and "**not supported**" in s[-1]
     assert not any("Theorem 7 holds wherever tested" in x for x in s), "no sentence from rows that did not run"
 
 
@@ -93,7 +95,8 @@ def test_a_bound_the_check_guarantees_cannot_fail_and_names_the_informative_row(
             _bound("thm7.vit.exact", "holds", role="reference", res="thm7", ratio=1.40)]
     f = _find(rows, "thm7")
     assert f.verdict == "holds, cannot fail as checked" and f.css == "vacuous"
-    assert "by the lemma" in f.evidence and "1.4 (thm7.vit.exact)" in f.evidence
+    assert "by the lemma" in f.evidence and "smallest ratio 1.4" in f.evidence and "thm7.vit" not in f.evidence
+    assert f.numbers["informative"] == ("thm7.vit.exact", 1.4)
     # one statement row that could fail: the ordinary verdict
     rows.append(_bound("thm7.sa.printed", "holds", res="thm7", ratio=4.5))
     assert _find(rows, "thm7").verdict == "holds"
@@ -125,11 +128,11 @@ def test_a_failing_step_reports_how_it_scales():
     scaling = [{"var": "L", "points": [[4, 0.5], [8, 0.25], [16, 0.125]], "slope": -1.0, "law": "≈ 2/L"}]
     rows = [_bound("bounds.thm6.full.exact", "holds", res="thm6", ratio=20.0),
             _bound("bounds.thm6.GQ", "fails", role="proof", res="thm6", ratio=0.125, scaling=scaling)]
-    assert "bounds.thm6.GQ (bound/exact ≈ 2/L)" in _find(rows, "thm6").evidence
+    assert "the bound on G_Q (bound/exact ≈ 2/L)" in _find(rows, "thm6").evidence
 
 
 def test_every_verdict_has_its_own_class():
-    assert set(fd.VERDICT_CLASSES.values()) == {"ok", "corrected", "vacuous", "mixed", "bad", "none"}
+    assert set(fd.VERDICT_CLASSES.values()) == {"ok", "corrected", "vacuous", "repaired", "bad", "notrepro", "none"}
     with pytest.raises(KeyError, match="no class"):
         fd.Finding("x", "t", "p", "theory", "holds mostly", "").css
 

@@ -52,7 +52,7 @@ def test_verdict_text_and_html_on_the_quick_rows(quick_rows):
     t1 = finding_of("thm1", quick_rows)
     assert nb.verdict_text("thm1", "smoke", quick_rows) == f"**Verdict: {t1.verdict}.** {t1.evidence}"
     h = nb.verdict_html("thm1", "paper", quick_rows)
-    assert h.startswith('<div class="cg-verdict cg-mixed" data-result="thm1" data-verdict="fails; repaired version holds">')
+    assert h.startswith('<div class="cg-verdict cg-repaired" data-result="thm1" data-verdict="fails; repaired version holds">')
     assert "<strong>Verdict: fails; repaired version holds.</strong>" in h and "**" not in h
     assert 'data-verdict="not run at paper scale"' in nb.verdict_html("fig6", "paper", quick_rows)
 

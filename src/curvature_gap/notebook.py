@@ -228,6 +228,27 @@ def md_escape(text: str) -> str:
     return _MD_ESCAPE.sub(r"\\\1", str(text)).replace("\n", " ")
 
 
+def _math_parts(text: str) -> list[str]:
+    """``text`` split at its ``$`` signs: even items are words, odd items TeX; one item when the signs
+    do not pair up (then nothing is taken for math)."""
+    parts = str(text).split("$")
+    return parts if len(parts) % 2 == 1 else [str(text)]
+
+
+def md_math(text: str) -> str:
+    """Text for a MyST table cell whose ``$…$`` stay rendered math (a finding's evidence): the words escaped as
+    :func:`md_escape` does, the math kept (it never holds a ``|``)."""
+    parts = _math_parts(text)
+    return "".join(f"${p}$" if i % 2 else md_escape(p) for i, p in enumerate(parts))
+
+
+def html_math(text: str) -> str:
+    """Text as HTML whose ``$…$`` MathJax typesets (the span Sphinx gives inline math), the rest escaped."""
+    parts = _math_parts(text)
+    return "".join(f'<span class="math notranslate nohighlight">\\({html.escape(p)}\\)</span>' if i % 2
+                   else html.escape(p) for i, p in enumerate(parts))
+
+
 def text_html(text: str) -> str:
     """A row's description (``what``, ``note``) as HTML: these texts write formulas in code notation
     (``I_{d_V} ⊗ W_K``), so they are shown as code, never as would-be math."""
@@ -296,7 +317,7 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     f = finding_of(key, rs)
     smoke = f.kind == "experiment" and profile != "paper"
     cls = "cg-smoke-note" if smoke else f"cg-verdict cg-{f.css}"
-    body = html.escape(verdict_text(key, profile, rs)).replace("**", "")
+    body = html_math(verdict_text(key, profile, rs)).replace("**", "")
     if not smoke:
         body = re.sub(r"^Verdict: ([^.]*)\.", r"<strong>Verdict: \1.</strong>", body)
     return (f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'

@@ -1,6 +1,8 @@
 """tools.book.tables: the generated pages, rendered from the rows, the findings and the package's own tables."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -9,11 +11,12 @@ import pytest
 from curvature_gap.config import PROFILE_CONFIGS, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings
-from curvature_gap.notebook import verdict_html
+from curvature_gap.notebook import md_escape, verdict_html
 from curvature_gap.theory.errata import ERRATA, misprint_counts
 from curvature_gap.theory.notation import NOTATION
 from tools.book import tables
 from tools.book.build import fault_tests
+from curvature_gap.bounds.titles import INEQUALITIES
 
 ROOT = Path(__file__).resolve().parents[2]
 BADGE = re.compile(r'<span class="cg-badge cg-(\w+)" data-result="([^"]*)" data-verdict="([^"]*)">([^<]*)</span>')
@@ -26,7 +29,8 @@ def _table_rows(md: str) -> list[str]:
 
 def test_the_landing_table_shows_for_every_result_the_verdict_of_its_page(quick_rows):
     md = tables.landing_md(quick_rows, "paper")
-    rows = _table_rows(md)
+    legend = md[md.index("| colour |"):md.index("| result |")]
+    rows = [ln for ln in _table_rows(md) if ln not in legend]
     assert len(rows) == len(RESULTS)
     for (key, title, page, _), line in zip(RESULTS, rows):
         (css, result, marked, verdict), = BADGE.findall(line)
@@ -51,12 +55,34 @@ def test_all_checks_lists_every_row_once(quick_rows):
 
 def test_errata_page_lists_every_erratum_with_its_evidence_and_every_counterexample(quick_rows):
     md = tables.errata_md(quick_rows)
+    assert md.index("## Summary") < md.index("## Misprinted formulas") < md.index("## Inequalities that fail")
+    summary = md[md.index("## Summary"):md.index("## Misprinted formulas")]
     for k, e in enumerate(ERRATA, 1):
-        assert f"### E{k}\n" in md and f"*Erratum id* `{e['id']}`" in md
+        # titled in words, the id a small reference; one summary row each
+        assert f"### E{k}. {md_escape(e['title'])}\n" in md and f"erratum <code>{e['id']}</code>" in md
+        assert f"| {{ref}}`E{k} <errata-e{k}>` | {md_escape(e['title'])} | {md_escape(e['wrong'])} |" in summary
         assert f"| `{e['evidence']}` |" in md
     failing = [r for r in quick_rows if r.kind == "bound" and r.verdict == "fails" and r.claim is not None]
-    assert md.count("### C") == len(failing) and "### C1. `bounds.thm1.printed`" in md
+    assert md.count("### C") == len(failing) and summary.count("| {ref}`C") == len(failing)
+    first = md[md.index("### C1."):md.index("### C2.")]
+    title, tex = INEQUALITIES["bounds.thm1.printed"]
+    # the heading is words, the inequality rendered math, the check id a reference below
+    assert first.startswith(f"### C1. {title}\n") and f"$$\n{tex}\n$$" in first
+    assert "check <code>bounds.thm1.printed</code>" in first and "### C1. `" not in md
     assert "`curvature_gap/bounds/counterexamples/thm1.printed@minimiser.json`" in md
+
+
+def test_a_failing_bound_without_words_stops_the_errata_page(quick_rows):
+    r = next(r for r in quick_rows if r.kind == "bound" and r.verdict == "fails" and r.claim is not None)
+    fake = dataclasses.replace(r, id="bounds.new.unnamed")
+    with pytest.raises(KeyError, match=r"bounds\.new\.unnamed.*INEQUALITIES in curvature_gap/bounds/titles\.py"):
+        tables.errata_md([*quick_rows, fake])
+
+
+def test_every_failing_bound_of_the_published_rows_has_its_words_and_math():
+    rows = json.loads((ROOT / "published" / "paper" / "verify.json").read_text())["rows"]
+    failing = {r["id"] for r in rows if r["kind"] == "bound" and r["verdict"] == "fails" and r.get("claim") is not None}
+    assert failing and failing <= set(INEQUALITIES), sorted(failing - set(INEQUALITIES))
 
 
 def test_an_ill_dimensioned_printed_form_is_never_shown_as_a_small_error(quick_rows):
@@ -125,6 +151,7 @@ def test_the_errata_page_states_the_counts_and_the_labelling_rule(quick_rows):
     tells 'holds as corrected' from 'fails; repaired version holds' is stated once, before the lists."""
     md = tables.errata_md(quick_rows)
     intro, lists = md.split("## Misprinted formulas", 1)
+    intro = intro.split("| verdict |", 1)[1].split("\n\n", 1)[1]  # what follows the summary table
     mc = misprint_counts(quick_rows)
     assert intro.startswith(f"The first list has {mc.listed} entries: **{mc.formulas} misprinted formulas** and 1 "
                             f"notational slip ({mc.notation[0]}, whose check has the verdict `notation`)")
@@ -150,3 +177,16 @@ def test_the_c_list_reports_how_a_failure_scales():
             min_ratio=0.125, details={"scaling": sc})
     md = errata_md([r])
     assert "How it scales under search" in md and "≈ 2/L" in md and "16: 0.125" in md
+
+
+def test_the_legend_gives_every_verdict_class_one_colour_and_a_meaning():
+    from curvature_gap.findings import VERDICT_CLASSES
+
+    classes = [css for css, _, _ in tables.LEGEND]
+    assert len(classes) == len(set(classes)) and set(classes) == set(VERDICT_CLASSES.values())
+    md = tables.legend_md()
+    for css, name, _ in tables.LEGEND:
+        assert f'<span class="cg-badge cg-{css}">{name}</span>' in md
+    css_text = (ROOT / "book" / "_static" / "custom.css").read_text()
+    colours = [re.search(rf"\.cg-badge\.cg-{c} {{ background: (#[0-9a-f]+); }}", css_text) for c in classes]
+    assert all(colours) and len({m.group(1) for m in colours}) == len(classes), "one colour per class"

@@ -252,18 +252,42 @@ _PHONE_JS = """() => {
                   text: (e.innerText || e.textContent || '').trim().slice(0, 60)};
     });
   }
-  // a formula running past the screen's edge with no scrollbar of its own: its end is cut off
-  const cutMath = [];
+  return {tables: out, page, vw, widest};
+}"""
+
+
+# every typeset formula whose content is wider than its box: scrolled inside its own box with the cue that
+# book/_static/cg-math.js shows (class cg-scrolls, a visible ::before), or cut off (its own box, or a box
+# around it, clips it) with no cue; with its TeX source, from MathJax's list of the page's formulas
+_MATH_JS = """async (ms) => {
+  if (window.cgMathReady) await Promise.race([window.cgMathReady, new Promise((r) => setTimeout(r, ms))]);
+  const mj = window.MathJax, doc = mj && mj.startup && mj.startup.document;
+  const tex = new Map();
+  if (doc && doc.getMathItemsWithin) for (const it of doc.getMathItemsWithin(document.body)) {
+    if (it.typesetRoot) tex.set(it.typesetRoot, it.math);
+  }
+  const out = [];
   document.querySelectorAll('article mjx-container').forEach((m) => {
     const r = m.getBoundingClientRect();
-    if (r.width === 0 || r.right <= vw + 1) return;
-    for (let e = m; e && !e.matches('article'); e = e.parentElement) {
-      const cs = getComputedStyle(e);
-      if (cs.overflowX === 'auto' || cs.overflowX === 'scroll') return;  // the reader can scroll to it
+    if (r.width === 0 || r.height === 0) return;
+    const ox = getComputedStyle(m).overflowX;
+    const over = m.scrollWidth > m.clientWidth + 1;      // its content is wider than its own box
+    const own = over && ox !== 'visible';                // ... and the box scrolls (or clips) it
+    let cut = over;                                      // content spilling out of a visible box is cut too
+    if (!over) for (let e = m.parentElement; e && !e.matches('article'); e = e.parentElement) {
+      if (getComputedStyle(e).overflowX === 'visible') continue;
+      const b = e.getBoundingClientRect();
+      if (r.right > b.right + 1 || r.left < b.left - 1) { cut = true; break; }
     }
-    cutMath.push((m.querySelector('mjx-assistive-mml') || m).textContent.trim().slice(0, 60));
+    if (!cut) return;
+    const before = getComputedStyle(m, '::before');
+    const cue = own && ox !== 'hidden' && m.classList.contains('cg-scrolls')
+      && before.content.includes('scroll') && before.display !== 'none' && before.visibility !== 'hidden';
+    const src = (tex.get(m) || (m.querySelector('mjx-assistive-mml') || m).textContent || '').replace(/\\s+/g, ' ').trim();
+    out.push({cue, own, display: m.getAttribute('display') === 'true', tex: src.slice(0, 100),
+              content: Math.round(m.scrollWidth), box: Math.round(m.clientWidth)});
   });
-  return {tables: out, page, vw, widest, cutMath};
+  return out;
 }"""
 
 
@@ -330,6 +354,26 @@ def _figure_problem(rel: str, fig: dict) -> str | None:
     return None
 
 
+LAST_SCROLLING_MATH: list[str] = []  # the formulas that scroll, with their cue, in the last check (printed)
+
+
+def _math_problems(page, rel: str, width: int) -> list[str]:
+    """Formulas cut off at this width without the cue (problems); those that scroll with it are listed in
+    :data:`LAST_SCROLLING_MATH`."""
+    problems = []
+    for f in page.evaluate(_MATH_JS, MATHJAX_TIMEOUT_MS):
+        kind = "display formula" if f["display"] else "inline formula"
+        if f["cue"]:
+            LAST_SCROLLING_MATH.append(f"{rel} at {width} px: {kind} {f['content']} px in a {f['box']} px box "
+                                       f"(scrolls, with the cue): {f['tex']!r}")
+            continue
+        where = (f"its content is {f['content']} px wide in a {f['box']} px box" if f["own"]
+                 else "a box around it cuts it off")
+        problems.append(f"{rel}: a {kind} is cut off at {width} px with no cue ({where}): {f['tex']!r}; break it "
+                        "into lines (aligned/multline) or let it scroll in its own box (cg-math.js marks it)")
+    return problems
+
+
 def _desktop_problems(page, base: str, rel: str, profile: str) -> list[str]:
     problems = []
     state = _open(page, base, rel)
@@ -369,8 +413,6 @@ def _phone_problems(page, base: str, rel: str) -> list[str]:
         what = f"; widest element: <{w['tag']}> {w['text']!r}, right edge at {w['right']} px"
         problems.append(f"{rel}: the page is {got['page']} px wide on a {PHONE['width']} px phone (the reader has "
                         f"to scroll sideways{what})")
-    problems += [f"{rel}: a formula runs past the edge of a {PHONE['width']} px phone and cannot be scrolled: {m!r}"
-                 for m in got["cutMath"]]
     for t in got["tables"]:
         head = f"the table headed {t['header']!r}" if t["header"] else f"table {t['i'] + 1}"
         why = (f"{t['width']} px wide, its right edge at {t['right']} px" if t["wide"]
@@ -384,6 +426,7 @@ def browser_check(html_dir: Path, profile: str, shots_dir: Path) -> list[str]:
     a few pages at 1440 and 390 px into ``shots_dir`` (printed, and kept in :data:`LAST_SCREENSHOTS`)."""
     html_dir, shots_dir = Path(html_dir), Path(shots_dir)
     LAST_SCREENSHOTS.clear()
+    LAST_SCROLLING_MATH.clear()
     exe = find_chromium()
     if exe is None:
         return [f"Chromium is not installed, so the browser checks cannot run: install it with `{INSTALL_HINT}` "
@@ -397,8 +440,9 @@ def browser_check(html_dir: Path, profile: str, shots_dir: Path) -> list[str]:
     rels = book_pages(html_dir)
     if not rels:
         return [f"no pages to check in {html_dir}"]
-    # on the phone only tables are checked: pages without one are opened there only for a screenshot
-    phone_rels = [r for r in rels if r in SCREENSHOTS or "<table" in (html_dir / r).read_text(errors="replace")]
+    # on the phone, tables and formulas are checked: pages with neither are opened there only for a screenshot
+    phone_rels = [r for r in rels if r in SCREENSHOTS
+                  or any(k in (html_dir / r).read_text(errors="replace") for k in ("<table", "math notranslate"))]
     problems: list[str] = []
     t0 = time.perf_counter()
     with serve(html_dir) as base, sync_playwright() as p:
@@ -420,6 +464,7 @@ def browser_check(html_dir: Path, profile: str, shots_dir: Path) -> list[str]:
                             problems += _desktop_problems(page, base, rel, profile)
                         else:
                             problems += _phone_problems(page, base, rel)
+                        problems += _math_problems(page, rel, viewport["width"])
                         problems += _chrome_problems(page, rel, viewport["width"], console)
                         if rel in SCREENSHOTS:
                             shots_dir.mkdir(parents=True, exist_ok=True)
@@ -439,4 +484,6 @@ def browser_check(html_dir: Path, profile: str, shots_dir: Path) -> list[str]:
           f"in {time.perf_counter() - t0:.1f} s")
     for shot in LAST_SCREENSHOTS:
         print(f"[book-check] screenshot {shot}")
+    for m in LAST_SCROLLING_MATH:
+        print(f"[book-check] {m}")
     return problems

@@ -17,10 +17,12 @@ from curvature_gap.checks.row import Row
 from curvature_gap.config import PROFILE_CONFIGS, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings, summary_sentences
-from curvature_gap.notebook import md_escape, md_table, scaling_md, text_html, verdict_html
+from curvature_gap.notebook import md_escape, md_math, md_table, scaling_md, text_html, verdict_html
 from curvature_gap.provenance import host
 from curvature_gap.theory.errata import ERRATA, label, misprint_counts
 from curvature_gap.theory.notation import NOTATION
+
+from curvature_gap.bounds.titles import shown
 
 __all__ = ["landing_md", "verdict_md", "all_checks_md", "errata_md", "notation_md", "unstated_md", "profiles_md", "faults_md",
            "versions_md", "published_md", "hardware_md", "runtimes_md", "verdict_badge"]
@@ -37,15 +39,48 @@ def _link(page: str, text: str) -> str:
     return f"[{text}](/{page})" if page else text
 
 
+# The legend of the verdict colours: one colour (CSS class of findings.VERDICT_CLASSES) per class of verdict.
+LEGEND = [
+    ("ok", "holds", "every check passes: closed forms agree with automatic differentiation to $10^{-10}$ (and "
+     "finite differences), bounds hold on every instance tried, adversarial searches included; for a figure, the "
+     "claim about it is reproduced"),
+    ("corrected", "holds as corrected", "right once a misprint is corrected (see the errata), or holds while a "
+     "step of its proof fails"),
+    ("vacuous", "holds, but vacuous or uninformative", "looser than the exact value by more than $10^3$ "
+     "everywhere, or guaranteed by the way it is checked"),
+    ("repaired", "fails, with a repair", "a counter-example satisfying the assumptions violates it; a repaired "
+     "statement holds under the same search"),
+    ("bad", "fails", "a counter-example, or a claim nothing backs (not supported)"),
+    ("notrepro", "not reproduced", "the claim about a figure does not hold, or holds only partly, in the "
+     "regenerated figure"),
+    ("none", "not run", "needs data or hardware this build did not have, or makes no claim"),
+]
+
+
+def legend_md() -> str:
+    """The colours of the landing table's badges and what each class means, with the verdicts of each class."""
+    from curvature_gap.findings import VERDICT_CLASSES  # noqa: PLC0415
+
+    body = []
+    for css, name, meaning in LEGEND:
+        verdicts = [v for v, c in VERDICT_CLASSES.items() if c == css]
+        badge = f'<span class="cg-badge cg-{css}">{html.escape(name)}</span>'
+        body.append([badge, " · ".join(md_escape(v) for v in verdicts), meaning])
+    return md_table(["colour", "verdicts", "meaning"], body)
+
+
 def landing_md(rows: list[Row], profile: str) -> str:
-    """What was found (a few sentences) and the compact verdict table (result, verdict, evidence, link)."""
+    """What holds and what fails (a few sentences), the legend of the colours, and the compact verdict table
+    (result, verdict, evidence in words and rendered math, link)."""
     fs = findings(rows)
     lines = []
     lines += [f"- {s}" for s in summary_sentences(rows)]
-    lines += ["", "| result | verdict | evidence |", "|---|---|---|"]
+    lines += ["", "**The verdicts, one colour per class:**", "", legend_md(), ""]
+    lines += ["**Every result of the paper:**", ""]
+    lines += ["| result | verdict | evidence |", "|---|---|---|"]
     for f in fs:
         lines.append(f"| {_link(f.page, md_escape(f.title))} | {verdict_badge(f.key, f.verdict, f.css)} | "
-                     f"{md_escape(f.evidence)} |")
+                     f"{md_math(f.evidence)} |")
     src = "paper-profile results (committed under `published/paper/`)"
     lines += ["", f"Verdicts about the experiments come from the {src}; the theory rows from random float64 "
                   f"instances. This build used the `{profile}` profile. {{doc}}`all_checks` lists every one of the "
@@ -137,13 +172,53 @@ def _errata_intro(rows: list[Row]) -> str:
             f"holds*. Labelled holds as corrected: {corrected}. Labelled fails; repaired version holds: {repaired}.\n")
 
 
-def errata_md(rows: list[Row]) -> str:
-    """The E-list (misprinted formulas, E1…) and the C-list (statements with a counter-example, C1…), after
-    their counts and the labelling rule (:func:`_errata_intro`)."""
+def _errata_entries(rows: list[Row]):
+    """The E-list (ERRATA, numbered) and the C-list (failing bound rows with a claim, numbered), as
+    (label, anchor, title, what is wrong, effect, verdict, payload) tuples, in the order the page shows them."""
     by_id = {r.id: r for r in rows}
-    parts = [_errata_intro(rows), "## Misprinted formulas\n"]
+    fs = {f.key: f for f in findings(rows)}
+    titles = {k: t for k, t, _, _ in RESULTS}
+    out = []
     for k, e in enumerate(ERRATA, 1):
-        parts.append(f"### E{k}\n")
+        r = by_id.get(e["evidence"])
+        verdict = r.verdict if r else "not run"
+        f = fs.get(r.result) if r else None
+        if verdict == "notation":
+            effect = "notation only: not counted among the misprints"
+        elif f is not None:
+            effect = f"{titles.get(f.key, f.key).split(':')[0]}: {f.verdict}"
+        else:
+            effect = "—"
+        out.append((f"E{k}", f"errata-e{k}", e["title"], e["wrong"], effect, verdict, e))
+    bad = [r for r in rows if r.kind == "bound" and r.verdict == "fails" and r.claim is not None]
+    for k, r in enumerate(bad, 1):
+        title, _ = shown(r.id)
+        role = {"statement": "the statement", "repair": "the repair", "proof": "a step of the proof",
+                "detail": "a step of the proof"}.get(r.role, r.role)
+        f = fs.get(r.result)
+        effect = f"{role} of {titles.get(r.result, r.result).split(':')[0]}" + (f" ({f.verdict})" if f else "")
+        out.append((f"C{k}", f"errata-c{k}", title, f"smallest bound/exact {_num(r)} < 1", effect, "fails", r))
+    return out
+
+
+def errata_md(rows: list[Row]) -> str:
+    """A summary table of every entry; then the E-list (misprinted formulas, E1…) and the C-list (inequalities
+    with a counter-example, C1…), each entry titled in words, its formulas rendered, its check id a small
+    reference; after the counts and the labelling rule (:func:`_errata_intro`)."""
+    by_id = {r.id: r for r in rows}
+    entries = _errata_entries(rows)
+    summary = [[f"{{ref}}`{lab} <{anchor}>`", md_escape(title), md_escape(wrong), md_escape(effect), verdict]
+               for lab, anchor, title, wrong, effect, verdict, _ in entries]
+    parts = ["## Summary\n",
+             "Every entry of the two lists below, in one table: where in the paper, what is wrong, what it does to the "
+             "result, and the verdict of its check (*corrected*: the printed formula is wrong and the corrected one "
+             "verified; *notation*: a convention, not counted; *fails*: a counter-example).\n",
+             md_table(["", "where in the paper", "what is wrong", "effect", "verdict"], summary) + "\n",
+             _errata_intro(rows), "## Misprinted formulas\n"]
+    for lab, anchor, title, _, _, _, e in entries:
+        if not lab.startswith("E"):
+            continue
+        parts.append(f"({anchor})=\n### {lab}. {md_escape(title)}\n")
         parts.append(f"**Where.** {e['where']}\n")
         parts.append(f"**Printed.** {e['printed']}\n")
         parts.append(f"**What holds.** {e['holds']}\n")
@@ -152,20 +227,19 @@ def errata_md(rows: list[Row]) -> str:
         if found:
             body = [[f"`{r.id}`", r.verdict, _num(r), _as_printed(r, e)] for r in found]
             parts.append(md_table(["check", "verdict", "error of the corrected form", "error as printed"], body) + "\n")
-        parts.append(f"*Erratum id* `{e['id']}`\n")
+        parts.append(f'<p class="cg-ref">erratum <code>{html.escape(e["id"])}</code></p>\n')
     parts.append("## Inequalities that fail, with a counter-example\n")
-    bad = [r for r in rows if r.kind == "bound" and r.verdict == "fails" and r.claim is not None]
-    titles = {k: t for k, t, _, _ in RESULTS}
-    for k, r in enumerate(bad, 1):
+    for lab, anchor, title, _, effect, _, r in entries:
+        if not lab.startswith("C"):
+            continue
+        _, tex = shown(r.id)
         ev = ", ".join(f"`{x}`" for x in r.evidence) or "in the sweeps' tables"
         err = f" Depends on: {', '.join(f'`{e}`' for e in r.errata)}." if r.errata else ""
-        role = {"statement": "the statement", "repair": "the repair", "proof": "a step of the proof",
-                "detail": "a step of the proof"}.get(r.role, r.role)
-        of = titles.get(r.result, r.result).split(":")[0]
-        parts.append(f"### C{k}. `{r.id}`\n\n*{role} of {md_escape(of)}* — {text_html(r.what)}\n\nSmallest bound/exact: **{_num(r)}** "
-                     f"({md_escape(r.instances)}). Counter-example: {ev}.{err}\n")
+        parts.append(f"({anchor})=\n### {lab}. {md_escape(title)}\n\n*{md_escape(effect)}*\n\n$$\n{tex}\n$$\n\n"
+                     f"Smallest bound/exact: **{_num(r)}** ({md_escape(r.instances)}). Counter-example: {ev}.{err}\n")
         if scaling_md(r):  # how the failure scales, not one minimum
             parts.append(f"How it scales under search:\n\n{scaling_md(r)}\n")
+        parts.append(f'<p class="cg-ref">check <code>{html.escape(r.id)}</code></p>\n')
     return "\n".join(parts)
 
 

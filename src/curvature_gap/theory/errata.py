@@ -1,6 +1,7 @@
 """Machine-readable errata for the formulas of §2 of the paper (arXiv:2510.16927v1).
 
-Each entry: ``id``, ``where`` (theorem / equation / proof step), ``printed`` (what the paper
+Each entry: ``id``, ``title`` (in words, the heading a reader sees), ``wrong`` (what is wrong, in a few plain
+words, for the errata's summary table), ``where`` (theorem / equation / proof step), ``printed`` (what the paper
 prints), ``holds`` (what is implemented and verified), ``evidence`` (the ``curvature-gap verify``
 check id that measures both), and optionally ``related`` (further check ids) and ``as_printed`` (what
 the errata page says of a printed form that cannot be evaluated, where that is not its shapes: e.g. an
@@ -27,6 +28,8 @@ __all__ = ["ERRATA", "errata_as_json", "label", "misprint_counts", "MisprintCoun
 ERRATA: list[dict] = [
     {
         "id": "layernorm-definition-index",
+        "title": "LayerNorm's definition: statistics over the wrong index",
+        "wrong": 'mean and variance are averaged over the rows (m) instead of the features (n = d_V); γ, β sized m',
         "where": r"§2 Preliminaries, LayerNorm of $\mathbf{U} \in \R^{m \times n}$ ($\mu_i$, $\sigma_i^2$), and §3.2, "
                  r"LayerNorm of $\mathbf{X} \in \R^{L \times d_V}$ (its parameters $\gamma, \beta$)",
         "printed": r"§2: $\mu_i = \frac{1}{m} \sum_{j=1}^{m} U_{ij}$, $\sigma_i^2 = \frac{1}{m} \sum_{j=1}^{m} (U_{ij} - \mu_i)^2$; "
@@ -39,6 +42,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "relu-mask",
+        "title": 'Theorem 4: the ReLU mask is taken at the wrong matrix',
+        "wrong": 'the mask uses the block input X instead of the FFN pre-activation Y W₁',
         "where": r"Theorem 4, detailed version and proof (App. C.4): "
                  r"$\partial(\mathrm{FFN}(\mathbf{Y}) + \mathbf{Y})/\partial\mathbf{W}_1$ and "
                  r"$\partial(\mathrm{FFN}(\mathbf{Y}) + \mathbf{Y})/\partial\mathbf{Y}$",
@@ -50,6 +55,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "uniform-attention-1-over-n",
+        "title": "Theorem 4: the uniform-attention softmax Jacobian's prefactor",
+        "wrong": 'the prefactor 1/n uses a symbol that is never defined; under uniform attention it is 1/L',
         "where": "Theorem 4, detailed version and proof (App. C.4), Noci et al.'s Lemma A.2 as quoted: the softmax "
                  "Jacobian under uniform attention",
         "printed": r"$\partial\mathbf{A}/\partial\mathbf{M} = \frac{1}{n} \mathbf{I}_L \otimes "
@@ -63,6 +70,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "dF-dWK-commutation",
+        "title": 'Theorem 4, proof: the commutation matrix in ∂F/∂W_K',
+        "wrong": 'K with subscripts d_V d_K in the wrong order (and ∂A/∂M for ∂A/∂T)',
         "where": r"Theorem 4 proof (App. C.4), $\partial\mathbf{F}/\partial\mathbf{W}_K$",
         "printed": r"$(\mathbf{I}_L \otimes \mathbf{W}_V^\top \mathbf{X}^\top)\, \partial\mathbf{A}/\partial\mathbf{M}\, "
                    r"((\mathbf{X}\mathbf{W}_Q \otimes \mathbf{X})\, \mathbf{K}_{d_V d_K} / \sqrt{d_k})$",
@@ -75,6 +84,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "thm3-IL-slip",
+        "title": 'Theorem 3, proof: I_L where I_{d_V} belongs',
+        "wrong": 'identity matrices of size L instead of d_V in ∂(P ⊗ I)/∂X',
         "where": r"Theorem 3 proof (App. C.3), $\partial(\mathbf{P} \otimes \mathbf{I}_{d_V})/\partial\mathbf{X}$",
         "printed": r"$\partial(\mathbf{P} \otimes \mathbf{I}_L)/\partial\mathbf{P}\; \partial\mathbf{P}/\partial\mathbf{X} = "
                    r"(\mathbf{I}_L \otimes \mathbf{K}_{L,L} \otimes \mathbf{I}_L)(\mathbf{I}_{L^2} \otimes \vecr \mathbf{I}_L)\, "
@@ -86,6 +97,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "thm3-dD-dX-scale",
+        "title": 'Theorem 3, proof: a missing factor in ∂D/∂X',
+        "wrong": 'the factor 1/√d_V of σ is dropped',
         "where": r"Theorem 3 proof (App. C.3), $\partial\mathbf{D}/\partial\mathbf{X}$ used in "
                  r"$\partial\mathbf{A}_1/\partial\mathbf{X}$",
         "printed": r"$\partial\mathbf{D}/\partial\mathbf{X} = (\mathbf{e}_1 \otimes \mathbf{e}_1 \;\dots\; "
@@ -99,6 +112,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "thm3-d2P-dX2",
+        "title": 'Theorem 3, proof: the second derivative of P',
+        "wrong": 'the factor 1/√d_V multiplies only the first of the two terms, and ∂A₁/∂X inherits E6',
         "where": r"Theorem 3 proof (App. C.3), $\partial^2\mathbf{P}/\partial\mathbf{X}^2$",
         "printed": r"$\partial^2\mathbf{P}/\partial\mathbf{X}^2 = \frac{1}{\sqrt{d_V}} (\mathbf{A}_1 \otimes \mathbf{I}_{L d_V})\, "
                    r"\partial\mathbf{B}_1/\partial\mathbf{X} + (\mathbf{I}_{L^2} \otimes \mathbf{B}_1^\top)\, "
@@ -117,6 +132,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "S-shuffle-shape",
+        "title": 'Lemma 2 and the quoted H_f: the shape of S',
+        "wrong": 'S is declared d_V² × d_V but the product is d_V³ × d_V',
         "where": r"Ormaniec et al. Thm 3.2 as quoted ($\mathbf{H}_f$) and Lemma 2: definition of $\mathbf{S}$",
         "printed": r"$\mathbf{S} := (\mathbf{I}_{d_V} \otimes \mathbf{K}_{d_V,d_V})(\vecr \mathbf{I}_{d_V} \otimes \mathbf{I}_{d_V}) "
                    r"\in \R^{d_V^2 \times d_V}$",
@@ -129,6 +146,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "lemma2-phi-loss-factor",
+        "title": "Lemma 2: Φ carries the loss's factor",
+        "wrong": 'Φ, a derivative of F alone, is printed with the MSE factor 2/(L d_V) of the loss',
         "where": r"Lemma 2 (App. D), $\Phi_{QQ}$, $\Phi_{VQ}$, $\Phi_{QK}$",
         "printed": r"$\Phi_{QQ} = \frac{2}{L d_V d_K}(\dots)\mathbf{Z}_2(\dots)$, "
                    r"$\Phi_{VQ} = \frac{2}{L d_V \sqrt{d_K}}(\mathbf{I}_L \otimes \mathbf{S})\mathbf{Z}_1(\mathbf{I} \otimes \mathbf{W}_K)$, "
@@ -147,6 +166,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "lemma2-phiQK-identity",
+        "title": 'Lemma 2: an identity of the wrong size in Φ_QK',
+        "wrong": 'the second term of Φ_QK has I_{d_V} where I_L belongs',
         "where": r"Lemma 2 (App. D), second term of $\Phi_{QK}$",
         "printed": r"$(\mathbf{I}_{d_V} \otimes \mathbf{W}_V^\top \otimes \mathbf{I}_{d_V})(\mathbf{Z}_1 \otimes \mathbf{I}_{d_V})\, "
                    r"\mathbf{S} \otimes \mathbf{I}_{d_K}$",
@@ -157,6 +178,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "uniform-attention-phi-zero",
+        "title": 'Theorem 5, proof: Φ does not vanish under uniform attention',
+        "wrong": 'five Φ blocks are said to be zero; only Φ_VV is',
         "where": "Theorem 5 proof, step 3.3 (uniform-attention simplification)",
         "printed": r"under uniform attention $\Phi_{VV} = \Phi_{VQ} = \Phi_{VK} = \Phi_{QQ} = \Phi_{KK} = 0$",
         "holds": r"only $\Phi_{VV} = 0$ in general; $\partial\mathbf{A}/\partial\mathbf{T}$ is not locally constant, so "
@@ -167,6 +190,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "xi12-is-xi21",
+        "title": 'Theorem 5: ξ₁₂ and ξ₂₁ swapped',
+        "wrong": 'the expression printed as ξ₁₂ is ξ₂₁',
         "where": r"Theorem 5, detailed version (App. C.5), $\xi_{12}$ "
                  r"(definition $\xi_{ij} := \partial\mathbf{B}_i/\partial\mathbf{W}_j$)",
         "printed": r"$\xi_{12} = (\mathbf{I}_L \otimes \mathbf{K}_{d_V,d_\mathrm{ff}} \otimes \mathbf{I}_{d_V})"
@@ -181,6 +206,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "xi21-ill-dimensioned",
+        "title": 'Theorem 5: ξ₂₁ cannot be multiplied out',
+        "wrong": 'the printed factors do not have compatible shapes',
         "where": r"Theorem 5, detailed version (App. C.5), $\xi_{21}$",
         "printed": r"$\xi_{21} = (\mathbf{I}_L \otimes \mathbf{W}_2^\top)\, \mathbf{D}_\sigma\, "
                    r"(\mathbf{I}_L \otimes \mathbf{K}_{d_\mathrm{ff},d_V} \otimes \mathbf{I}_{d_\mathrm{ff}})"
@@ -194,6 +221,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "xi1k-identity",
+        "title": 'Theorem 5: an identity of the wrong size in ξ₁ₖ',
+        "wrong": 'I_{n_k} where the size of W₁, I_{n₁}, belongs',
         "where": r"Theorem 5, detailed version (App. C.5), $\xi_{1k}$, $k \in \{K, Q, V\}$",
         "printed": r"$((\mathbf{I}_L \otimes \mathbf{W}_2^\top)\, \mathbf{D}_\sigma \otimes \mathbf{I}_{n_k})"
                    r"(\mathbf{I}_L \otimes \mathbf{K}_{d_\mathrm{ff},d_V} \otimes \mathbf{I}_{d_\mathrm{ff}})"
@@ -206,6 +235,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "dW2T-commutation",
+        "title": 'Theorem 5, proof: the commutation matrix of ∂W₂ᵀ/∂W₂',
+        "wrong": 'K_{d_ff,d_V} for K_{d_V,d_ff}',
         "where": r"Theorem 5 proof (App. C.5), pair (2,1): "
                  r"$\partial\vecr(\mathbf{I}_L \otimes \mathbf{W}_2^\top)/\partial\mathbf{W}_2$",
         "printed": r"$(\mathbf{I}_L \otimes \mathbf{K}_{d_V,L} \otimes \mathbf{I}_{d_\mathrm{ff}})"
@@ -218,6 +249,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "mixed-block-symmetry",
+        "title": "Theorem 5: 'mixed blocks are symmetric'",
+        "wrong": 'the two blocks have different shapes; what holds is a partial transpose (notation)',
         "where": "Theorem 5, detailed version: 'all mixed blocks are symmetric almost everywhere'",
         "printed": r"$\mathbf{H}_\mathrm{tr}^{(i,j)} = \mathbf{H}_\mathrm{tr}^{(j,i)}$ a.e.",
         "holds": r"$\mathbf{H}_\mathrm{tr}^{(i,j)} \in \R^{(L d_V n_i) \times n_j}$ and "
@@ -230,6 +263,8 @@ ERRATA: list[dict] = [
     },
     {
         "id": "loss-normalisation",
+        "title": "§3.2: the loss's normalisation in the Gauss–Newton form",
+        "wrong": 'an un-normalised gradient is combined with the normalised curvature 2/(L d_V)',
         "where": "§3.2, after the Gauss–Newton decomposition of the block's loss Hessian",
         "printed": r"$L(\cdot) = \lVert \cdot - \mathrm{Target} \rVert_2^2$, its second derivative is $2/(L d_V)$; "
                    r"$\mathbf{R}^\mathrm{tr}_m = \vecr(\mathbf{Z} - \mathrm{Target})^\top \otimes \mathbf{I}_m$",
