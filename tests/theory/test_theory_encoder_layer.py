@@ -90,8 +90,9 @@ def test_result_layout_names_blocks_gradient_and_batched_input():
     seq_first = ref.random_layer(nhead=2, seed=3)[0]
     seq_first.self_attn.batch_first = False
     assert torch.equal(encoder_layer_hessian(seq_first, X[:, None], target=T).dense, res.dense)
-    chunked = encoder_layer_hessian(layer, X, target=T, chunk=7)
-    assert ref.relative_error(chunked.dense, res.dense) <= 1e-14
+    for chunk in (7, None):   # directions pushed through 7 at a time / a whole parameter at once
+        chunked = encoder_layer_hessian(layer, X, target=T, chunk=chunk)
+        assert ref.relative_error(chunked.dense, res.dense) <= 1e-14
 
 
 @pytest.mark.parametrize("variant", ["gelu_tanh", "eps0", "eps_large", "no_affine", "bool_mask", "float_mask",
@@ -343,3 +344,22 @@ def test_trap_torch_func_hessian_is_wrong_through_layernorm(norm_first):
         f"(max rel err {err:.1e}, asymmetry {asym:.1e}) -- the book text (and this test, and the verify row) must change")
     # while the closed form and reverse-over-reverse agree
     assert ref.relative_error(encoder_layer_hessian(layer, X, target=T).dense, H_ref) <= TOL
+
+
+# ------------------------------------------------------------------------------ the verify rows
+def test_verify_rows_one_per_configuration_and_trap():
+    from curvature_gap.checks import encoder_layer as rows_mod
+    from curvature_gap.checks.row import ROW_SCHEMA
+
+    import jsonschema
+
+    rows = rows_mod.run_checks(quick=True)
+    ids = [r.id for r in rows]
+    assert len(rows) == 50 and len(set(ids)) == 50
+    assert {f"encoder_layer.{ref.config_id(c)}" for c in ref.CONFIGS} <= set(ids)
+    assert all(r.as_expected and r.verdict in ("verified", "holds") for r in rows), [r.id for r in rows if not r.as_expected]
+    assert max(r.rel_err for r in rows if r.kind == "formula") <= TOL
+    trap = {r.id: r for r in rows}["encoder_layer.trap.func_hessian_layernorm"]
+    assert trap.value > rows_mod.TRAP_TOL and trap.details["asymmetry"] > rows_mod.TRAP_TOL
+    validator = jsonschema.Draft202012Validator(ROW_SCHEMA)
+    assert all(not list(validator.iter_errors(r.to_json())) for r in rows)

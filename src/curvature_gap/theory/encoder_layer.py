@@ -61,6 +61,14 @@ SUPPORTED = ("nn.TransformerEncoderLayer (exactly that class) on one sequence X 
 
 
 # ====================================================================== primitives
+def _total(parts: list):
+    """The sum of the tensors in ``parts`` (None when empty: a zero derivative), without a leading ``0 +``."""
+    out = None
+    for t in parts:
+        out = t if out is None else out + t
+    return out
+
+
 class Linear:
     """``y = x Wᵀ + b``: x (L, i), W (o, i), b (o,) or None.
 
@@ -87,7 +95,7 @@ class Linear:
             parts.append(torch.einsum("li,boi->blo", ctx["x"], dp["weight"]))
         if dp.get("bias") is not None:
             parts.append(dp["bias"][:, None, :].expand(-1, ctx["x"].shape[0], -1))
-        return (sum(parts) if parts else None), None
+        return _total(parts), None
 
     def vjp(self, ctx, gy):
         return [gy @ ctx["W"]], {"weight": gy.T @ ctx["x"], "bias": gy.sum(0)}, None
@@ -106,8 +114,8 @@ class Linear:
             dgW.append(dgy.transpose(1, 2) @ ctx["x"])
         if dx is not None:
             dgW.append(gy.T @ dx)
-        return ([sum(dgx) if dgx else None],
-                {"weight": sum(dgW) if dgW else None, "bias": None if dgy is None else dgy.sum(1)})
+        return ([_total(dgx)],
+                {"weight": _total(dgW), "bias": None if dgy is None else dgy.sum(1)})
 
 
 def activation_derivatives(name: str, p: torch.Tensor):
@@ -157,7 +165,7 @@ class Activation:
             parts.append(ctx["d1"] * dgy)
         if dxs[0] is not None and ctx["d2"] is not None:
             parts.append(ctx["d2"] * gy * dxs[0])
-        return [sum(parts) if parts else None], {}
+        return [_total(parts)], {}
 
 
 def layernorm_vjp(xh, r, u):
@@ -217,7 +225,7 @@ class LayerNorm:
             parts.append(ctx["xh"] * dp["weight"][:, None, :])
         if dp.get("bias") is not None:
             parts.append(dp["bias"][:, None, :].expand(-1, ctx["xh"].shape[0], -1))
-        return (sum(parts) if parts else None), t
+        return _total(parts), t
 
     def vjp(self, ctx, gy):
         u = gy if ctx["g"] is None else gy * ctx["g"]
@@ -234,7 +242,7 @@ class LayerNorm:
         dgx = []
         if need_dx:
             if du:
-                dgx.append(layernorm_vjp(xh, r, sum(du)))
+                dgx.append(layernorm_vjp(xh, r, _total(du)))
             if dxh is not None:
                 dgx.append((dr / r) * layernorm_vjp(xh, r, u)
                            - r * (dxh * (u * xh).mean(-1, keepdim=True) + xh * (u * dxh).mean(-1, keepdim=True)))
@@ -243,8 +251,8 @@ class LayerNorm:
             dgg.append((dgy * xh).sum(1))
         if dxh is not None:
             dgg.append((gy * dxh).sum(1))
-        return ([sum(dgx) if dgx else None],
-                {"weight": sum(dgg) if dgg else None, "bias": None if dgy is None else dgy.sum(1)})
+        return ([_total(dgx)],
+                {"weight": _total(dgg), "bias": None if dgy is None else dgy.sum(1)})
 
 
 class Residual:
@@ -257,7 +265,7 @@ class Residual:
 
     def jvp(self, ctx, dxs, dp):
         parts = [d for d in dxs if d is not None]
-        return (sum(parts) if parts else None), None
+        return _total(parts), None
 
     def vjp(self, ctx, gy):
         return [gy, gy], {}, None
@@ -277,8 +285,8 @@ class Attention:
     def forward(self, xs, p):
         return mh.forward(xs[0], self.nhead, self.mask)
 
-    def jvp(self, ctx, dxs, dp):
-        return mh.jvp(ctx, dxs[0])
+    def jvp(self, ctx, dxs, dp, head=None):
+        return mh.jvp(ctx, dxs[0], head)
 
     def vjp(self, ctx, gy):
         gx, gctx = mh.vjp(ctx, gy)
@@ -445,13 +453,14 @@ def _loss_terms(loss, target, Z):
 def encoder_layer_hessian(layer: nn.TransformerEncoderLayer, X: torch.Tensor, loss="mse",
                           target: torch.Tensor | None = None, src_mask: torch.Tensor | None = None,
                           is_causal: bool = False, src_key_padding_mask=None,
-                          chunk: int | None = None) -> EncoderLayerHessian:
+                          chunk: int | None = 128) -> EncoderLayerHessian:
     """Closed-form Hessian of ``l(layer(X))`` with respect to ``layer.named_parameters()`` (module doc).
 
     ``X`` (L, d) (or (1, L, d)); ``loss="mse"`` with ``target`` (L, d): ``l = (1/(L d))||Z - target||_F²``;
     or ``loss=(dl_dZ, d2l_dZ2)``, each a tensor or a callable of Z, giving ``∂l/∂Z`` (L, d) and
     ``∂²l/∂Z²`` (L d, L d) (row-major ``vec_r`` of Z). ``src_mask``, ``is_causal`` as in the layer's
-    forward. ``chunk`` caps the number of directions pushed through at once (memory). Raises
+    forward. ``chunk`` caps the number of directions pushed through at once (memory and cache; None: all
+    of a parameter at once). Raises
     ``ValueError`` for what is not derived here (dropout in training, a custom activation, a key
     padding mask, a batch of several sequences, ...), naming it and what is supported.
     """
@@ -488,25 +497,29 @@ def encoder_layer_hessian(layer: nn.TransformerEncoderLayer, X: torch.Tensor, lo
 
     where = {n: i for i, node in enumerate(nodes) for n in node.params.values()}
     slot_of = {n: s for node in nodes for s, n in node.params.items()}
+    h, d = layer.self_attn.num_heads, layer.self_attn.embed_dim
     cols: dict = {}
     for g in names:
         k, shape, ng = where[g], P[g].shape, P[g].numel()
-        step = ng if chunk is None else max(1, int(chunk))
-        for c0 in range(0, ng, step):
-            eye = torch.eye(ng, dtype=X.dtype, device=X.device)[c0:c0 + step].reshape(-1, *shape)
-            _columns(nodes, ctxs, gctxs, gys, k, slot_of[g], eye, apply_H2, cols, g)
+        E = torch.eye(ng, dtype=X.dtype, device=X.device)
+        for head, idx in _direction_sets(g, shape, d, h, X.device):
+            step = idx.numel() if chunk is None else max(1, int(chunk))
+            for c0 in range(0, idx.numel(), step):
+                sub = idx[c0:c0 + step]
+                _columns(nodes, ctxs, gctxs, gys, k, slot_of[g], E[sub].reshape(-1, *shape), apply_H2, cols, g,
+                         sub, head, {n: P[n].numel() for n in names})
     off = {}
     o = 0
-    for n, s in zip(names, sizes):
+    for n, sz in zip(names, sizes):
         off[n] = o
-        o += s
+        o += sz
     H = torch.empty(o, o, dtype=X.dtype, device=X.device)
     for a in names:
         for b in names:
             if where[a] > where[b] or (where[a] == where[b] and names.index(a) >= names.index(b)):
-                blk = torch.cat(cols[(a, b)], dim=1)
+                blk = cols[(a, b)]
                 if where[a] == where[b]:
-                    blk = 0.5 * (blk + torch.cat(cols[(b, a)], dim=1).T)
+                    blk = 0.5 * (blk + cols[(b, a)].T)
                 H[off[a]:off[a] + P[a].numel(), off[b]:off[b] + P[b].numel()] = blk
                 H[off[b]:off[b] + P[b].numel(), off[a]:off[a] + P[a].numel()] = blk.T
     blocks = {(a, b): H[off[a]:off[a] + P[a].numel(), off[b]:off[b] + P[b].numel()] for a in names for b in names}
@@ -514,20 +527,37 @@ def encoder_layer_hessian(layer: nn.TransformerEncoderLayer, X: torch.Tensor, lo
     return EncoderLayerHessian(H, names, sizes, blocks, Z, gradient, lval)
 
 
-def _columns(nodes, ctxs, gctxs, gys, k, slot, eye, apply_H2, cols, g):
-    """Columns ``H[:, θ_g]`` (for the parameters entering at node ``k`` or later) for the directions ``eye``
-    (B, *shape of θ_g): forward Jacobian columns from node k on, then the pulled-back ``(∂²l/∂Z²) J_Z``
-    plus each primitive's contracted second derivative (module doc)."""
+def _direction_sets(name: str, shape, d: int, h: int, device):
+    """``[(head, indices)]``: the unit directions of a parameter, grouped by the one attention head they reach
+    (rows of ``in_proj``: head = :func:`.multihead.head_of_row`), else one group ``(None, all)``."""
+    n = math.prod(shape)
+    idx = torch.arange(n, device=device)
+    if h == 1 or not name.startswith("self_attn.in_proj"):
+        return [(None, idx)]
+    row = idx // shape[1] if len(shape) == 2 else idx
+    heads = mh.head_of_row(row, d, h)
+    return [(c, idx[heads == c]) for c in range(h)]
+
+
+def _columns(nodes, ctxs, gctxs, gys, k, slot, eye, apply_H2, cols, g, idx, head, numels):
+    """Columns ``H[:, θ_g][:, idx]`` (for the parameters entering at node ``k`` or later) for the directions
+    ``eye`` (B, *shape of θ_g): forward Jacobian columns from node k on, then the pulled-back
+    ``(∂²l/∂Z²) J_Z`` plus each primitive's contracted second derivative (module doc). ``head``: the one
+    attention head these directions reach (None: any)."""
     tan, tctx, dps = {}, {}, {}
     for i in range(k, len(nodes)):
         node = nodes[i]
         dxs = [tan.get(v) for v in node.ins]
         dp = {slot: eye} if i == k else {}
         dps[i] = (dxs, dp)
-        if all(d is None for d in dxs) and not dp:
+        if all(dx is None for dx in dxs) and not dp:
             continue
-        tan[node.out], tctx[i] = node.op.jvp(ctxs[i], dxs, dp)
+        if isinstance(node.op, Attention):
+            tan[node.out], tctx[i] = node.op.jvp(ctxs[i], dxs, dp, head=head)
+        else:
+            tan[node.out], tctx[i] = node.op.jvp(ctxs[i], dxs, dp)
     dadj = {nodes[-1].out: apply_H2(tan[nodes[-1].out])}
+    B = eye.shape[0]
     for i in reversed(range(k, len(nodes))):
         node = nodes[i]
         dxs, dp = dps[i]
@@ -538,21 +568,11 @@ def _columns(nodes, ctxs, gctxs, gys, k, slot, eye, apply_H2, cols, g):
                 if dgx is not None:
                     dadj[v] = dgx if v not in dadj else dadj[v] + dgx
         for s, n in node.params.items():
+            if (n, g) not in cols:
+                cols[(n, g)] = eye.new_zeros(numels[n], numels[g])
             blk = dgp.get(s)
-            B = eye.shape[0]
-            if blk is None:
-                size = _numel_of(node, s, ctxs[i])
-                col = torch.zeros(size, B, dtype=eye.dtype, device=eye.device)
-            else:
-                col = blk.reshape(B, -1).T
-            cols.setdefault((n, g), []).append(col)
-
-
-def _numel_of(node, slot, ctx):
-    if isinstance(node.op, Linear):
-        W = ctx["W"]
-        return W.numel() if slot == "weight" else W.shape[0]
-    return ctx["xh"].shape[-1]
+            if blk is not None:
+                cols[(n, g)][:, idx] = blk.reshape(B, -1).T
 
 
 # ====================================================================== named points of the family

@@ -31,7 +31,7 @@ import torch
 
 __all__ = [
     "split_heads", "merge_heads", "causal_mask", "additive_mask", "softmax_rows", "softmax_jvp", "softmax_vjp",
-    "softmax_second", "forward", "jvp", "vjp", "hvp",
+    "softmax_second", "forward", "jvp", "vjp", "hvp", "head_of_row",
 ]
 
 
@@ -106,6 +106,11 @@ def softmax_second(A: torch.Tensor, gA: torch.Tensor, dA: torch.Tensor) -> torch
     return dA * (gA - (A * gA).sum(-1, keepdim=True)) - A * (gA * dA).sum(-1, keepdim=True)
 
 
+def head_of_row(r: torch.Tensor | int, d: int, h: int):
+    """The head whose columns row ``r`` of ``in_proj_weight`` (3d, d) (or entry r of ``in_proj_bias``) feeds."""
+    return (r % d) // (d // h)
+
+
 # ------------------------------------------------------------------ the attention core O(Q, K, V)
 def forward(QKV: torch.Tensor, h: int, M: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """``O`` (L, d) from the packed ``[Q, K, V]`` (L, 3d) (the output of ``in_proj``); and the context
@@ -120,25 +125,31 @@ def forward(QKV: torch.Tensor, h: int, M: torch.Tensor | None = None) -> tuple[t
     return merge_heads(A @ v), {"q": q, "k": k, "v": v, "A": A, "s": s, "h": h}
 
 
-def _split3(D: torch.Tensor | None, h: int):
-    if D is None:
-        return None, None, None
-    d = D.shape[-1] // 3
-    return tuple(split_heads(P, h) for P in D.split(d, dim=-1))
+def _add(a, b):
+    """``a + b`` where None is zero."""
+    return b if a is None else a if b is None else a + b
 
 
-def jvp(ctx: dict, dQKV: torch.Tensor | None) -> tuple[torch.Tensor | None, dict]:
+def jvp(ctx: dict, dQKV: torch.Tensor | None, head: int | None = None) -> tuple[torch.Tensor | None, dict]:
     """``Ȯ = Ȧ V + A V̇`` with ``Ṫ = s(Q̇ Kᵀ + Q K̇ᵀ)``, ``Ȧ = softmax_jvp(A, Ṫ)``; ``dQKV`` (B, L, 3d).
 
-    Returns ``Ȯ`` (B, L, d) and the tangents ``{"dq", "dk", "dv", "dA"}`` used by :func:`hvp`."""
+    ``head=c`` declares that ``dQKV`` is zero outside the columns of head c (a direction of one row of
+    ``in_proj``): only that head's tangents are formed. Returns ``Ȯ`` (B, L, d) and the tangents
+    ``{"dq", "dk", "dv", "dA", "head"}`` (of the heads concerned) used by :func:`hvp`."""
     if dQKV is None:
         return None, {"dq": None}
     h, s, q, k, v, A = ctx["h"], ctx["s"], ctx["q"], ctx["k"], ctx["v"], ctx["A"]
-    dq, dk, dv = _split3(dQKV, h)
-    dT = s * (dq @ k.transpose(-1, -2) + q @ dk.transpose(-1, -2))
-    dA = softmax_jvp(A, dT)
-    dO = merge_heads(dA @ v + A @ dv)
-    return dO, {"dq": dq, "dk": dk, "dv": dv, "dA": dA}
+    hs = slice(None) if head is None else slice(head, head + 1)
+    d = dQKV.shape[-1] // 3
+    dq, dk, dv = (split_heads(P, h)[:, hs] for P in dQKV.split(d, dim=-1))
+    dT = s * (dq @ k[hs].transpose(-1, -2) + q[hs] @ dk.transpose(-1, -2))
+    dA = softmax_jvp(A[hs], dT)
+    dOh = dA @ v[hs] + A[hs] @ dv
+    if head is not None:
+        full = dOh.new_zeros(dOh.shape[0], h, *dOh.shape[2:])
+        full[:, hs] = dOh
+        dOh = full
+    return merge_heads(dOh), {"dq": dq, "dk": dk, "dv": dv, "dA": dA, "head": hs}
 
 
 def vjp(ctx: dict, gO: torch.Tensor) -> tuple[torch.Tensor, dict]:
@@ -159,28 +170,34 @@ def hvp(ctx: dict, gctx: dict, tctx: dict, dgO: torch.Tensor | None) -> torch.Te
     ``dĀ = dŌ Vᵀ + Ō V̇ᵀ``, ``dV̄ = Aᵀ dŌ + Ȧᵀ Ō``,
     ``dT̄ = softmax_vjp(A, dĀ) + softmax_second(A, Ā, Ȧ)``,
     ``dQ̄ = s(dT̄ K + T̄ K̇)``, ``dK̄ = s(dT̄ᵀ Q + T̄ᵀ Q̇)``. The bilinear terms (``Ō V̇ᵀ``, ``Ȧᵀ Ō``,
-    ``T̄ K̇``, ``T̄ᵀ Q̇``) and ``softmax_second`` are the second-order part.
+    ``T̄ K̇``, ``T̄ᵀ Q̇``) and ``softmax_second`` are the second-order part; they are formed for the heads
+    of ``tctx["head"]`` only (the others have zero directions).
     """
     h, s, q, k, v, A = ctx["h"], ctx["s"], ctx["q"], ctx["k"], ctx["v"], ctx["A"]
     go, gA, gT = gctx["gO"], gctx["gA"], gctx["gT"]
-    dq, dk, dv, dA = tctx["dq"], tctx.get("dk"), tctx.get("dv"), tctx.get("dA")
+    dq = tctx["dq"]
     dgo = None if dgO is None else split_heads(dgO, h)
     if dgo is None and dq is None:
         return None
-    parts_A, parts_V = [], []
-    if dgo is not None:
-        parts_A.append(dgo @ v.transpose(-1, -2))
-        parts_V.append(A.transpose(-1, -2) @ dgo)
-    if dq is not None:
-        parts_A.append(go @ dv.transpose(-1, -2))
-        parts_V.append(dA.transpose(-1, -2) @ go)
-    dgA = sum(parts_A)
-    dgT = softmax_vjp(A, dgA)
-    if dq is not None:
-        dgT = dgT + softmax_second(A, gA, dA)
-    dgq = s * dgT @ k
-    dgk = s * dgT.transpose(-1, -2) @ q
-    if dq is not None:
-        dgq = dgq + s * gT @ dk
-        dgk = dgk + s * gT.transpose(-1, -2) @ dq
-    return torch.cat([merge_heads(dgq), merge_heads(dgk), merge_heads(sum(parts_V))], dim=-1)
+    if dq is None:                                    # first order only
+        dgT = softmax_vjp(A, dgo @ v.transpose(-1, -2))
+        dgq, dgk, dgv = s * dgT @ k, s * dgT.transpose(-1, -2) @ q, A.transpose(-1, -2) @ dgo
+        return torch.cat([merge_heads(dgq), merge_heads(dgk), merge_heads(dgv)], dim=-1)
+    hs, dk, dv, dA = tctx["head"], tctx["dk"], tctx["dv"], tctx["dA"]
+    B = dq.shape[0]
+    L, dh = q.shape[-2], q.shape[-1]
+    # second-order terms of the heads concerned
+    dgA2 = go[hs] @ dv.transpose(-1, -2)
+    dgT2 = softmax_vjp(A[hs], dgA2) + softmax_second(A[hs], gA[hs], dA)
+    dgq2 = s * (dgT2 @ k[hs] + gT[hs] @ dk)
+    dgk2 = s * (dgT2.transpose(-1, -2) @ q[hs] + gT[hs].transpose(-1, -2) @ dq)
+    dgv2 = dA.transpose(-1, -2) @ go[hs]
+    if dgo is None:
+        dgq, dgk, dgv = (q.new_zeros(B, h, L, dh) for _ in range(3))
+    else:
+        dgT = softmax_vjp(A, dgo @ v.transpose(-1, -2))
+        dgq, dgk, dgv = s * dgT @ k, s * dgT.transpose(-1, -2) @ q, A.transpose(-1, -2) @ dgo
+    dgq[:, hs] += dgq2
+    dgk[:, hs] += dgk2
+    dgv[:, hs] += dgv2
+    return torch.cat([merge_heads(dgq), merge_heads(dgk), merge_heads(dgv)], dim=-1)
