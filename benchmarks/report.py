@@ -28,6 +28,7 @@ BENCHMARKS = (
     ("hessian", "Exact Hessians: ours vs curvlinops vs torch.func"),
     ("floor", "The exact Hessian against its floor"),
     ("gpu_check", "GPU check"),
+    ("encoder_layer_hessian", "Closed-form Hessian of nn.TransformerEncoderLayer vs autograd"),
 )
 REQUIRED = ("benchmark", "mode", "machine", "load_average", "threads", "software", "git", "started", "rows")
 
@@ -347,8 +348,29 @@ def render_gpu_check(doc: dict) -> list[str]:
     return out
 
 
+def render_encoder_layer_hessian(doc: dict) -> list[str]:
+    """One line per case and method; per case the fastest autodiff route against the closed form."""
+    st = doc.get("settings", {})
+    out = [f"Layer: {st.get('layer', '?')}, {st.get('dtype', 'float64')}; every method in its own process with "
+           f"{st.get('threads_per_method', doc['threads'])} thread(s), median of {st.get('repeats', '?')} run(s) "
+           f"(the loop: one); error against `{st.get('reference', '?')}`.", "",
+           "| case | L, d_model, d_ff, heads | parameters | method | seconds | peak MB (base) | max rel err | status |",
+           "|---|---|---:|---|---:|---:|---:|---|"]
+    for r in doc["rows"]:
+        shape = f"{r['L']}, {r['d_model']}, {r['dim_feedforward']}, {r['nhead']}"
+        peak = "–" if r.get("peak_mb") is None else f"{r['peak_mb']:.0f} ({fmt(r.get('base_mb'), '{:.0f}')})"
+        out.append(f"| {r['case']} | {shape} | {fmt(r.get('parameters'), '{}')} | {r['method']} | "
+                   f"{fmt(r.get('seconds'))} | {peak} | {fmt(r.get('max_rel_err'), '{:.1e}')} | {cell(r['status'])} |")
+    out.append("")
+    for r in doc["rows"]:
+        if r.get("speedup") is not None:
+            out.append(f"- {r['case']}: closed form {secs(r['seconds'])} s vs the fastest autodiff route "
+                       f"({r['fastest_autodiff']}) — **{r['speedup']:.1f}×** faster (goal ≥ 2×).")
+    return out
+
+
 RENDERERS = {"theory_block_hessian": render_theory_block_hessian, "hessian": render_hessian,
-             "floor": render_floor, "gpu_check": render_gpu_check}
+             "floor": render_floor, "gpu_check": render_gpu_check, "encoder_layer_hessian": render_encoder_layer_hessian}
 ABSENT = {
     "gpu_check": "On a machine with CUDA, `make gpu-check` (≤ 9 min) writes it and regenerates this block.",
 }
