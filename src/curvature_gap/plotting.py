@@ -19,8 +19,14 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
+# the math layers' constants that their figures need (they never import this module: no cycle)
+from .bounds.sweeps import THEOREM1_SETTINGS
+from .theory.block import BLOCK_PARAMS
+
 __all__ = ["WIDTH", "MIN_FONT", "STYLE", "new_figure", "min_font_size", "png_bytes", "save_figure",
-           "pooled_log_image", "group_axes", "SHORT", "short_label", "tensor_label"]
+           "pooled_log_image", "group_axes", "SHORT", "short_label", "tensor_label",
+           "plot_diagonal_norms_under_input_scaling", "plot_second_difference_along_W1",
+           "plot_norms_as_row_flattens", "plot_theorem1_sweeps"]
 
 WIDTH = 7.2   # inches: a book page's content width, so that fonts keep their nominal size
 MIN_FONT = 9.0
@@ -135,3 +141,118 @@ def tensor_label(name: str) -> str:
     parts = name.split(".")
     key = ".".join(parts[2:]) if parts[0] == "blocks" else None
     return _TENSOR_LABELS.get(key, name) if key else name
+
+
+# ----------------------------------------------------------------------------- figures of the math layers
+# The math layers (theory/, exact/, hessian/, bounds/, landscape/) compute; they never import matplotlib
+# or this module (tests/test_layering.py). Their figures live here and take the result dicts they return.
+
+
+def plot_diagonal_norms_under_input_scaling(data: dict):
+    """Figure: the diagonal blocks' spectral norms against the input scale
+    (:func:`curvature_gap.theory.block.diagonal_norms_under_input_scaling`), each curve labelled at its right end."""
+    names = {"1": "$W_1$", "2": "$W_2$", "K": "$W_K$", "Q": "$W_Q$", "V": "$W_V$"}
+    fig = new_figure(height=4.0)
+    ax = fig.add_subplot()
+    s = data["scale"]
+    ends = {}
+    for p in BLOCK_PARAMS:
+        y = data["norms"][p]
+        line, = ax.loglog(s, y, "o-", ms=4)
+        ends[p] = (float(np.log10(y[-1])), line.get_color())
+    # labels at the right ends, pushed apart vertically so that none overlaps another
+    logs = [np.log10(v) for v in data["norms"].values()]
+    gap = 0.07 * (max(x.max() for x in logs) - min(x.min() for x in logs))
+    prev = -np.inf
+    for p, (y, color) in sorted(ends.items(), key=lambda kv: kv[1][0]):
+        y = max(y, prev + gap)
+        ax.text(s[-1] * 1.12, 10 ** y, names[p], va="center", color=color, fontsize=10.5)
+        prev = y
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, max(hi, 10 ** (prev + gap)))
+    ax.set_xlim(s.min() / 1.2, s.max() * 1.8)
+    ax.set_xlabel(r"input scale $s$ (the block is fed $sX$)")
+    ax.set_ylabel(r"$\Vert \partial^2 l / \partial W_i^2 \Vert_2$")
+    ax.set_title("The query and key blocks follow the input scale; the FFN blocks barely move")
+    return fig
+
+
+def plot_second_difference_along_W1(scan: dict):
+    """Figure: ``s(t)`` and its second difference (:func:`curvature_gap.theory.ffn.second_difference_along_W1`), kinks dotted."""
+    fig = new_figure(height=4.6)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    top.plot(scan["t"], scan["s"], lw=1.5)
+    bottom.plot(scan["t_inner"], scan["d2"], lw=1.2)
+    for ax in (top, bottom):
+        for k in scan["kinks"]:
+            ax.axvline(k, ls=":", c="0.55", lw=1)
+    e = math.log10(scan["h"])
+    h = f"10^{{{round(e)}}}" if abs(e - round(e)) < 1e-9 else f"{scan['h']:.2g}"
+    top.set_ylabel("$s(t)$")
+    top.set_title(r"one output entry $s(t) = S_a(W_1 + tV)$: linear between kinks (dotted)")
+    bottom.set_ylabel("second difference")
+    bottom.set_title(rf"$(s(t+h) - 2s(t) + s(t-h))/h^2$ with $h = {h}$: zero except at the kinks")
+    bottom.set_xlabel("$t$")
+    return fig
+
+
+def plot_norms_as_row_flattens(data: dict):
+    """Figure: ‖J_LN‖_2 and ‖H_LN‖_2 against σ_min as one row flattens (:func:`curvature_gap.theory.layernorm.norms_as_row_flattens`)."""
+    fig = new_figure(height=3.6)
+    ax = fig.add_subplot()
+    s = data["sigma_min"]
+    i = len(s) // 3
+    for key, marker, label, offset, ha, va in (
+            ("hessian", "s", r"$\Vert H_{\mathrm{LN}}\Vert_2$", (8, 8), "left", "bottom"),
+            ("jacobian", "o", r"$\Vert J_{\mathrm{LN}}\Vert_2$", (-8, -8), "right", "top")):
+        ax.loglog(s, data[key], marker + "-", ms=4)
+        slope = f"{data[f'slope_{key}']:.2f}".replace("-", "\u2212")
+        ax.annotate(f"{label}, slope {slope}", (s[-1 - i], data[key][-1 - i]), xytext=offset,
+                    textcoords="offset points", ha=ha, va=va, fontsize=10)
+    ax.set_xlabel(r"smallest row standard deviation $\sigma_{\min}$ of the input")
+    ax.set_ylabel("spectral norm")
+    ax.set_title(r"LayerNorm's slope and curvature grow as $1/\sigma_{\min}$ and $1/\sigma_{\min}^2$")
+    return fig
+
+
+def plot_theorem1_sweeps(records: list[dict]):
+    """Theorem 1's bound / exact ``‖H_i‖_2`` against the Q/K balance ``a``, as printed and repaired, for the
+    sweeps of :func:`curvature_gap.bounds.sweeps.theorem1_sweeps` (one line per sweep and variant; below 1 the bound is violated)."""
+    fig = new_figure(WIDTH, 4.0)
+    ax = fig.subplots()
+    colors = {"balance": "tab:blue", "minimiser": "tab:green", "uniform": "tab:purple"}
+    handles = []  # printed first, then repaired: the legend's two columns
+    for check, ls, mk, what in (("thm1.printed", "-", "o", "printed"), ("thm1.repaired", "--", "s", "repaired")):
+        for sweep, label in THEOREM1_SETTINGS.items():
+            pts = sorted((float(r["x"]), r["ratio"]) for r in records if r["sweep"] == sweep and r["check"] == check)
+            if not pts:
+                continue
+            x, y = zip(*pts)
+            h, = ax.plot(x, y, ls=ls, marker=mk, ms=4, color=colors.get(sweep, "tab:gray"), label=f"{what}, {label}")
+            handles.append(h)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhspan(1e-3, 1.0, color="tab:red", alpha=0.08, lw=0)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=max(1e-3, min(float(np.min(h.get_ydata())) for h in handles) / 3))
+    ax.set_xlabel(r"balance $a$: $W_Q \to a W_Q$, $W_K \to W_K/a$ (attention unchanged)")
+    ax.set_ylabel(r"bound $M$ / exact $\|H_i\|_2$")
+    ax.text(0.99, 0.03, "below 1: the bound is violated", transform=ax.transAxes, ha="right", va="bottom",
+            fontsize=9.5, color="tab:red")
+    ax.grid(alpha=0.3, which="major")
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False)
+    return fig
+
+
+def plot_dynamics_summary(steps, series: dict):
+    """Figs. 7–11 in one panel: the Frobenius norm of each parameter group's Hessian block against the training
+    step (log scale), one line per group; ``series`` maps a group's label to its norms at ``steps``."""
+    fig = new_figure(WIDTH, 3.6)
+    ax = fig.add_subplot()
+    for label, values in series.items():
+        ax.plot(steps, values, marker="o", ms=3.5, lw=1.6, label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    ax.set_ylabel(r"$\|H_{\mathrm{block}}\|_F$")
+    ax.legend(ncols=min(len(series), 5), loc="upper center", bbox_to_anchor=(0.5, 1.18), frameon=False)
+    return fig

@@ -48,11 +48,10 @@ import numpy as np
 from ..exact.forward import attention_matrix, sa_loss
 from ..exact.instances import Instance, random_instance
 from ..io import atomic_write_json, atomic_write_text
-from ..plotting import WIDTH, new_figure
 from . import checks as ck
 
 __all__ = ["Sweep", "definitions", "run_sweep", "summarize", "slopes", "pick_counterexamples",
-           "write_csv", "counterexample_json", "replay", "CSV_FIELDS", "theorem1_sweeps", "plot_theorem1_sweeps",
+           "write_csv", "counterexample_json", "replay", "CSV_FIELDS", "theorem1_sweeps",
            "named_theorem1", "THEOREM1_SETTINGS"]
 
 CSV_FIELDS = ["sweep", "x", "seed", "L", "d_V", "d_K", "d_ff", "sigma", "sharpness", "balance",
@@ -415,35 +414,6 @@ def theorem1_sweeps(names: Iterable[str] = tuple(THEOREM1_SETTINGS), seed: int =
             r, _ = run_sweep(dataclasses.replace(s, seeds=(int(seed),), parts=lambda x: ("sa",)))
             rows += r
     return rows
-
-
-def plot_theorem1_sweeps(records: list[dict]):
-    """Theorem 1's bound / exact ``‖H_i‖_2`` against the Q/K balance ``a``, as printed and repaired, for the
-    sweeps of :func:`theorem1_sweeps` (one line per sweep and variant; below 1 the bound is violated)."""
-    fig = new_figure(WIDTH, 4.0)
-    ax = fig.subplots()
-    colors = {"balance": "tab:blue", "minimiser": "tab:green", "uniform": "tab:purple"}
-    handles = []  # printed first, then repaired: the legend's two columns
-    for check, ls, mk, what in (("thm1.printed", "-", "o", "printed"), ("thm1.repaired", "--", "s", "repaired")):
-        for sweep, label in THEOREM1_SETTINGS.items():
-            pts = sorted((float(r["x"]), r["ratio"]) for r in records if r["sweep"] == sweep and r["check"] == check)
-            if not pts:
-                continue
-            x, y = zip(*pts)
-            h, = ax.plot(x, y, ls=ls, marker=mk, ms=4, color=colors.get(sweep, "tab:gray"), label=f"{what}, {label}")
-            handles.append(h)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.axhspan(1e-3, 1.0, color="tab:red", alpha=0.08, lw=0)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_ylim(bottom=max(1e-3, min(float(np.min(h.get_ydata())) for h in handles) / 3))
-    ax.set_xlabel(r"balance $a$: $W_Q \to a W_Q$, $W_K \to W_K/a$ (attention unchanged)")
-    ax.set_ylabel(r"bound $M$ / exact $\|H_i\|_2$")
-    ax.text(0.99, 0.03, "below 1: the bound is violated", transform=ax.transAxes, ha="right", va="bottom",
-            fontsize=9.5, color="tab:red")
-    ax.grid(alpha=0.3, which="major")
-    fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False)
-    return fig
 
 
 def named_theorem1(directory: Path, check: str = "thm1.printed") -> list[dict]:

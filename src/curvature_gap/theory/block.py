@@ -25,7 +25,6 @@ import torch
 
 from ..exact.forward import block_forward
 from ..exact.linalg import sym_spectral_norm
-from ..plotting import new_figure
 from . import attention as at
 from . import ffn as ff
 from . import layernorm as ln
@@ -35,7 +34,7 @@ __all__ = [
     "BLOCK_PARAMS", "param_sizes", "first_order", "xi", "xi_printed", "H_tr",
     "loss_hessian_literal", "contract_xi", "loss_hessian", "assemble",
     "dIkronW2T_dW2", "dIkronW2T_dW2_printed", "dIkronW1T_dW1",
-    "diagonal_norms_under_input_scaling", "plot_diagonal_norms_under_input_scaling",
+    "diagonal_norms_under_input_scaling",
 ]
 
 BLOCK_PARAMS = ("1", "2", "K", "Q", "V")
@@ -301,32 +300,3 @@ def diagonal_norms_under_input_scaling(X, W_Q, W_K, W_V, W_1, W_2, Target, scale
     out = {"scale": np.asarray(scales, dtype=float), "norms": {p: np.asarray(v) for p, v in norms.items()}}
     out["decades"] = {p: float(np.log10(v.max() / v.min())) for p, v in out["norms"].items()}
     return out
-
-
-def plot_diagonal_norms_under_input_scaling(data: dict):
-    """Figure: the diagonal blocks' spectral norms against the input scale
-    (:func:`diagonal_norms_under_input_scaling`), each curve labelled at its right end."""
-    names = {"1": "$W_1$", "2": "$W_2$", "K": "$W_K$", "Q": "$W_Q$", "V": "$W_V$"}
-    fig = new_figure(height=4.0)
-    ax = fig.add_subplot()
-    s = data["scale"]
-    ends = {}
-    for p in BLOCK_PARAMS:
-        y = data["norms"][p]
-        line, = ax.loglog(s, y, "o-", ms=4)
-        ends[p] = (float(np.log10(y[-1])), line.get_color())
-    # labels at the right ends, pushed apart vertically so that none overlaps another
-    logs = [np.log10(v) for v in data["norms"].values()]
-    gap = 0.07 * (max(x.max() for x in logs) - min(x.min() for x in logs))
-    prev = -np.inf
-    for p, (y, color) in sorted(ends.items(), key=lambda kv: kv[1][0]):
-        y = max(y, prev + gap)
-        ax.text(s[-1] * 1.12, 10 ** y, names[p], va="center", color=color, fontsize=10.5)
-        prev = y
-    lo, hi = ax.get_ylim()
-    ax.set_ylim(lo, max(hi, 10 ** (prev + gap)))
-    ax.set_xlim(s.min() / 1.2, s.max() * 1.8)
-    ax.set_xlabel(r"input scale $s$ (the block is fed $sX$)")
-    ax.set_ylabel(r"$\Vert \partial^2 l / \partial W_i^2 \Vert_2$")
-    ax.set_title("The query and key blocks follow the input scale; the FFN blocks barely move")
-    return fig

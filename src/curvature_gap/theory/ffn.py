@@ -8,18 +8,15 @@ W_2 (d_ff, d_V); the residual sum is ``S = FFN(Y) + Y`` (L, d_V).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
-from ..plotting import new_figure
 from .calculus import eye, kron, vec_r
 
 __all__ = [
     "relu", "relu_mask", "relu_jacobian", "relu_hessian",
     "D_sigma", "dS_dW1", "dS_dW1_printed", "dS_dW2", "dS_dY",
-    "second_difference_along_W1", "plot_second_difference_along_W1",
+    "second_difference_along_W1",
 ]
 
 
@@ -116,22 +113,3 @@ def second_difference_along_W1(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tens
         far &= np.abs(ti - k) > 2 * h
     return {"t": t.numpy(), "s": s.numpy(), "t_inner": ti, "d2": d2n, "h": h, "kinks": kinks, "jumps": jumps,
             "max_d2": float(np.abs(d2n).max()), "max_d2_away": float(np.abs(d2n[far]).max()) if far.any() else 0.0}
-
-
-def plot_second_difference_along_W1(scan: dict):
-    """Figure: ``s(t)`` and its second difference (:func:`second_difference_along_W1`), kinks dotted."""
-    fig = new_figure(height=4.6)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    top.plot(scan["t"], scan["s"], lw=1.5)
-    bottom.plot(scan["t_inner"], scan["d2"], lw=1.2)
-    for ax in (top, bottom):
-        for k in scan["kinks"]:
-            ax.axvline(k, ls=":", c="0.55", lw=1)
-    e = math.log10(scan["h"])
-    h = f"10^{{{round(e)}}}" if abs(e - round(e)) < 1e-9 else f"{scan['h']:.2g}"
-    top.set_ylabel("$s(t)$")
-    top.set_title(r"one output entry $s(t) = S_a(W_1 + tV)$: linear between kinks (dotted)")
-    bottom.set_ylabel("second difference")
-    bottom.set_title(rf"$(s(t+h) - 2s(t) + s(t-h))/h^2$ with $h = {h}$: zero except at the kinks")
-    bottom.set_xlabel("$t$")
-    return fig

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from ..exact.linalg import spectral_norm
-from ..plotting import new_figure
 from .calculus import commutation, d_diag, eye, kron, kron3, ones, vec_r
 
 __all__ = [
@@ -30,7 +29,7 @@ __all__ = [
     "dsigma_dX", "dP_dX",
     "jacobian", "d_PkronI_dX", "d_PkronI_dX_printed", "d_IkronMT_dX", "dD_dX", "dD_dX_printed",
     "d2P_dX2", "d2P_dX2_printed", "hessian", "hessian_printed", "hessian_rowwise",
-    "assemble_rowwise", "contract_hessian", "norms_as_row_flattens", "plot_norms_as_row_flattens",
+    "assemble_rowwise", "contract_hessian", "norms_as_row_flattens",
 ]
 
 
@@ -342,22 +341,3 @@ def norms_as_row_flattens(X: torch.Tensor, factors, row: int | None = None) -> d
         res[f"slope_{name}"] = (float(np.polyfit(np.log(res["sigma_min"][small]), np.log(res[name][small]), 1)[0])
                                 if small.sum() >= 2 else math.nan)
     return res
-
-
-def plot_norms_as_row_flattens(data: dict):
-    """Figure: ‖J_LN‖_2 and ‖H_LN‖_2 against σ_min as one row flattens (:func:`norms_as_row_flattens`)."""
-    fig = new_figure(height=3.6)
-    ax = fig.add_subplot()
-    s = data["sigma_min"]
-    i = len(s) // 3
-    for key, marker, label, offset, ha, va in (
-            ("hessian", "s", r"$\Vert H_{\mathrm{LN}}\Vert_2$", (8, 8), "left", "bottom"),
-            ("jacobian", "o", r"$\Vert J_{\mathrm{LN}}\Vert_2$", (-8, -8), "right", "top")):
-        ax.loglog(s, data[key], marker + "-", ms=4)
-        slope = f"{data[f'slope_{key}']:.2f}".replace("-", "\u2212")
-        ax.annotate(f"{label}, slope {slope}", (s[-1 - i], data[key][-1 - i]), xytext=offset,
-                    textcoords="offset points", ha=ha, va=va, fontsize=10)
-    ax.set_xlabel(r"smallest row standard deviation $\sigma_{\min}$ of the input")
-    ax.set_ylabel("spectral norm")
-    ax.set_title(r"LayerNorm's slope and curvature grow as $1/\sigma_{\min}$ and $1/\sigma_{\min}^2$")
-    return fig
