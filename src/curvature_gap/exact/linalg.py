@@ -60,6 +60,7 @@ def spectral_norm(M: torch.Tensor) -> float:
 def sym_spectral_norm(H) -> float:
     """``max |λ(H)|`` of a dense symmetric matrix (NumPy or torch; symmetrised first: ``(H + Hᵀ)/2``,
     in float64); Lanczos (``eigsh``, largest magnitude, ``tol = 1e-13``) above ``LANCZOS_MIN`` rows."""
+    # NumPy / ARPACK on the CPU by design (a dense matrix already in hand; float64 eigensolvers)
     A = H.detach().cpu().numpy() if isinstance(H, torch.Tensor) else np.asarray(H)
     S = (A.astype(np.float64) + A.T.astype(np.float64)) / 2
     if S.shape[0] > LANCZOS_MIN:
@@ -137,7 +138,7 @@ def lanczos(matvec, dims: list[int], iters: int, device, seed: int = 0):
     (operator i acts on vectors of size ``dims[i]``). Operators stop after ``min(iters, dims[i])``
     steps or on an invariant subspace. Returns ascending Ritz values (float64), one tensor each.
     """
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = torch.Generator(device="cpu").manual_seed(seed)  # CPU draws: the same start vectors on every device
     m = len(dims)
     ks = [min(iters, d) for d in dims]
     Q = []

@@ -36,6 +36,7 @@ def compute_fused_ln(ctx: Context, s: FusedSettings) -> tuple[dict, dict]:
     ctx.log(f"Hessian columns through the fused LayerNorm (curvlinops) and exact, {len(cols)} columns")
     t0 = time.perf_counter()
     with ctx.phase("cross-check"):
+        # computed on ctx's device (model and batch are there); .cpu() only to compare and store in NumPy
         Hf = curvlinops_columns(fused, batch[0], batch[1], cols, torch.float32).cpu().numpy().astype(np.float64)
     t1 = time.perf_counter()
     with ctx.phase("hessian"):

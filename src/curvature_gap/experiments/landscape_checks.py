@@ -27,8 +27,8 @@ def compute_theorem7(ctx: Context, s: Theorem7Settings) -> tuple[dict, dict]:
     model, info = ctx.trained_model(s.model)
     tr = ctx.datasets_for(s.model).train
     images, labels = tr.images[:s.n_samples], tr.labels[:s.n_samples]
-    res = vit_check(model.cpu(), images, labels, s.hessian_samples, seed=s.seed, iters=s.power_iters,
-                    refine=s.refine, log=ctx.log)
+    res = vit_check(model, images, labels, s.hessian_samples, seed=s.seed, iters=s.power_iters,
+                    refine=s.refine, log=ctx.log, device=ctx.torch_device)
     table = res.pop("table")
     arrays = {k: np.array([row[k] for row in table]) for k in table[0] if k != "direction"}
     arrays["direction_is_random"] = np.array([row["direction"] == "random" for row in table])
@@ -37,6 +37,10 @@ def compute_theorem7(ctx: Context, s: Theorem7Settings) -> tuple[dict, dict]:
 
 
 def compute_trained_bounds(ctx: Context, s: TrainedBoundsSettings) -> tuple[dict, dict]:
+    # On the CPU whatever --device says, by design: every sample becomes a small dense float64 instance of
+    # the theory block (L x d_V matrices; targets from the CPU generator, norms by NumPy eigensolves), and
+    # the ViT's only work here is one forward pass for the tokens. ctx.device still decides where the
+    # model is trained (ctx.trained_model).
     init = ctx.init_model(s.model).cpu()
     trained, info = ctx.trained_model(s.model)
     trained = trained.cpu()

@@ -43,6 +43,7 @@ def snapshot_steps(s: TrajectorySettings, total_steps: int) -> list[int]:
 
 
 def _flat(model) -> np.ndarray:
+    """The parameters as one NumPy vector (a copy to the CPU for storage, whatever the model's device)."""
     return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()]).numpy()
 
 
@@ -96,6 +97,7 @@ def compute_trajectory(ctx: Context, s: TrajectorySettings, fig3, chash: str, st
             with ctx.phase("hessian"):
                 blocks = (hessian(m, batch, blocks=pairs, chunk=s.fast_chunk) if s.fast_chunk
                           else hessian(m, batch, blocks=pairs))
+            # computed on ctx's device; to the CPU only to store them (NumPy)
             blocks = {k: v.cpu().numpy().astype(np.float64) for k, v in blocks.items()}
             rec = snapshot_record(blocks, m, step in s.display_steps, s.eps, s.display_cells)
             rec["seconds"] = time.perf_counter() - t0

@@ -51,6 +51,8 @@ def order_gradient_norms(model: nn.Module, images: torch.Tensor, labels: torch.T
                 x, y = images[idx].to(device), labels[idx].to(device)
                 loss = nn.functional.cross_entropy(model(x), y, reduction="sum")
                 g = torch.autograd.grad(loss, params)
+                # gradients on `device`; the float64 running sum lives on the CPU (one vector, added
+                # elementwise: the same numbers on every device, and no accelerator memory held across orders)
                 total += torch.cat([t.reshape(-1) for t in g]).double().cpu()
                 done = stop
             out[r, j] = float(total.norm() / k)
@@ -71,7 +73,7 @@ def per_sample_gradient_moments(model: nn.Module, images: torch.Tensor, labels: 
     for i in range(0, len(labels), chunk):
         G = g1(params, images[i:i + chunk].to(device), labels[i:i + chunk].to(device))
         flat = torch.cat([G[k].reshape(G[k].shape[0], -1) for k in params], 1).double()
-        s = flat.sum(0).cpu()
+        s = flat.sum(0).cpu()  # summed on `device`; the running total is kept on the CPU (as above)
         total = s if total is None else total + s
         sq += float((flat * flat).sum())
     n = len(labels)

@@ -71,6 +71,11 @@ def _ratio_over_k(losses, ell_max: float, M: float, dist2: float) -> tuple[float
 
 
 # ----------------------------------------------------------------------------- the trained ViT (Fig. 6 setting)
+def _device_of(model, device=None) -> torch.device:
+    """``device`` if given, else the device of ``model``'s parameters."""
+    return torch.device(device) if device is not None else next(model.parameters()).device
+
+
 def _loss1(m, base, names):
     def f(w, img, lab):
         p = dict(base)
@@ -80,14 +85,17 @@ def _loss1(m, base, names):
 
 
 def per_sample_hessian_norms(model, images, labels, names: list[str] | None = None, iters: int = 40,
-                             chunk: int = 128, refine: int = 4, seed: int = 0) -> dict:
+                             chunk: int = 128, refine: int = 4, seed: int = 0, device=None) -> dict:
     """``‖∇²_w l_i(w*)‖_2`` over block 0's matrices for each sample (float64 copy of ``model``).
 
     Batched power iteration (``iters`` Hessian-vector products per sample: ``‖H v‖`` with ``‖v‖ = 1``, a
     lower estimate) for all samples, then Lanczos (ARPACK, largest magnitude) for the ``refine``
     samples with the largest estimates. Returns ``{"norms", "rel_change", "refined": {i: value}, "max"}``.
+    Runs on ``device`` (default: the model's); the random start vectors are drawn on the CPU generator and
+    moved there, so every device starts from the same vectors.
     """
-    m = copy.deepcopy(model).double().eval()
+    dev = _device_of(model, device)
+    m = copy.deepcopy(model).double().to(dev).eval()
     names = names or block_param_names(m)
     base = {k: v.detach() for k, v in m.named_parameters()}
     w0 = tuple(base[k] for k in names)
@@ -97,12 +105,12 @@ def per_sample_hessian_norms(model, images, labels, names: list[str] | None = No
         return jvp(lambda *w: grad(lambda ww, a, b: f(ww, a, b))(w, img, lab), w0, v)[1]
 
     bhvp = vmap(hvp, in_dims=(0, 0, 0))
-    images = images.double()
+    images, labels = images.to(dev).double(), labels.to(dev)
     g = torch.Generator().manual_seed(seed)
     est, rel = [], []
     for s in range(0, len(labels), chunk):
         im, lb = images[s:s + chunk], labels[s:s + chunk]
-        v = tuple(torch.randn((len(lb), *t.shape), generator=g, dtype=torch.float64) for t in w0)
+        v = tuple(torch.randn((len(lb), *t.shape), generator=g, dtype=torch.float64).to(dev) for t in w0)
         prev = lam = r = None
         for _ in range(iters):
             nv = torch.sqrt(sum((x ** 2).flatten(1).sum(1) for x in v))
@@ -114,8 +122,9 @@ def per_sample_hessian_norms(model, images, labels, names: list[str] | None = No
             prev, v = lam, Hv
         est.append(lam)
         rel.append(r)
-    norms = torch.cat(est).numpy()
-    relc = torch.cat(rel).numpy()
+    # to the CPU only to hand NumPy arrays on (and to ARPACK below)
+    norms = torch.cat(est).cpu().numpy()
+    relc = torch.cat(rel).cpu().numpy()
     refined = {}
     sizes = [t.numel() for t in w0]
     P = sum(sizes)
@@ -123,9 +132,9 @@ def per_sample_hessian_norms(model, images, labels, names: list[str] | None = No
         im, lb = images[i], labels[i]
 
         def mv(x, im=im, lb=lb):
-            parts = torch.split(torch.from_numpy(x), sizes)
+            parts = torch.split(torch.from_numpy(x).to(dev), sizes)
             v = tuple(p.reshape(t.shape) for p, t in zip(parts, w0))
-            return torch.cat([h.reshape(-1) for h in hvp(v, im, lb)]).numpy()
+            return torch.cat([h.reshape(-1) for h in hvp(v, im, lb)]).cpu().numpy()  # ARPACK takes NumPy
 
         ev = eigsh(LinearOperator((P, P), matvec=mv, dtype=np.float64), k=1, which="LM", tol=1e-8,
                    v0=np.random.default_rng(seed).standard_normal(P), return_eigenvectors=False)
@@ -136,8 +145,12 @@ def per_sample_hessian_norms(model, images, labels, names: list[str] | None = No
 
 def thm6_M_ce(model, images, labels) -> np.ndarray:
     """Theorem 6's explicit ``M_tr`` (App. C.6) per sample for the cross-entropy through the head
-    (:mod:`curvature_gap.bounds.ce`): the theory block with block 0's trained matrices."""
-    m = copy.deepcopy(model).double().eval()
+    (:mod:`curvature_gap.bounds.ce`): the theory block with block 0's trained matrices.
+
+    On the CPU whatever the model's device, by design: each sample is a small dense float64 instance
+    (:class:`curvature_gap.exact.instances.Instance`, L × d_V matrices) whose targets come from the CPU
+    generator and whose norms are NumPy eigensolves; there is nothing for an accelerator to do."""
+    m = copy.deepcopy(model).double().cpu().eval()
     with torch.no_grad():
         X = m.tokens(images.double())
     W_h, b_h = m.head.weight.detach(), m.head.bias.detach()
@@ -150,14 +163,17 @@ def thm6_M_ce(model, images, labels) -> np.ndarray:
 
 
 def _direction(m, names, kind: str, images, labels, seed: int) -> dict:
+    """A unit direction ``u`` on the device of ``m``'s parameters (random: drawn on the CPU generator, the
+    same vector on every device)."""
     base = {k: v.detach() for k, v in m.named_parameters()}
     if kind == "random":
         g = torch.Generator().manual_seed(seed)
-        u = {k: torch.randn(base[k].shape, generator=g, dtype=torch.float64) for k in names}
+        u = {k: torch.randn(base[k].shape, generator=g, dtype=torch.float64).to(base[k].device) for k in names}
     elif kind == "max-grad":
         f = _loss1(m, base, names)
         w0 = tuple(base[k] for k in names)
-        gs = vmap(grad(f), in_dims=(None, 0, 0))(w0, images.double(), labels)
+        dev = w0[0].device
+        gs = vmap(grad(f), in_dims=(None, 0, 0))(w0, images.to(dev).double(), labels.to(dev))
         gn = torch.sqrt(sum((x ** 2).flatten(1).sum(1) for x in gs))
         i = int(gn.argmax())
         u = {k: x[i].clone() for k, x in zip(names, gs)}
@@ -168,11 +184,12 @@ def _direction(m, names, kind: str, images, labels, seed: int) -> dict:
 
 
 def path_check(model, images, labels, M: dict, ts=T_GRID, directions=("random", "max-grad"), seed: int = 0,
-               ks_table: int = 60) -> dict:
+               ks_table: int = 60, device=None) -> dict:
     """Measured ``|L_{k+1}(w) − L_k(w)|`` along ``w = w* + t u`` against :func:`rhs` for each ``M`` in
     ``M`` (name -> value). Returns per (direction, t): the identity residual, the smallest ``rhs/lhs``
-    over ``k = 1..n−1`` for each M with its ``k``, and a table on log-spaced ``k``."""
-    m = copy.deepcopy(model).double().eval()
+    over ``k = 1..n−1`` for each M with its ``k``, and a table on log-spaced ``k``. Runs on ``device``
+    (default: the model's)."""
+    m = copy.deepcopy(model).double().to(_device_of(model, device)).eval()
     names = block_param_names(m)
     base = {k: v.detach() for k, v in m.named_parameters()}
     l0 = per_sample_losses(m, images, labels)
@@ -201,17 +218,22 @@ def path_check(model, images, labels, M: dict, ts=T_GRID, directions=("random", 
 
 
 def vit_check(model, images, labels, hessian_n: int, ts=T_GRID, seed: int = 0, iters: int = 40, refine: int = 4,
-              log: Callable[[str], None] | None = None) -> dict:
-    """Theorem 7 on the trained ViT (see module doc); ``hessian_n`` samples enter the exact M."""
+              log: Callable[[str], None] | None = None, device=None) -> dict:
+    """Theorem 7 on the trained ViT (see module doc); ``hessian_n`` samples enter the exact M. The
+    per-sample Hessians and the losses along the paths run on ``device`` (default: the model's); Theorem 6's
+    M on the CPU (:func:`thm6_M_ce`)."""
+    device = _device_of(model, device)
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     hn = min(len(labels), hessian_n)
-    hs = per_sample_hessian_norms(model, images[:hn], labels[:hn], seed=seed, iters=iters, refine=refine)
+    hs = per_sample_hessian_norms(model, images[:hn], labels[:hn], seed=seed, iters=iters, refine=refine,
+                                  device=device)
     log(f"theorem 7: per-sample Hessian norms of {hn} samples in {time.perf_counter() - t0:.1f}s")
     t1 = time.perf_counter()
     m6 = thm6_M_ce(model, images, labels)
     log(f"theorem 7: Theorem 6 M (cross-entropy) of {len(labels)} samples in {time.perf_counter() - t1:.1f}s")
-    res = path_check(model, images, labels, {"exact": hs["max"], "thm6_ce": float(m6.max())}, ts=ts, seed=seed)
+    res = path_check(model, images, labels, {"exact": hs["max"], "thm6_ce": float(m6.max())}, ts=ts, seed=seed,
+                     device=device)
     res["hessian"] = {"n": hn, "max": hs["max"], "median": float(np.median(hs["norms"])),
                       "refined": hs["refined"], "power_rel_change_max": float(np.max(hs["rel_change"]))}
     res["thm6_M_ce"] = {"max": float(m6.max()), "median": float(np.median(m6)), "min": float(m6.min())}
