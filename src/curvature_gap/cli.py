@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", default="results", help="cached results of the trained model (default: %(default)s)")
     p.add_argument("--published-dir", default=None,
                    help="results committed to the repository (default: published/ of the checkout)")
+    p.add_argument("--profile", default="paper", choices=PROFILES,
+                   help="whose results the trained model's rows read (default: %(default)s)")
 
     p = sub.add_parser("reproduce", help="recompute every result and figure, then report against the published numbers")
     _add_common(p)
@@ -97,13 +99,13 @@ def _data(args) -> int:
 
 def _verify(args) -> int:
     if args.findings:
-        rows = checks.run(args.quick, args.results_dir, args.published_dir)
+        rows = checks.run(args.quick, args.results_dir, args.published_dir, profile=args.profile)
         for f in findings(rows):
             print(f"{f.title:58s} {f.verdict}\n{'':58s} {f.evidence}")
         if args.json:
             atomic_write_json(args.json, [r.to_json() for r in rows], indent=1)
         return exit_status(rows)
-    return checks.main(args.json, args.quick, args.results_dir, args.published_dir)
+    return checks.main(args.json, args.quick, args.results_dir, args.published_dir, profile=args.profile)
 
 
 def _reproduce(args) -> int:

@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from ..experiments import Context, UnusableResult, config_hash_of, default_published_dir, find_result
+from ..experiments import Context, UnusableResult, config_hash_of, default_published_dir, find_result, spec
 from ..io import atomic_write_json
 from ..provenance import git_commit, software
 from ..codehash import code_hash
@@ -33,12 +33,18 @@ __all__ = ["Row", "run", "main", "load_rows", "DATA_RESULTS", "rows_meta", "veri
 DATA_RESULTS = ("fig3", "fig4", "fig5", "fig6", "fig6_mnist", "fig12", "theorem7", "trained_bounds")
 
 
-def rows_meta(quick: bool, results_dir="results") -> dict:
-    """What determines the rows: the code that computes them, ``quick``, and the config hash of each paper
-    result they read. Two verify runs with the same meta give the same rows (to rounding)."""
-    ctx = Context(profile="paper", results_dir=results_dir, progress=False)
+def _in_profile(name: str, ctx: Context) -> bool:
+    """Whether result ``name`` exists under ``ctx.profile`` (all do under "paper"; the rows reading one that
+    does not are ``not run``)."""
+    return ctx.profile in spec(name).profiles
+
+
+def rows_meta(quick: bool, results_dir="results", profile: str = "paper") -> dict:
+    """What determines the rows: the code that computes them, ``quick``, and the config hash of each
+    result they read (of ``profile``). Two verify runs with the same meta give the same rows (to rounding)."""
+    ctx = Context(profile=profile, results_dir=results_dir, progress=False)
     return {"code": verify_code_hash(), "quick": quick,
-            "results": {n: config_hash_of(n, ctx=ctx) for n in DATA_RESULTS}}
+            "results": {n: config_hash_of(n, ctx=ctx) if _in_profile(n, ctx) else None for n in DATA_RESULTS}}
 
 
 def verify_code_hash() -> str:
@@ -56,11 +62,12 @@ def _link_errata(rows: list[Row]) -> None:
                 by_id[rid].errata.append(e["id"])
 
 
-def run(quick: bool = False, results_dir="results", published_dir=None, log=None) -> list[Row]:
-    """Every row (see module doc). ``quick``: fewer random instances and no adversarial search (same row ids)."""
-    ctx = Context(profile="paper", results_dir=results_dir, progress=False,
+def run(quick: bool = False, results_dir="results", published_dir=None, log=None, profile: str = "paper") -> list[Row]:
+    """Every row (see module doc). ``quick``: fewer random instances and no adversarial search (same row ids);
+    the trained model's rows read the results of ``profile`` (:data:`curvature_gap.config.PROFILES`)."""
+    ctx = Context(profile=profile, results_dir=results_dir, progress=False,
                   published_dir=published_dir if published_dir is not None else default_published_dir())
-    res = {n: find_result(n, ctx=ctx) for n in DATA_RESULTS}
+    res = {n: find_result(n, ctx=ctx) if _in_profile(n, ctx) else None for n in DATA_RESULTS}
     rows = theory.run_checks(quick)
     rows += bounds.run_checks(quick, res["trained_bounds"], log=log)
     rows += landscape.run_checks(res["fig12"], res["theorem7"])
@@ -96,10 +103,10 @@ def load_rows(path) -> list[Row]:
     return [Row.from_json(d) for d in json.loads(Path(path).read_text())]
 
 
-def main(json_path=None, quick: bool = False, results_dir="results", published_dir=None) -> int:
+def main(json_path=None, quick: bool = False, results_dir="results", published_dir=None, profile: str = "paper") -> int:
     """Print the rows, optionally write them as JSON; exit status 1 when a row has a verdict the software
     does not expect (a regression), 0 otherwise (findings about the paper are results, not failures)."""
-    rows = run(quick, results_dir, published_dir)
+    rows = run(quick, results_dir, published_dir, profile=profile)
     print(format_table(rows))
     print()
     print(summary_line(rows))
