@@ -168,6 +168,23 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
     return (1 if any(o.status == "failed" for o in outcomes) else 0), outcomes
 
 
+def read_manifest(path: Path) -> dict:
+    """The figure manifest at ``path``; a new, empty one when there is none. One that cannot be read (not
+    JSON, not a manifest) warns, naming the file and what is lost, and is started anew."""
+    if not path.exists():
+        return {"figures": {}}
+    try:
+        doc = json.loads(path.read_text())
+        if not isinstance(doc, dict) or not isinstance(doc.get("figures"), dict):
+            raise ValueError("no 'figures' table")
+        return doc
+    except (OSError, ValueError) as exc:
+        warnings.warn(f"the figure manifest {path} cannot be read ({type(exc).__name__}: {exc}); it is started "
+                      "anew, so the entries of earlier runs are lost: rerun `curvature-gap reproduce` (results "
+                      "are reused from the cache) to record every figure again", RuntimeWarning, stacklevel=2)
+        return {"figures": {}}
+
+
 def write_report(outcomes: list[Outcome], ctx: ex.Context, published_dir, figures_dir: Path, command: str,
                  total: float, load0) -> str:
     """``figures/reproduction_report.md`` and ``.json``: each published number beside the recomputed one."""
@@ -178,7 +195,8 @@ def write_report(outcomes: list[Outcome], ctx: ex.Context, published_dir, figure
         if store is not None:
             try:
                 published = store.read(o.figure, "")
-            except UnusableResult:
+            except UnusableResult:  # none published is normal; a damaged one is said (and how to fix it)
+                ex.warn_if_damaged(store, o.figure, stacklevel=2)
                 published = None
         entries.append(compare(o.figure, published, o.result if o.status == "ok" else None, o.status, o.message))
     h = host()
@@ -218,12 +236,7 @@ def _update_manifest(figures_dir: Path, sp, o: Outcome, profile: str, command: s
     if o.message:
         entry["error"] = o.message
     with file_lock(figures_dir / f".{MANIFEST}.lock", "the figure manifest"):
-        try:
-            doc = json.loads(path.read_text())
-            if not isinstance(doc.get("figures"), dict):
-                raise ValueError
-        except (OSError, ValueError):
-            doc = {"figures": {}}
+        doc = read_manifest(path)
         old = doc["figures"].get(o.figure) or {}
         if o.status != "ok":
             if old.get("status") != "ok":

@@ -28,7 +28,8 @@ from .store import PublishedStore, Result, ResultStore, StaleResultWarning, Unus
 
 __all__ = ["Context", "FigureSpec", "SPECS", "FIGURE_NAMES", "RESULT_NAMES", "Result", "ResultStore", "PublishedStore",
            "StaleResultWarning", "UnusableResult", "load_results", "find_result", "config_of", "config_hash_of",
-           "spec", "plot", "render", "published_check", "default_published_dir", "cached_result", "settings_of"]
+           "spec", "plot", "render", "published_check", "default_published_dir", "cached_result", "settings_of",
+           "warn_if_damaged"]
 
 
 
@@ -201,7 +202,27 @@ def find_result(name: str, profile: str | None = None, ctx: Context | None = Non
     try:
         return published_check(name, ctx)
     except UnusableResult:
+        # none published, or published by other code or settings: a normal state, reported by the callers
+        # (verify's rows are "not run" and name the command). A published file that is there but cannot be
+        # read is damage, and is said here.
+        warn_if_damaged(PublishedStore(Path(ctx.published_dir) / ctx.profile) if ctx.published_dir else None,
+                        name)
         return None
+
+
+def warn_if_damaged(store: PublishedStore | None, name: str, stacklevel: int = 3) -> None:
+    """Warn (:class:`StaleResultWarning`) when the published result ``name`` of ``store`` exists but cannot be
+    read (edited, truncated, its .npz missing), naming the file and the fix; silent when there is none."""
+    if store is None or not store.json_path(name).exists():
+        return
+    try:
+        store.read(name, "")
+    except UnusableResult as damage:
+        warnings.warn(f"the published result {name} cannot be used: {damage}. Restore {store.root}/{name}.json "
+                      f"and .npz from git (git checkout -- {store.root}) or recompute and republish it "
+                      f"(curvature-gap reproduce --profile {store.root.name} --only {name}, then "
+                      f"curvature-gap publish --profile {store.root.name} --only {name})",
+                      StaleResultWarning, stacklevel=stacklevel)
 
 
 def load_results(name: str, profile: str | None = None, ctx: Context | None = None, **kwargs) -> Result:
