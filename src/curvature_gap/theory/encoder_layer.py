@@ -456,10 +456,11 @@ def encoder_layer_hessian(layer: nn.TransformerEncoderLayer, X: torch.Tensor, lo
                           chunk: int | None = 128) -> EncoderLayerHessian:
     """Closed-form Hessian of ``l(layer(X))`` with respect to ``layer.named_parameters()`` (module doc).
 
-    ``X`` (L, d) (or (1, L, d)); ``loss="mse"`` with ``target`` (L, d): ``l = (1/(L d))||Z - target||_F²``;
-    or ``loss=(dl_dZ, d2l_dZ2)``, each a tensor or a callable of Z, giving ``∂l/∂Z`` (L, d) and
+    ``X`` (L, d) (or (1, L, d); (L, 1, d) when ``batch_first=False``); ``loss="mse"`` with ``target`` (L, d):
+    ``l = (1/(L d))||Z - target||_F²`` (``∂l/∂Z = 2(Z - target)/(L d)``, ``∂²l/∂Z² = 2 I/(L d)``, as in
+    :mod:`.block`); or ``loss=(dl_dZ, d2l_dZ2)``, each a tensor or a callable of Z, giving ``∂l/∂Z`` (L, d) and
     ``∂²l/∂Z²`` (L d, L d) (row-major ``vec_r`` of Z). ``src_mask``, ``is_causal`` as in the layer's
-    forward. ``chunk`` caps the number of directions pushed through at once (memory and cache; None: all
+    forward (``is_causal=True`` alone means the causal mask). ``chunk`` caps the number of directions pushed through at once (memory and cache; None: all
     of a parameter at once). Raises
     ``ValueError`` for what is not derived here (dropout in training, a custom activation, a key
     padding mask, a batch of several sequences, ...), naming it and what is supported.
