@@ -59,7 +59,7 @@ def test_theory_vocabulary():
     detail = Row(id="thm3.y", result="thm3", kind="formula", role="detail", what="w", verdict="notation", rel_err=0.0,
                  tolerance=1e-10)
     ok = Row(id="thm3.z", result="thm3", kind="formula", what="w", verdict="verified", rel_err=0.0, tolerance=1e-10)
-    assert _find([ok, detail], "thm3").verdict == "holds; misprints in the detailed version or proof corrected"
+    assert _find([ok, detail], "thm3").verdict == "holds; misprints in the appendix corrected"
     nr = Row(id="thm7.vit.exact", result="thm7", kind="bound", what="w", verdict="not run", command="cmd")
     assert _find([nr], "thm7").verdict == "not run" and "cmd" in _find([nr], "thm7").evidence
     assert _find([], "thm2").verdict == "not run"

@@ -11,6 +11,14 @@
     return ox === "auto" || ox === "scroll";
   }
   function mark() {
+    // a table that its formulas (which cannot wrap) make wider than the column gets fixed column widths:
+    // its formulas then scroll inside their cells, with the cue, instead of the table scrolling out of sight
+    document.querySelectorAll("article table").forEach(function (t) {
+      var p = t.parentElement;
+      if (p && !t.classList.contains("cg-fixed") && t.getBoundingClientRect().width > p.clientWidth + 1) {
+        t.classList.add("cg-fixed");
+      }
+    });
     // an inline formula longer than its line becomes its own scroll box (it cannot wrap)
     document.querySelectorAll("mjx-container:not([display='true'])").forEach(function (m) {
       var p = m.parentElement;

@@ -6,7 +6,7 @@ the verdict computed here, from the same rows. The vocabulary says what happened
 * **holds** — every check of the statement passes;
 * **holds as corrected** — the statement is misprinted (an index, a factor, a shape) and the corrected
   statement is verified;
-* **holds; misprints in the detailed version or proof corrected** — the statement is right, some formulas
+* **holds; misprints in the appendix corrected** — the statement is right, some formulas
   of its detailed version or proof are not, and their corrections are verified;
 * **holds; proof has a gap** — the statement holds on every instance tried, but an inequality its proof
   relies on fails;
@@ -79,7 +79,7 @@ VACUOUS_RATIO = 1e3  # a bound looser than this everywhere (smallest bound/exact
 # CSS class of each verdict in the book: green (holds), teal (holds with corrections or a proof gap), violet
 # (holds but uninformative), amber (fails with a repair, partly reproduced), red (fails), grey (not run)
 VERDICT_CLASSES = {"holds": "ok", "reproduced": "ok", "holds as corrected": "corrected",
-                   "holds; misprints in the detailed version or proof corrected": "corrected",
+                   "holds; misprints in the appendix corrected": "corrected",
                    "holds; proof has a gap": "corrected",
                    "holds, vacuous": "vacuous", "holds, cannot fail as checked": "vacuous",
                    "fails; repaired version holds": "repaired",
@@ -193,7 +193,7 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
         ev.append(f"{len(pf_misprint)} more fail only through a misprint and survive the same search without it "
                   f"({', '.join(_step(r) for r in pf_misprint)})")
     if pf_corr:
-        quals.append("misprints in the detailed version or proof corrected")
+        quals.append("misprints in the appendix corrected")
         if mp.proof:
             ev.append(f"{mp.proof} formula{'s' if mp.proof > 1 else ''} of the detailed version or proof corrected")
         if mp.notation:

@@ -187,7 +187,7 @@ def show_figure(fig, name: str, caption: str, alt: str) -> None:
     img = f'<img src="{src}" alt="{html.escape(alt, quote=True)}" class="cg-img">'
     if static:
         img = f'<a href="../_static/figures/{name}.png" target="_blank" title="open at full size">{img}</a>'
-    _display_html(f'<figure class="cg-figure" id="fig-{name}">{img}<figcaption>{html.escape(caption)}{links}'
+    _display_html(f'<figure class="cg-figure" id="fig-{name}">{img}<figcaption>{html_math(caption)}{links}'
                   "</figcaption></figure>")
 
 
@@ -341,11 +341,43 @@ def show_ranking(result) -> None:
         for s in table:
             order = table[s][st]
             place = _ordinal(order.index("W_V") + 1)
-            top = md_escape(" > ".join(u.replace("_", "") for u in order[:3]))
+            top = "$" + " > ".join(_unit_tex(u) for u in order[:3]) + "$"
             cells.append(f"{'**' + place + '**' if place == '1st' else place} ({top} …)")
         body.append(cells)
     show_markdown("Place of $W_V$'s block among the diagonal blocks (the three largest in brackets):\n\n"
                   + md_table(head, body))
+
+
+def _unit_tex(unit: str) -> str:
+    """A parameter group's name in the book's one notation: ``W_V`` as $W_V$, ``LN1`` upright."""
+    m = re.fullmatch(r"([A-Za-z])_\{?(\w+?)\}?", unit)
+    if m:
+        return f"{m.group(1)}_{{{m.group(2)}}}"
+    return r"\mathrm{" + unit.replace("_", r"\_") + "}"
+
+
+def show_dynamics_summary(results: dict, figures: dict, profile: str) -> None:
+    """Figs. 7–11 in one figure (:func:`curvature_gap.plotting.plot_dynamics_summary`), its caption the message:
+    which group's Hessian block is largest at the first and at the last snapshot, and how much each grew."""
+    from .plotting import plot_dynamics_summary  # noqa: PLC0415
+
+    labels = {"queries": "$W_Q$", "keys": "$W_K$", "values": "$W_V$", "LayerNorm": "LayerNorms", "feed-forward": "FFN"}
+    first = next(iter(results.values()))
+    steps = [int(s) for s in first["steps"]]
+    series = {labels.get(figures[f], figures[f]): [float(v) for v in results[f]["hess_fro"]] for f in figures}
+    leaders = [max(series, key=lambda k, i=i: series[k][i]) for i in range(len(steps))]
+    runs = []  # (leader, first step, last step) of each stretch of snapshots with the same largest block
+    for i, who in enumerate(leaders):
+        if runs and runs[-1][0] == who:
+            runs[-1][2] = steps[i]
+        else:
+            runs.append([who, steps[i], steps[i]])
+    spans = "; ".join(f"{who} at step {a}" if a == b else f"{who} at steps {a}–{b}" for who, a, b in runs)
+    caption = (f"Which block has the most curvature, snapshot by snapshot, over the first {steps[-1]} training steps: "
+               f"the largest Hessian block (Frobenius norm) is {spans}. The five figures below show each block in detail.")
+    fig = plot_dynamics_summary(steps, series)
+    show_figure(fig, f"figs7_11-summary-{profile}", caption,
+                "The Frobenius norm of each parameter group's Hessian block against the training step, log scale")
 
 
 def _ordinal(n: int) -> str:

@@ -73,9 +73,10 @@ def _page(title: str, body: str, depth: int = 1, math: bool = True, search: str 
               " options: {processHtmlClass: 'tex2jax_process|mathjax_process|math|output_area'}};</script>"
               f'<script defer src="{up}_static/mathjax/tex-chtml.js"></script>'
               f'<script src="{up}_static/cg-math.js"></script>')
+    tables = f'<script src="{up}_static/cg-tables.js"></script>'  # the book loads it on every page
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<title>{title}</title><link rel="stylesheet" href="{up}_static/custom.css">{mj}{script}</head>'
+            f'<title>{title}</title><link rel="stylesheet" href="{up}_static/custom.css">{mj}{tables}{script}</head>'
             f'<body><nav>{search}</nav><main class="bd-main"><article class="bd-article" role="main"><h1>{title}</h1>'
             f"{body}</article>{footer}</main></body></html>")
 
@@ -122,6 +123,7 @@ def make_site(root: Path, broken: bool = False) -> Path:
     (root / "_static").mkdir(exist_ok=True)
     shutil.copy2(ROOT / "book" / "_static" / "custom.css", root / "_static" / "custom.css")
     shutil.copy2(ROOT / "book" / "_static" / "cg-math.js", root / "_static" / "cg-math.js")
+    shutil.copy2(ROOT / "book" / "_static" / "cg-tables.js", root / "_static" / "cg-tables.js")
     if MATHJAX:
         (root / "_static" / "mathjax").symlink_to(MATHJAX, target_is_directory=True)
     for d in ("book", "notebooks", "_sources/book"):
@@ -219,6 +221,7 @@ def test_broken_images_math_errors_and_figures_without_metadata(tmp_path):
     (tmp_path / "_static").mkdir()
     shutil.copy2(ROOT / "book" / "_static" / "custom.css", tmp_path / "_static" / "custom.css")
     shutil.copy2(ROOT / "book" / "_static" / "cg-math.js", tmp_path / "_static" / "cg-math.js")
+    shutil.copy2(ROOT / "book" / "_static" / "cg-tables.js", tmp_path / "_static" / "cg-tables.js")
     if MATHJAX:
         (tmp_path / "_static" / "mathjax").symlink_to(MATHJAX, target_is_directory=True)
     fig = new_figure()
@@ -347,3 +350,28 @@ def test_a_formula_wider_than_its_box_scrolls_with_the_cue_or_is_a_problem(tmp_p
     problems = browser.browser_check(site, "smoke", tmp_path / "shots")
     assert len(problems) == 2 and all(p.startswith("book/errata.html: a display formula is cut off at ") for p in problems)
     assert "1440 px" in problems[0] and "390 px" in problems[1] and "W_K" in problems[0]
+
+
+def test_badges_on_more_than_two_lines_cards_without_labels_and_ids_broken_mid_word_are_problems(tmp_path):
+    """The book's landing table passes; a badge squeezed into a narrow column, a phone card whose label is hidden
+    and an id forced to break anywhere are one problem each, naming what to fix."""
+    _require_browser()
+    site = make_site(tmp_path / "site")
+    assert browser.browser_check(site, "smoke", tmp_path / "shots") == []
+    long_id = "<code>sec2.layernorm_definition_with_a_long_tail</code>"
+    squeezed = ('<table><thead><tr><th>result</th><th>verdict</th></tr></thead><tbody><tr><td>x</td>'
+                '<td style="width: 3em; min-width: 0 !important; max-width: 3em">'
+                '<span class="cg-badge cg-corrected" data-result="thm3" data-verdict="holds; misprints in the '
+                'detailed version or proof corrected">holds; misprints in the appendix corrected'
+                '</span></td></tr></tbody></table>')
+    cards = (_table(["paper", "meaning"], [[_m(r"\\mathbf W_V"), "the value weights"]])
+             + '<style>td[data-label]::before { content: none !important; }</style>')
+    anywhere = long_id.replace("<code>", '<code style="overflow-wrap: anywhere; word-break: break-all">')
+    broken = f'<p style="width: 9em">{anywhere}</p>'
+    (site / "book" / "errata.html").write_text(_page("Errata", squeezed + cards + broken + ERRATA))
+    problems = browser.browser_check(site, "smoke", tmp_path / "shots")
+    assert any("the verdict badge 'holds; misprints" in p and "lines at 1440 px" in p for p in problems), problems
+    if MATHJAX:
+        assert any("as cards at 390 px without their column's label ('meaning'" in p for p in problems), problems
+    assert any("'sec2.layernorm_definition_with_a_long_tail' breaks inside a word at 1440 px" in p
+               for p in problems), problems

@@ -291,6 +291,50 @@ _MATH_JS = """async (ms) => {
 }"""
 
 
+# verdict badges on more than two lines; phone cards (cells shown one under another) without their column's
+# label; code (ids, file names) broken inside a word, not after one of the joins cg-tables.js marks
+_LAYOUT_JS = """() => {
+  const out = {badges: [], cards: [], ids: []};
+  document.querySelectorAll('article .cg-badge[data-result]').forEach((b) => {
+    const r = b.getBoundingClientRect();
+    if (r.height === 0) return;
+    const lh = parseFloat(getComputedStyle(b).lineHeight) || 16;
+    const lines = Math.round(r.height / lh);
+    if (lines > 2) out.badges.push({verdict: b.getAttribute('data-verdict'), lines});
+  });
+  document.querySelectorAll('article table').forEach((t, i) => {
+    const heads = [...t.querySelectorAll('thead th')].map((th) => th.textContent.trim());
+    t.querySelectorAll('tbody tr').forEach((tr) => [...tr.children].forEach((td, j) => {
+      if (getComputedStyle(td).display !== 'block' || !heads[j] || !td.textContent.trim()) return;
+      const c = getComputedStyle(td, '::before').content;
+      if (!c || c === 'none' || c === 'normal' || c === '""')
+        out.cards.push({table: i + 1, column: heads[j], text: td.textContent.trim().slice(0, 40)});
+    }));
+  });
+  const JOIN = /[./_@-]/;
+  document.querySelectorAll('article code').forEach((c) => {
+    if (c.closest('pre')) return;
+    const text = c.textContent;
+    if (/\\s/.test(text.trim()) || c.getClientRects().length < 2) return;
+    const walker = document.createTreeWalker(c, NodeFilter.SHOW_TEXT);
+    const chars = [];
+    while (walker.nextNode()) { const n = walker.currentNode; for (let k = 0; k < n.length; k++) chars.push([n, k]); }
+    let top = null;
+    for (let k = 0; k < chars.length; k++) {
+      const range = document.createRange();
+      range.setStart(chars[k][0], chars[k][1]); range.setEnd(chars[k][0], chars[k][1] + 1);
+      const r = range.getBoundingClientRect();
+      if (r.width === 0 && r.height === 0) continue;
+      if (top !== null && r.top > top + 1) {
+        const prev = chars[k - 1][0].data[chars[k - 1][1]];
+        if (!JOIN.test(prev)) { out.ids.push({text: text.slice(0, 80), at: k}); break; }
+      }
+      top = r.top;
+    }
+  });
+  return out;
+}"""
+
 # ---------------------------------------------------------------------------------------------- checks
 def _open(page, base: str, rel: str) -> str:
     page.goto(base + quote(rel), wait_until="load", timeout=PAGE_TIMEOUT_MS)
@@ -371,6 +415,19 @@ def _math_problems(page, rel: str, width: int) -> list[str]:
                  else "a box around it cuts it off")
         problems.append(f"{rel}: a {kind} is cut off at {width} px with no cue ({where}): {f['tex']!r}; break it "
                         "into lines (aligned/multline) or let it scroll in its own box (cg-math.js marks it)")
+    return problems
+
+
+def _layout_problems(page, rel: str, width: int) -> list[str]:
+    """Badges on more than two lines, phone cards without their labels, ids broken mid-word, at this width."""
+    got = page.evaluate(_LAYOUT_JS)
+    problems = [f"{rel}: the verdict badge {b['verdict']!r} takes {b['lines']} lines at {width} px (two at most)"
+                for b in got["badges"]]
+    problems += [f"{rel}: table {c['table']} shows its cells as cards at {width} px without their column's label "
+                 f"({c['column']!r} for {c['text']!r}); cg-tables.js labels the cells, custom.css shows the label"
+                 for c in got["cards"]]
+    problems += [f"{rel}: {i['text']!r} breaks inside a word at {width} px (character {i['at']}); ids may break only "
+                 "after . / _ @ - (cg-tables.js)" for i in got["ids"]]
     return problems
 
 
@@ -465,6 +522,7 @@ def browser_check(html_dir: Path, profile: str, shots_dir: Path) -> list[str]:
                         else:
                             problems += _phone_problems(page, base, rel)
                         problems += _math_problems(page, rel, viewport["width"])
+                        problems += _layout_problems(page, rel, viewport["width"])
                         problems += _chrome_problems(page, rel, viewport["width"], console)
                         if rel in SCREENSHOTS:
                             shots_dir.mkdir(parents=True, exist_ok=True)

@@ -289,6 +289,7 @@ def generated_pages(rows: list[Row], profile: str, device: str, timings: dict, s
         "appB_rows.md": tables.all_checks_md([r for r in rows if r.result == "appB"], headings=False),
         "appB_verdict.md": tables.verdict_md(rows, "appB", profile),
         "unstated.md": tables.unstated_md(),
+        "from_authors.md": tables.from_authors_md(),
         "profiles.md": tables.profiles_md(),
         "versions.md": tables.versions_md(root),
         "hardware.md": tables.hardware_md(device),

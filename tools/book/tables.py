@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 import torch
 
 from curvature_gap.checks.row import Row
-from curvature_gap.config import PROFILE_CONFIGS, UNSTATED
+from curvature_gap.config import FROM_AUTHORS_CODE, PROFILE_CONFIGS, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings, summary_sentences
 from curvature_gap.notebook import md_escape, md_math, md_table, scaling_md, text_html, verdict_html
@@ -24,7 +24,7 @@ from curvature_gap.theory.notation import NOTATION
 
 from curvature_gap.bounds.titles import shown
 
-__all__ = ["landing_md", "verdict_md", "all_checks_md", "errata_md", "notation_md", "unstated_md", "profiles_md", "faults_md",
+__all__ = ["landing_md", "verdict_md", "all_checks_md", "errata_md", "notation_md", "unstated_md", "from_authors_md", "profiles_md", "faults_md",
            "versions_md", "published_md", "hardware_md", "runtimes_md", "verdict_badge"]
 
 
@@ -251,6 +251,14 @@ def verdict_md(rows: list[Row], key: str, profile: str) -> str:
 def notation_md() -> str:
     body = [[n["paper"], "`" + n["code"].replace("|", "\\|") + "`", n["meaning"], n.get("clash") or ""] for n in NOTATION]
     return md_table(["paper", "code", "meaning", "clash resolved"], body) + "\n"
+
+
+def from_authors_md() -> str:
+    """The values the authors' public experiment code states: theirs, where read, ours, and why we deviate."""
+    body = [[md_escape(u["name"]), md_escape(u["value"]), md_escape(u["source"]), md_escape(u["ours"]),
+             md_escape(u["reason"])] for u in FROM_AUTHORS_CODE]
+    return md_table(["choice", "the authors' code", "read from (code/…)", "this companion", "why it differs"],
+                    body) + "\n"
 
 
 def unstated_md() -> str:

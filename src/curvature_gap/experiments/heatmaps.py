@@ -90,6 +90,21 @@ def _range(a: np.ndarray, eps: float) -> tuple[float, float]:
     return max(np.log10(eps), float(np.nanpercentile(a, 1))), float(np.nanmax(a))
 
 
+def plot_claim_block(ax, meta) -> None:
+    """Outline the W_V–W_V diagonal block, the block the paper's claim is about, and name it."""
+    from matplotlib.patches import Rectangle  # noqa: PLC0415
+
+    names = meta["group_names"]
+    if "block0.value" not in names:
+        return
+    i = names.index("block0.value")
+    a, b = meta["group_starts"][i], meta["group_stops"][i]
+    ax.add_patch(Rectangle((a, a), b - a, b - a, fill=False, edgecolor="#ff3b30", lw=1.6, zorder=5))
+    ax.annotate(r"$W_V$–$W_V$: the claim's block", xy=(a, a), xytext=(-6, -2), textcoords="offset points",
+                color="#d70015", fontsize=10, fontweight="bold", ha="right", va="top", zorder=6,
+                bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+
+
 def plot_hessian(result):
     """The whole Hessian, log10(|H| + ε), as means over square cells at page resolution."""
     meta, img = result.meta, result.arrays["image"].astype(np.float64)
@@ -100,6 +115,7 @@ def plot_hessian(result):
     ax = fig.subplots()
     im = ax.imshow(img, extent=(0, n, n, 0), cmap="viridis", vmin=vmin, vmax=vmax)
     group_axes(ax, meta["group_starts"], meta["group_stops"], _labels(meta))
+    plot_claim_block(ax, meta)
     cb = fig.colorbar(im, ax=ax, shrink=0.85, pad=0.02)
     cb.set_label(r"$\log_{10}(|H_{ij}| + 10^{-6})$")
     state = "trained" if meta["trained"] else "at initialisation"
@@ -121,6 +137,7 @@ def plot_attention(result):
     im = ax.imshow(A, extent=(a0, a1, a1, a0), cmap="viridis", vmin=vmin, vmax=vmax)
     group_axes(ax, [meta["group_starts"][i] for i in idx], [meta["group_stops"][i] for i in idx],
                [labels[i] for i in idx])
+    plot_claim_block(ax, meta)
     cb = fig.colorbar(im, ax=ax, shrink=0.85, pad=0.02)
     cb.set_label(r"$\log_{10}(|H_{ij}| + 10^{-6})$")
     ax.set_title("Attention parameters and LN1, every entry")

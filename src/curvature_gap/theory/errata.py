@@ -84,7 +84,7 @@ ERRATA: list[dict] = [
     },
     {
         "id": "thm3-IL-slip",
-        "title": 'Theorem 3, proof: I_L where I_{d_V} belongs',
+        "title": 'Theorem 3, proof: an identity of size L where one of size d_V belongs',
         "wrong": 'identity matrices of size L instead of d_V in ∂(P ⊗ I)/∂X',
         "where": r"Theorem 3 proof (App. C.3), $\partial(\mathbf{P} \otimes \mathbf{I}_{d_V})/\partial\mathbf{X}$",
         "printed": r"$\partial(\mathbf{P} \otimes \mathbf{I}_L)/\partial\mathbf{P}\; \partial\mathbf{P}/\partial\mathbf{X} = "
@@ -167,7 +167,7 @@ ERRATA: list[dict] = [
     {
         "id": "lemma2-phiQK-identity",
         "title": 'Lemma 2: an identity of the wrong size in Φ_QK',
-        "wrong": 'the second term of Φ_QK has I_{d_V} where I_L belongs',
+        "wrong": 'the second term of Φ_QK has an identity of size d_V where one of size L belongs',
         "where": r"Lemma 2 (App. D), second term of $\Phi_{QK}$",
         "printed": r"$(\mathbf{I}_{d_V} \otimes \mathbf{W}_V^\top \otimes \mathbf{I}_{d_V})(\mathbf{Z}_1 \otimes \mathbf{I}_{d_V})\, "
                    r"\mathbf{S} \otimes \mathbf{I}_{d_K}$",
@@ -222,7 +222,7 @@ ERRATA: list[dict] = [
     {
         "id": "xi1k-identity",
         "title": 'Theorem 5: an identity of the wrong size in ξ₁ₖ',
-        "wrong": 'I_{n_k} where the size of W₁, I_{n₁}, belongs',
+        "wrong": 'an identity of the size of W_k where one of the size of W₁ belongs',
         "where": r"Theorem 5, detailed version (App. C.5), $\xi_{1k}$, $k \in \{K, Q, V\}$",
         "printed": r"$((\mathbf{I}_L \otimes \mathbf{W}_2^\top)\, \mathbf{D}_\sigma \otimes \mathbf{I}_{n_k})"
                    r"(\mathbf{I}_L \otimes \mathbf{K}_{d_\mathrm{ff},d_V} \otimes \mathbf{I}_{d_\mathrm{ff}})"
@@ -236,7 +236,7 @@ ERRATA: list[dict] = [
     {
         "id": "dW2T-commutation",
         "title": 'Theorem 5, proof: the commutation matrix of ∂W₂ᵀ/∂W₂',
-        "wrong": 'K_{d_ff,d_V} for K_{d_V,d_ff}',
+        "wrong": 'the commutation matrix with its two sizes swapped',
         "where": r"Theorem 5 proof (App. C.5), pair (2,1): "
                  r"$\partial\vecr(\mathbf{I}_L \otimes \mathbf{W}_2^\top)/\partial\mathbf{W}_2$",
         "printed": r"$(\mathbf{I}_L \otimes \mathbf{K}_{d_V,L} \otimes \mathbf{I}_{d_\mathrm{ff}})"
