@@ -190,3 +190,13 @@ def test_the_legend_gives_every_verdict_class_one_colour_and_a_meaning():
     css_text = (ROOT / "book" / "_static" / "custom.css").read_text()
     colours = [re.search(rf"\.cg-badge\.cg-{c} {{ background: (#[0-9a-f]+); }}", css_text) for c in classes]
     assert all(colours) and len({m.group(1) for m in colours}) == len(classes), "one colour per class"
+
+
+def test_the_authors_code_table_cites_a_file_for_every_value():
+    from curvature_gap.config import FROM_AUTHORS_CODE
+
+    md = tables.from_authors_md()
+    body = [ln for ln in md.splitlines()[2:] if ln.startswith("| ")]
+    assert len(body) == len(FROM_AUTHORS_CODE) and all(u["source"] for u in FROM_AUTHORS_CODE)
+    assert md.splitlines()[0] == "| choice | the authors' code | read from (code/…) | this companion | why it differs |"
+    assert "{" not in md, "no raw TeX-like braces in a reader's table"
