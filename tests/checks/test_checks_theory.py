@@ -15,6 +15,10 @@ def _formula_rows(rows):
 
 def test_every_formula_row_has_its_expected_verdict_within_tolerance(quick_rows):
     rows = _formula_rows(quick_rows)
+    # the nn.TransformerEncoderLayer rows are the book's own results (checks.encoder_layer): their own checks
+    encoder = [r for r in rows if r.result == "encoder_layer"]
+    assert encoder and all(r.verdict == r.expected and r.rel_err <= r.tolerance for r in encoder if r.ran)
+    rows = [r for r in rows if r.result != "encoder_layer"]
     assert len(rows) >= 100
     for r in rows:
         assert r.verdict in ("verified", "corrected", "notation"), r
