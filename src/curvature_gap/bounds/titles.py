@@ -30,8 +30,8 @@ INEQUALITIES: dict[str, tuple[str, str]] = {
         _n(r"\mathbf H_i") + r"\le M_{\text{proof}}\quad\text{(constants }2\text{ and }\sqrt{\operatorname{rank}(\mathbf F-\mathbf{Target})}\text{)}"),
     "bounds.thm1.printed.maxblock": (
         "Theorem 1, proof: the step “3 max” over the four printed rows",
-        r"\max_{i,j\in\{Q,K,V\}}" + _n(r"\mathbf H(\mathbf W_i,\mathbf W_j)") + r"\le\max\big(r_{VV},r_{QQ},r_{VQ},r_{QK}\big)"
-        r"\quad\text{(no row bounds the }K\text{–}K\text{ and }V\text{–}K\text{ blocks)}"),
+        r"\begin{aligned}&\max_{i,j\in\{Q,K,V\}}" + _n(r"\mathbf H(\mathbf W_i,\mathbf W_j)") + r"\le\max\big(r_{VV},r_{QQ},r_{VQ},r_{QK}\big)"
+        r"\\&\text{(no row bounds the }K\text{–}K\text{ and }V\text{–}K\text{ blocks)}\end{aligned}"),
     "bounds.thm1.proof.maxblock": (
         "Theorem 1, proof: the same step over the proof's four rows",
         r"\max_{i,j\in\{Q,K,V\}}" + _n(r"\mathbf H(\mathbf W_i,\mathbf W_j)") + r"\le\max\big(r^{\text{proof}}_{VV},"
@@ -64,8 +64,8 @@ INEQUALITIES: dict[str, tuple[str, str]] = {
         + X + r"^2}{n\," + SIGMA + "^5}"),
     "bounds.thm6.block.explicit": (
         "Theorem 6, proof: the explicit bound on each block",
-        _n(r"\mathbf H_{\rm tr}^{(i,j)}") + r"\le" + _n(r"\mathbf J_Z") + _n(r"\boldsymbol\xi_{ij}") + "+" + _n(r"\mathbf B_i")
-        + _n(r"\mathbf H_Z") + _n(r"\mathbf B_j") + r"\quad\text{with every factor replaced by its App. C.6 estimate}"),
+        r"\begin{aligned}&" + _n(r"\mathbf H_{\rm tr}^{(i,j)}") + r"\le" + _n(r"\mathbf J_Z") + _n(r"\boldsymbol\xi_{ij}") + "+" + _n(r"\mathbf B_i")
+        + _n(r"\mathbf H_Z") + _n(r"\mathbf B_j") + r"\\&\text{with every factor replaced by its App. C.6 estimate}\end{aligned}"),
     "bounds.thm6.GQ": (
         "Theorem 6, proof: the bound on G_Q",
         _n(r"\mathbf G_Q") + r"\le\frac{" + WV + WK + X + r"^3}{L\sqrt{d_K}}"),
