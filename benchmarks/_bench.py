@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import resource
 import shlex
 import sys
 import time
@@ -25,6 +26,19 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 QUICK_DIR = ROOT / "runs" / "bench-quick"
+
+
+def peak_mb() -> float:
+    """This process's resident-set high-water mark in MB (VmHWM). Unlike ru_maxrss it starts afresh at exec,
+    so a worker does not inherit its driver's footprint through fork; ru_maxrss where /proc is absent."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def add_switches(ap: argparse.ArgumentParser) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _bench import Run, add_switches, out_path
+from _bench import Run, add_switches, out_path, peak_mb
 
 NAME = "encoder_layer_hessian"
 # (case, L, d_model, dim_feedforward, nhead)
@@ -47,15 +46,6 @@ QUICK_CHUNKS = (16, None)
 REFERENCE = "autograd batched, chunk all"
 
 
-def _peak_mb() -> float:
-    """This process's resident-set high-water mark (VmHWM, from exec on)."""
-    try:
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _method_name(method: str, chunk) -> str:
@@ -78,7 +68,7 @@ def _worker(spec: dict) -> dict:
     fn = {"closed": lambda: encoder_layer_hessian(layer, X, target=T).dense,
           "batched": lambda: ref.hessian_autograd(layer, X, chunk=spec["chunk"], target=T),
           "loop": lambda: ref.hessian_autograd_loop(layer, X, target=T)}[spec["method"]]
-    base = _peak_mb()
+    base = peak_mb()
     if spec["method"] != "loop":
         fn()                      # untimed warm-up (first-call setup of vmap / the allocator)
     times, H = [], None
@@ -88,7 +78,7 @@ def _worker(spec: dict) -> dict:
         H = fn()
         times.append(time.perf_counter() - t0)
     torch.save(H, spec["save"])
-    return {"seconds": statistics.median(times), "times": times, "base_mb": base, "peak_mb": _peak_mb(),
+    return {"seconds": statistics.median(times), "times": times, "base_mb": base, "peak_mb": peak_mb(),
             "parameters": H.shape[0], "status": "ok"}
 
 

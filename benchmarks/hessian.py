@@ -28,21 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from _bench import peak_mb  # stdlib only: cheap in every worker
+
 HERE = Path(__file__).resolve().parent
 NAME = "hessian"
 
 
 # ====================================================================== worker side
-def _peak_mb() -> float:
-    """This process's resident-set high-water mark (VmHWM). Unlike ru_maxrss it starts afresh at
-    exec, so it does not inherit the driver's footprint through fork."""
-    try:
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _worker(spec: dict) -> dict:
@@ -68,7 +60,7 @@ def _worker(spec: dict) -> dict:
     if task in ("dense", "block", "probe"):
         X, y = _mnist_head(spec["batch"])
         model = cg.build_model("mnist", seed=0, **spec.get("model", {}))
-        base = _peak_mb()
+        base = peak_mb()
         times, cpu = [], []
         H = None
         if task == "probe":
@@ -109,7 +101,7 @@ def _worker(spec: dict) -> dict:
                 ts.append(time.perf_counter() - t0)
             rows.append(dict(n=n, seconds=statistics.median(ts), per_sample_us=1e6 * statistics.median(ts) / n))
         out.update(rows=rows)
-    out["peak_mb"] = _peak_mb()
+    out["peak_mb"] = peak_mb()
     return out
 
 
@@ -189,7 +181,7 @@ def _worker_main(arg: str) -> None:
     except (MemoryError, RuntimeError) as exc:  # torch reports allocation failure as RuntimeError
         msg = str(exc)
         oom = isinstance(exc, MemoryError) or "alloc" in msg.lower() or "memory" in msg.lower()
-        res = {"status": "oom" if oom else "error", "error": msg[:300], "peak_mb": _peak_mb()}
+        res = {"status": "oom" if oom else "error", "error": msg[:300], "peak_mb": peak_mb()}
     print("RESULT " + json.dumps(res), flush=True)
 
 
