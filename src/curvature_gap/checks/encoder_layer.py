@@ -11,14 +11,12 @@ of the layer is wrong through LayerNorm.
 """
 from __future__ import annotations
 
-import contextlib
 import warnings
-
-import torch
 
 from ..exact import encoder_layer as ref
 from ..theory.encoder_layer import encoder_layer_hessian
 from .row import Row
+from .theory import _quiet_single_thread
 
 __all__ = ["run_checks", "TOL", "TRAP_TOL", "RESULT", "SHAPE"]
 
@@ -83,19 +81,7 @@ def _trap_rows() -> list[Row]:
     return [a, b]
 
 
-@contextlib.contextmanager
-def _single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
-            yield
-    finally:
-        torch.set_num_threads(n)
-
-
 def run_checks(quick: bool = False) -> list[Row]:
     """48 configuration rows and 2 trap rows (same ids with ``quick``, which uses one instance per row)."""
-    with _single_thread():
+    with _quiet_single_thread():
         return [_config_row(cfg, quick) for cfg in ref.CONFIGS] + _trap_rows()

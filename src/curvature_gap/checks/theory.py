@@ -745,6 +745,7 @@ def _quiet_single_thread():
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\..*")
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
             yield
     finally:
         torch.set_num_threads(n)
