@@ -204,7 +204,8 @@ _ROWS: dict = {}
 
 def rows(prefixes=None) -> list[Row]:
     """The rows of ``curvature-gap verify`` this page renders: the build's JSON when building the book,
-    else computed once per kernel (``--quick``); ``prefixes`` keeps rows whose id starts with one of them
+    else computed once per kernel (``--quick``, kept under ``results/verify/`` by what determines them:
+    :func:`curvature_gap.checks.run_cached`); ``prefixes`` keeps rows whose id starts with one of them
     (whole dotted components: ``"thm2"`` matches ``thm2.layernorm.jacobian``, not ``thm20``)."""
     pinned = os.environ.get(VERIFY_ENV)
     if pinned:
@@ -212,7 +213,7 @@ def rows(prefixes=None) -> list[Row]:
         rs = [Row.from_json(d) for d in (doc["rows"] if isinstance(doc, dict) else doc)]
     else:
         if "rows" not in _ROWS:
-            _ROWS["rows"] = checks.run(quick=True)
+            _ROWS["rows"] = checks.run_cached(quick=True)
         rs = _ROWS["rows"]
     if prefixes is None:
         return rs

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import pytest
 
 from curvature_gap import checks
 from curvature_gap.checks.row import ROW_SCHEMA, Row
@@ -93,3 +94,39 @@ def test_main_prints_table_writes_json_and_exit_code(tmp_path, monkeypatch, caps
     monkeypatch.setattr(checks, "run", lambda *a, **k: bad)
     assert checks.main(quick=True) == 1
     assert "UNEXPECTED: " + rows[0].id in capsys.readouterr().out
+
+
+def _counting_run(monkeypatch):
+    """``checks.run`` replaced by a counted stand-in returning two fixed rows (what is tested is the cache)."""
+    calls = []
+
+    def fake(quick, results_dir, published_dir, profile="paper", res=None):
+        calls.append(sorted(n for n, r in (res or {}).items() if r is not None))
+        return [Row(id="a.one", result="sa_hessian", kind="formula", what="x", verdict="verified", rel_err=1e-15, tolerance=1e-10),
+                Row(id="a.two", result="sa_hessian", kind="formula", what="y", verdict="verified", rel_err=2e-15, tolerance=1e-10)]
+
+    monkeypatch.setattr(checks, "run", fake)
+    return calls
+
+
+def test_cached_rows_are_computed_once_per_key_and_recomputed_when_a_result_appears(tmp_path, monkeypatch):
+    """run_cached computes the rows once for what determines them; the same key reads the file back
+    (equal rows); a newly found result, a changed code hash or a damaged file computes them again."""
+    calls = _counting_run(monkeypatch)
+    pub = tmp_path / "published"
+    pub.mkdir()
+    first = checks.run_cached(results_dir=tmp_path / "results", published_dir=pub)
+    again = checks.run_cached(results_dir=tmp_path / "results", published_dir=pub)
+    assert len(calls) == 1 and [r.to_json() for r in again] == [r.to_json() for r in first]
+    monkeypatch.setattr(checks, "_found", lambda ctx: {n: (object() if n == "fig3" else None)
+                                                        for n in checks.DATA_RESULTS})
+    checks.run_cached(results_dir=tmp_path / "results", published_dir=pub)
+    assert calls[-1] == ["fig3"], "a result found since is a new key: the rows that read it are computed"
+    monkeypatch.setattr(checks, "verify_code_hash", lambda: "changed")
+    checks.run_cached(results_dir=tmp_path / "results", published_dir=pub)
+    assert len(calls) == 3, "other code is another key"
+    for f in (tmp_path / "results" / "verify").glob("*.json"):
+        f.write_text("{ truncated")
+    with pytest.warns(UserWarning, match="cannot be read"):
+        checks.run_cached(results_dir=tmp_path / "results", published_dir=pub)
+    assert len(calls) == 4

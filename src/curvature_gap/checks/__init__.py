@@ -15,8 +15,10 @@ the command that computes them. ``curvature_gap.findings`` turns the rows into o
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+import warnings
 from pathlib import Path
 
 from ..experiments import Context, UnusableResult, config_hash_of, default_published_dir, find_result, spec
@@ -28,7 +30,7 @@ from . import bounds, encoder_layer, figures, landscape, theory
 from .row import Row, exit_status, format_table, summary_line
 
 __all__ = ["Row", "run", "main", "load_rows", "DATA_RESULTS", "rows_meta", "verify_code_hash", "published_rows",
-           "write_rows"]
+           "write_rows", "run_cached"]
 
 DATA_RESULTS = ("fig3", "fig4", "fig5", "fig6", "fig6_mnist", "fig12", "theorem7", "trained_bounds")
 
@@ -62,18 +64,52 @@ def _link_errata(rows: list[Row]) -> None:
                 by_id[rid].errata.append(e["id"])
 
 
-def run(quick: bool = False, results_dir="results", published_dir=None, log=None, profile: str = "paper") -> list[Row]:
+def _context(results_dir, published_dir, profile: str) -> Context:
+    return Context(profile=profile, results_dir=results_dir, progress=False,
+                   published_dir=published_dir if published_dir is not None else default_published_dir())
+
+
+def _found(ctx: Context) -> dict:
+    return {n: find_result(n, ctx=ctx) if _in_profile(n, ctx) else None for n in DATA_RESULTS}
+
+
+def run(quick: bool = False, results_dir="results", published_dir=None, log=None, profile: str = "paper",
+        res: dict | None = None) -> list[Row]:
     """Every row (see module doc). ``quick``: fewer random instances and no adversarial search (same row ids);
-    the trained model's rows read the results of ``profile`` (:data:`curvature_gap.config.PROFILES`)."""
-    ctx = Context(profile=profile, results_dir=results_dir, progress=False,
-                  published_dir=published_dir if published_dir is not None else default_published_dir())
-    res = {n: find_result(n, ctx=ctx) if _in_profile(n, ctx) else None for n in DATA_RESULTS}
+    the trained model's rows read the results of ``profile`` (:data:`curvature_gap.config.PROFILES`), or
+    ``res`` (name -> result or None, as :func:`run_cached` found them)."""
+    res = res if res is not None else _found(_context(results_dir, published_dir, profile))
     rows = theory.run_checks(quick)
     rows += bounds.run_checks(quick, res["trained_bounds"], log=log)
     rows += landscape.run_checks(res["fig12"], res["theorem7"])
     rows += figures.run_checks(res)
     rows += encoder_layer.run_checks(quick)
     _link_errata(rows)
+    return rows
+
+
+def run_cached(quick: bool = True, results_dir="results", published_dir=None, profile: str = "paper") -> list[Row]:
+    """:func:`run`, kept in ``<results_dir>/verify/`` under what determines the rows: :func:`rows_meta` (the
+    code, ``quick``, each result's config hash) and which results were found. Each notebook page outside the
+    book build renders rows; without this, every page computed all of them again (about 25 s on 2 cores).
+    A changed computation or a newly computed result changes the key, so a stale row is never returned."""
+    ctx = _context(results_dir, published_dir, profile)
+    res = _found(ctx)
+    meta = dict(rows_meta(quick, results_dir, profile), profile=profile,
+                found=sorted(n for n, r in res.items() if r is not None))
+    key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(results_dir) / "verify" / f"{'quick' if quick else 'full'}-{profile}-{key}.json"
+    if path.is_file():
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:  # a damaged cache file is recomputed, and said
+            warnings.warn(f"{path} cannot be read ({exc}); the rows are computed again and the file rewritten")
+        else:
+            if doc.get("meta") == meta:
+                return [Row.from_json(d) for d in doc["rows"]]
+    rows = run(quick, results_dir, published_dir, profile=profile, res=res)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_rows(path, rows, meta)
     return rows
 
 
