@@ -27,7 +27,10 @@ from .checks.row import Row  # noqa: E402
 from .config import DEVICES, PROFILES, MODELS, ConfigError, train_config  # noqa: E402
 from .experiments import Context, UnusableResult, default_published_dir  # noqa: E402
 from .experiments.hessians import SETS, STATISTICS  # noqa: E402
-from .plotting import png_bytes  # noqa: E402
+import math  # noqa: E402
+
+from .captions import message, ordinal, unit_tex  # noqa: E402
+from .plotting import min_font_size, png_bytes  # noqa: E402
 from .findings import Finding, finding_of  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "show_markdown", "show_figure", "figure", "rows", "show_rows",
@@ -169,33 +172,64 @@ def show_provenance(res) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- figures
-def show_figure(fig, name: str, caption: str, alt: str) -> None:
-    """Show a figure as a page element: the PNG (with its legibility metadata) inline, click to open it at
-    full size, a link to its PDF, a caption and an alt text. Inside the book build the PNG and PDF are also
-    written to the book's static files (``figures/<name>.png|pdf``)."""
+PHONE_MIN_PT = 7.0  # a figure's smallest text, drawn on a phone (390 px), is never below this
+CSS_PX_PER_IN = 96.0
+
+
+def phone_min_width(fig) -> int:
+    """The narrowest width (CSS px) at which the figure's smallest text is still drawn at
+    :data:`PHONE_MIN_PT`: narrower screens scroll it sideways (with a cue) rather than shrink it."""
+    pt = min_font_size(fig)
+    if not math.isfinite(pt) or pt <= 0:
+        return 0
+    return math.ceil(PHONE_MIN_PT * fig.get_figwidth() * CSS_PX_PER_IN / pt)
+
+
+def figure_html(fig, name: str, caption: str, alt: str, message: str, linked: bool = True,
+                png: bytes | None = None) -> str:
+    """A figure as a page element: the PNG (``png``, else drawn with its legibility metadata) inline in a
+    box that scrolls sideways below :func:`phone_min_width` (``cg-figure-scroll``; cg-figures.js adds the
+    cue, so the text stays at ≥ 7 pt on a phone), the caption opening with the figure's ``message`` in bold
+    (``strong.cg-message``: what to see, :mod:`curvature_gap.captions`), and with ``linked`` a click on the figure,
+    and links in the caption, that open ``../_static/figures/<name>.png`` at full size and its PDF."""
+    png = png if png is not None else png_bytes(fig)
+    src = "data:image/png;base64," + base64.b64encode(png).decode()
+    floor = phone_min_width(fig)
+    style = f' style="min-width: {floor}px"' if floor else ""
+    img = f'<img src="{src}" alt="{html.escape(alt, quote=True)}" class="cg-img"{style}>'
+    links = ""
+    if linked:
+        img = f'<a href="../_static/figures/{name}.png" target="_blank" title="open at full size">{img}</a>'
+        links = (f' · <a href="../_static/figures/{name}.png" target="_blank">full size</a>'
+                 f' · <a href="../_static/figures/{name}.pdf">PDF</a>')
+    if not message.strip():
+        raise ValueError(f"figure {name} has no message: its caption must say what to see (curvature_gap.captions)")
+    return (f'<figure class="cg-figure" id="fig-{name}"><div class="cg-figure-scroll">{img}</div>'
+            f'<figcaption><strong class="cg-message">{html_math(message)}</strong> {html_math(caption)}{links}'
+            "</figcaption></figure>")
+
+
+def show_figure(fig, name: str, caption: str, alt: str, message: str) -> None:
+    """Show a figure (:func:`figure_html`). Inside the book build its PNG and PDF are also written to the
+    book's static files (``figures/<name>.png|pdf``), which the page links to."""
     png = png_bytes(fig)
     static = os.environ.get(STATIC_ENV)
-    links = ""
     if static:
         d = Path(static) / "figures"
         d.mkdir(parents=True, exist_ok=True)
         (d / f"{name}.png").write_bytes(png)
         fig.savefig(d / f"{name}.pdf", format="pdf")
-        links = (f' · <a href="../_static/figures/{name}.png" target="_blank">full size</a>'
-                 f' · <a href="../_static/figures/{name}.pdf">PDF</a>')
-    src = "data:image/png;base64," + base64.b64encode(png).decode()
-    img = f'<img src="{src}" alt="{html.escape(alt, quote=True)}" class="cg-img">'
-    if static:
-        img = f'<a href="../_static/figures/{name}.png" target="_blank" title="open at full size">{img}</a>'
-    _display_html(f'<figure class="cg-figure" id="fig-{name}">{img}<figcaption>{html_math(caption)}{links}'
-                  "</figcaption></figure>")
+    _display_html(figure_html(fig, name, caption, alt, message, linked=bool(static), png=png))
 
 
 def figure(name: str, result, part: str, caption: str, alt: str | None = None) -> None:
-    """Draw one part of a result's figure (:func:`curvature_gap.experiments.plot`) and show it."""
+    """Draw one part of a result's figure (:func:`curvature_gap.experiments.plot`) and show it, its caption
+    opening with the message computed from the result's numbers (:func:`curvature_gap.captions.message`)."""
+    msg = message(name, part, result)
     fig = experiments.plot(name, result, part)
     doc = (experiments.spec(name).plots[part].__doc__ or "").strip().splitlines()[0]
-    show_figure(fig, f"{name}-{part}-{result.config.get('profile')}", caption, alt or f"{doc} ({caption})")
+    plain = re.sub(r"[${}]", "", re.sub(r"\\(\w+)", r"\1", caption))  # the alt text has no TeX
+    show_figure(fig, f"{name}-{part}-{result.config.get('profile')}", caption, alt or f"{doc} ({plain})", msg)
 
 
 # ---------------------------------------------------------------------------------------------- rows, verdicts
@@ -341,20 +375,12 @@ def show_ranking(result) -> None:
         cells = [md_escape(label)]
         for s in table:
             order = table[s][st]
-            place = _ordinal(order.index("W_V") + 1)
-            top = "$" + " > ".join(_unit_tex(u) for u in order[:3]) + "$"
+            place = ordinal(order.index("W_V") + 1)
+            top = "$" + " > ".join(unit_tex(u) for u in order[:3]) + "$"
             cells.append(f"{'**' + place + '**' if place == '1st' else place} ({top} …)")
         body.append(cells)
     show_markdown("Place of $W_V$'s block among the diagonal blocks (the three largest in brackets):\n\n"
                   + md_table(head, body))
-
-
-def _unit_tex(unit: str) -> str:
-    """A parameter group's name in the book's one notation: ``W_V`` as $W_V$, ``LN1`` upright."""
-    m = re.fullmatch(r"([A-Za-z])_\{?(\w+?)\}?", unit)
-    if m:
-        return f"{m.group(1)}_{{{m.group(2)}}}"
-    return r"\mathrm{" + unit.replace("_", r"\_") + "}"
 
 
 def show_dynamics_summary(results: dict, figures: dict, profile: str) -> None:
@@ -374,15 +400,12 @@ def show_dynamics_summary(results: dict, figures: dict, profile: str) -> None:
         else:
             runs.append([who, steps[i], steps[i]])
     spans = "; ".join(f"{who} at step {a}" if a == b else f"{who} at steps {a}–{b}" for who, a, b in runs)
-    caption = (f"Which block has the most curvature, snapshot by snapshot, over the first {steps[-1]} training steps: "
-               f"the largest Hessian block (Frobenius norm) is {spans}. The five figures below show each block in detail.")
+    msg = f"The largest Hessian block (Frobenius norm) is {spans}."
+    caption = (f"Which block has the most curvature, snapshot by snapshot, over the first {steps[-1]} training steps. "
+               "The five figures below show each block in detail.")
     fig = plot_dynamics_summary(steps, series)
     show_figure(fig, f"figs7_11-summary-{profile}", caption,
-                "The Frobenius norm of each parameter group's Hessian block against the training step, log scale")
-
-
-def _ordinal(n: int) -> str:
-    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+                "The Frobenius norm of each parameter group's Hessian block against the training step, log scale", msg)
 
 
 def show_cross_check(result) -> None:

@@ -23,6 +23,7 @@ for _p in (str(ROOT / "src"), str(ROOT)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+from curvature_gap.notebook import figure_html  # noqa: E402
 from curvature_gap.plotting import new_figure, png_bytes  # noqa: E402
 from tools.book import browser, html as static  # noqa: E402
 
@@ -41,21 +42,27 @@ def _mathjax_dir() -> Path | None:
 MATHJAX = _mathjax_dir()
 
 
-def _png(width: float, height: float = 3.0, **fontsize) -> str:
+def _plot(width: float, height: float = 3.0, **fontsize):
     fig = new_figure(width, height)
     ax = fig.add_subplot()
     ax.plot([0, 1, 2, 3], [1, 3, 2, 4], label="Values")
     ax.set_xlabel("training step", **fontsize)
     ax.set_ylabel(r"$\|H\|_F$", **fontsize)
     ax.legend()
-    return "data:image/png;base64," + base64.b64encode(png_bytes(fig)).decode()
+    return fig
 
 
-def _figure(name: str, src: str) -> str:
-    return (f'<figure class="cg-figure" id="fig-{name}"><a href="../_static/figures/{name}.png" target="_blank">'
-            f'<img src="{src}" alt="Block norms of the Hessian ({name})" class="cg-img"></a>'
-            f'<figcaption>The Hessian blocks at initialisation · <a href="../_static/figures/{name}.png">full size'
-            "</a></figcaption></figure>")
+def _figure(name: str, fig, linked: bool = True) -> str:
+    """The figure as the book's pages show it (curvature_gap.notebook.figure_html)."""
+    return figure_html(fig, name, "The Hessian blocks at initialisation", f"Block norms of the Hessian ({name})",
+                       "The Values block is largest.", linked=linked)
+
+
+def _bare_figure(name: str, src: str) -> str:
+    """A figure element around a PNG drawn without the package (no legibility metadata)."""
+    return (f'<figure class="cg-figure" id="fig-{name}"><div class="cg-figure-scroll"><a href="../_static/figures/'
+            f'{name}.png" target="_blank"><img src="{src}" alt="A plot ({name})" class="cg-img"></a></div>'
+            "<figcaption>A plot</figcaption></figure>")
 
 
 SEARCH = '<button class="btn search-button-field" type="button">Search</button>'
@@ -73,7 +80,8 @@ def _page(title: str, body: str, depth: int = 1, math: bool = True, search: str 
               " options: {processHtmlClass: 'tex2jax_process|mathjax_process|math|output_area'}};</script>"
               f'<script defer src="{up}_static/mathjax/tex-chtml.js"></script>'
               f'<script src="{up}_static/cg-math.js"></script>')
-    tables = f'<script src="{up}_static/cg-tables.js"></script>'  # the book loads it on every page
+    tables = (f'<script src="{up}_static/cg-tables.js"></script>'   # the book loads both on every page
+              f'<script src="{up}_static/cg-figures.js"></script>')
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>{title}</title><link rel="stylesheet" href="{up}_static/custom.css">{mj}{tables}{script}</head>'
@@ -124,6 +132,7 @@ def make_site(root: Path, broken: bool = False) -> Path:
     shutil.copy2(ROOT / "book" / "_static" / "custom.css", root / "_static" / "custom.css")
     shutil.copy2(ROOT / "book" / "_static" / "cg-math.js", root / "_static" / "cg-math.js")
     shutil.copy2(ROOT / "book" / "_static" / "cg-tables.js", root / "_static" / "cg-tables.js")
+    shutil.copy2(ROOT / "book" / "_static" / "cg-figures.js", root / "_static" / "cg-figures.js")
     if MATHJAX:
         (root / "_static" / "mathjax").symlink_to(MATHJAX, target_is_directory=True)
     for d in ("book", "notebooks", "_sources/book"):
@@ -144,8 +153,8 @@ def make_site(root: Path, broken: bool = False) -> Path:
     (root / "book" / "errata.html").write_text(_page(
         "Errata", f"<p>The corrections, with the error of each form {REL_ERR}:</p>"
         + raw + ERRATA))
-    fig = _figure("fig3-blocks-smoke", _png(7.2))
-    wide = _figure("fig3-wide-smoke", _png(20.0, 6.0)) if broken else ""
+    fig = _figure("fig3-blocks-smoke", _plot(7.2))
+    wide = _figure("fig3-wide-smoke", _plot(20.0, 6.0)) if broken else ""
     note = ('<div class="cg-verdict cg-ok" data-result="fig3" data-verdict="reproduced"><strong>Verdict: '
             "reproduced.</strong> The Values blocks are the largest.</div>" if broken else
             '<div class="cg-smoke-note" data-result="fig3" data-verdict="">This page was built with the '
@@ -222,6 +231,7 @@ def test_broken_images_math_errors_and_figures_without_metadata(tmp_path):
     shutil.copy2(ROOT / "book" / "_static" / "custom.css", tmp_path / "_static" / "custom.css")
     shutil.copy2(ROOT / "book" / "_static" / "cg-math.js", tmp_path / "_static" / "cg-math.js")
     shutil.copy2(ROOT / "book" / "_static" / "cg-tables.js", tmp_path / "_static" / "cg-tables.js")
+    shutil.copy2(ROOT / "book" / "_static" / "cg-figures.js", tmp_path / "_static" / "cg-figures.js")
     if MATHJAX:
         (tmp_path / "_static" / "mathjax").symlink_to(MATHJAX, target_is_directory=True)
     fig = new_figure()
@@ -233,14 +243,16 @@ def test_broken_images_math_errors_and_figures_without_metadata(tmp_path):
     verdict = ('<div class="cg-verdict cg-ok" data-result="fig3" data-verdict="reproduced"><strong>Verdict: '
                "reproduced.</strong> The Values blocks are the largest.</div>")
     (tmp_path / "page.html").write_text(_page("A page", f'{verdict}<img src="missing.png" alt="gone">{merror}'
-                                        + _figure("bare", bare), depth=0))
+                                        + _bare_figure("bare", bare), depth=0))
     problems = browser.browser_check(tmp_path, "paper", tmp_path / "shots")
     assert any("image did not load: missing.png" in p for p in problems), problems
     assert any("figure #fig-bare carries no cg:width_in" in p for p in problems), problems
     if MATHJAX:
         assert any("MathJax error" in p for p in problems), problems
     assert any("console error at 1440 px: Failed to load resource" in p and "missing.png" in p for p in problems)
-    assert len(problems) == 3 + bool(MATHJAX), problems
+    # the page has a figure, so it is also opened on the phone, where the missing file is a console error again
+    assert any("console error at 390 px: Failed to load resource" in p for p in problems), problems
+    assert len(problems) == 4 + bool(MATHJAX), problems
 
 
 # ---------------------------------------------------------------------------------------------- no browser
@@ -256,7 +268,7 @@ def test_png_text_chunks_read_the_legibility_metadata():
 
 def test_legibility_arithmetic():
     src = "data:image/png;base64," + base64.b64encode(png_bytes(new_figure(20.0, 6.0))).decode()
-    fig = {"i": 0, "id": "fig-x", "alt": "", "src": src, "shown": True}
+    fig = {"i": 0, "id": "fig-x", "alt": "", "src": src, "shown": True, "link": "http://h/_static/figures/x.png"}
     # an empty figure's smallest font is +inf: nothing to read, no problem
     assert browser._figure_problem("p.html", dict(fig, width=600)) is None
     f = new_figure(20.0, 6.0)
@@ -265,6 +277,39 @@ def test_legibility_arithmetic():
     assert browser._figure_problem("p.html", dict(fig, width=20 * 96)) is None            # natural size: 9 pt
     assert "drawn at 2.8 pt" in browser._figure_problem("p.html", dict(fig, width=600))  # 9 × 600 / 1920
     assert browser._figure_problem("p.html", dict(fig, width=600, shown=False)) is None
+    # on the phone the floor is 7 pt: 7/9 of the natural width is enough, a few pixels less are not
+    assert browser._figure_problem("p.html", dict(fig, width=20 * 96 * 7 / 9), 390) is None
+    assert "at 390 px" in browser._figure_problem("p.html", dict(fig, width=20 * 96 * 7 / 9 - 5), 390)
+    assert "at 1440 px" in browser._figure_problem("p.html", dict(fig, width=20 * 96 * 7 / 9), 1440)
+    assert "full-size PNG" in browser._figure_problem("p.html", dict(fig, width=20 * 96, link=""))
+    assert "cut off at 390 px with no cue" in browser._figure_problem("p.html", dict(fig, width=20 * 96, cut=True), 390)
+    assert browser._figure_problem("p.html", dict(fig, width=20 * 96, cut=True, cue=True), 390) is None
+
+
+@pytest.mark.slow
+def test_on_a_phone_a_figure_scrolls_with_its_text_at_7_pt_or_is_a_problem(tmp_path):
+    """The book's figure (notebook.figure_html, 7.2 in wide, 9 pt text) on a 390 px phone: it keeps its 7-pt
+    width and scrolls sideways with the cue, no problem. Shrunk to the screen (its min-width overridden), it is
+    drawn below 7 pt; in a box that clips it without the cue, it is cut off; without its link, the reader
+    cannot open it at full size (said once, at the desktop width): one problem each."""
+    _require_browser()
+    site = make_site(tmp_path / "site")
+    page = site / "notebooks" / "fig03_hessian_init.html"
+    good = _figure("good", _plot(7.2))
+    page.write_text(_page("Fig. 3", good))
+    assert browser.browser_check(site, "smoke", tmp_path / "shots") == []
+    shrunk = _figure("shrunk", _plot(7.2)).replace('style="min-width:', 'style="min-width: 0 !important; x:')
+    clipped = (_figure("clipped", _plot(7.2)).replace('class="cg-figure-scroll"', 'style="overflow: hidden"'))
+    unlinked = _figure("unlinked", _plot(7.2), linked=False)
+    page.write_text(_page("Fig. 3", good + shrunk + clipped + unlinked))
+    problems = browser.browser_check(site, "smoke", tmp_path / "shots")
+    assert len(problems) == 3, "\n".join(problems)
+    small, = [p for p in problems if "#fig-shrunk" in p]
+    assert "unreadably small at 390 px" in small and "the minimum is 7 pt" in small
+    cut, = [p for p in problems if "#fig-clipped" in p]
+    assert "cut off at 390 px with no cue" in cut
+    unlinked, = [p for p in problems if "#fig-unlinked" in p]
+    assert "does not link to its full-size PNG" in unlinked
 
 
 def test_book_pages_skip_theme_sources_indexes_and_redirects(tmp_path):
@@ -286,6 +331,12 @@ def test_static_checks_on_the_same_sites(tmp_path):
     assert len(raw) == 1 and raw[0].startswith("book/errata.html: raw TeX") and "\\frac{a}{b}" in raw[0]
     # links of both sites resolve except the click-to-enlarge files a real build writes
     assert all("_static/figures/" in p for p in static.check_links(bad))
+    # every figure of the book's kind opens its caption with a message; the bare one below has none
+    assert static.check_figure_messages(good) == []
+    page = good / "notebooks" / "fig03_hessian_init.html"
+    page.write_text(page.read_text().replace("</article>", _bare_figure("bare", "data:,") + "</article>"))
+    missing, = static.check_figure_messages(good)
+    assert missing.startswith("notebooks/fig03_hessian_init.html: figure #fig-bare has no message")
 
 
 @pytest.mark.slow

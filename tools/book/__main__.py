@@ -27,6 +27,7 @@ def main(argv=None) -> int:
     sub.add_parser("pdf", help="the whole book as one PDF (_build/pdf/book.pdf), after build")
     r = sub.add_parser("refresh-outputs", help="store the outputs of the checked cells in the committed notebooks")
     r.add_argument("notebooks", nargs="*")
+    sub.add_parser("colab-cells", help="give every notebook of the book its Colab set-up cell (tools/book/colab.py)")
     m = sub.add_parser("maintainers", help=f"write {maintainers.PAGE} (the fault table, configuration hashes)")
     m.add_argument("--check", action="store_true", help="only say whether the committed page is current")
     args = p.parse_args(argv)
@@ -44,6 +45,12 @@ def main(argv=None) -> int:
         if args.cmd == "pdf":
             from .pdf import build_pdf  # noqa: PLC0415 - Playwright only for this command
             build_pdf()
+            return 0
+        if args.cmd == "colab-cells":
+            from . import colab  # noqa: PLC0415
+            from .build import toc_notebooks  # noqa: PLC0415
+            changed = colab.write_cells(project_root(), toc_notebooks(project_root()))
+            print(f"[book] Colab cell written into {len(changed)} notebook(s)" + "".join(f"\n  {p.name}" for p in changed))
             return 0
         if args.cmd == "maintainers":
             current = maintainers.write(project_root(), check=args.check)

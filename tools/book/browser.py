@@ -6,16 +6,17 @@ desktop viewport (1440 × 900) and at a phone's (390 × 844). Problems reported:
 
 * an image that did not load;
 * a MathJax error, or raw TeX left in the rendered text (``$…$``, ``\\frac``, ``_{`` …);
-* a figure (``img.cg-img``) whose smallest text is drawn below 9 pt at the desktop viewport, from the PNG's
-  ``cg:width_in`` and ``cg:min_font_pt`` text chunks and the width the page shows it at;
+* a figure (``img.cg-img``) whose smallest text is drawn below 9 pt at the desktop viewport or 7 pt on the
+  phone, from the PNG's ``cg:width_in`` and ``cg:min_font_pt`` text chunks and the width the page shows it
+  at; one cut off without the scroll cue (``cg-figures.js``); one that does not link to its full-size PNG;
 * on a ``smoke`` build, a verdict (``.cg-verdict``) about an experiment;
 * on the phone, a table wider than the screen (or whose columns are cut off);
 * an error in the browser's console (a script that fails, a file that does not load), at either width;
 * not exactly one search box (a search field or button the reader can see) at either width;
 * at the desktop viewport, no visible footer linking the paper on arXiv.
 
-Full-page screenshots of the landing page, Fig. 3, Theorem 1, the errata and the reproducibility page at both
-widths go to
+Full-page screenshots of the landing page, Figs. 3 and 4, the transformer block, Theorem 1, the errata and the
+reproducibility page at both widths go to
 ``shots_dir`` (their paths are printed and kept in :data:`LAST_SCREENSHOTS`).
 """
 from __future__ import annotations
@@ -39,7 +40,7 @@ from curvature_gap.findings import RESULTS
 from .html import RAW_LATEX
 
 __all__ = ["browser_check", "find_chromium", "png_text_chunks", "book_pages", "CHROMIUM_ARGS", "SCREENSHOTS",
-           "DESKTOP", "PHONE", "MIN_DRAWN_PT", "LAST_SCREENSHOTS", "INSTALL_HINT"]
+           "DESKTOP", "PHONE", "MIN_DRAWN_PT", "MIN_PHONE_PT", "LAST_SCREENSHOTS", "INSTALL_HINT"]
 
 DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
@@ -52,6 +53,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 INSTALL_HINT = "apt-get install chromium"
 # page -> screenshot stem (written as <stem>-1440.png and <stem>-390.png)
 SCREENSHOTS = {"book/intro.html": "landing", "notebooks/fig03_hessian_init.html": "fig03",
+               "notebooks/fig04_hessian_trained.html": "fig04", "notebooks/transformer_block.html": "block",
                "notebooks/self_attention.html": "theorem1", "book/errata.html": "errata",
                "book/reproducibility.html": "reproducibility"}
 _SKIP_DIRS = {"_static", "_sources"}
@@ -183,7 +185,7 @@ _CHROME_JS = """() => {
 }"""
 
 _DESKTOP_JS = """async (smoke) => {
-  const out = {broken: [], merror: [], figures: [], verdicts: [], text: ''};
+  const out = {broken: [], merror: [], verdicts: [], text: ''};
   for (const img of document.images) {
     if (img.naturalWidth > 0) continue;
     const src = img.currentSrc || img.getAttribute('src') || '';
@@ -195,12 +197,6 @@ _DESKTOP_JS = """async (smoke) => {
   for (const e of document.querySelectorAll('mjx-merror')) {
     out.merror.push((e.getAttribute('data-mjx-error') || '') + ' | ' + (e.textContent || '').trim().slice(0, 80));
   }
-  document.querySelectorAll('img.cg-img').forEach((img, i) => {
-    const r = img.getBoundingClientRect();
-    const fig = img.closest('figure');
-    out.figures.push({i, id: (fig && fig.id) || img.id || '', alt: img.getAttribute('alt') || '',
-                      src: img.getAttribute('src') || '', width: r.width, shown: r.width > 0 && r.height > 0});
-  });
   if (smoke) for (const e of document.querySelectorAll('.cg-verdict')) {
     out.verdicts.push({result: e.getAttribute('data-result') || '', verdict: e.getAttribute('data-verdict') || '',
                        text: (e.innerText || e.textContent || '').trim().slice(0, 100)});
@@ -373,29 +369,75 @@ def _chrome_problems(page, rel: str, width: int, console: list) -> list[str]:
     return problems
 
 
-def _figure_problem(rel: str, fig: dict) -> str | None:
+# every figure (img.cg-img): the width it is shown at, the full-size PNG it links to, and whether its box
+# (.cg-figure-scroll) cuts it off, scrolls it with the cue cg-figures.js adds, or shows all of it
+_FIGURES_JS = """async (ms) => {
+  if (window.cgFiguresReady) await Promise.race([window.cgFiguresReady, new Promise((r) => setTimeout(r, ms))]);
+  const out = [];
+  document.querySelectorAll('img.cg-img').forEach((img, i) => {
+    const r = img.getBoundingClientRect();
+    const fig = img.closest('figure');
+    const a = img.closest('a[href]');
+    const box = img.closest('.cg-figure-scroll');
+    let cut = false, cue = false;
+    for (let e = img.parentElement; e && !e.matches('article'); e = e.parentElement) {
+      if (getComputedStyle(e).overflowX === 'visible') continue;
+      const b = e.getBoundingClientRect();
+      if (r.right > b.right + 1 || r.left < b.left - 1) { cut = true; break; }
+    }
+    if (cut && box) {
+      const before = getComputedStyle(box, '::before');
+      cue = box.classList.contains('cg-scrolls') && getComputedStyle(box).overflowX !== 'hidden'
+        && before.content.includes('scroll') && before.display !== 'none' && before.visibility !== 'hidden';
+    }
+    out.push({i, id: (fig && fig.id) || img.id || '', alt: img.getAttribute('alt') || '',
+              src: img.getAttribute('src') || '', width: r.width, shown: r.width > 0 && r.height > 0,
+              link: a ? a.href : '', cut, cue});
+  });
+  return out;
+}"""
+MIN_PHONE_PT = 7.0       # ... on a phone (390 px), where a wide figure may scroll sideways instead
+
+
+def _figure_problem(rel: str, fig: dict, width: int = DESKTOP["width"]) -> str | None:
+    """The problem of one figure at a viewport ``width`` (None: legible there): its smallest text drawn below
+    :data:`MIN_DRAWN_PT` at the desktop or :data:`MIN_PHONE_PT` on the phone (from the PNG's ``cg:width_in``
+    and ``cg:min_font_pt`` chunks and the width it is shown at), cut off without the scroll cue, or without a
+    link to its full-size PNG (the problems that do not depend on the width are said at the desktop's only)."""
     name = f"figure #{fig['id']}" if fig["id"] else f"figure {fig['i'] + 1} ({fig['alt'][:40]!r})"
+    desktop = width >= DESKTOP["width"]  # what does not depend on the width is said there only
     src = fig["src"]
     if not src.startswith("data:image/png;base64,"):
-        return f"{rel}: {name} is not an inline PNG, so its legibility metadata cannot be read"
+        return None if not desktop else f"{rel}: {name} is not an inline PNG, so its legibility metadata cannot be read"
     try:
         chunks = png_text_chunks(base64.b64decode(src.split(",", 1)[1]))
     except ValueError as exc:
-        return f"{rel}: {name}: unreadable PNG ({exc})"
+        return f"{rel}: {name}: unreadable PNG ({exc})" if desktop else None
     try:
         width_in = float(chunks["cg:width_in"])
         min_pt = float(chunks["cg:min_font_pt"])
     except (KeyError, ValueError):
         return (f"{rel}: {name} carries no cg:width_in / cg:min_font_pt chunks (draw it with "
-                "curvature_gap.plotting.png_bytes)")
+                "curvature_gap.plotting.png_bytes)") if desktop else None
     if not fig["shown"] or width_in <= 0 or min_pt == float("inf"):
         return None
+    if desktop and not fig.get("link", "").split("#")[0].split("?")[0].endswith(".png"):
+        return (f"{rel}: {name} does not link to its full-size PNG (curvature_gap.notebook.show_figure wraps it in "
+                "one inside the book build)")
+    floor = MIN_DRAWN_PT if desktop else MIN_PHONE_PT
     drawn = min_pt * fig["width"] / (width_in * CSS_PX_PER_IN)
-    if drawn < MIN_DRAWN_PT - 0.01:
-        return (f"{rel}: {name} is unreadably small at {DESKTOP['width']} px: its smallest text ({min_pt:g} pt in a "
+    if drawn < floor - 0.01:
+        return (f"{rel}: {name} is unreadably small at {width} px: its smallest text ({min_pt:g} pt in a "
                 f"{width_in:g} in wide figure) is drawn at {drawn:.1f} pt (shown {fig['width']:.0f} px wide, "
-                f"natural {width_in * CSS_PX_PER_IN:.0f} px); the minimum is {MIN_DRAWN_PT:g} pt")
+                f"natural {width_in * CSS_PX_PER_IN:.0f} px); the minimum is {floor:g} pt")
+    if fig.get("cut") and not fig.get("cue"):
+        return (f"{rel}: {name} is cut off at {width} px with no cue (it is {fig['width']:.0f} px wide); its box "
+                "(.cg-figure-scroll) scrolls it with the cue cg-figures.js adds")
     return None
+
+
+def _figure_problems(page, rel: str, width: int) -> list[str]:
+    return [p for p in (_figure_problem(rel, f, width) for f in page.evaluate(_FIGURES_JS, MATHJAX_TIMEOUT_MS)) if p]
 
 
 LAST_SCROLLING_MATH: list[str] = []  # the formulas that scroll, with their cue, in the last check (printed)
@@ -449,10 +491,6 @@ def _desktop_problems(page, base: str, rel: str, profile: str) -> list[str]:
     if m:
         a = max(0, m.start() - 40)
         problems.append(f"{rel}: raw TeX in the rendered text: …{text[a:m.end() + 40]}…")
-    for fig in got["figures"]:
-        p = _figure_problem(rel, fig)
-        if p:
-            problems.append(p)
     for v in got["verdicts"]:
         # theory results state their verdict in every build; an unknown result on an experiment's page counts
         if v["result"] in _EXPERIMENT_KEYS or (v["result"] not in _RESULT_KEYS and rel in _EXPERIMENT_PAGES):
@@ -497,9 +535,9 @@ def browser_check(html_dir: Path, profile: str, shots_dir: Path) -> list[str]:
     rels = book_pages(html_dir)
     if not rels:
         return [f"no pages to check in {html_dir}"]
-    # on the phone, tables and formulas are checked: pages with neither are opened there only for a screenshot
+    # on the phone, tables, formulas and figures are checked: pages with none are opened there only for a screenshot
     phone_rels = [r for r in rels if r in SCREENSHOTS
-                  or any(k in (html_dir / r).read_text(errors="replace") for k in ("<table", "math notranslate"))]
+                  or any(k in (html_dir / r).read_text(errors="replace") for k in ("<table", "math notranslate", "cg-img"))]
     problems: list[str] = []
     t0 = time.perf_counter()
     with serve(html_dir) as base, sync_playwright() as p:
@@ -522,6 +560,7 @@ def browser_check(html_dir: Path, profile: str, shots_dir: Path) -> list[str]:
                         else:
                             problems += _phone_problems(page, base, rel)
                         problems += _math_problems(page, rel, viewport["width"])
+                        problems += _figure_problems(page, rel, viewport["width"])
                         problems += _layout_problems(page, rel, viewport["width"])
                         problems += _chrome_problems(page, rel, viewport["width"], console)
                         if rel in SCREENSHOTS:

@@ -16,7 +16,7 @@ __all__ = ["check"]
 def check(browser: bool = True, shots=None, html_dir=None, root=None) -> list[str]:
     """Problems of the built book (empty: all good): links, offline assets, downloads that run as downloaded
     (one parameters cell, no path of the build machine), the paper's, the repository's and the launch
-    buttons' links, one verdict per result everywhere, no raw TeX, and (headless Chromium) legible figures,
+    buttons' links, one verdict per result everywhere, no raw TeX, a message in every figure's caption, and (headless Chromium) legible figures,
     tables that fit a phone, rendered math, loaded images, no console error, one search box, a footer;
     screenshots into ``shots`` (default ``_build/screenshots``)."""
     root = Path(root) if root else project_root()
@@ -29,7 +29,8 @@ def check(browser: bool = True, shots=None, html_dir=None, root=None) -> list[st
     parsed = html.pages(html_dir)
     problems = (html.check_links(html_dir, parsed) + html.check_offline(html_dir, parsed)
                 + html.check_downloads(html_dir, parsed, root) + html.check_companion_links(html_dir, parsed, root)
-                + html.check_verdicts(html_dir, rows, profile, parsed) + html.check_raw_latex(html_dir, parsed))
+                + html.check_verdicts(html_dir, rows, profile, parsed) + html.check_raw_latex(html_dir, parsed)
+                + html.check_figure_messages(html_dir, parsed))
     if browser:
         problems += chromium.browser_check(html_dir, profile, Path(shots) if shots else root / "_build" / "screenshots")
     return problems

@@ -16,7 +16,7 @@ from . import repository
 from .build import PAPERMILL_MACHINE_KEYS, PARAMS_CLASS, machine_paths, parameter_names
 
 __all__ = ["Page", "pages", "check_links", "check_offline", "check_downloads", "check_download", "check_verdicts",
-           "check_raw_latex", "check_companion_links", "RAW_LATEX"]
+           "check_figure_messages", "check_raw_latex", "check_companion_links", "RAW_LATEX"]
 
 # TeX that must never reach a reader as text (outside rendered math, code and scripts)
 RAW_LATEX = re.compile(r"\$[^$\s][^$]*\$|\\(frac|mathbf|otimes|operatorname|sqrt|lVert|sum)\b|[_^]\{")
@@ -35,6 +35,8 @@ class Page(HTMLParser):
         self.classes: set[str] = set()  # every class any element has
         self.tables: list[list[list[str]]] = []
         self.text: list[str] = []
+        self.figures: list[dict] = []  # each figure.cg-figure: its id and whether its caption has a message
+        self._figure: dict | None = None
         self._skip = 0
         self._math = 0
         self._row = self._cell = None
@@ -53,6 +55,11 @@ class Page(HTMLParser):
             self.marked.append(a)
         cls = a.get("class") or ""
         self.classes.update(cls.split())
+        if tag == "figure" and "cg-figure" in cls.split():
+            self._figure = {"id": a.get("id") or f"{len(self.figures) + 1}", "message": False}
+            self.figures.append(self._figure)
+        elif self._figure is not None and "cg-message" in cls.split():
+            self._figure["message"] = True
         is_math = tag in ("span", "div") and ("math" in cls.split() or "MathJax" in cls)
         void = tag in ("img", "br", "hr", "meta", "link", "input", "source", "wbr", "col", "area", "base")
         if not void:
@@ -68,6 +75,8 @@ class Page(HTMLParser):
             self._cell = []
 
     def handle_endtag(self, tag):
+        if tag == "figure":
+            self._figure = None
         if tag in ("td", "th") and self._cell is not None and self._row is not None:
             self._row.append(" ".join("".join(self._cell).split()))
             self._cell = None
@@ -267,6 +276,15 @@ def check_verdicts(html_dir: Path, rows: list[Row], profile: str, parsed: dict |
             elif shown[key] != f.verdict:
                 problems.append(f"{page}: {key} shows {shown[key]!r}, the rows give {f.verdict!r}")
     return problems
+
+
+def check_figure_messages(html_dir: Path, parsed: dict | None = None) -> list[str]:
+    """Every figure's caption opens with its message (``strong.cg-message``: what to see, computed by
+    :mod:`curvature_gap.captions`), not only with what is drawn."""
+    html_dir = Path(html_dir)
+    return [f"{page.relative_to(html_dir)}: figure #{f['id']} has no message in its caption (what the reader should "
+            "see; curvature_gap.captions, shown by curvature_gap.notebook.figure_html)"
+            for page, pg in (parsed or pages(html_dir)).items() for f in pg.figures if not f["message"]]
 
 
 def check_raw_latex(html_dir: Path, parsed: dict | None = None) -> list[str]:

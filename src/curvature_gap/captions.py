@@ -1,0 +1,258 @@
+"""What each figure shows, in one sentence computed from the numbers it draws: a caption's message.
+
+A figure's caption opens with its message (:func:`message`, shown in bold by
+:func:`curvature_gap.notebook.figure`), followed by what is drawn. Each message is computed from the result
+the figure is drawn from, so it stays true at every profile (a smoke build's message speaks of its toy
+numbers) and changes when the numbers do. The theory pages' figures draw package computations that are not
+cached results; their messages are the functions below named for them, given the same data.
+
+``MESSAGES[(result, part)]`` is the function of each experiment figure (``result.meta`` and
+``result.arrays`` in, TeX-in-``$…$`` text out); ``tests/test_captions.py`` checks that every figure part of
+every result has one. Parameter groups are written in the book's one notation (:func:`unit_tex`).
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Callable
+
+import numpy as np
+
+from .plotting import short_label
+
+__all__ = ["MESSAGES", "message", "unit_tex", "u", "ordinal", "theorem1_sweeps", "layernorm_flattening",
+           "input_scaling", "ffn_kinks"]
+
+
+def unit_tex(unit: str) -> str:
+    """A parameter group's name in the book's one notation (TeX, no ``$``): ``W_V`` as ``W_{V}``, ``LN1``
+    upright."""
+    m = re.fullmatch(r"([A-Za-z])_\{?(\w+?)\}?", unit)
+    if m:
+        return f"{m.group(1)}_{{{m.group(2)}}}"
+    return r"\mathrm{" + unit.replace("_", r"\_") + "}"
+
+
+def u(unit: str) -> str:
+    """:func:`unit_tex` as inline math."""
+    return f"${unit_tex(unit)}$"
+
+
+def _pair(unit: str) -> str:
+    return f"${unit_tex(unit)}$–${unit_tex(unit)}$"
+
+
+def ordinal(k: int) -> str:
+    """1st, 2nd, 3rd, 4th, …, 11th, 12th, 13th, 21st."""
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
+# ---------------------------------------------------------------------------------------------- Figs. 3-4
+def _diagonal_ranking(meta, stat: str, where: str) -> str:
+    order = meta["rankings"]["block"][stat]
+    top = order[0]
+    if top == "W_V":
+        return f"{where} the {_pair('W_V')} block (outlined) is the largest diagonal block"
+    k = order.index("W_V") + 1 if "W_V" in order else None
+    vv = f"; {_pair('W_V')} (outlined) is {ordinal(k)} of {len(order)}" if k else ""
+    return f"{where} the largest diagonal block is {_pair(top)}{vv}"
+
+
+def _heatmap_whole(res) -> str:
+    when = "After training" if res.meta.get("trained") else "At initialisation"
+    return _diagonal_ranking(res.meta, "fro", when) + " by Frobenius norm."
+
+
+def _heatmap_attention(res) -> str:
+    order = [x for x in res.meta["rankings"]["weights"]["fro"] if x in ("W_Q", "W_K", "W_V")]
+    when = "after training" if res.meta.get("trained") else "at initialisation"
+    return (f"Of the three attention blocks, {_pair(order[0])} is the largest by Frobenius norm {when} ("
+            + " > ".join(u(x) for x in order) + ").")
+
+
+def _heatmap_means(res) -> str:
+    when = "After training" if res.meta.get("trained") else "At initialisation"
+    return _diagonal_ranking(res.meta, "mean", when).replace(" (outlined)", "") + r" by mean $|H_{ij}|$."
+
+
+# ---------------------------------------------------------------------------------------------- Fig. 5
+_BLOCK = ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2", "b_1", "b_2")
+
+
+def _largest(stats: dict, stat: str, n: int = 2) -> list[str]:
+    units = [x for x in _BLOCK if x in stats]
+    return sorted(units, key=lambda x: -stats[x][stat])[:n]
+
+
+def _fig5_parameters(res) -> str:
+    pn = res.meta["param_norms"]
+    trained = next(k for k in pn if k != "init")
+    a, b = _largest(pn[trained], "fro"), _largest(pn["init"], "fro")
+    return (f"After training the block's largest parameters by Frobenius norm are {u(a[0])} and {u(a[1])}; at "
+            f"initialisation they were {u(b[0])} and {u(b[1])}.")
+
+
+def _fig5_hessians(res) -> str:
+    hs = res.meta["hessian_stats"]
+    trained = next(k for k in hs if k != "init")
+    a, b = _largest(hs[trained], "spectral", 1)[0], _largest(hs["init"], "spectral", 1)[0]
+    same = " as at initialisation" if a == b else f"; at initialisation it was {u(b)}"
+    return f"After training the largest diagonal Hessian block by spectral norm is {u(a)}'s{same}."
+
+
+_WEIGHT = {"Q": "W_Q", "K": "W_K", "V": "W_V", "FFN1": "W_1", "FFN2": "W_2"}  # the legend's label -> unit
+
+
+def _group_unit(group: str) -> str:
+    """A parameter group of the trajectory (``block0.value``) as the figure's legend labels it, in the book's
+    notation (``W_V``)."""
+    label = short_label(group)
+    return _WEIGHT.get(label, label)
+
+
+def _grows_most(res, key: str, what: str) -> str:
+    a = res.arrays
+    groups = [_group_unit(g) for g in res.meta["groups"]]
+    v = np.asarray(a[key], dtype=float)
+    steps = np.asarray(a["steps"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = v[-1] / v[0]
+    finite = [i for i in range(len(groups)) if np.isfinite(ratio[i]) and v[0, i] > 0]
+    top_end = int(np.argmax(v[-1]))
+    grow = max(finite, key=lambda i: ratio[i]) if finite else None
+    out = f"At step {int(steps[-1])} the largest {what} is {u(groups[top_end])}'s"
+    if grow is not None:
+        out += f"; {u(groups[grow])}'s grew most since step {int(steps[0])} (×{ratio[grow]:.3g})"
+    return out + "."
+
+
+def _fig5_parameters_steps(res) -> str:
+    return _grows_most(res, "param_fro_steps", "parameter norm")
+
+
+def _fig5_hessians_steps(res) -> str:
+    return _grows_most(res, "diag_spec_steps", "diagonal Hessian block")
+
+
+# ---------------------------------------------------------------------------------------------- Figs. 7-11
+_TENSOR = {"fig7": "$W_Q$", "fig8": "$W_K$", "fig9": "$W_V$", "fig10": "the LayerNorm parameters",
+           "fig11": "the feed-forward weights"}
+
+
+def _change(v) -> str:
+    v = np.asarray(v, dtype=float)
+    verb = "grows" if v[-1] > v[0] else "shrinks" if v[-1] < v[0] else "stays"
+    if v[0] == 0:
+        return f"{verb} from 0 to {v[-1]:.3g}"
+    return f"{verb} from {v[0]:.3g} to {v[-1]:.3g} (×{v[-1] / v[0]:.3g})"
+
+
+def _dyn(name: str, part: str) -> Callable:
+    def msg(res) -> str:
+        a = res.arrays
+        steps = np.asarray(a["steps"])
+        span = f"between steps {int(steps[0])} and {int(steps[-1])}"
+        what = _TENSOR[name]
+        if part == "entries":
+            return f"The Frobenius norm of {what} {_change(a['param_fro'])} {span}."
+        if part == "hessian":
+            return f"The Frobenius norm of the Hessian block of {what} {_change(a['hess_fro'])} {span}."
+        p0, h0 = float(a["param_fro"][0]), float(a["hess_fro"][0])
+        if p0 > 0 and h0 > 0:
+            return (f"{span[0].upper()}{span[1:]} the norm of {what} changes ×{a['param_fro'][-1] / p0:.3g} "
+                    f"and that of its Hessian block ×{a['hess_fro'][-1] / h0:.3g}.")
+        return f"{span[0].upper()}{span[1:]} the Hessian block of {what} {_change(a['hess_fro'])}."
+    msg.__name__ = f"_{name}_{part}"
+    return msg
+
+
+# ---------------------------------------------------------------------------------------------- Figs. 6, 12, Thm 7
+def _fig6(res) -> str:
+    fit = res.meta["fit"]
+    k = fit["k_fit"]
+    return (f"The change of the mean loss falls like $k^{{{fit['slope']:.2f}}}$ (fit over $k = {k[0]}…{k[-1]}$, "
+            f"$R^2 = {fit['r2']:.3f}$); the paper's law is $1/k$.")
+
+
+def _fig12(res) -> str:
+    m = res.meta
+    trend = "falls" if m["decreasing"] else "does not fall steadily"
+    return (f"The gradient norm of the mean loss over the first $k$ samples {trend}, like $k^{{{m['slope_small_k']:.2f}}}$ "
+            r"at small $k$: the $k^{-1/2}$ of averaging independent samples, which needs no shared minimiser.")
+
+
+def _theorem7(res) -> str:
+    paths = [p for p in res.meta["paths"] if p["t"] > 0]
+    exact = min(p["min_ratio_exact"] for p in paths)
+    thm6 = min(p["min_ratio_thm6_ce"] for p in paths)
+    holds = "holds" if exact >= 1 else "fails"
+    return (f"With the exact $M$ the inequality {holds} at every distance and $k$ (smallest right/left side "
+            f"{exact:.3g}); with Theorem 6's $M$ the right side exceeds the left by at least {thm6:.2g}×, so it "
+            "cannot fail.")
+
+
+def _fused(res) -> str:
+    m = res.meta
+    return (f"The fused LayerNorm's Hessian is wrong by up to {m['max_relative_error']:.2g} of the largest exact "
+            f"entry, worst in the {m['worst_block'].replace('-', '–')} pair of groups.")
+
+
+MESSAGES: dict[tuple[str, str], Callable] = {
+    **{(n, p): f for n in ("fig3", "fig4")
+       for p, f in (("hessian", _heatmap_whole), ("attention", _heatmap_attention), ("block_means", _heatmap_means))},
+    ("fig5", "parameters"): _fig5_parameters,
+    ("fig5", "hessians"): _fig5_hessians,
+    ("fig5", "parameters_over_training"): _fig5_parameters_steps,
+    ("fig5", "hessians_over_training"): _fig5_hessians_steps,
+    **{(n, p): _dyn(n, p) for n in _TENSOR for p in ("entries", "hessian", "norms")},
+    **{(n, "convergence"): _fig6 for n in ("fig6", "fig6_mnist")},
+    ("fig12", "assumption"): _fig12,
+    ("theorem7", "ratios"): _theorem7,
+    ("fused_ln", "error"): _fused,
+}
+
+
+def message(name: str, part: str, result) -> str:
+    """The message of part ``part`` of result ``name``'s figure; KeyError (naming the table to extend) when
+    it has none."""
+    try:
+        fn = MESSAGES[(name, part)]
+    except KeyError:
+        raise KeyError(f"no caption message for {name}/{part}: add one to curvature_gap.captions.MESSAGES") from None
+    return fn(result)
+
+
+# ---------------------------------------------------------------------------------------------- theory pages
+def theorem1_sweeps(records: list[dict]) -> str:
+    """Self-attention page: where the printed bound falls below the exact norm, and the repaired one's least."""
+    printed = [r for r in records if r["check"] == "thm1.printed"]
+    repaired = [r for r in records if r["check"] == "thm1.repaired"]
+    low = min(printed, key=lambda r: r["ratio"])
+    rep = min(r["ratio"] for r in repaired)
+    fails = [float(r["x"]) for r in printed if r["ratio"] < 1]
+    first = (f"the printed bound falls below the exact norm from $a = 2^{{{math.log2(min(fails)):.0f}}}$ on "
+             f"(down to {low['ratio']:.2g}×)" if fails else f"the printed bound stays above the exact norm (least {low['ratio']:.3g}×)")
+    return f"As $W_Q$ and $W_K$ are rebalanced, {first}; the repaired bound never does (least {rep:.3g}×)."
+
+
+def layernorm_flattening(flat: dict) -> str:
+    """LayerNorm page: the measured log-log slopes of the Jacobian and Hessian norms as a row flattens."""
+    return (f"Flattening one row makes LayerNorm's derivatives blow up: the Jacobian's norm grows like "
+            f"$\\sigma^{{{flat['slope_jacobian']:.2f}}}$ and the Hessian's like $\\sigma^{{{flat['slope_hessian']:.2f}}}$ "
+            "of the row's standard deviation, so no bound can be uniform without a floor on it.")
+
+
+def input_scaling(sweep: dict) -> str:
+    """Transformer-block page: which diagonal blocks the input's scale moves most, in decades."""
+    dec = sweep["decades"]
+    most = max(dec, key=dec.get)
+    least = min(dec, key=dec.get)
+    return (f"The input's scale moves the {u('W_' + most)} block most ({dec[most]:.1f} decades over the sweep) "
+            f"and the {u('W_' + least)} block least ({dec[least]:.1f}).")
+
+
+def ffn_kinks(scan: dict | None = None) -> str:
+    """FFN page: along any line in W_1 the output is piecewise linear (ReLU), so its second difference is zero
+    except at the kinks (true of every scan; ``scan`` is not read)."""
+    return ("Along a line in $W_1$ the output is piecewise linear: its second derivative is zero except at the "
+            "kinks, where a ReLU pre-activation crosses zero.")
