@@ -25,7 +25,7 @@ for _p in (str(ROOT / "src"), str(ROOT)):
 
 from curvature_gap.notebook import figure_html  # noqa: E402
 from curvature_gap.plotting import new_figure, png_bytes  # noqa: E402
-from tools.book import browser, html as static  # noqa: E402
+from tools.book import browser, html as static, png, server  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------- the sites
@@ -173,8 +173,8 @@ def make_site(root: Path, broken: bool = False) -> Path:
 # ---------------------------------------------------------------------------------------------- browser
 def _require_browser() -> None:
     why = None
-    if browser.find_chromium() is None:
-        why = f"Chromium is not installed: `{browser.INSTALL_HINT}` (as root; Debian/Ubuntu)"
+    if server.find_chromium() is None:
+        why = f"Chromium is not installed: `{server.INSTALL_HINT}` (as root; Debian/Ubuntu)"
     else:
         try:
             import playwright.sync_api  # noqa: F401, PLC0415
@@ -259,11 +259,11 @@ def test_broken_images_math_errors_and_figures_without_metadata(tmp_path):
 def test_png_text_chunks_read_the_legibility_metadata():
     fig = new_figure(5.0, 3.0)
     fig.add_subplot().set_xlabel("x", fontsize=7)
-    chunks = browser.png_text_chunks(png_bytes(fig))
+    chunks = png.png_text_chunks(png_bytes(fig))
     assert float(chunks["cg:width_in"]) == 5.0
     assert float(chunks["cg:min_font_pt"]) == 7.0
     with pytest.raises(ValueError):
-        browser.png_text_chunks(b"GIF89a")
+        png.png_text_chunks(b"GIF89a")
 
 
 def test_legibility_arithmetic():
@@ -314,7 +314,7 @@ def test_on_a_phone_a_figure_scrolls_with_its_text_at_7_pt_or_is_a_problem(tmp_p
 
 def test_book_pages_skip_theme_sources_indexes_and_redirects(tmp_path):
     site = make_site(tmp_path / "site")
-    assert browser.book_pages(site) == ["book/errata.html", "book/intro.html", "notebooks/fig03_hessian_init.html",
+    assert server.book_pages(site) == ["book/errata.html", "book/intro.html", "notebooks/fig03_hessian_init.html",
                                         "notebooks/self_attention.html"]
 
 

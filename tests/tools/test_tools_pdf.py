@@ -10,7 +10,7 @@ import pytest
 
 from cases import GOOD, fake_project, notebook, subprocess_env
 
-from tools.book import browser, build, pdf
+from tools.book import build, pdf, server
 
 
 def test_no_staged_book_is_a_clear_error(tmp_path):
@@ -20,10 +20,10 @@ def test_no_staged_book_is_a_clear_error(tmp_path):
 
 @pytest.mark.slow
 def test_a_built_book_prints_to_one_pdf(tmp_path):
-    if browser.find_chromium() is None:
+    if server.find_chromium() is None:
         if os.environ.get("CI"):
-            pytest.fail(f"Chromium is not installed: `{browser.INSTALL_HINT}` — CI must install it")
-        pytest.skip(f"Chromium is not installed: `{browser.INSTALL_HINT}`")
+            pytest.fail(f"Chromium is not installed: `{server.INSTALL_HINT}` — CI must install it")
+        pytest.skip(f"Chromium is not installed: `{server.INSTALL_HINT}`")
     fake_project(tmp_path, {"page": notebook(GOOD)})
     run = lambda *a: subprocess.run([sys.executable, "-m", "tools.book", *a], cwd=tmp_path,  # noqa: E731
                                     env=subprocess_env(), capture_output=True, text=True, timeout=900)

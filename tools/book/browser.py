@@ -1,4 +1,5 @@
-"""Checks of the built book in headless Chromium (Playwright): see ``browser_check``.
+"""Checks of the built book in headless Chromium (Playwright): see ``browser_check``. The pages are served
+by :mod:`.server`; a figure's legibility metadata is read by :mod:`.png`.
 
 What a reader sees, rather than what the HTML says: every page is served over HTTP from ``127.0.0.1`` and
 opened in the system's Chromium (``/usr/bin/chromium``; never a browser downloaded by Playwright) at a
@@ -22,25 +23,17 @@ reproducibility page at both widths go to
 from __future__ import annotations
 
 import base64
-import functools
-import os
-import re
-import shutil
-import struct
-import threading
 import time
-import zlib
-from contextlib import contextmanager
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
 from curvature_gap.findings import RESULTS
 
 from .html import RAW_LATEX
+from .png import png_text_chunks
+from .server import CHROMIUM_ARGS, INSTALL_HINT, book_pages, find_chromium, serve
 
-__all__ = ["browser_check", "find_chromium", "png_text_chunks", "book_pages", "CHROMIUM_ARGS", "SCREENSHOTS",
-           "DESKTOP", "PHONE", "MIN_DRAWN_PT", "MIN_PHONE_PT", "LAST_SCREENSHOTS", "INSTALL_HINT"]
+__all__ = ["browser_check", "SCREENSHOTS", "DESKTOP", "PHONE", "MIN_DRAWN_PT", "MIN_PHONE_PT", "LAST_SCREENSHOTS"]
 
 DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
@@ -48,107 +41,16 @@ MIN_DRAWN_PT = 9.0       # the smallest text of a figure, as drawn on the page, 
 CSS_PX_PER_IN = 96.0
 MATHJAX_TIMEOUT_MS = 30_000
 PAGE_TIMEOUT_MS = 60_000
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
-INSTALL_HINT = "apt-get install chromium"
 # page -> screenshot stem (written as <stem>-1440.png and <stem>-390.png)
 SCREENSHOTS = {"book/intro.html": "landing", "notebooks/fig03_hessian_init.html": "fig03",
                "notebooks/fig04_hessian_trained.html": "fig04", "notebooks/transformer_block.html": "block",
                "notebooks/self_attention.html": "theorem1", "book/errata.html": "errata",
                "book/reproducibility.html": "reproducibility"}
-_SKIP_DIRS = {"_static", "_sources"}
-_SKIP_STEMS = {"genindex", "search", "py-modindex"}
-_REDIRECT = re.compile(r"<meta[^>]+http-equiv=[\"']?refresh", re.I)
 _RESULT_KEYS = {key for key, *_ in RESULTS}
 _EXPERIMENT_KEYS = {key for key, _, _, kind in RESULTS if kind == "experiment"}
 _EXPERIMENT_PAGES = {page + ".html" for _, _, page, kind in RESULTS if kind == "experiment"}
 
 LAST_SCREENSHOTS: list[Path] = []  # the screenshots of the latest browser_check
-
-
-# ---------------------------------------------------------------------------------------------- helpers
-def find_chromium() -> str | None:
-    """The system Chromium: ``/usr/bin/chromium`` or ``chromium`` on PATH (None if neither)."""
-    if os.access("/usr/bin/chromium", os.X_OK):
-        return "/usr/bin/chromium"
-    return shutil.which("chromium")
-
-
-def png_text_chunks(data: bytes) -> dict[str, str]:
-    """The text chunks (``tEXt``, ``zTXt``, ``iTXt``) of a PNG as {keyword: text}; raises ValueError if
-    ``data`` is not a PNG."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n":
-        raise ValueError("not a PNG")
-    out: dict[str, str] = {}
-    pos = 8
-    while pos + 8 <= len(data):
-        length, ctype = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        pos += 12 + length
-        if ctype == b"IEND":
-            break
-        try:
-            if ctype == b"tEXt":
-                key, _, text = body.partition(b"\0")
-                out[key.decode("latin-1")] = text.decode("latin-1")
-            elif ctype == b"zTXt":
-                key, _, rest = body.partition(b"\0")
-                out[key.decode("latin-1")] = zlib.decompress(rest[1:]).decode("latin-1")
-            elif ctype == b"iTXt":
-                key, _, rest = body.partition(b"\0")
-                compressed, rest = rest[0], rest[2:]
-                _lang, _, rest = rest.partition(b"\0")
-                _tkey, _, text = rest.partition(b"\0")
-                out[key.decode("latin-1")] = (zlib.decompress(text) if compressed else text).decode("utf-8")
-        except (zlib.error, UnicodeDecodeError, IndexError):
-            continue
-    return out
-
-
-def book_pages(html_dir: Path) -> list[str]:
-    """The book's pages, relative to ``html_dir`` (posix): every ``.html`` except theme and source files,
-    the index and search pages, and redirect stubs (the root ``index.html``)."""
-    html_dir = Path(html_dir)
-    out = []
-    for p in sorted(html_dir.rglob("*.html")):
-        rel = p.relative_to(html_dir)
-        if _SKIP_DIRS & set(rel.parts[:-1]) or p.stem in _SKIP_STEMS:
-            continue
-        try:
-            head = p.read_text(encoding="utf-8", errors="replace")[:4000]
-        except OSError:
-            continue
-        if _REDIRECT.search(head):
-            continue
-        out.append(rel.as_posix())
-    return out
-
-
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
-        pass
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):  # a reader that hangs up is not a problem
-        pass
-
-
-@contextmanager
-def serve(html_dir: Path):
-    """Serve ``html_dir`` on 127.0.0.1 (a free port) in a daemon thread; yields the base URL."""
-    handler = functools.partial(_QuietHandler, directory=str(html_dir))
-    server = _Server(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, name="book-check-http", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 # ---------------------------------------------------------------------------------------------- in the page

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import browser
+from . import browser, server
 from .build import BookError, _jupyter_book, project_root
 
 __all__ = ["build_pdf", "PDF"]
@@ -28,9 +28,9 @@ def build_pdf(root: Path | None = None, log=print) -> Path:
     stage = root / "_build" / "stage"
     if not (stage / "_config.yml").is_file():
         raise BookError("no staged book in _build/stage: run `make book` first")
-    exe = browser.find_chromium()
+    exe = server.find_chromium()
     if exe is None:
-        raise BookError(f"the PDF is printed by Chromium, which is not installed: `{browser.INSTALL_HINT}`")
+        raise BookError(f"the PDF is printed by Chromium, which is not installed: `{server.INSTALL_HINT}`")
     out = root / "_build" / "pdf"
     if out.exists():
         shutil.rmtree(out)
@@ -49,8 +49,8 @@ def build_pdf(root: Path | None = None, log=print) -> Path:
     from playwright.sync_api import sync_playwright  # noqa: PLC0415 - a dev dependency
 
     pdf = root / PDF
-    with browser.serve(site) as base, sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=exe, args=browser.CHROMIUM_ARGS)
+    with server.serve(site) as base, sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=exe, args=server.CHROMIUM_ARGS)
         try:
             page = chromium.new_page()
             page.goto(base + whole.name, wait_until="load", timeout=300_000)
