@@ -1,0 +1,49 @@
+"""Rows of ``curvature-gap verify`` for Lemma 1 and the FFN parts of Theorem 4: ReLU derivatives and the
+feed-forward Jacobians."""
+from __future__ import annotations
+
+import torch
+
+from ...exact import derivatives as ad
+from ...exact import forward as fw
+from ...exact.instances import Instance
+from ...theory import ffn as ff
+from .common import FD_TOL, rel_err, _inst, _Acc, _row, _erratum_row, _try_printed, _args
+
+
+def _ffn(quick: bool, insts: list[Instance]) -> list:
+    A = {k: _Acc() for k in ["rj", "rh", "rfd", "B1", "B2", "JSY", "mask"]}
+    eq = _inst(3, 6, 3, 6, seed=7)          # d_ff = d_V: printed 1{X>0} is well-shaped
+    for k, inst in enumerate(insts + [eq]):
+        fo = fw.block_forward(*_args(inst))
+        Y, W1, W2, X = fo["Y"], inst.W_1, inst.W_2, inst.X
+        Pre = Y @ W1
+        ref = ad.jacobian(torch.relu, [Pre], 0)
+        A["rj"].add(rel_err(ff.relu_jacobian(Pre), ref), inst, ref)
+        ref2 = ad.second_derivative(torch.relu, [Pre], 0, 0)
+        A["rh"].add(rel_err(ff.relu_hessian(Pre), ref2, scale=1.0), inst, ref2)
+        if k == 0 or not quick:
+            fd = ad.fd_second_derivative(torch.relu, [Pre], 0, 0, h=1e-6)
+            A["rfd"].add(rel_err(ff.relu_hessian(Pre), fd, scale=1.0), inst, fd)
+        S_of = lambda Y_, W1_, W2_: torch.relu(Y_ @ W1_) @ W2_ + Y_
+        ref = ad.jacobian(S_of, [Y, W1, W2], 1)
+        A["B1"].add(rel_err(ff.dS_dW1(Y, W1, W2), ref), inst, ref)
+        A["mask"].add(rel_err(ff.dS_dW1(Y, W1, W2), ref), inst, ref)
+        _try_printed(A["mask"], lambda: ff.dS_dW1_printed(X, Y, W1, W2), ref, inst)
+        ref = ad.jacobian(S_of, [Y, W1, W2], 2)
+        A["B2"].add(rel_err(ff.dS_dW2(Y, W1), ref), inst, ref)
+        ref = ad.jacobian(S_of, [Y, W1, W2], 0)
+        A["JSY"].add(rel_err(ff.dS_dY(Y, W1, W2), ref), inst, ref)
+    n = len(insts) + 1
+    return [
+        _row("lem1.relu.jacobian", "diag(vec_r 1{X>0}) vs jacrev of ReLU at Y W_1", A["rj"], n_inst=n),
+        _row("lem1.relu.hessian", "0 vs jacfwd(jacrev) of ReLU (a.e.)", A["rh"], n_inst=n,
+             note="absolute error (reference is exactly zero)"),
+        _row("lem1.relu.hessian.fd", "0 vs central differences of the ReLU Jacobian (h = 1e-6, |pre| > 1e-4)",
+             A["rfd"], tol=FD_TOL, n_inst=1 if quick else n, note="absolute error"),
+        _row("thm4.ffn.B1", "B_1 = (I_L⊗W_2^T) D_σ (Y⊗I_{d_ff}) vs jacrev of S w.r.t. W_1", A["B1"], n_inst=n),
+        _row("thm4.ffn.B2", "B_2 = ReLU(Y W_1) ⊗ I_{d_V} vs jacrev of S w.r.t. W_2", A["B2"], n_inst=n),
+        _row("thm4.ffn.J_SY", "J_SY = (I_L⊗W_2^T) D_σ (I_L⊗W_1^T) + I vs jacrev of S w.r.t. Y", A["JSY"], n_inst=n),
+        _erratum_row("thm4.relu_mask", "B_1 with mask 1{Y W_1 > 0} vs jacrev (printed mask: 1{X > 0})",
+                     A["mask"], n_inst=n, note="printed mask evaluated where d_ff = d_V"),
+    ]
