@@ -66,3 +66,36 @@ def test_plain_lanczos_of_several_operators_at_once():
     short = la.lanczos(matvec, [5, 12], iters=3, device="cpu")
     assert [len(r) for r in short] == [3, 3]
     assert float(short[1][-1]) <= float(torch.linalg.eigvalsh(mats[1])[-1]) + 1e-12
+
+
+# ---------------------------------------------------------------------------------------------- one home
+def test_the_tensor_primitives_equal_the_literal_lapack_calls_they_replaced():
+    """The bounds, the adversarial search and Theorem 7 once wrote these calls inline; the survivors in
+    exact/linalg.py return bit-for-bit the same numbers (and stay differentiable)."""
+    g = torch.Generator().manual_seed(5)
+    M = torch.randn(4, 6, 5, generator=g, dtype=torch.float64)
+    H = torch.randn(7, 7, generator=g, dtype=torch.float64)
+    S = H @ H.T
+    G = torch.einsum("bij,bik->bjk", M, M)
+    assert torch.equal(la.matrix_norms(M), torch.linalg.matrix_norm(M, ord=2))
+    assert torch.equal(la.top_eigenvalues(S), torch.linalg.eigvalsh(S)[-1])
+    assert torch.equal(la.sym_abs_max(H), torch.linalg.eigvalsh((H + H.T) / 2).abs().max())
+    assert torch.equal(la.gram_roots(G), torch.linalg.eigvalsh(G)[:, -1].clamp_min(0).sqrt())
+    assert torch.allclose(la.gram_roots(G), la.matrix_norms(M), rtol=1e-12)   # what a Gram root is
+    Hr = H.clone().requires_grad_(True)
+    la.sym_abs_max(Hr).backward()
+    assert Hr.grad is not None and torch.isfinite(Hr.grad).all()
+
+
+def test_arpack_extreme_is_the_one_eigsh_call():
+    from scipy.sparse.linalg import aslinearoperator, eigsh
+
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((80, 80))
+    A = A + A.T
+    v0 = rng.standard_normal(80)
+    want = float(np.abs(eigsh(aslinearoperator(A), k=1, which="LM", tol=1e-8, v0=v0, return_eigenvectors=False)).max())
+    assert la.arpack_extreme(aslinearoperator(A), tol=1e-8, v0=v0) == want
+    assert abs(la.arpack_extreme(aslinearoperator(A), tol=1e-10) - np.abs(np.linalg.eigvalsh(A)).max()) < 1e-8
+    P = A @ A.T
+    assert abs(la.arpack_extreme(aslinearoperator(P), tol=1e-10, psd=True) - np.linalg.eigvalsh(P).max()) < 1e-6 * P.max()

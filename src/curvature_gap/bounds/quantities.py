@@ -67,7 +67,7 @@ def _row_jacobians(A: torch.Tensor) -> torch.Tensor:
 
 def softmax_d1_norm(A: torch.Tensor) -> float:
     """``‖∂A/∂T‖_2`` with ``∂A/∂T = blockdiag_i(diag(a_i) − a_i a_iᵀ)`` (L² × L²)."""
-    return max(float(torch.linalg.eigvalsh(J)[-1]) for J in _row_jacobians(A))
+    return max(float(la.top_eigenvalues(J)) for J in _row_jacobians(A))
 
 
 def softmax_d2_blocks(A: torch.Tensor) -> torch.Tensor:
@@ -90,7 +90,7 @@ def softmax_d2_norm(A: torch.Tensor) -> float:
     """
     K = softmax_d2_blocks(A)
     G = torch.einsum("iabc,iabd->icd", K, K)
-    return float(torch.linalg.eigvalsh(G)[:, -1].clamp_min(0).sqrt().max())
+    return float(la.gram_roots(G).max())
 
 
 def Z1_matrix(X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
@@ -118,7 +118,7 @@ def Z2_norm(X: torch.Tensor, A: torch.Tensor) -> float:
     for i in range(L):
         xi = X[i]
         G += float(xi @ xi) * torch.kron(torch.outer(xi, xi), C[i] @ C[i].T)
-    return float(torch.linalg.eigvalsh(G)[-1].clamp_min(0).sqrt())
+    return float(la.gram_roots(G))
 
 
 @functools.lru_cache(maxsize=8)
@@ -162,10 +162,10 @@ def layernorm_exact(U: torch.Tensor) -> dict:
     M = U - U.mean(dim=1, keepdim=True)
     rn = M.norm(dim=1)
     return {
-        "J": float(torch.linalg.matrix_norm(J, ord=2).max()),
-        "H": max(float(torch.linalg.eigvalsh(g)[-1].clamp_min(0).sqrt()) for g in G),
+        "J": float(la.matrix_norms(J).max()),
+        "H": max(float(la.gram_roots(g)) for g in G),
         "dP": float(dP.norm(dim=1).max()),
-        "d2P": float(torch.linalg.matrix_norm(d2P, ord=2).max()),
+        "d2P": float(la.matrix_norms(d2P).max()),
         "norm": la.spectral_norm(U),
         "row_norm_min": float(rn.min()),
         "std_min": float(rn.min() / math.sqrt(n)),

@@ -8,6 +8,11 @@
 * :func:`lanczos` — plain Lanczos with full reorthogonalisation for several operators at once, in
   torch (on the operators' device): the block spectra of large models on a GPU, where a fixed number
   of steps is spent per operator.
+* :func:`matrix_norms`, :func:`top_eigenvalues`, :func:`sym_abs_max`, :func:`gram_roots` — the same quantities
+  as torch tensors, batched over leading dimensions and differentiable (one LAPACK call each: the
+  adversarial searches take gradients through them, the bound rows read them as numbers);
+* :func:`arpack_extreme` — one ARPACK call (``eigsh``, ``k = 1``) on an operator already built (a SciPy
+  ``LinearOperator``, e.g. curvlinops' ``to_scipy()``);
 * :func:`second_derivative_norm` — the spectral norm of a second-derivative tensor written, as in
   the paper (§2, numerator layout with ``vec_r``), as the matrix
   ``∂²f/∂W_i∂W_j ∈ R^{(out · n_i) × n_j}``.  With ``K_a = ∂²f_a/∂W_i∂W_j`` (``n_i × n_j``) for each
@@ -28,7 +33,8 @@ from torch.func import jacfwd, jacrev, jvp, vjp
 
 __all__ = [
     "spectral_norm", "sym_spectral_norm", "lanczos_sym_norm", "gram_norm", "second_derivative_norm",
-    "second_derivative_tensor", "lanczos", "DENSE_LIMIT", "LANCZOS_MIN",
+    "second_derivative_tensor", "lanczos", "DENSE_LIMIT", "LANCZOS_MIN", "matrix_norms", "top_eigenvalues",
+    "sym_abs_max", "gram_roots", "arpack_extreme",
 ]
 
 DENSE_LIMIT = 2.5e7  # entries of a second-derivative tensor formed densely (≈ 200 MB in float64)
@@ -68,6 +74,34 @@ def sym_spectral_norm(H) -> float:
     return float(np.abs(np.linalg.eigvalsh(S)).max())
 
 
+def matrix_norms(M: torch.Tensor) -> torch.Tensor:
+    """``‖M‖_2`` of each matrix of ``M (..., m, n)`` as a tensor (``torch.linalg.matrix_norm(ord=2)``)."""
+    return torch.linalg.matrix_norm(M, ord=2)
+
+
+def top_eigenvalues(H: torch.Tensor) -> torch.Tensor:
+    """``λ_max`` of each symmetric matrix of ``H (..., n, n)`` (``eigvalsh``, lower triangle read)."""
+    return torch.linalg.eigvalsh(H)[..., -1]
+
+
+def sym_abs_max(H: torch.Tensor) -> torch.Tensor:
+    """``max |λ|`` of the symmetrised ``(H + Hᵀ)/2`` of one square matrix, as a tensor."""
+    return torch.linalg.eigvalsh((H + H.mT) / 2).abs().max()
+
+
+def gram_roots(G: torch.Tensor) -> torch.Tensor:
+    """``sqrt(λ_max(G))`` of each Gram matrix ``G = Kᵀ K`` of ``G (..., n, n)`` (= ``‖K‖_2``; rounding
+    below 0 clamped)."""
+    return top_eigenvalues(G).clamp_min(0).sqrt()
+
+
+def arpack_extreme(op, tol: float, v0: np.ndarray | None = None, psd: bool = False) -> float:
+    """One ARPACK call on the symmetric operator ``op``: the largest algebraic eigenvalue (``psd``) or the
+    largest ``|λ|`` (``eigsh(k=1, which="LA"|"LM", tol)``, from ``v0``, else ARPACK's own start)."""
+    ev = eigsh(op, k=1, which="LA" if psd else "LM", tol=tol, v0=v0, return_eigenvectors=False)
+    return float(ev.max() if psd else np.abs(ev).max())
+
+
 def lanczos_sym_norm(matvec: Callable[[np.ndarray], np.ndarray], n: int, tol: float = 1e-10,
                      psd: bool = False) -> float:
     """``max |λ|`` of an ``n × n`` symmetric operator from its products (SciPy ``eigsh``).
@@ -83,8 +117,7 @@ def lanczos_sym_norm(matvec: Callable[[np.ndarray], np.ndarray], n: int, tol: fl
     v0 = np.random.default_rng(0).standard_normal(n)
     if not np.any(matvec(v0)):  # the zero operator (e.g. ξ_11 = 0 a.e.)
         return 0.0
-    ev = eigsh(op, k=1, which="LA" if psd else "LM", tol=tol, v0=v0, return_eigenvectors=False)
-    return float(ev.max() if psd else np.abs(ev).max())
+    return arpack_extreme(op, tol, v0=v0, psd=psd)
 
 
 def gram_norm(T: torch.Tensor) -> float:
