@@ -20,6 +20,7 @@ from torch.func import hessian, jacrev, vmap
 from ..exact import forward as fw
 from ..exact import linalg as la
 from ..exact.instances import Instance, random_instance
+from ..theory.attention import dA_dT_blocks
 from . import checks as ck
 from . import formulas as fm
 from . import quantities as ex
@@ -37,8 +38,7 @@ def _sa_q(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
     q = {"norm_X": _SN(X), "norm_Q": _SN(WQ), "norm_K": _SN(WK), "norm_V": _SN(WV), "norm_T": _SN(T),
          "rank_FT": int(torch.linalg.matrix_rank(F.detach() - T.detach())), "L": L, "d_V": d, "d_K": WQ.shape[1]}
     if "dA" in need:
-        J = torch.diag_embed(A) - A[:, :, None] * A[:, None, :]
-        q["dA_dT"] = la.top_eigenvalues(J).max()
+        q["dA_dT"] = la.top_eigenvalues(dA_dT_blocks(A)).max()
     if "Z1" in need:
         q["Z1"] = _SN(ex.Z1_matrix(X, A))
     if "G" in need and "H" not in need:

@@ -34,6 +34,7 @@ from ..exact import linalg as la
 from ..exact.derivatives import BLOCK_ORDER, SA_ORDER, dense_hessian, flat_loss, hessian_norm
 from ..exact.forward import block_forward, block_output, sa_forward, softmax_rows
 from ..exact.instances import Instance
+from ..theory.attention import dA_dT_blocks
 
 __all__ = [
     "sa_exact", "block_exact", "layernorm_exact", "softmax_d1_norm", "softmax_d2_norm", "softmax_d2_blocks",
@@ -60,14 +61,9 @@ def _blocks(H: torch.Tensor, order, sizes) -> dict:
 
 
 # ----------------------------------------------------------------------------- softmax pieces
-def _row_jacobians(A: torch.Tensor) -> torch.Tensor:
-    """``J_i = diag(a_i) − a_i a_iᵀ`` for every row, (L, L, L)."""
-    return torch.diag_embed(A) - A[:, :, None] * A[:, None, :]
-
-
 def softmax_d1_norm(A: torch.Tensor) -> float:
     """``‖∂A/∂T‖_2`` with ``∂A/∂T = blockdiag_i(diag(a_i) − a_i a_iᵀ)`` (L² × L²)."""
-    return max(float(la.top_eigenvalues(J)) for J in _row_jacobians(A))
+    return max(float(la.top_eigenvalues(J)) for J in dA_dT_blocks(A))
 
 
 def softmax_d2_blocks(A: torch.Tensor) -> torch.Tensor:
@@ -97,7 +93,7 @@ def Z1_matrix(X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     """``Z_1 = (I_L ⊗ Xᵀ)(∂A/∂T)(X ⊗ X)`` (L d_V × d_V²), entrywise
     ``Z_1[(i,p),(s,t)] = X_is (Xᵀ J_i X)_pt`` with ``J_i = diag(a_i) − a_i a_iᵀ``."""
     L, d = X.shape
-    C = torch.einsum("jp,ijl,lt->ipt", X, _row_jacobians(A), X)
+    C = torch.einsum("jp,ijl,lt->ipt", X, dA_dT_blocks(A), X)
     return torch.einsum("is,ipt->ipst", X, C).reshape(L * d, d * d)
 
 
@@ -109,7 +105,7 @@ def Z2_norm(X: torch.Tensor, A: torch.Tensor) -> float:
     Hence ``Z_2ᵀ Z_2 = Σ_i ‖x_i‖² (x_i x_iᵀ) ⊗ (C_i C_iᵀ)`` with ``C_i[t,(p,r)] = (Xᵀ K_i^(t) X)_pr``.
     """
     L, d = X.shape
-    J = _row_jacobians(A)  # (L, L, L)
+    J = dA_dT_blocks(A)  # (L, L, L)
     Da = torch.einsum("ijl,lt->itj", J, X)  # Δa for row i, column t: (L, d, L)
     K = (torch.diag_embed(Da) - Da[..., :, None] * A[:, None, None, :]
          - A[:, None, :, None] * Da[..., None, :])  # (L, d, L, L)
