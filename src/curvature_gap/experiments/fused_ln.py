@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from ..hessian._generic import curvlinops_columns
-from torch.func import functional_call, grad, jacrev, jvp
+from ..hessian.loss import model_loss
+from torch.func import grad, jacrev, jvp
 
 from ..model import build_model, param_groups
 from .context import Context
@@ -92,7 +93,8 @@ def hvp_route_errors(name: str = "mnist", n_images: int = 2, seed: int = 0) -> d
     v = {n: torch.randn(t.shape, generator=g, dtype=torch.float64) for n, t in p.items()}
 
     def loss(model):
-        return lambda q: torch.nn.functional.cross_entropy(functional_call(model, q, (x,)), y)
+        l = model_loss(model)
+        return lambda q: l(q, x, y)
 
     ref = jvp(grad(loss(exact)), (p,), (v,))[1]
     q = {n: t.clone().requires_grad_() for n, t in p.items()}

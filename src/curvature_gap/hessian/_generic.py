@@ -11,15 +11,14 @@
 from __future__ import annotations
 
 import copy
-from typing import Callable
-
 import torch
 from curvlinops import HessianLinearOperator
 from torch import nn
-from torch.func import functional_call, grad, jvp, vmap
+from torch.func import grad, jvp, vmap
 from tqdm.auto import tqdm
 
 from ..model import ParamGroup, param_groups
+from .loss import flat_view, loss_function, model_loss
 
 __all__ = ["groups_of", "loss_function", "functorch_hessian", "functorch_block", "curvlinops_hessian", "curvlinops_columns",
            "torch_func_hessian", "flat_loss"]
@@ -37,15 +36,6 @@ def groups_of(model: nn.Module) -> list[ParamGroup]:
         return out
 
 
-def loss_function(loss) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``"cross_entropy"`` (batch mean, as ``nn.CrossEntropyLoss()``) or a callable ``(outputs, targets) -> scalar``."""
-    if callable(loss):
-        return loss
-    if loss == "cross_entropy":
-        return nn.functional.cross_entropy
-    raise ValueError(f"unknown loss {loss!r}; use 'cross_entropy' or a callable(outputs, targets)")
-
-
 def _detached(model: nn.Module, dtype, device) -> dict[str, torch.Tensor]:
     return {n: p.detach().to(device=device, dtype=dtype) for n, p in model.named_parameters()}
 
@@ -57,36 +47,31 @@ def _buffers(model: nn.Module, dtype, device) -> dict[str, torch.Tensor]:
 def flat_loss(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss="cross_entropy", dtype=None):
     """(f, θ₀): the loss as a function of the flat parameter vector (``parameters_to_vector`` order)."""
     dtype = dtype or next(model.parameters()).dtype
-    lf = loss_function(loss)
     params = _detached(model, dtype, X.device)
-    bufs = _buffers(model, dtype, X.device)
+    l = model_loss(model, loss, fixed=_buffers(model, dtype, X.device))
     names = list(params)
-    shapes = [params[n].shape for n in names]
-    sizes = [params[n].numel() for n in names]
+    unflat = flat_view(names, [params[n].shape for n in names])
     X = X.to(dtype)
 
     def f(theta):
-        pd = {n: c.view(s) for n, c, s in zip(names, theta.split(sizes), shapes)}
-        return lf(functional_call(model, {**pd, **bufs}, (X,)), y)
+        return l(unflat(theta), X, y)
 
     theta0 = torch.cat([params[n].reshape(-1) for n in names])
     return f, theta0
 
 
-def _group_columns_fn(model, groups, gi, params, bufs, lf, X, y, rows: list[int]):
+def _group_columns_fn(model, groups, gi, params, bufs, loss, X, y, rows: list[int]):
     """vmap'ed function V (c, |g|) -> H[rows, g] V (c, Σ|rows|) for group index gi."""
     g = groups[gi]
     own = list(g.param_names)
     row_names = [n for r in rows for n in groups[r].param_names if n not in own]
     diff = own + row_names
     const = {n: v for n, v in params.items() if n not in diff}
-    sizes_own = [params[n].numel() for n in own]
+    l = model_loss(model, loss, fixed={**const, **bufs})
+    unflat = flat_view(own, [params[n].shape for n in own])
 
     def f(tj, ta):
-        pd = dict(const)
-        pd.update({n: c.view(params[n].shape) for n, c in zip(own, tj.split(sizes_own))})
-        pd.update(ta)
-        return lf(functional_call(model, {**pd, **bufs}, (X,)), y)
+        return l({**unflat(tj), **ta}, X, y)
 
     tj0 = torch.cat([params[n].reshape(-1) for n in own])
     ta0 = {n: params[n] for n in row_names}
@@ -107,7 +92,6 @@ def _group_columns_fn(model, groups, gi, params, bufs, lf, X, y, rows: list[int]
 def functorch_hessian(model: nn.Module, X, y, loss="cross_entropy", dtype=None, chunk: int = 16) -> torch.Tensor:
     """Dense exact Hessian (P, P) of ``loss(model(X), y)`` by block-triangular ``vmap(jvp(grad))``."""
     dtype = dtype or next(model.parameters()).dtype
-    lf = loss_function(loss)
     groups = groups_of(model)
     params, bufs = _detached(model, dtype, X.device), _buffers(model, dtype, X.device)
     X = X.to(dtype)
@@ -115,7 +99,7 @@ def functorch_hessian(model: nn.Module, X, y, loss="cross_entropy", dtype=None, 
     H = torch.zeros(P, P, dtype=dtype, device=X.device)
     for gi, g in enumerate(groups):
         rows = list(range(gi, len(groups)))
-        fn = _group_columns_fn(model, groups, gi, params, bufs, lf, X, y, rows)
+        fn = _group_columns_fn(model, groups, gi, params, bufs, loss, X, y, rows)
         eye = torch.eye(g.size, dtype=dtype, device=X.device)
         for s in range(0, g.size, chunk):
             H[g.start:, g.start + s:g.start + min(g.size, s + chunk)] = fn(eye[s:s + chunk]).T
@@ -134,7 +118,7 @@ def functorch_block(model: nn.Module, X, y, row: str, col: str, loss="cross_entr
     if transpose:
         ri, ci = ci, ri
     params, bufs = _detached(model, dtype, X.device), _buffers(model, dtype, X.device)
-    fn = _group_columns_fn(model, groups, ci, params, bufs, loss_function(loss), X.to(dtype), y, [ri])
+    fn = _group_columns_fn(model, groups, ci, params, bufs, loss, X.to(dtype), y, [ri])
     g = groups[ci]
     eye = torch.eye(g.size, dtype=dtype, device=X.device)
     out = torch.cat([fn(eye[s:s + chunk]) for s in range(0, g.size, chunk)]).T  # (|r|, |c|)

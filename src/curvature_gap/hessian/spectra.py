@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.func import functional_call, grad, jvp, vmap
+from torch.func import grad, jvp, vmap
 
 from ..exact.linalg import lanczos
 from . import _resolve
-from ._generic import _buffers, _detached, groups_of, loss_function
+from ._generic import _buffers, _detached, groups_of
+from .loss import flat_view, model_loss
 from ._vit import ViTSecondOrder
 
 __all__ = ["BlockSpectrum", "Spectra", "top_eigenvalues", "block_hvp"]
@@ -75,13 +76,11 @@ def block_hvp(model: nn.Module, images, labels, group_names: list[str] | None, l
     ``micro_batch`` splits the batch (the mean loss is the size-weighted sum of micro-batch means).
     """
     dtype = dtype or next(model.parameters()).dtype
-    lf = loss_function(loss)
     params, bufs = _detached(model, dtype, images.device), _buffers(model, dtype, images.device)
     groups = {g.name: g for g in groups_of(model)}
     names = [n for g in (group_names or list(groups)) for n in groups[g].param_names]
-    const = {n: v for n, v in params.items() if n not in names}
-    shapes = [params[n].shape for n in names]
-    sizes = [params[n].numel() for n in names]
+    l = model_loss(model, loss, fixed={**{n: v for n, v in params.items() if n not in names}, **bufs})
+    unflat = flat_view(names, [params[n].shape for n in names])
     theta0 = torch.cat([params[n].reshape(-1) for n in names])
     B = images.shape[0]
     step = micro_batch or B
@@ -89,8 +88,7 @@ def block_hvp(model: nn.Module, images, labels, group_names: list[str] | None, l
 
     def make(X, y):
         def f(theta):
-            pd = {n: c.view(s) for n, c, s in zip(names, theta.split(sizes), shapes)}
-            return lf(functional_call(model, {**const, **pd, **bufs}, (X,)), y)
+            return l(unflat(theta), X, y)
 
         return vmap(lambda v: jvp(grad(f), (theta0,), (v,))[1])
 

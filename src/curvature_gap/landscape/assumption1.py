@@ -18,8 +18,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import grad, vmap
 from tqdm.auto import tqdm
+
+from ..hessian.loss import model_loss
 
 __all__ = ["k_grid", "order_gradient_norms", "per_sample_gradient_moments", "expected_grad_norm_sq", "claim_test",
            "measure"]
@@ -65,8 +67,10 @@ def per_sample_gradient_moments(model: nn.Module, images: torch.Tensor, labels: 
     model.eval()
     params = {k: v.detach() for k, v in model.named_parameters()}
 
+    l = model_loss(model)
+
     def loss1(p, x, y):
-        return nn.functional.cross_entropy(functional_call(model, p, (x[None],)), y[None])
+        return l(p, x[None], y[None])
 
     g1 = vmap(grad(loss1), in_dims=(None, 0, 0))
     total, sq = None, 0.0

@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 from scipy.sparse.linalg import LinearOperator
-from torch.func import functional_call, grad, hessian, jvp, vmap
+from torch.func import grad, hessian, jvp, vmap
 
 from ..bounds import formulas as fm
 from ..bounds.ce import output_factors
@@ -39,6 +39,7 @@ from ..bounds.training import light_bounds
 from ..exact import linalg as la
 from ..exact.forward import sa_forward, sa_loss
 from ..exact.instances import Instance, from_block
+from ..hessian.loss import model_loss
 from .losses import identity_residual, per_sample_losses, running_means
 
 __all__ = ["block_param_names", "rhs", "per_sample_hessian_norms", "thm6_M_ce", "path_check", "vit_check",
@@ -78,10 +79,11 @@ def _device_of(model, device=None) -> torch.device:
 
 
 def _loss1(m, base, names):
+    """One sample's cross-entropy as a function of the tensors ``w`` of ``names`` (the rest from ``base``)."""
+    l = model_loss(m, fixed=base)
+
     def f(w, img, lab):
-        p = dict(base)
-        p.update(zip(names, w))
-        return torch.nn.functional.cross_entropy(functional_call(m, p, (img[None],)), lab[None])
+        return l(dict(zip(names, w)), img[None], lab[None])
     return f
 
 
