@@ -209,7 +209,15 @@ MESSAGES: dict[tuple[str, str], Callable] = {
     ("fig12", "assumption"): _fig12,
     ("theorem7", "ratios"): _theorem7,
     ("fused_ln", "error"): _fused,
+    ("encoder_family", "blocks"): lambda r: _encoder_family(r),
 }
+
+
+def _encoder_family(r) -> str:
+    """Beyond the paper: computed by the result's own module (imported here, not at the top: no import cycle)."""
+    from .experiments.encoder_family import message as encoder_family_message  # noqa: PLC0415
+
+    return encoder_family_message(r)
 
 
 def message(name: str, part: str, result) -> str:

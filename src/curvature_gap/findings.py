@@ -62,6 +62,8 @@ RESULTS: list[tuple[str, str, str, str]] = [
     ("figs7_11", "Figs. 7–11: the blocks over the first 1,000 steps", "notebooks/fig07_11_training_dynamics",
      "experiment"),
     ("fig12", "Fig. 12: Assumption 1 improves with more samples", "notebooks/fig12_assumption1", "experiment"),
+    ("encoder_layer", "Beyond the paper: the closed-form Hessian of nn.TransformerEncoderLayer, and Theorem 1 for "
+     "h heads with W_O (this companion's)", "notebooks/encoder_layer", "theory"),
 ]
 _NO_CLAIM = {"figs7_11"}
 # claims of the paper with no evidence behind them, and why (checked against the paper's text)

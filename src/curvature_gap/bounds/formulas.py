@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 
 __all__ = [
-    "theorem1", "theorem1_terms", "sa_lemmas", "lemma4", "proposition", "theorem6_block",
+    "theorem1", "theorem1_multihead", "MH_PAIRS", "theorem1_terms", "sa_lemmas", "lemma4", "proposition", "theorem6_block",
     "theorem6_full", "theorem6_explicit", "PAIRS", "ATT",
 ]
 
@@ -110,6 +110,43 @@ def theorem1(nX, nQ, nK, nV, nT, L, d_V, d_K, rank=None, variant="printed") -> d
         raise ValueError(f"unknown Theorem 1 variant {variant!r}; choose printed, proof or repaired")
     rows = {"VV": VV, "QQ": QQ, "VQ": VQ, "QK": QK}
     return {"M": 3 * max(rows.values()), **rows}
+
+
+MH_PAIRS = ("QQ", "KK", "VV", "OO", "QK", "QV", "KV", "QO", "KO", "VO")
+
+
+def theorem1_multihead(nX, nQ, nK, nV, nO, nT, L, d, h) -> dict:
+    """The repaired Theorem 1 extended to ``h`` heads with an output projection (this companion's).
+
+    The layer ``F = [A_1 X W_V^1, …, A_h X W_V^h] W_O`` with ``A_c = softmax(X W_Q^c W_K^cᵀ Xᵀ/√d_h)``,
+    ``d_h = d/h`` (head c: columns c of ``W_Q, W_K, W_V`` (d, d), rows c of ``W_O`` (d, d)); loss
+    ``(1/(L d))‖F − Target‖_F²``; Hessian w.r.t. ``(W_Q, W_K, W_V, W_O)``. With ``‖A_c‖ ≤ √L``,
+    ``‖∂A/∂T[Ṫ]‖_F ≤ ½‖Ṫ‖_F`` and ``‖∂²A/∂T²[Ṫ, Ṫ']‖_F ≤ ‖Ṫ‖_F‖Ṫ'‖_F`` (row-wise softmax), the first
+    derivatives ``g_i = ‖∂F/∂W_i‖`` and second derivatives ``φ_ij = ‖∂²F/∂W_i∂W_j‖`` are bounded by
+
+        g_Q = n_O n_V n_K n_X³/(2√d_h), g_K = (Q ↔ K), g_V = √L n_X n_O, g_O = √(hL) n_X n_V,
+        φ_QQ = n_O n_V n_K² n_X⁵/d_h, φ_KK = (Q ↔ K), φ_QK = n_O n_V (n_Q n_K n_X⁵/d_h + n_X³/(2√d_h)),
+        φ_QV = n_O n_K n_X³/(2√d_h), φ_QO = n_V n_K n_X³/(2√d_h), φ_VO = √L n_X, φ_VV = φ_OO = 0
+
+    (K rows: n_K → n_Q). Row ``ij`` is ``2/(L d) (g_i g_j + ρ φ_ij)`` with
+    ``ρ = √min(L, d) (√(hL) n_X n_V n_O + n_T) ≥ ‖F − Target‖_F``; ``M = 4 max`` over the ten rows of
+    :data:`MH_PAIRS` (the 4×4 block inequality). Returns ``{"M", row: value, "g_i", "phi_ij", "rho"}``.
+    """
+    dh = d / h
+    s = math.sqrt(dh)
+    g = {"Q": nO * nV * nK * nX ** 3 / (2 * s), "K": nO * nV * nQ * nX ** 3 / (2 * s),
+         "V": math.sqrt(L) * nX * nO, "O": math.sqrt(h * L) * nX * nV}
+    phi = {"QQ": nO * nV * nK ** 2 * nX ** 5 / dh, "KK": nO * nV * nQ ** 2 * nX ** 5 / dh,
+           "QK": nO * nV * (nQ * nK * nX ** 5 / dh + nX ** 3 / (2 * s)),
+           "QV": nO * nK * nX ** 3 / (2 * s), "KV": nO * nQ * nX ** 3 / (2 * s),
+           "QO": nV * nK * nX ** 3 / (2 * s), "KO": nV * nQ * nX ** 3 / (2 * s),
+           "VO": math.sqrt(L) * nX, "VV": 0.0, "OO": 0.0}
+    rho = math.sqrt(min(L, d)) * (math.sqrt(h * L) * nX * nV * nO + nT)
+    rows = {ij: 2 / (L * d) * (g[ij[0]] * g[ij[1]] + rho * phi[ij]) for ij in MH_PAIRS}
+    out = {"M": 4 * max(rows.values()), **rows, "rho": rho}
+    out.update({f"g_{k}": v for k, v in g.items()})
+    out.update({f"phi_{k}": v for k, v in phi.items()})
+    return out
 
 
 def theorem1_terms(nX, nQ, nK, nV, nT, L, d_V, d_K, rank) -> dict:

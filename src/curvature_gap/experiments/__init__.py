@@ -19,11 +19,11 @@ from typing import Callable
 from ..config import ConfigError, config_hash
 from ..codehash import code_hash
 from ..provenance import git_commit, host, software
-from . import assumption, convergence, dynamics, fused_ln, heatmaps, landscape_checks, norms
+from . import assumption, convergence, dynamics, encoder_family, fused_ln, heatmaps, landscape_checks, norms
 from .context import Context
 from .dynamics_blocks import TYPES
 from ..plotting import save_figure
-from .settings import as_dict, replace, settings_for
+from .settings import BEYOND_PAPER_SETTINGS, as_dict, replace, settings_for
 from .store import PublishedStore, Result, ResultStore, StaleResultWarning, UnusableResult
 
 __all__ = ["Context", "FigureSpec", "SPECS", "FIGURE_NAMES", "RESULT_NAMES", "Result", "ResultStore", "PublishedStore",
@@ -51,7 +51,7 @@ class FigureSpec:
     paper: str  # the paper's figure number, "beyond the paper", or "check"
     stem: str  # output file stem under figures/ ("" for results without a figure)
     title: str
-    settings_key: str  # field of settings.FigureSettings
+    settings_key: str  # field of settings.FigureSettings, or a key of settings.BEYOND_PAPER_SETTINGS
     compute: Callable[[Job], tuple]
     plots: dict = field(default_factory=dict)  # part -> function(result) -> matplotlib Figure
     depends: tuple = ()
@@ -92,6 +92,10 @@ _SPECS = [
                lambda j: assumption.compute_assumption(j.ctx, j.settings), {"assumption": assumption.plot_assumption}),
     FigureSpec("fused_ln", "beyond the paper", "extra_fused_layernorm", "the fused LayerNorm's Hessian error", "fused",
                lambda j: fused_ln.compute_fused_ln(j.ctx, j.settings), {"error": fused_ln.plot_fused_error}),
+    FigureSpec("encoder_family", "beyond the paper", "extra_encoder_family",
+               "the diagonal Hessian blocks of nn.TransformerEncoderLayer, post/pre-norm, 1/4 heads", "encoder_family",
+               lambda j: encoder_family.compute_encoder_family(j.ctx, j.settings),
+               {"blocks": encoder_family.plot_encoder_family}, needs="nothing (synthetic data)"),
     FigureSpec("theorem7", "check", "check_theorem7", "Theorem 7 on the trained ViT", "theorem7",
                lambda j: landscape_checks.compute_theorem7(j.ctx, j.settings), {"ratios": landscape_checks.plot_theorem7}),
     FigureSpec("trained_bounds", "check", "", "the bounds at the trained ViT's block", "trained_bounds",
@@ -118,7 +122,10 @@ def spec(name: str) -> FigureSpec:
 
 
 def settings_of(s: FigureSpec, ctx: Context):
-    base = getattr(settings_for(ctx.profile), s.settings_key)
+    if s.settings_key in BEYOND_PAPER_SETTINGS:
+        base = BEYOND_PAPER_SETTINGS[s.settings_key][ctx.profile]
+    else:
+        base = getattr(settings_for(ctx.profile), s.settings_key)
     over = ctx.settings_overrides.get(s.name) or ctx.settings_overrides.get(s.settings_key)
     return replace(base, **over) if over else base
 

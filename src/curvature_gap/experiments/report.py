@@ -60,6 +60,15 @@ def _fused(r) -> dict:
             "asymmetry of the fused Hessian": m["fused_asymmetry"]}
 
 
+def _enc(r) -> dict:
+    fro = r.arrays["fro"]
+    out = {}
+    for i, c in enumerate(r.meta["configs"]):
+        for t, when in enumerate(r.meta["times"]):
+            out[f"largest block Frobenius norm, {c}, {when}"] = float(fro[i, t].max())
+    return out
+
+
 def _t7(r) -> dict:
     m = r.meta
     out = {"ℓ_max": m["ell_max"], "M exact": m["M"]["exact"], "M (Theorem 6, cross-entropy)": m["M"]["thm6_ce"]}
@@ -78,7 +87,8 @@ def _tb(r) -> dict:
 
 KEY_NUMBERS = {"fig3": _heat, "fig4": _heat, "fig5": _norms, "fig6": _conv, "fig6_mnist": _conv, "fig7": _dyn,
                "fig8": _dyn, "fig9": _dyn, "fig10": _dyn, "fig11": _dyn, "fig12": _a1, "fused_ln": _fused,
-               "theorem7": _t7, "trained_bounds": _tb}
+               "theorem7": _t7, "trained_bounds": _tb,
+               "encoder_family": _enc}
 
 
 def key_numbers(name: str, result) -> dict:

@@ -1,0 +1,182 @@
+"""Beyond the paper: which diagonal block of a ``torch.nn.TransformerEncoderLayer``'s loss Hessian is largest.
+
+The paper's Figs. 3-4 find the Values block largest in its ViT's block. Here the same statistic — the
+Frobenius norm of each parameter group's diagonal block of the loss Hessian — is taken across the layer
+family that PyTorch builds (:func:`curvature_gap.theory.encoder_layer_hessian`, exact, float64): post-norm and
+pre-norm, 1 and 4 heads, at PyTorch's initialisation and after a short Adam run.
+
+**The task** (why: realisable, so every block has something to learn and the loss can reach 0; synthetic,
+so it needs no data set and runs in seconds): a *teacher* layer of the same configuration (PyTorch's
+initialisation with another seed) maps ``n_seq`` random sequences ``X`` (L, d), entries N(0, 1), to the
+targets; the *student* (PyTorch's initialisation, its own seed) is trained on the MSE ``mean((Z − target)²)``
+over those sequences (the paper's loss) by full-batch Adam. The Hessian is that training loss's, the mean over
+the sequences of the per-sequence Hessians, at the student's first and last step. Dropout is 0 (the Hessian
+of a deterministic layer).
+
+Parameter groups: ``W_Q, W_K, W_V`` (the three row blocks of ``in_proj_weight``), ``W_O``
+(``out_proj.weight``), ``W_1``, ``W_2`` (the FFN weights), ``LN`` (both LayerNorms' γ and β) and ``biases``
+(the attention and FFN biases).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..theory.encoder_layer import encoder_layer_hessian
+from .context import Context
+from ..plotting import WIDTH, new_figure
+from .settings import EncoderFamilySettings
+
+__all__ = ["compute_encoder_family", "plot_encoder_family", "UNITS", "CONFIGS", "unit_indices", "leaders"]
+
+UNITS = ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2", "LN", "biases")
+CONFIGS = (("post-norm", 1), ("post-norm", 4), ("pre-norm", 1), ("pre-norm", 4))
+TIMES = ("initialisation", "trained")
+
+
+def _layer(s: EncoderFamilySettings, norm: str, nhead: int, seed: int) -> nn.TransformerEncoderLayer:
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return nn.TransformerEncoderLayer(s.d_model, nhead, s.dim_feedforward, dropout=0.0, activation=s.activation,
+                                          batch_first=True, norm_first=norm == "pre-norm", dtype=torch.float64)
+
+
+def unit_indices(layer: nn.TransformerEncoderLayer) -> dict[str, np.ndarray]:
+    """Unit name -> positions in the Hessian of ``layer.named_parameters()`` (each ``vec_r``)."""
+    d = layer.self_attn.embed_dim
+    off, o = {}, 0
+    for n, p in layer.named_parameters():
+        off[n] = (o, p.numel())
+        o += p.numel()
+
+    def rng(name, a=0, b=None):
+        o0, n = off[name]
+        return np.arange(o0 + a, o0 + (n if b is None else b))
+
+    ip = "self_attn.in_proj_weight"
+    out = {"W_Q": rng(ip, 0, d * d), "W_K": rng(ip, d * d, 2 * d * d), "W_V": rng(ip, 2 * d * d, 3 * d * d),
+           "W_O": rng("self_attn.out_proj.weight"), "W_1": rng("linear1.weight"), "W_2": rng("linear2.weight")}
+    out["LN"] = np.concatenate([rng(n) for n in off if n.startswith("norm")])
+    out["biases"] = np.concatenate([rng(n) for n in off if n.endswith("bias") and not n.startswith("norm")])
+    return out
+
+
+def _hessian(layer, X, Y) -> np.ndarray:
+    """The Hessian of ``mean over sequences of mean((layer(X_b) − Y_b)²)``: the mean of the per-sequence ones."""
+    H = None
+    for x, y in zip(X, Y):
+        Hb = encoder_layer_hessian(layer, x, target=y).dense
+        H = Hb if H is None else H + Hb
+    return (H / X.shape[0]).numpy()
+
+
+def _stats(H: np.ndarray, units: dict) -> tuple[list, list]:
+    fro, rms = [], []
+    for u in UNITS:
+        B = H[np.ix_(units[u], units[u])]
+        fro.append(float(np.linalg.norm(B)))
+        rms.append(float(np.linalg.norm(B) / np.sqrt(B.shape[0])))
+    return fro, rms
+
+
+def compute_encoder_family(ctx: Context, s: EncoderFamilySettings) -> tuple[dict, dict]:
+    g = torch.Generator().manual_seed(s.data_seed)
+    X = torch.randn(s.n_seq, s.seq_len, s.d_model, generator=g, dtype=torch.float64)
+    fro = np.zeros((len(CONFIGS), len(TIMES), len(UNITS)))
+    rms = np.zeros_like(fro)
+    losses = np.zeros((len(CONFIGS), s.steps + 1))
+    sizes = {}
+    t0 = time.perf_counter()
+    for i, (norm, nhead) in enumerate(CONFIGS):
+        teacher = _layer(s, norm, nhead, s.teacher_seed).eval()
+        with torch.no_grad():
+            Y = teacher(X)
+        student = _layer(s, norm, nhead, s.student_seed).eval()
+        units = unit_indices(student)
+        sizes = {u: int(len(v)) for u, v in units.items()}
+        with ctx.phase("hessian"):
+            fro[i, 0], rms[i, 0] = _stats(_hessian(student, X, Y), units)
+        opt = torch.optim.Adam(student.parameters(), lr=s.lr)
+        with ctx.phase("training"):
+            for k in range(s.steps + 1):
+                loss = (student(X) - Y).pow(2).mean()
+                losses[i, k] = float(loss.detach())
+                if k == s.steps:
+                    break
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        with ctx.phase("hessian"):
+            fro[i, 1], rms[i, 1] = _stats(_hessian(student, X, Y), units)
+        ctx.log(f"  {norm}, {nhead} head(s): loss {losses[i, 0]:.3g} -> {losses[i, -1]:.3g}")
+    meta = dict(profile=ctx.profile, configs=[f"{n}, {h} head{'s' if h > 1 else ''}" for n, h in CONFIGS],
+                times=list(TIMES), units=list(UNITS), unit_sizes=sizes, final_loss=losses[:, -1].tolist(),
+                initial_loss=losses[:, 0].tolist(), seconds=round(time.perf_counter() - t0, 2),
+                leaders={"fro": leaders(fro), "fro_sqrt_n": leaders(rms)},
+                task=(f"teacher-student: {s.n_seq} random sequences of {s.seq_len} tokens, d_model {s.d_model}, "
+                      f"dim_feedforward {s.dim_feedforward}, {s.activation}; targets from a teacher layer of the "
+                      f"same configuration (seed {s.teacher_seed}); student seed {s.student_seed}; full-batch Adam, "
+                      f"lr {s.lr:g}, {s.steps} steps; MSE; float64"))
+    return dict(fro=fro, fro_sqrt_n=rms, losses=losses), meta
+
+
+def leaders(stat: np.ndarray) -> list[list[str]]:
+    """``[config][time]`` -> the unit with the largest statistic."""
+    return [[UNITS[int(np.argmax(stat[i, t]))] for t in range(stat.shape[1])] for i in range(stat.shape[0])]
+
+
+_LABELS = {"W_Q": "$W_Q$", "W_K": "$W_K$", "W_V": "$W_V$", "W_O": "$W_O$", "W_1": "$W_1$", "W_2": "$W_2$",
+           "LN": "LayerNorms", "biases": "biases"}
+
+
+def plot_encoder_family(result):
+    """The Frobenius norm of each parameter group's diagonal Hessian block, per configuration, at initialisation
+    and trained"""
+    meta, fro = result.meta, result.arrays["fro"]
+    n_cfg, n_t, n_u = fro.shape
+    fig = new_figure(WIDTH, 3.9)
+    axes = fig.subplots(1, n_t, sharey=True)
+    colors = {"W_Q": "#4c72b0", "W_K": "#64b5cd", "W_V": "#c44e52", "W_O": "#dd8452", "W_1": "#55a868",
+              "W_2": "#8fbc8f", "LN": "#8172b3", "biases": "#937860"}
+    w = 0.8 / n_u
+    x = np.arange(n_cfg)
+    for t, ax in enumerate(axes):
+        for k, u in enumerate(meta["units"]):
+            ax.bar(x - 0.4 + (k + 0.5) * w, fro[:, t, k], w, color=colors[u], label=_LABELS[u])
+        ax.set_yscale("log")
+        ax.set_xticks(x, [c.replace("-norm, ", "\n") for c in meta["configs"]])   # "post\n1 head"
+        ax.set_title(meta["times"][t])
+    axes[0].set_ylabel(r"$\|H_{\mathrm{block}}\|_F$")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=n_u, frameon=False, columnspacing=1.0,
+               handlelength=1.2)
+    return fig
+
+
+def _words(unit: str) -> str:
+    return _LABELS[unit] if unit in ("LN", "biases") else f"${unit}$"
+
+
+def message(result) -> str:
+    """The figure's caption: which block is largest overall, and the order of the four equal-size attention
+    blocks, with the smallest factor by which W_V's block exceeds W_Q's and W_K's — all read off ``result``."""
+    meta, fro = result.meta, result.arrays["fro"]
+    units = meta["units"]
+    lead = sorted({u for row in meta["leaders"]["fro"] for u in row})
+    n = fro.shape[0] * fro.shape[1]
+    att = [units.index(u) for u in ("W_Q", "W_K", "W_V", "W_O")]
+    orders = {tuple(units[att[k]] for k in np.argsort(-fro[i, t, att])) for i in range(fro.shape[0])
+              for t in range(fro.shape[1])}
+    v_over_qk = float((fro[:, :, att[2]] / fro[:, :, att[:2]].max(axis=2)).min())
+    where = ("in every configuration, at initialisation and trained" if len(lead) == 1
+             else "depending on the configuration")
+    if len(orders) == 1:
+        order = " > ".join(_words(u) for u in next(iter(orders)))
+        att_text = f"among the four equal-size attention blocks the order is {order} in all {n} cases"
+    else:
+        att_text = f"the order of the four equal-size attention blocks varies over the {n} cases"
+    return (f"The largest diagonal Hessian block is {' or '.join(_words(u) for u in lead)} {where}; {att_text}, "
+            f"and $W_V$'s block is at least {v_over_qk:.1f} times $W_Q$'s and $W_K$'s.")
