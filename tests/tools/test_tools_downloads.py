@@ -116,7 +116,8 @@ def test_check_download_names_each_defect(tmp_path):
     assert any("keeps papermill's input_path, output_path" in p for p in problems), problems
     assert any("keeps papermill's injected-parameters cell" in p for p in problems), problems
     assert any("0 parameters cells" in p for p in problems), problems
-    nb.cells[1].metadata["tags"] = ["parameters"]  # the injected cell as the only parameters cell
+    injected, = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    injected.metadata["tags"] = ["parameters"]  # the injected cell as the only parameters cell
     nbformat.write(nb, dst)
     missing, = [p for p in check_download(dst, ROOT, src) if "NameError" in p]
     assert "does not define seed, L, d_V, d_K" in missing

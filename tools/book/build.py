@@ -136,12 +136,24 @@ def ensure_kernel(log=print) -> None:
 
 
 def execute_notebook(src: Path, dst: Path, parameters: dict, cwd: Path, timeout: int | None = None) -> float:
-    """Execute ``src`` with papermill into ``dst``; returns the wall time. Raises :class:`BookError` on an
-    execution error (the partly executed copy with the traceback stays at ``dst``)."""
+    """Execute ``src`` with papermill into ``dst`` as its download will run; returns the wall time.
+
+    ``parameters`` are written into the notebook's own parameters cell first (:func:`merged_parameters`,
+    no cell injected), and that notebook is executed with no parameter: what runs is exactly what the
+    page's download holds, so every page's download has run to the end in its build. Raises
+    :class:`BookError` on an execution error (the partly executed copy with the traceback stays at
+    ``dst``) or when parameters are given to a notebook without a parameters cell."""
     dst.parent.mkdir(parents=True, exist_ok=True)
+    nb = nbformat.read(src, as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    if parameters and len(cells) != 1:
+        raise BookError(f"{src} has {len(cells)} cells tagged `parameters`; one is needed to set {sorted(parameters)}")
+    if parameters:
+        cells[0].source = merged_parameters(cells[0].source, parameters)
+    nbformat.write(nb, dst)
     t0 = time.perf_counter()
     try:
-        pm.execute_notebook(str(src), str(dst), parameters=parameters, kernel_name=KERNEL, cwd=str(cwd),
+        pm.execute_notebook(str(dst), str(dst), parameters={}, kernel_name=KERNEL, cwd=str(cwd),
                             progress_bar=False, log_output=False, execution_timeout=timeout, report_mode=False)
     except pm.PapermillExecutionError as exc:
         raise BookError(f"{src} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}\n"
