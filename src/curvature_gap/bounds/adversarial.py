@@ -25,9 +25,29 @@ from . import checks as ck
 from . import formulas as fm
 from . import quantities as ex
 
-__all__ = ["SUPPORTED", "search", "run"]
+__all__ = ["SUPPORTED", "search", "run", "descend"]
 
 _SN = la.matrix_norms
+
+
+def descend(params: list[torch.Tensor], ratio: Callable[[], torch.Tensor], steps: int, lr: float):
+    """Adam on ``log ratio()`` over the tensors ``params`` (leaves with ``requires_grad``) for ``steps``
+    steps, stopping at a non-finite ratio; returns (the parameters where the smallest ratio was seen,
+    that ratio). The one descent loop of every adversarial search (this module's and
+    :mod:`.multihead`'s)."""
+    opt = torch.optim.Adam(params, lr=lr)
+    best, best_val = [p.detach().clone() for p in params], math.inf
+    for _ in range(steps):
+        r = ratio()
+        val = float(r.detach())
+        if not math.isfinite(val):
+            break
+        if val < best_val:
+            best_val, best = val, [p.detach().clone() for p in params]
+        opt.zero_grad()
+        torch.log(r).backward()
+        opt.step()
+    return best, best_val
 
 
 def _sa_q(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
@@ -144,18 +164,7 @@ def search(check: str, L: int, d: int, seed: int, steps: int = 150, lr: float = 
         params = [t.clone().requires_grad_(True) for t in (base.X, base.W_Q, base.W_K, base.W_V, base.Target)]
         need = _need(check)
         fn = lambda: _sa_ratio(check, _sa_q(*params, need=need))  # noqa: E731
-    opt = torch.optim.Adam(params, lr=lr)
-    best, best_val = [p.detach().clone() for p in params], math.inf
-    for _ in range(steps):
-        r = fn()
-        val = float(r.detach())
-        if not math.isfinite(val):
-            break
-        if val < best_val:
-            best_val, best = val, [p.detach().clone() for p in params]
-        opt.zero_grad()
-        torch.log(r).backward()
-        opt.step()
+    best, _ = descend(params, fn, steps, lr)
     if check.startswith("lemma4"):
         X = best[0]
         return Instance(X, base.W_Q, base.W_K, base.W_V, base.W_1, base.W_2, base.Target,

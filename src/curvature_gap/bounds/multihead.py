@@ -27,6 +27,7 @@ from torch.func import hessian
 
 from ..exact import linalg as la
 from . import formulas as fm
+from .adversarial import descend
 
 __all__ = ["MHInstance", "forward", "loss", "instance", "exact", "evaluate", "pytorch_hessian", "to_pytorch_index",
            "search", "run", "STARTS", "SEARCH", "QUICK_SEARCH", "softmax_d2_ratio", "softmax_d2_search",
@@ -201,19 +202,12 @@ def search(L: int, d: int, h: int, seed: int, start: str, steps: int, lr: float 
     proposes)."""
     base = instance(L, d, h, seed, start)
     params = [t.clone().requires_grad_(True) for t in base.tensors()]
-    opt = torch.optim.Adam(params, lr=lr)
-    best, best_val = [t.clone() for t in base.tensors()], math.inf
-    for _ in range(steps):
+
+    def ratio():
         q = exact(*params, h)
-        r = _bound(q, L, d, h)["M"] / q["norm_H"]
-        val = float(r.detach())
-        if not math.isfinite(val):
-            break
-        if val < best_val:
-            best_val, best = val, [p.detach().clone() for p in params]
-        opt.zero_grad()
-        torch.log(r).backward()
-        opt.step()
+        return _bound(q, L, d, h)["M"] / q["norm_H"]
+
+    best, _ = descend(params, ratio, steps, lr)
     inst = MHInstance(*best, h, dict(base.meta, source="adversarial", steps=steps))
     return inst, min(r["ratio"] for r in evaluate(inst) if r["check"] == "mh")
 
