@@ -1,4 +1,4 @@
-"""The math layers never import plotting (tracker issue 21, item 4).
+"""The math layers never import plotting (tracker issue 21, item 4), and eigenvalue calls live in exact/linalg.py only (item 1).
 
 theory/, exact/, hessian/, bounds/ and landscape/ compute; figures live in :mod:`curvature_gap.plotting` or
 with the experiment that draws them. Two checks: statically, no module of a math layer names matplotlib or
@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -132,3 +133,18 @@ def test_probe_can_fail():
     got = _loaded_after_import("curvature_gap.plotting", "curvature_gap.exact.linalg")
     assert "curvature_gap.plotting" in got["curvature_gap.plotting"]
     assert got["curvature_gap.exact.linalg"] == []
+
+
+def test_eigenvalue_calls_live_only_in_exact_linalg():
+    """exact/linalg.py is the one home of spectral norms and extreme eigenvalues (issue 21, item 1): no other
+    module of the package calls LAPACK's or ARPACK's eigensolvers or the spectral matrix norm itself."""
+    calls = re.compile(r"\beigsh\(|\beigvalsh\(|\bsvdvals\(|matrix_norm\([^)]*ord\s*=\s*2|\.eigh\(")
+    offenders = []
+    for f in sorted(PKG.rglob("*.py")):
+        if f == PKG / "exact" / "linalg.py":
+            continue
+        for i, line in enumerate(f.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if calls.search(code) and '"' not in code.split("(")[0]:
+                offenders.append(f"{f.relative_to(PKG)}:{i}: {line.strip()}")
+    assert not offenders, "call exact.linalg instead:\n" + "\n".join(offenders)
