@@ -1,4 +1,5 @@
-"""The math layers never import plotting (tracker issue 21, item 4), and eigenvalue calls live in exact/linalg.py only (item 1).
+"""The math layers never import plotting (tracker issue 21, item 4); eigenvalue calls live in exact/linalg.py
+only (item 1).
 
 theory/, exact/, hessian/, bounds/ and landscape/ compute; figures live in :mod:`curvature_gap.plotting` or
 with the experiment that draws them. Two checks: statically, no module of a math layer names matplotlib or
