@@ -44,6 +44,7 @@ PAGE_TIMEOUT_MS = 60_000
 # page -> screenshot stem (written as <stem>-1440.png and <stem>-390.png)
 SCREENSHOTS = {"book/intro.html": "landing", "notebooks/fig03_hessian_init.html": "fig03",
                "notebooks/fig04_hessian_trained.html": "fig04", "notebooks/transformer_block.html": "block",
+               "notebooks/encoder_layer.html": "beyond",
                "notebooks/self_attention.html": "theorem1", "book/errata.html": "errata",
                "book/reproducibility.html": "reproducibility"}
 _RESULT_KEYS = {key for key, *_ in RESULTS}
