@@ -56,7 +56,9 @@ def test_papermill_parameter_of_the_wrong_type_stops_the_notebook(tmp_path):
     assert "notebook parameter seed='abc' (str) is invalid" in r.stderr + r.stdout
     executed = json.loads((tmp_path / "out.ipynb").read_text())
     ran = [c for c in executed["cells"] if c["cell_type"] == "code" and c.get("execution_count")]
-    assert len(ran) == 3, "parameters, injected parameters, then the failing setup cell: nothing else ran"
+    assert len(ran) == 4, ("the Colab set-up cell (a no-op here), parameters, injected parameters, then the failing "
+                           "setup cell: nothing else ran")
+    assert "colab-setup" in ran[0]["metadata"].get("tags", [])
 
 
 # ---------------------------------------------------------------- data of the wrong shape

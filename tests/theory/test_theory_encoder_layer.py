@@ -355,7 +355,9 @@ def test_verify_rows_one_per_configuration_and_trap():
 
     rows = rows_mod.run_checks(quick=True)
     ids = [r.id for r in rows]
-    assert len(rows) == 50 and len(set(ids)) == 50
+    # 48 configurations, the two autodiff traps, and the 4 rows of the multi-head Theorem 1 (bounds.multihead)
+    assert len(rows) == 54 and len(set(ids)) == 54
+    assert sum(i.startswith("encoder_layer.mh_bound") for i in ids) == 4
     assert {f"encoder_layer.{ref.config_id(c)}" for c in ref.CONFIGS} <= set(ids)
     assert all(r.as_expected and r.verdict in ("verified", "holds") for r in rows), [r.id for r in rows if not r.as_expected]
     assert max(r.rel_err for r in rows if r.kind == "formula") <= TOL
