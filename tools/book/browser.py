@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from curvature_gap.findings import RESULTS
+from curvature_gap.notebook import CSS_PX_PER_IN, PHONE_MIN_PT
 
 from .html import RAW_LATEX
 from .png import png_text_chunks
@@ -38,7 +39,6 @@ __all__ = ["browser_check", "SCREENSHOTS", "DESKTOP", "PHONE", "MIN_DRAWN_PT", "
 DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
 MIN_DRAWN_PT = 9.0       # the smallest text of a figure, as drawn on the page, in points
-CSS_PX_PER_IN = 96.0
 MATHJAX_TIMEOUT_MS = 30_000
 PAGE_TIMEOUT_MS = 60_000
 # page -> screenshot stem (written as <stem>-1440.png and <stem>-390.png)
@@ -299,7 +299,7 @@ _FIGURES_JS = """async (ms) => {
   });
   return out;
 }"""
-MIN_PHONE_PT = 7.0       # ... on a phone (390 px), where a wide figure may scroll sideways instead
+MIN_PHONE_PT = PHONE_MIN_PT  # ... on a phone (390 px): the floor notebook.figure_html draws figures to
 
 
 def _figure_problem(rel: str, fig: dict, width: int = DESKTOP["width"]) -> str | None:
