@@ -218,7 +218,7 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
                 ev.append(f"the informative check, which can fail, holds: smallest ratio {_num(ref.min_ratio)}")
             return "holds, cannot fail as checked", "; ".join(ev)
         if min(ratios) > VACUOUS_RATIO:
-            return "holds, vacuous", "; ".join(ev) + f" (looser than the exact value by more than 10³ everywhere)"
+            return "holds, vacuous", "; ".join(ev) + " (looser than the exact value by more than 10³ everywhere)"
     verdict = base + ("; " + "; ".join(quals) if quals and base == "holds" else "")
     return verdict, "; ".join(ev) or f"{len(ran)} checks"
 

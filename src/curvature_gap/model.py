@@ -82,10 +82,15 @@ THEOREM_BLOCK = {"norm": ("post",), "n_heads": (1,), "activation": ("relu",), "q
 # theory (curvature_gap.exact.forward: no biases, γ = 1, β = 0, no ε) and by the hand-written Hessian
 # (curvature_gap.hessian._vit). For that variant Block.forward computes the same operations in the same
 # order, so the two agree bit for bit (tested).
-def attention_matrix(x: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
-    """A = softmax_rows(x W_Q (x W_K)ᵀ / √d_K); x (..., n, d) -> (..., n, n)."""
+def attention_scores(x: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
+    """T = x W_Q (x W_K)ᵀ / √d_K; x (..., n, d) -> (..., n, n)."""
     q, k = x @ W_Q, x @ W_K
-    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(W_Q.shape[-1]), dim=-1)
+    return q @ k.transpose(-1, -2) / math.sqrt(W_Q.shape[-1])
+
+
+def attention_matrix(x: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
+    """A = softmax_rows(T) with T = :func:`attention_scores`; x (..., n, d) -> (..., n, n)."""
+    return torch.softmax(attention_scores(x, W_Q, W_K), dim=-1)
 
 
 def layer_norm_parts(u: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -338,6 +343,16 @@ def group_of(param_name: str) -> str:
     if parts[0] == "blocks":
         return f"block{parts[1]}.{parts[2].removesuffix('_bias')}"
     return parts[0]
+
+
+def param_slices(model: nn.Module) -> dict[str, slice]:
+    """Parameter name -> its slice of ``parameters_to_vector(model.parameters())``: the one place flat
+    offsets of named parameters are computed (groups: :func:`param_groups`)."""
+    out, start = {}, 0
+    for name, p in model.named_parameters():
+        out[name] = slice(start, start + p.numel())
+        start += p.numel()
+    return out
 
 
 def param_groups(model: nn.Module) -> list[ParamGroup]:

@@ -9,6 +9,7 @@ from torch.func import hessian, jacfwd, jacrev
 
 from cases import randn, tiny_instance
 from curvature_gap.bounds import quantities as ex
+from curvature_gap.theory import attention as at
 from curvature_gap.exact import derivatives as ad
 from curvature_gap.exact.forward import layernorm, sa_forward, sa_loss, softmax_rows
 
@@ -25,18 +26,18 @@ def test_Z1_Z2_and_softmax_derivatives_match_definitions():
     I = torch.eye(L, dtype=torch.float64)
     Xt = X.T.contiguous()
     Z1 = torch.kron(I, Xt) @ dA @ torch.kron(X, X)
-    assert torch.allclose(ex.Z1_matrix(X, A), Z1, atol=1e-13)
+    assert torch.allclose(at.Z1(X, A), Z1, atol=1e-13)
     K4 = torch.kron(torch.kron(torch.kron(I, Xt), Xt), Xt)
     Z2 = K4 @ d2A @ torch.kron(X, X)
-    assert ex.Z2_norm(X, A) == pytest.approx(float(torch.linalg.matrix_norm(Z2, ord=2)), rel=1e-10)
-    assert ex.softmax_d1_norm(A) == pytest.approx(float(torch.linalg.matrix_norm(dA, ord=2)), rel=1e-10)
-    assert ex.softmax_d2_norm(A) == pytest.approx(float(torch.linalg.matrix_norm(d2A, ord=2)), rel=1e-10)
-    K = ex.softmax_d2_blocks(A)                                          # Lemma C.1 closed form
+    assert at.Z2_norm(X, A) == pytest.approx(float(torch.linalg.matrix_norm(Z2, ord=2)), rel=1e-10)
+    assert at.dA_dT_norm(A) == pytest.approx(float(torch.linalg.matrix_norm(dA, ord=2)), rel=1e-10)
+    assert at.d2A_dT2_norm(A) == pytest.approx(float(torch.linalg.matrix_norm(d2A, ord=2)), rel=1e-10)
+    K = at.d2A_dT2_blocks(A)                                          # Lemma C.1 closed form
     for i in range(L):
         for j in range(L):
             auto = hessian(lambda t: softmax_rows(t[None])[0][j])(T[i])
             assert torch.allclose(K[i, j], auto, atol=1e-13)
-    S = ex.S_shuffle(3)
+    S = at.S_shuffle(3)
     K33 = torch.zeros(9, 9, dtype=torch.float64)
     for a in range(3):
         for b in range(3):

@@ -15,14 +15,14 @@ import time
 from typing import Callable
 
 import torch
-from torch.func import hessian, jacrev, vmap
+from torch.func import hessian, jacrev
 
 from ..exact import forward as fw
 from ..exact import linalg as la
+from ..exact.derivatives import SA_ORDER, flat_loss
 from ..exact.instances import Instance, random_instance
-from ..theory.attention import dA_dT_blocks
+from ..theory.attention import Z1, dA_dT_blocks
 from . import checks as ck
-from . import formulas as fm
 from . import quantities as ex
 
 __all__ = ["SUPPORTED", "search", "run", "descend"]
@@ -51,7 +51,8 @@ def descend(params: list[torch.Tensor], ratio: Callable[[], torch.Tensor], steps
 
 
 def _sa_q(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
-    """Differentiable subset of :func:`.exact.sa_exact` (only the groups in ``need``)."""
+    """The quantities of :func:`.quantities.sa_exact` as differentiable tensors, for the groups in
+    ``need`` only; the same pieces (:mod:`.quantities`, :mod:`curvature_gap.theory.attention`)."""
     L, d = X.shape
     A = fw.attention_matrix(X, WQ, WK)
     F = A @ X @ WV
@@ -60,62 +61,32 @@ def _sa_q(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
     if "dA" in need:
         q["dA_dT"] = la.top_eigenvalues(dA_dT_blocks(A)).max()
     if "Z1" in need:
-        q["Z1"] = _SN(ex.Z1_matrix(X, A))
+        q["Z1"] = _SN(Z1(X, A))
     if "G" in need and "H" not in need:
         q["G_Q"] = _SN(jacrev(fw.sa_forward, argnums=1)(X, WQ, WK, WV).reshape(L * d, -1))
         q["G_K"] = _SN(jacrev(fw.sa_forward, argnums=2)(X, WQ, WK, WV).reshape(L * d, -1))
     if "H" not in need:
         return q
-    W = (WQ, WK, WV)
-    sizes = [w.numel() for w in W]
-
-    def f(v):
-        a, b, c = torch.split(v, sizes)
-        return fw.sa_loss(X, a.reshape(WQ.shape), b.reshape(WK.shape), c.reshape(WV.shape), T)
-
-    H = hessian(f)(torch.cat([w.reshape(-1) for w in W]))
+    f, x, _ = flat_loss(Instance(X, WQ, WK, WV, None, None, T), SA_ORDER, "sa")
+    H = hessian(f)(x)
     q["H"] = la.sym_abs_max(H)
-    G = {p: jacrev(fw.sa_forward, argnums=1 + k)(X, WQ, WK, WV).reshape(L * d, -1) for k, p in enumerate("QKV")}
-    off = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
-    idx = {"Q": 0, "K": 1, "V": 2}
-    for p in "QKV":
-        for r in "QKV":
-            B = H[off[idx[p]]:off[idx[p] + 1], off[idx[r]]:off[idx[r] + 1]]
-            Ho = 2.0 / (L * d) * G[p].T @ G[r]
-            q[f"H_{p}{r}"], q[f"Ho_{p}{r}"], q[f"Hf_{p}{r}"] = _SN(B), _SN(Ho), _SN(B - Ho)
+    G = ex.sa_jacobians(X, WQ, WK, WV)
+    q.update(ex.hessian_split(H, G, _SN))
     q["G_Q"], q["G_K"] = _SN(G["Q"]), _SN(G["K"])
     return q
 
 
 def _sa_ratio(check: str, q: dict):
-    a = (q["norm_X"], q["norm_Q"], q["norm_K"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["d_K"])
-    if check in ("thm1.printed", "thm1.proof", "thm1.repaired"):
-        v = check.split(".")[1]
-        return fm.theorem1(*a, rank=q["rank_FT"], variant=v)["M"] / q["H"]
-    if check.startswith("thm1.proof.") and check[-2:] in ("VV", "QQ", "VQ", "QK"):
-        return fm.theorem1(*a, rank=q["rank_FT"], variant="proof")[check[-2:]] / q[f"H_{check[-2:]}"]
-    if check.startswith("thm1.term."):
-        t = check.split(".")[-1]
-        return fm.theorem1_terms(*a, rank=q["rank_FT"])[t] / q[t]
-    if check == "sa.Z1":
-        return q["norm_X"] ** 3 / q["L"] / q["Z1"]
-    if check == "sa.dA_dT":
-        return (1.0 / q["L"]) / q["dA_dT"]
-    if check == "thm6.GQ":
-        return q["norm_V"] * q["norm_K"] * q["norm_X"] ** 3 / (q["L"] * math.sqrt(q["d_K"])) / q["G_Q"]
-    if check == "thm6.GK":
-        return q["norm_V"] * q["norm_Q"] * q["norm_X"] ** 3 / (q["L"] * math.sqrt(q["d_K"])) / q["G_K"]
-    raise KeyError(check)
+    """``bound / exact`` of ``check`` from the differentiable quantities ``q``: the rows' own terms
+    (:data:`.checks.TERMS`)."""
+    b, e = ck.term(check, q)
+    return b / e
 
 
 def _ln_ratio(check: str, X):
-    m, n = X.shape
-    M = X - X.mean(1, keepdim=True)
-    rn = M.norm(dim=1).min()
-    s = rn if check.endswith(".stated") else rn / math.sqrt(n)
-    b = fm.lemma4(_SN(X), s, m, n)[check.split(".")[1]]
-    J = vmap(jacrev(ex._ln_row))(X)
-    return b / la.matrix_norms(J).max()
+    """As :func:`_sa_ratio` for Lemma 4 at the LayerNorm input ``X``."""
+    b, e = ck.term(check, ex.layernorm_quantities(X, need=(check.split(".")[1],)))
+    return b / e
 
 
 SUPPORTED = ["thm1.printed", "thm1.proof", "thm1.repaired", "thm1.proof.QQ", "thm1.proof.QK", "thm1.term.Ho_QQ",
@@ -257,7 +228,7 @@ def es_search(check: str, L: int, d: int, seed: int, evals: int = 40, start: str
 # L of SCALING_L, so how a failure scales with L is measured, not one minimum (C-list tables).
 THM6_STEPS = tuple(c for c, m in ck.CHECKS.items() if m["result"] == "thm6" and m["role"] == "proof")
 SCALING_L = (4, 8, 16)
-_GRADIENT_STEPS = ("thm6.GQ", "thm6.GK")  # written differentiably (_sa_ratio): Adam instead of the ES
+_GRADIENT_STEPS = ("thm6.GQ", "thm6.GK")  # their terms read differentiable quantities (_sa_q): Adam, not the ES
 # the repaired Theorem 1: many starts in every regime of STARTS, at two lengths
 REPAIRED_SEARCH = dict(L=(4, 8), seeds=(0, 1, 2), steps=80)
 

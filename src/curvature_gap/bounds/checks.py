@@ -19,7 +19,7 @@ from . import formulas as fm
 from . import quantities as ex
 
 __all__ = ["CHECKS", "RTOL", "ZERO", "evaluate", "ratio", "holds", "part_of", "needs_tensors", "KNOWN_FAILURES",
-           "admissible", "ADMISSIBLE_TOL"]
+           "admissible", "ADMISSIBLE_TOL", "TERMS", "term"]
 
 RTOL = 1e-9
 ZERO = 1e-12
@@ -184,43 +184,119 @@ def _rec(out, check, sub, bound, exact_):
                 "ratio": ratio(float(bound), float(exact_))})
 
 
+# ----------------------------------------------------------------------------- the ratio of each check
+# check id -> terms(q) -> [(sub, bound, exact)]: the one place where a check's two sides are read off the
+# exact quantities ``q`` (of :func:`.quantities.sa_exact`, :func:`.quantities.layernorm_exact` or
+# :func:`.quantities.block_exact`). The rows (``records_*``) and the adversarial search
+# (:func:`term`, on differentiable tensors) both go through it, so a bound written here is searchable.
+TERMS: dict = {}
+
+
+def _terms(*cids):
+    def add(fn):
+        for cid in cids:
+            TERMS[cid] = (lambda c: (lambda q: fn(q, c)))(cid)
+        return fn
+    return add
+
+
+def _a(q):
+    return q["norm_X"], q["norm_Q"], q["norm_K"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["d_K"]
+
+
+@_terms("thm1.printed", "thm1.printed.admissible", "thm1.proof", "thm1.repaired")
+def _thm1_whole(q, cid):
+    v = cid.split(".")[1]
+    kw = {} if v == "printed" else {"rank": q["rank_FT"]}
+    return [("", fm.theorem1(*_a(q), variant=v, **kw)["M"], q["H"])]
+
+
+@_terms(*(f"thm1.proof.{b}" for b in ("VV", "QQ", "VQ", "QK")),
+        *(f"thm1.repaired.{b}" for b in ("VV", "QQ", "KK", "VQ", "VK", "QK")))
+def _thm1_row(q, cid):
+    _, v, b = cid.split(".")
+    kw = {} if v == "repaired" else {"rank": q["rank_FT"]}
+    return [(b, fm.theorem1(*_a(q), variant=v, **kw)[b], q[f"H_{b}"])]
+
+
+@_terms("thm1.printed.maxblock", "thm1.proof.maxblock")
+def _thm1_maxblock(q, cid):
+    v = cid.split(".")[1]
+    kw = {} if v == "printed" else {"rank": q["rank_FT"]}
+    rows = fm.theorem1(*_a(q), variant=v, **kw)
+    worst = max(((p + r) for p in "QKV" for r in "QKV"), key=lambda s: q[f"H_{s}"])
+    return [(worst, max(rows[b] for b in ("VV", "QQ", "VQ", "QK")), q[f"H_{worst}"])]
+
+
+_T1_TERMS = ("Ho_VV", "Ho_QQ", "Ho_VQ", "Ho_QK", "Hf_QQ", "Hf_VQ", "Hf_QK")
+
+
+@_terms(*(f"thm1.term.{t}" for t in _T1_TERMS))
+def _thm1_term(q, cid):
+    t = cid.split(".")[-1]
+    return [(t[3:], fm.theorem1_terms(*_a(q), rank=q["rank_FT"])[t], q[t])]
+
+
+_SA_LEMMAS = {"dA_dT": "dA_dT", "dA_dT_general": "dA_dT", "Z1": "Z1", "A": "A", "A_sqrtL": "A", "M1": "M1", "R": "R",
+              "S": "S", "d2A_dT2": "d2A_dT2", "Z2": "Z2"}  # lemma -> the exact quantity it bounds
+
+
+@_terms(*(f"sa.{k}" for k in _SA_LEMMAS))
+def _sa_lemma(q, cid):
+    k = cid[3:]
+    lem = fm.sa_lemmas(q["norm_X"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["rank_FT"])
+    return [("", lem[k], q[_SA_LEMMAS[k]])]
+
+
+@_terms(*(f"lemma4.{k}.{r}" for r in ("stated", "std") for k in ("J", "H", "dP", "d2P")))
+def _lemma4(ln, cid):
+    _, k, reading = cid.split(".")
+    s = ln["row_norm_min"] if reading == "stated" else ln["std_min"]
+    return [("", fm.lemma4(ln["norm"], s, ln["m"], ln["n"])[k], ln[k])]
+
+
+@_terms("thm6.GV", "thm6.GQ", "thm6.GK")
+def _thm6_jacobian(q, cid):
+    k = cid[-1]
+    b = fm.jacobian_bounds(q["norm_X"], q["norm_Q"], q["norm_K"], q["norm_V"], q["L"], q["d_K"])
+    return [("", b[f"G_{k}"], q[f"G_{k}"])]
+
+
+def term(check: str, q: dict):
+    """``(bound, exact)`` of a single-entry check from the quantities ``q`` (floats or tensors: the
+    adversarial search differentiates ``bound / exact``)."""
+    if check not in TERMS:
+        raise KeyError(f"{check} has no ratio written on the exact quantities; checks with one: {', '.join(TERMS)}")
+    (_, b, e), *more = TERMS[check](q)
+    if more:
+        raise ValueError(f"{check} has {1 + len(more)} entries; term() reads single-entry checks")
+    return b, e
+
+
+def _add(out, check, q, sub=None):
+    for s, b, e in TERMS[check](q):
+        _rec(out, check, s if sub is None else sub, b, e)
+
+
 # ----------------------------------------------------------------------------- per part
 def records_sa(q: dict) -> list[dict]:
     """Theorem 1 and its proof's lemmas from :func:`.exact.sa_exact` output ``q``."""
     out: list[dict] = []
-    a = (q["norm_X"], q["norm_Q"], q["norm_K"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["d_K"])
-    pr = fm.theorem1(*a, variant="printed")
-    pf = fm.theorem1(*a, rank=q["rank_FT"], variant="proof")
-    _rec(out, "thm1.printed", "", pr["M"], q["H"])
-    if admissible(q):
-        _rec(out, "thm1.printed.admissible", "", pr["M"], q["H"])
-    _rec(out, "thm1.proof", "", pf["M"], q["H"])
-    for b in ("VV", "QQ", "VQ", "QK"):
-        _rec(out, f"thm1.proof.{b}", b, pf[b], q[f"H_{b}"])
-    maxblock = max(q[f"H_{p}{r}"] for p in "QKV" for r in "QKV")
-    worst = max(((p + r) for p in "QKV" for r in "QKV"), key=lambda s: q[f"H_{s}"])
-    _rec(out, "thm1.printed.maxblock", worst, max(pr[b] for b in ("VV", "QQ", "VQ", "QK")), maxblock)
-    _rec(out, "thm1.proof.maxblock", worst, max(pf[b] for b in ("VV", "QQ", "VQ", "QK")), maxblock)
-    rp = fm.theorem1(*a, variant="repaired")
-    _rec(out, "thm1.repaired", "", rp["M"], q["H"])
-    for b in ("VV", "QQ", "KK", "VQ", "VK", "QK"):
-        _rec(out, f"thm1.repaired.{b}", b, rp[b], q[f"H_{b}"])
-    for t, v in fm.theorem1_terms(*a, rank=q["rank_FT"]).items():
-        _rec(out, f"thm1.term.{t}", t[3:], v, q[t])
-    lem = fm.sa_lemmas(q["norm_X"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["rank_FT"])
-    for k in ("dA_dT", "dA_dT_general", "Z1", "A", "A_sqrtL", "M1", "R", "S", "d2A_dT2", "Z2"):
-        src = {"dA_dT_general": "dA_dT", "A_sqrtL": "A"}.get(k, k)
-        _rec(out, f"sa.{k}", "", lem[k], q[src])
+    for cid in ("thm1.printed", "thm1.printed.admissible", "thm1.proof",
+                *(f"thm1.proof.{b}" for b in ("VV", "QQ", "VQ", "QK")), "thm1.printed.maxblock", "thm1.proof.maxblock",
+                "thm1.repaired", *(f"thm1.repaired.{b}" for b in ("VV", "QQ", "KK", "VQ", "VK", "QK")),
+                *(f"thm1.term.{t}" for t in _T1_TERMS), *(f"sa.{k}" for k in _SA_LEMMAS)):
+        if cid != "thm1.printed.admissible" or admissible(q):
+            _add(out, cid, q)
     return out
 
 
 def records_ln(ln: dict, sub: str) -> list[dict]:
     """Lemma 4 (both readings of σ_min) from :func:`.exact.layernorm_exact` output ``ln``."""
     out: list[dict] = []
-    for reading, s in (("stated", ln["row_norm_min"]), ("std", ln["std_min"])):
-        b = fm.lemma4(ln["norm"], s, ln["m"], ln["n"])
+    for reading in ("stated", "std"):
         for k in ("J", "H", "dP", "d2P"):
-            _rec(out, f"lemma4.{k}.{reading}", sub, b[k], ln[k])
+            _add(out, f"lemma4.{k}.{reading}", ln, sub)
     return out
 
 
@@ -242,7 +318,7 @@ def records_block(q: dict, tensors: bool = True) -> list[dict]:
         _rec(out, "thm6.Bk", k, q["J_SY"] * q["J_Y"] * q[f"G_{k}"], q[f"B_{k}"])
     _rec(out, "thm6.JSY", "", q["norm_2"] * q["norm_1"] + 1, q["J_SY"])
     for k in ("V", "Q", "K"):
-        _rec(out, f"thm6.G{k}", "", expl[f"G_{k}"], q[f"G_{k}"])
+        _add(out, f"thm6.G{k}", q)
     if not tensors:
         return out
     for i, j in fm.PAIRS:

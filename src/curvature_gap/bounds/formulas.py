@@ -56,7 +56,7 @@ import math
 
 __all__ = [
     "theorem1", "theorem1_multihead", "MH_PAIRS", "theorem1_terms", "sa_lemmas", "lemma4", "proposition", "theorem6_block",
-    "theorem6_full", "theorem6_explicit", "PAIRS", "ATT",
+    "theorem6_full", "theorem6_explicit", "jacobian_bounds", "PAIRS", "ATT",
 ]
 
 ATT = ("K", "Q", "V")
@@ -231,6 +231,13 @@ def _phi_bounds(nX, nQ, nK, nV, L, d_V, d_K) -> dict:
     }
 
 
+def jacobian_bounds(nX, nQ, nK, nV, L, d_K) -> dict:
+    """App. C.6's estimates of the attention Jacobians: ``‖G_V‖ ≤ L‖X‖``,
+    ``‖G_Q‖ ≤ ‖W_V‖‖W_K‖‖X‖³/(L√d_K)``, ``‖G_K‖ ≤ ‖W_V‖‖W_Q‖‖X‖³/(L√d_K)``."""
+    return {"G_V": L * nX, "G_Q": nV * nK * nX ** 3 / (L * math.sqrt(d_K)),
+            "G_K": nV * nQ * nX ** 3 / (L * math.sqrt(d_K))}
+
+
 def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: float, R: float,
                       lnU: dict, lnS_sigma: float, out_curv: float | None = None) -> dict:
     """App. C.6 instantiated: every ingredient of Theorem 6 replaced by its printed estimate.
@@ -248,8 +255,7 @@ def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: flo
     lY = lemma4(lnU["norm"], lnU["row_norm_min"], lnU["m"], lnU["n"])
     lZ = lemma4(prop["S"], lnS_sigma, L, d_V)
     b = {"J_Y": lY["J"], "H_Y": lY["H"], "J_Z": lZ["J"], "H_Z": lZ["H"], "J_SY": n2 * n1 + 1,
-         "G_V": L * nX, "G_Q": nV * nK * nX ** 3 / (L * math.sqrt(d_K)),
-         "G_K": nV * nQ * nX ** 3 / (L * math.sqrt(d_K)), "R": R}
+         **jacobian_bounds(nX, nQ, nK, nV, L, d_K), "R": R}
     for k, v in _phi_bounds(nX, nQ, nK, nV, L, d_V, d_K).items():
         b[f"Phi_{k}"] = v
     b["B_1"], b["B_2"] = n2 * nY, nrelu

@@ -23,7 +23,6 @@ returns ``‖J_Y‖, ‖H_Y‖, ‖J_Z‖, ‖H_Z‖`` (LayerNorm Jacobians/Hess
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import Callable
 
@@ -31,14 +30,14 @@ import torch
 from torch.func import grad, jacfwd, jacrev, vmap
 
 from ..exact import linalg as la
-from ..exact.derivatives import BLOCK_ORDER, SA_ORDER, dense_hessian, flat_loss, hessian_norm
-from ..exact.forward import block_forward, block_output, sa_forward, softmax_rows
+from ..exact.derivatives import BLOCK_ORDER, SA_ORDER, block_slices, dense_hessian, flat_loss, hessian_norm, split_blocks
+from ..exact.forward import block_forward, block_output, ffn_residual, inv_std, layernorm, sa_forward, sa_parts
 from ..exact.instances import Instance
-from ..theory.attention import dA_dT_blocks
+from ..theory.attention import S_shuffle, Z1, Z2_norm, dA_dT_norm, d2A_dT2_norm
 
 __all__ = [
-    "sa_exact", "block_exact", "layernorm_exact", "softmax_d1_norm", "softmax_d2_norm", "softmax_d2_blocks",
-    "Z1_matrix", "Z2_norm", "S_shuffle", "SA_ORDER", "BLOCK_ORDER",
+    "sa_exact", "block_exact", "layernorm_exact", "layernorm_quantities", "layernorm_inputs", "LN_PARTS",
+    "sa_jacobians", "hessian_split", "SA_ORDER", "BLOCK_ORDER",
 ]
 
 _BLK_IDX = {"Q": 1, "K": 2, "V": 3, "1": 4, "2": 5}  # position in block_forward's arguments
@@ -52,92 +51,28 @@ def _block_S(X, W_Q, W_K, W_V, W_1, W_2):
     return block_output(X, W_Q, W_K, W_V, W_1, W_2, "S")
 
 
-def _blocks(H: torch.Tensor, order, sizes) -> dict:
-    off = [0]
-    for s in sizes:
-        off.append(off[-1] + s)
-    return {(p, q): H[off[a]:off[a + 1], off[b]:off[b + 1]]
-            for a, p in enumerate(order) for b, q in enumerate(order)}
-
-
-# ----------------------------------------------------------------------------- softmax pieces
-def softmax_d1_norm(A: torch.Tensor) -> float:
-    """``‖∂A/∂T‖_2`` with ``∂A/∂T = blockdiag_i(diag(a_i) − a_i a_iᵀ)`` (L² × L²)."""
-    return max(float(la.top_eigenvalues(J)) for J in dA_dT_blocks(A))
-
-
-def softmax_d2_blocks(A: torch.Tensor) -> torch.Tensor:
-    """``K_ij = ∂²a_ij/∂t_i² = a_ij (2 a aᵀ + E_jj − diag(a) − e_j aᵀ − a e_jᵀ)`` (Ormaniec et al.
-    Lemma C.1, quoted in the Theorem 1 proof) for all rows ``i`` and columns ``j``; (L, L, L, L)."""
-    L = A.shape[0]
-    I = torch.eye(L, dtype=A.dtype)
-    aa = A[:, :, None] * A[:, None, :]  # (i, k, l)
-    inner = (2 * aa[:, None] + torch.diag_embed(I)[None] - torch.diag_embed(A)[:, None]
-             - I[None, :, :, None] * A[:, None, None, :] - A[:, None, :, None] * I[None, :, None, :])
-    return A[:, :, None, None] * inner
-
-
-def softmax_d2_norm(A: torch.Tensor) -> float:
-    """``‖∂²A/∂T²‖_2`` of the ``(L²·L²) × L²`` matrix (Ormaniec et al. Lemma C.1 layout).
-
-    Only row ``i`` of ``T`` enters row ``i`` of ``A``, so the Gram matrix is block diagonal with
-    blocks ``Σ_j K_ijᵀ K_ij`` (``K_ij`` from :func:`softmax_d2_blocks`); the norm is the largest
-    ``sqrt(λ_max)`` over rows.
-    """
-    K = softmax_d2_blocks(A)
-    G = torch.einsum("iabc,iabd->icd", K, K)
-    return float(la.gram_roots(G).max())
-
-
-def Z1_matrix(X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-    """``Z_1 = (I_L ⊗ Xᵀ)(∂A/∂T)(X ⊗ X)`` (L d_V × d_V²), entrywise
-    ``Z_1[(i,p),(s,t)] = X_is (Xᵀ J_i X)_pt`` with ``J_i = diag(a_i) − a_i a_iᵀ``."""
-    L, d = X.shape
-    C = torch.einsum("jp,ijl,lt->ipt", X, dA_dT_blocks(A), X)
-    return torch.einsum("is,ipt->ipst", X, C).reshape(L * d, d * d)
-
-
-def Z2_norm(X: torch.Tensor, A: torch.Tensor) -> float:
-    """``‖Z_2‖_2`` for ``Z_2 = (I_L ⊗ Xᵀ ⊗ Xᵀ ⊗ Xᵀ)(∂²A/∂T²)(X ⊗ X)`` (L d_V³ × d_V²).
-
-    With ``Δa = J_i x_t`` (``x_t`` the t-th column of X) the directional derivative of ``J_i`` is
-    ``K_i^(t) = diag(Δa) − Δa a_iᵀ − a_i Δaᵀ`` and ``Z_2[(i,p,q,r),(s,t)] = X_iq X_is (Xᵀ K_i^(t) X)_pr``.
-    Hence ``Z_2ᵀ Z_2 = Σ_i ‖x_i‖² (x_i x_iᵀ) ⊗ (C_i C_iᵀ)`` with ``C_i[t,(p,r)] = (Xᵀ K_i^(t) X)_pr``.
-    """
-    L, d = X.shape
-    J = dA_dT_blocks(A)  # (L, L, L)
-    Da = torch.einsum("ijl,lt->itj", J, X)  # Δa for row i, column t: (L, d, L)
-    K = (torch.diag_embed(Da) - Da[..., :, None] * A[:, None, None, :]
-         - A[:, None, :, None] * Da[..., None, :])  # (L, d, L, L)
-    C = torch.einsum("jp,itjl,lr->itpr", X, K, X).reshape(L, d, d * d)
-    G = torch.zeros(d * d, d * d, dtype=X.dtype)
-    for i in range(L):
-        xi = X[i]
-        G += float(xi @ xi) * torch.kron(torch.outer(xi, xi), C[i] @ C[i].T)
-    return float(la.gram_roots(G))
-
-
-@functools.lru_cache(maxsize=8)
-def S_shuffle(d: int) -> torch.Tensor:
-    """``S = (I_d ⊗ K_{d,d})(vec_r I_d ⊗ I_d)`` as written (d³ × d), built entrywise:
-    ``(vec_r I ⊗ I)[(a,b,c'),c] = δ_ab δ_c'c`` and ``I ⊗ K_{d,d}`` swaps the last two indices,
-    so ``S[(a,c,a),c] = 1`` and all other entries are 0."""
-    S = torch.zeros(d, d, d, d, dtype=torch.float64)
-    a = torch.arange(d)
-    for c in range(d):
-        S[a, c, a, c] = 1.0
-    return S.reshape(d ** 3, d)
-
-
 # ----------------------------------------------------------------------------- LayerNorm
-def _ln_row(x):
-    m = x - x.mean()
-    return m / m.pow(2).mean().sqrt()
+LN_PARTS = ("J", "H", "dP", "d2P")
 
 
-def _inv_sigma_row(x):
-    m = x - x.mean()
-    return 1.0 / m.pow(2).mean().sqrt()
+def layernorm_quantities(U: torch.Tensor, need=LN_PARTS) -> dict:
+    """The quantities of :func:`layernorm_exact` as tensors, differentiable in ``U`` (the adversarial
+    search descends through them), for the derivative norms in ``need`` only; the input data
+    (``norm``, ``row_norm_min``, ``std_min``, ``m``, ``n``) always."""
+    m, n = U.shape
+    M = U - U.mean(dim=1, keepdim=True)
+    rn = M.norm(dim=1)
+    out = {"norm": la.matrix_norms(U), "row_norm_min": rn.min(), "std_min": rn.min() / math.sqrt(n), "m": m, "n": n}
+    if "J" in need:
+        out["J"] = la.matrix_norms(vmap(jacrev(layernorm))(U)).max()
+    if "H" in need:
+        H = vmap(jacfwd(jacrev(layernorm)))(U)  # (m, n_out, n, n): row i's Hessian of each output
+        out["H"] = la.gram_roots(torch.einsum("iabc,iabd->icd", H, H)).max()
+    if "dP" in need:
+        out["dP"] = vmap(grad(inv_std))(U).norm(dim=1).max()
+    if "d2P" in need:
+        out["d2P"] = la.matrix_norms(vmap(jacfwd(grad(inv_std)))(U)).max()
+    return out
 
 
 def layernorm_exact(U: torch.Tensor) -> dict:
@@ -147,60 +82,59 @@ def layernorm_exact(U: torch.Tensor) -> dict:
     ``‖J_LN‖ = max_i ‖J_i‖`` and ``‖H_LN‖ = max_i sqrt(λ_max(Σ_a K_iaᵀ K_ia))`` with ``K_ia`` the
     Hessian of output ``(i, a)`` w.r.t. row ``i``.  ``P = diag(1/σ_i)``: ``‖∂P/∂X‖ = max_i ‖∇(1/σ_i)‖``
     and ``‖∂²P/∂X²‖ = max_i ‖∇²(1/σ_i)‖``.  Returns also ``‖U‖_2``, ``row_norm_min = min_i ‖m_i‖_2``
-    (Lemma 4's ``σ_min`` as stated) and ``std_min = min_i ‖m_i‖_2/√n`` (the proof's σ).
+    (Lemma 4's ``σ_min`` as stated) and ``std_min = min_i ‖m_i‖_2/√n`` (the proof's σ); floats.
     """
-    m, n = U.shape
-    J = vmap(jacrev(_ln_row))(U)
-    H = vmap(jacfwd(jacrev(_ln_row)))(U)  # (m, n_out, n, n)
-    G = torch.einsum("iabc,iabd->icd", H, H)
-    dP = vmap(grad(_inv_sigma_row))(U)
-    d2P = vmap(jacfwd(grad(_inv_sigma_row)))(U)
-    M = U - U.mean(dim=1, keepdim=True)
-    rn = M.norm(dim=1)
-    return {
-        "J": float(la.matrix_norms(J).max()),
-        "H": max(float(la.gram_roots(g)) for g in G),
-        "dP": float(dP.norm(dim=1).max()),
-        "d2P": float(la.matrix_norms(d2P).max()),
-        "norm": la.spectral_norm(U),
-        "row_norm_min": float(rn.min()),
-        "std_min": float(rn.min() / math.sqrt(n)),
-        "m": m, "n": n,
-    }
+    return {k: v if isinstance(v, int) else float(v) for k, v in layernorm_quantities(U).items()}
+
+
+def layernorm_inputs(U: torch.Tensor) -> dict:
+    """What Lemma 4's right-hand side reads of a LayerNorm input: ``norm``, ``row_norm_min``, ``m``, ``n``."""
+    q = layernorm_quantities(U, need=())
+    return {"norm": float(q["norm"]), "row_norm_min": float(q["row_norm_min"]), "m": q["m"], "n": q["n"]}
 
 
 # ----------------------------------------------------------------------------- self-attention
+def sa_jacobians(X, W_Q, W_K, W_V) -> dict:
+    """``{p: G_p = ∂vec_r F/∂vec_r W_pᵀ}`` for p in Q, K, V, by ``jacrev``; each (L d_V, n_p)."""
+    L, d = X.shape
+    return {p: jacrev(sa_forward, argnums=1 + k)(X, W_Q, W_K, W_V).reshape(L * d, -1) for k, p in enumerate(SA_ORDER)}
+
+
+def hessian_split(H: torch.Tensor, G: dict, norm: Callable) -> dict:
+    """``H_{pq}, Ho_{pq}, Hf_{pq}``: ``norm`` of each block of the single layer's loss Hessian ``H``
+    (order Q, K, V), of its outer-product part ``H_o = (2/(L d_V)) G_pᵀ G_q`` and of the functional
+    rest ``H_f = H − H_o`` (``G`` from :func:`sa_jacobians`)."""
+    Ld = next(iter(G.values())).shape[0]
+    out = {}
+    for (p, q), B in split_blocks(H, SA_ORDER, [G[k].shape[1] for k in SA_ORDER]).items():
+        Ho = 2.0 / Ld * G[p].T @ G[q]
+        out[f"H_{p}{q}"], out[f"Ho_{p}{q}"], out[f"Hf_{p}{q}"] = norm(B), norm(Ho), norm(B - Ho)
+    return out
+
+
 def sa_exact(inst: Instance, hessian: bool = True) -> dict:
     """Exact quantities of the single self-attention layer at ``inst`` (see module doc)."""
     X, WQ, WK, WV, T = inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.Target
     L, d = X.shape
-    Tm = X @ WQ @ WK.T @ X.T / math.sqrt(inst.d_K)
-    A = softmax_rows(Tm)
-    F = A @ X @ WV
+    fw = sa_parts(X, WQ, WK, WV)
+    A, F = fw["A"], fw["F"]
     out = {
         "norm_X": la.spectral_norm(X), "norm_Q": la.spectral_norm(WQ), "norm_K": la.spectral_norm(WK),
         "norm_V": la.spectral_norm(WV), "norm_T": la.spectral_norm(T),
         "rank_FT": int(torch.linalg.matrix_rank(F - T)), "L": L, "d_V": d, "d_K": inst.d_K,
         "A": la.spectral_norm(A), "M1": la.spectral_norm(A @ X), "R": float((F - T).norm()),
-        "dA_dT": softmax_d1_norm(A), "d2A_dT2": softmax_d2_norm(A),
-        "Z1": la.spectral_norm(Z1_matrix(X, A)), "Z2": Z2_norm(X, A),
+        "dA_dT": dA_dT_norm(A), "d2A_dT2": d2A_dT2_norm(A),
+        "Z1": la.spectral_norm(Z1(X, A)), "Z2": Z2_norm(X, A),
         "S": la.spectral_norm(S_shuffle(d)),
         "attn_max": float(A.max(dim=1).values.mean()), "attn_uniform_dev": float((A - 1.0 / L).abs().max()),
     }
     if not hessian:
         return out
-    f, x, sizes = flat_loss(inst, SA_ORDER, "sa")
+    f, x, _ = flat_loss(inst, SA_ORDER, "sa")
     H = dense_hessian(f, x)
-    blk = _blocks(H, SA_ORDER, sizes)
-    args = (X, WQ, WK, WV)
-    G = {p: jacrev(sa_forward, argnums=1 + k)(*args).reshape(L * d, -1) for k, p in enumerate(SA_ORDER)}
     out["H"] = la.sym_spectral_norm(H)
     out["H_dense"] = H
-    for (p, q), B in blk.items():
-        Ho = 2.0 / (L * d) * G[p].T @ G[q]
-        out[f"H_{p}{q}"] = la.spectral_norm(B)
-        out[f"Ho_{p}{q}"] = la.spectral_norm(Ho)
-        out[f"Hf_{p}{q}"] = la.spectral_norm(B - Ho)
+    out.update(hessian_split(H, sa_jacobians(X, WQ, WK, WV), la.spectral_norm))
     return out
 
 
@@ -228,12 +162,10 @@ def _pair_norms(name: str, fn: Callable, args: list, order, dense_limit: float) 
 
         x = torch.cat([args[k].reshape(-1) for k in idx])
         T = jacfwd(jacrev(g))(x)  # (out, P, P)
-        off = [0]
-        for s_ in sizes:
-            off.append(off[-1] + s_)
-        for a_, p in enumerate(order):
-            for b_, q in enumerate(order):
-                res[f"{name}_{p}{q}"] = la.gram_norm(T[:, off[a_]:off[a_ + 1], off[b_]:off[b_ + 1]])
+        sl = block_slices(order, sizes)
+        for p in order:
+            for q in order:
+                res[f"{name}_{p}{q}"] = la.gram_norm(T[:, sl[p], sl[q]])
         return res
     for a_, p in enumerate(order):
         if out_n * sizes[a_] * P <= dense_limit:
@@ -272,8 +204,7 @@ def block_exact(inst: Instance, hessian: bool = True, tensors: bool = True,
     }
     lnU, lnS = layernorm_exact(U), layernorm_exact(S)
     out.update(ln_U=lnU, ln_S=lnS, J_Y=lnU["J"], H_Y=lnU["H"], J_Z=lnS["J"], H_Z=lnS["H"])
-    S_of_Y = lambda Yv: torch.relu(Yv @ inst.W_1) @ inst.W_2 + Yv  # noqa: E731
-    out["J_SY"] = la.spectral_norm(jacrev(S_of_Y)(Y).reshape(L * d, L * d))
+    out["J_SY"] = la.spectral_norm(jacrev(ffn_residual)(Y, inst.W_1, inst.W_2).reshape(L * d, L * d))
     for k in ("Q", "K", "V"):
         out[f"G_{k}"] = la.spectral_norm(jacrev(sa_forward, argnums=_BLK_IDX[k])(*args[:4]).reshape(L * d, -1))
     for i in BLOCK_ORDER:

@@ -14,8 +14,6 @@ inequality).
 """
 from __future__ import annotations
 
-import copy
-import math
 import time
 from typing import Callable
 
@@ -24,23 +22,18 @@ from curvlinops import HessianLinearOperator
 from torch import nn
 
 from ..exact import linalg as la
-from ..exact.forward import attention_matrix, block_forward, sa_forward, softmax_rows
-from ..exact.instances import Instance, from_block
+from ..exact.forward import attention_matrix, block_forward, sa_forward
+from ..exact.instances import Instance, from_model
 from . import checks as ck
 from . import formulas as fm
+from . import quantities as ex
 
 __all__ = ["instances_of", "training_sweep", "batch_records", "light_bounds", "norms_of"]
 
 
 def instances_of(model, images: torch.Tensor, n: int, name: str) -> list[Instance]:
-    m = copy.deepcopy(model).double()
-    out = []
-    with torch.no_grad():
-        X = m.tokens(images[:n].double())
-    for i in range(n):
-        inst = from_block(m.blocks[0], X[i], target="perturbed", seed=i, model=name, sample=i)
-        out.append(inst)
-    return out
+    """The first ``n`` images as instances of the model's first block (targets: the perturbed block's output)."""
+    return from_model(model, images[:n], target="perturbed", model=name)
 
 
 def norms_of(inst: Instance) -> dict:
@@ -59,13 +52,10 @@ def light_bounds(inst: Instance, out_curv: float | None = None, grad_norm: float
     L, d_V, d_K, d_ff = inst.shape
     a = (n["X"], n["Q"], n["K"], n["V"], la.spectral_norm(T), L, d_V, d_K)
     fw = block_forward(X, *inst.weights)
-    U, S = fw["U"], fw["S"]
-    Mu = U - U.mean(1, keepdim=True)
-    lnU = {"norm": la.spectral_norm(U), "row_norm_min": float(Mu.norm(dim=1).min()), "m": L, "n": d_V}
-    Ms = S - S.mean(1, keepdim=True)
+    lnU, lnS = ex.layernorm_inputs(fw["U"]), ex.layernorm_inputs(fw["S"])
     relu = la.spectral_norm(torch.relu(fw["Y"] @ inst.W_1))
     R = float((fw["Z"] - T).norm()) if grad_norm is None else grad_norm
-    e = fm.theorem6_explicit(n, L, d_V, d_K, d_ff, relu, R, lnU, float(Ms.norm(dim=1).min()), out_curv)
+    e = fm.theorem6_explicit(n, L, d_V, d_K, d_ff, relu, R, lnU, lnS["row_norm_min"], out_curv)
     return {"thm1": fm.theorem1(*a, variant="printed")["M"], "thm1_repaired": fm.theorem1(*a, variant="repaired")["M"],
             "thm6": e["M_tr"]}
 
@@ -76,8 +66,7 @@ class _SA(nn.Module):
         self.W_Q, self.W_K, self.W_V = (nn.Parameter(t.clone()) for t in (inst.W_Q, inst.W_K, inst.W_V))
 
     def forward(self, X):
-        T = X @ self.W_Q @ self.W_K.T @ X.transpose(-1, -2) / math.sqrt(self.W_Q.shape[1])
-        return softmax_rows(T) @ X @ self.W_V
+        return sa_forward(X, self.W_Q, self.W_K, self.W_V)
 
 
 class _Block(_SA):

@@ -18,6 +18,7 @@ from .forward import block_loss, sa_loss
 __all__ = [
     "jacobian", "second_derivative", "fd_second_derivative", "loss_hessian_autograd", "fd_loss_hessian",
     "sa_loss_hessian_autograd", "dense_hessian", "hessian_norm", "BLOCK_ORDER", "SA_ORDER", "flat_loss",
+    "block_slices", "split_blocks",
 ]
 
 BLOCK_ORDER = ("1", "2", "K", "Q", "V")
@@ -54,6 +55,22 @@ def fd_second_derivative(f: Callable, args: Sequence[torch.Tensor], i: int, j: i
         cols.append(((jp - jm) / (2 * h)).reshape(-1))
     args[j] = base
     return torch.stack(cols, dim=1)
+
+
+def block_slices(order, sizes) -> dict:
+    """``{name: slice}`` of each weight of ``order`` (sizes ``sizes``) in the flat vector that concatenates
+    them in that order: the one place parameter offsets are computed for the theory's weights."""
+    out, start = {}, 0
+    for p, n in zip(order, sizes):
+        out[p] = slice(start, start + n)
+        start += n
+    return out
+
+
+def split_blocks(H: torch.Tensor, order, sizes) -> dict:
+    """``{(p, q): H[p, q]}``: the blocks of a matrix over the flat vector of :func:`block_slices`."""
+    sl = block_slices(order, sizes)
+    return {(p, q): H[sl[p], sl[q]] for p in order for q in order}
 
 
 def flat_loss(inst, order=BLOCK_ORDER, loss: str = "block"):
@@ -94,11 +111,7 @@ def fd_loss_hessian(inst, order=BLOCK_ORDER, h: float = 1e-5) -> torch.Tensor:
 def sa_loss_hessian_autograd(inst, order=SA_ORDER) -> dict:
     """Blocks of the single-layer attention loss Hessian: ``{(i, j): (n_i, n_j)}``."""
     f, x, sizes = flat_loss(inst, order, "sa")
-    H = hessian(f)(x)
-    off = [0]
-    for s in sizes:
-        off.append(off[-1] + s)
-    return {(p, q): H[off[a]:off[a + 1], off[b]:off[b + 1]] for a, p in enumerate(order) for b, q in enumerate(order)}
+    return split_blocks(hessian(f)(x), order, sizes)
 
 
 def dense_hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, chunk: int = 1024) -> torch.Tensor:

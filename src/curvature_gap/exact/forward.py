@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import torch
 
-from ..model import attention_matrix, block_forward as _block_parts, layer_norm_parts
+from ..model import attention_matrix, attention_scores, block_forward as _block_parts, layer_norm_parts
 
-__all__ = ["attention_matrix", "scores", "softmax_rows", "sa_forward", "layernorm", "ffn_residual", "block_forward",
-           "sa_loss", "block_loss", "block_output"]
+__all__ = ["attention_matrix", "scores", "softmax_rows", "sa_forward", "sa_parts", "layernorm", "inv_std",
+           "ffn_residual", "block_forward", "sa_loss", "block_loss", "block_output"]
 
 
 def scores(X, W_Q, W_K) -> torch.Tensor:
-    """``T = X W_Q W_Kᵀ Xᵀ / √d_K``; (L, L)."""
-    return X @ W_Q @ W_K.T @ X.T / W_Q.shape[1] ** 0.5
+    """``T = X W_Q (X W_K)ᵀ / √d_K``; (L, L) (:func:`curvature_gap.model.attention_scores`)."""
+    return attention_scores(X, W_Q, W_K)
 
 
 def softmax_rows(T: torch.Tensor) -> torch.Tensor:
@@ -31,13 +31,27 @@ def softmax_rows(T: torch.Tensor) -> torch.Tensor:
 
 
 def sa_forward(X, W_Q, W_K, W_V) -> torch.Tensor:
-    """Eq. 1: ``F = A(X) X W_V``; (L, d_V)."""
+    """Eq. 1: ``F = A(X) X W_V``; (L, d_V) (batched over leading axes of X)."""
     return attention_matrix(X, W_Q, W_K) @ X @ W_V
 
 
+def sa_parts(X, W_Q, W_K, W_V) -> dict:
+    """Eq. 1 with its intermediate values: ``{"T", "A", "F"}``, each as :func:`sa_forward` computes it."""
+    T = scores(X, W_Q, W_K)
+    A = softmax_rows(T)
+    return {"T": T, "A": A, "F": A @ X @ W_V}
+
+
 def layernorm(U: torch.Tensor) -> torch.Tensor:
-    """``(U − mean)/√(population variance)`` row-wise, γ = 1, β = 0, no ε (Assumption 2 checked)."""
+    """``(U − mean)/√(population variance)`` row-wise over the last axis, γ = 1, β = 0, no ε
+    (Assumption 2 checked); (..., n) -> (..., n)."""
     return layer_norm_parts(U, 0.0)[0]
+
+
+def inv_std(U: torch.Tensor) -> torch.Tensor:
+    """``1/σ`` row-wise over the last axis, σ the population standard deviation (the diagonal of
+    ``P = diag⁻¹(σ)``, Theorem 2); (..., n) -> (...)."""
+    return layer_norm_parts(U, 0.0)[1].squeeze(-1)
 
 
 def ffn_residual(Y, W_1, W_2) -> torch.Tensor:

@@ -27,6 +27,7 @@ The closed-form checks use ``sharpness=2.25`` (attention far from uniform) and `
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -34,7 +35,7 @@ import torch
 
 from .forward import block_forward, sa_forward
 
-__all__ = ["Instance", "random_instance", "from_block", "TARGETS", "UNIFORM", "MNIST_SHAPE"]
+__all__ = ["Instance", "random_instance", "from_block", "from_model", "TARGETS", "UNIFORM", "MNIST_SHAPE"]
 
 TARGETS = ("random", "zero", "perturbed", "fit")
 UNIFORM = (None, "zero_query", "orthogonal")
@@ -188,3 +189,12 @@ def from_block(block, X: torch.Tensor, target: str = "perturbed", seed: int = 0,
     inst.meta = dict(source="model-block", seed=int(seed), target=target,
                      dropped="FFN biases, LayerNorm gamma/beta (theory block)", **meta)
     return inst
+
+
+def from_model(model, images: torch.Tensor, /, target: str = "perturbed", **meta) -> list[Instance]:
+    """One instance per image: :func:`from_block` of the model's first block at that image's tokens
+    (``model.tokens`` in float64 on a copy of the model; seed and ``sample`` = the image's index)."""
+    m = copy.deepcopy(model).double().cpu()
+    with torch.no_grad():
+        X = m.tokens(images.double().cpu())
+    return [from_block(m.blocks[0], X[i], target=target, seed=i, sample=i, **meta) for i in range(len(X))]

@@ -94,7 +94,7 @@ def plot_hessian_blocks(result):
 
 def plot_norms(result):
     """Parameter norm and Hessian-block norms over the first training steps."""
-    a, meta = result.arrays, result.meta
+    a = result.arrays
     fig = new_figure(WIDTH, 4.0)
     ax1, ax2 = fig.subplots(1, 2)
     ax1.plot(a["steps"], a["param_fro"], marker="o", ms=3)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..model import param_groups
+from ..model import param_groups, param_slices
 from .context import Context
 from .dynamics_blocks import blocks_from_dense, snapshot_record, trajectory_groups
 from .hessians import (STATISTICS, cross_check, dense, group_pair_statistics, rankings, sample_columns,
@@ -27,16 +27,11 @@ ATTENTION = ("query", "key", "value", "ln1")
 def group_table(model) -> dict:
     """Parameter groups and tensors of ``model`` as JSON-able lists (for results)."""
     groups = param_groups(model)
-    names, shapes, offsets = [], [], []
-    off = 0
-    for n, p in model.named_parameters():
-        names.append(n)
-        shapes.append(list(p.shape))
-        offsets.append(off)
-        off += p.numel()
+    sl = param_slices(model)
     return dict(group_names=[g.name for g in groups], group_starts=[g.start for g in groups],
-                group_stops=[g.stop for g in groups], param_names=names, param_shapes=shapes, param_offsets=offsets,
-                n_parameters=off)
+                group_stops=[g.stop for g in groups], param_names=list(sl),
+                param_shapes=[list(p.shape) for _, p in model.named_parameters()],
+                param_offsets=[s.start for s in sl.values()], n_parameters=groups[-1].stop if groups else 0)
 
 
 def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings) -> tuple[dict, dict]:

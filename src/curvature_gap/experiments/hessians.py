@@ -26,7 +26,7 @@ from ..exact.linalg import sym_spectral_norm
 from ..hessian import hessian
 from ..hessian._generic import curvlinops_columns
 from ..hessian._vit import ViTSecondOrder
-from ..model import param_groups
+from ..model import param_groups, param_slices
 
 __all__ = ["UNITS", "OUTSIDE_BLOCK", "STATISTICS", "SETS", "units_of", "sample_columns", "cross_check",
            "exact_columns", "unit_statistics", "rankings", "group_pair_statistics"]
@@ -60,13 +60,10 @@ UNITS = tuple(SETS["block"][1]) + OUTSIDE_BLOCK  # every unit whose diagonal blo
 def units_of(model, block: int = 0) -> dict[str, np.ndarray]:
     """Unit name -> flat indices (into ``parameters_to_vector``) of block ``block``'s units and of the
     embedding, positions and head."""
-    offsets, off = {}, 0
-    for name, p in model.named_parameters():
-        offsets[name] = (off, off + p.numel())
-        off += p.numel()
+    sl = param_slices(model)
     out = {}
     for unit, params in _UNIT_PARAMS.items():
-        idx = [np.arange(*offsets[f"blocks.{block}.{p}"]) for p in params if f"blocks.{block}.{p}" in offsets]
+        idx = [np.arange(sl[k].start, sl[k].stop) for p in params if (k := f"blocks.{block}.{p}") in sl]
         if idx:
             out[unit] = np.concatenate(idx)
     for g in param_groups(model):

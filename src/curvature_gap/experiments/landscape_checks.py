@@ -7,14 +7,12 @@ and Theorem 6 for the cross-entropy through the head (:mod:`curvature_gap.bounds
 """
 from __future__ import annotations
 
-import copy
 
 import numpy as np
-import torch
 
 from ..bounds.ce import ce_records
-from ..bounds.training import instances_of, training_sweep
-from ..exact.instances import from_block
+from ..bounds.training import training_sweep
+from ..exact.instances import from_model
 from ..landscape.theorem7 import vit_check
 from .context import Context
 from ..plotting import WIDTH, new_figure
@@ -48,11 +46,9 @@ def compute_trained_bounds(ctx: Context, s: TrainedBoundsSettings) -> tuple[dict
     rows, _ = training_sweep({"init": init, "trained": trained}, te.images, s.n_samples, s.n_batch, tensors=False,
                              log=ctx.log)
     for name, m in (("init", init), ("trained", trained)):
-        m64 = copy.deepcopy(m).double()
-        with torch.no_grad():
-            X = m64.tokens(te.images[:s.n_ce].double())
-        insts = [from_block(m64.blocks[0], X[i], target="zero", seed=i) for i in range(s.n_ce)]
-        for r in ce_records(insts, m64.head.weight.detach(), m64.head.bias.detach(), te.labels[:s.n_ce].tolist()):
+        insts = from_model(m, te.images[:s.n_ce], target="zero")
+        head = m.head.weight.detach().double(), m.head.bias.detach().double()
+        for r in ce_records(insts, *head, te.labels[:s.n_ce].tolist()):
             rows.append(dict(r, sweep="training", x=name, seed=r["sub"]))
     records = [{k: (float(v) if isinstance(v, (np.floating, float)) else v) for k, v in r.items()
                 if k in ("check", "sub", "bound", "exact", "ratio", "sweep", "x", "seed", "L", "d_V", "d_K", "d_ff")}

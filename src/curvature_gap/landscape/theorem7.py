@@ -38,7 +38,7 @@ from ..bounds.ce import output_factors
 from ..bounds.training import light_bounds
 from ..exact import linalg as la
 from ..exact.forward import sa_forward, sa_loss
-from ..exact.instances import Instance, from_block
+from ..exact.instances import from_model
 from ..hessian.loss import model_loss
 from .losses import identity_residual, per_sample_losses, running_means
 
@@ -152,13 +152,9 @@ def thm6_M_ce(model, images, labels) -> np.ndarray:
     On the CPU whatever the model's device, by design: each sample is a small dense float64 instance
     (:class:`curvature_gap.exact.instances.Instance`, L × d_V matrices) whose targets come from the CPU
     generator and whose norms are NumPy eigensolves; there is nothing for an accelerator to do."""
-    m = copy.deepcopy(model).double().cpu().eval()
-    with torch.no_grad():
-        X = m.tokens(images.double())
-    W_h, b_h = m.head.weight.detach(), m.head.bias.detach()
+    W_h, b_h = (t.detach().double().cpu() for t in (model.head.weight, model.head.bias))
     out = []
-    for i in range(len(X)):
-        inst = from_block(m.blocks[0], X[i], target="zero", seed=i)
+    for i, inst in enumerate(from_model(model, images, target="zero")):
         f = output_factors(inst, W_h, b_h, int(labels[i]))
         out.append(light_bounds(inst, out_curv=f["out_curv_bound"], grad_norm=f["grad_norm"])["thm6"])
     return np.array(out)

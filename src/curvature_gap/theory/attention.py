@@ -16,13 +16,14 @@ import math
 
 import torch
 
+from ..exact import linalg as la
 from ..exact.forward import attention_matrix, sa_forward
 from .calculus import (apply_commutation, blockdiag_matmul, commutation, d_kron_wrt_first, d_kron_wrt_second,
                        eye, kron, kron3, kron4, ones, vec_r)
 
 __all__ = [
     "dA_dT", "dA_dT_blocks", "dA_dT_uniform",
-    "d2A_dT2", "contract_d2A_dT2", "contract_d2A_dT2_blocks", "dT_dWQ", "dT_dWK", "dT_dWK_printed", "Z1", "Z2",
+    "d2A_dT2", "d2A_dT2_blocks", "dA_dT_norm", "d2A_dT2_norm", "Z2_norm", "contract_d2A_dT2", "contract_d2A_dT2_blocks", "dT_dWQ", "dT_dWK", "dT_dWK_printed", "Z1", "Z2",
     "S_shuffle", "M1", "G_V", "G_Q", "G_K", "G_K_printed", "G_Q_uniform", "jacobians",
     "R_m", "Ho_VV", "Ho_QQ", "Ho_VQ", "Ho_QK", "Hf_VV", "Hf_QQ", "Hf_VQ", "Hf_QK",
     "phi_QQ_lemma2", "phi_VQ_lemma2", "phi_QK_lemma2", "phi", "contract_phi",
@@ -56,23 +57,44 @@ def dA_dT_uniform(L: int, ref: torch.Tensor | None = None) -> torch.Tensor:
     return kron(eye(L, ref), eye(L, ref) - ones(L, L, ref) / L) / L
 
 
+def d2A_dT2_blocks(A: torch.Tensor) -> torch.Tensor:
+    """``K_ij = ∂²A_ij/∂t_i² = A_ij (2 a a^T + E_jj - diag(a) - e_j a^T - a e_j^T)`` with ``a = A_{i,:}``
+    (Ormaniec et al. Lemma C.1, quoted in the Theorem 1 proof) for every row i and column j; (L, L, L, L)."""
+    L = A.shape[0]
+    I = eye(L, A)
+    aa = A[:, :, None] * A[:, None, :]  # (i, k, l)
+    inner = (2 * aa[:, None] + torch.diag_embed(I)[None] - torch.diag_embed(A)[:, None]
+             - I[None, :, :, None] * A[:, None, None, :] - A[:, None, :, None] * I[None, :, None, :])
+    return A[:, :, None, None] * inner
+
+
 def d2A_dT2(A: torch.Tensor) -> torch.Tensor:
     """Row-softmax second derivative (Ormaniec et al. Lemma C.1, quoted in the paper); (L^4, L^2).
 
-    Entry ``[((i,j),(i,k)), (i,l)] = A_ij (2 a a^T + E_jj - diag(a) - e_j a^T - a e_j^T)_{kl}``
-    with ``a = A_{i,:}``; zero unless all three row indices agree (block-diagonal over rows).
+    Entry ``[((i,j),(i,k)), (i,l)] = (K_ij)_kl`` (:func:`d2A_dT2_blocks`); zero unless all three row
+    indices agree (block-diagonal over rows).
     """
     L = A.shape[0]
     out = torch.zeros(L, L, L, L, L, L, dtype=A.dtype, device=A.device)
-    I = eye(L, A)
+    K = d2A_dT2_blocks(A)
     for i in range(L):
-        a = A[i]
-        for j in range(L):
-            e = I[j]
-            blk = a[j] * (2 * torch.outer(a, a) + torch.outer(e, e) - torch.diag(a)
-                          - torch.outer(e, a) - torch.outer(a, e))
-            out[i, j, i, :, i, :] = blk
+        out[i, :, i, :, i, :] = K[i]
     return out.reshape(L ** 4, L ** 2)
+
+
+def dA_dT_norm(A: torch.Tensor) -> float:
+    """``‖∂A/∂T‖_2`` of :func:`dA_dT` from its row blocks: the largest eigenvalue over rows (each block
+    ``diag(a_i) − a_i a_iᵀ`` is positive semi-definite)."""
+    return max(float(la.top_eigenvalues(J)) for J in dA_dT_blocks(A))
+
+
+def d2A_dT2_norm(A: torch.Tensor) -> float:
+    """``‖∂²A/∂T²‖_2`` of :func:`d2A_dT2` without forming it: only row ``i`` of ``T`` enters row ``i`` of
+    ``A``, so the Gram matrix is block diagonal with blocks ``Σ_j K_ijᵀ K_ij``; the norm is the largest
+    ``sqrt(λ_max)`` over rows."""
+    K = d2A_dT2_blocks(A)
+    G = torch.einsum("iabc,iabd->icd", K, K)
+    return float(la.gram_roots(G).max())
 
 
 def contract_d2A_dT2_blocks(A: torch.Tensor, Gbar: torch.Tensor) -> torch.Tensor:
@@ -111,24 +133,56 @@ def dT_dWK_printed(X, W_Q) -> torch.Tensor:
 
 
 def Z1(X, A) -> torch.Tensor:
-    """``Z_1 = (I_L ⊗ X^T)(∂A/∂T)(X ⊗ X)``; (L d_V, d_V^2)."""
-    L = X.shape[0]
-    return kron(eye(L, X), X.T) @ dA_dT(A) @ kron(X, X)
+    """``Z_1 = (I_L ⊗ X^T)(∂A/∂T)(X ⊗ X)``; (L d_V, d_V^2).
+
+    Formed entrywise, ``Z_1[(i,p),(s,t)] = X_is (X^T J_i X)_pt`` with ``J_i = diag(a_i) - a_i a_i^T``
+    (the row blocks of :func:`dA_dT`), never through the L^2 × L^2 Jacobian (the tests compare it with
+    the Kronecker product as written)."""
+    L, d = X.shape
+    C = torch.einsum("jp,ijl,lt->ipt", X, dA_dT_blocks(A), X)
+    return torch.einsum("is,ipt->ipst", X, C).reshape(L * d, d * d)
 
 
 def Z2(X, A) -> torch.Tensor:
-    """``Z_2 = (I_L ⊗ X^T ⊗ X^T ⊗ X^T)(∂²A/∂T²)(X ⊗ X)``; (L d_V^3, d_V^2)."""
+    """``Z_2 = (I_L ⊗ X^T ⊗ X^T ⊗ X^T)(∂²A/∂T²)(X ⊗ X)``; (L d_V^3, d_V^2), as written (small L only:
+    :func:`Z2_norm` gives its norm at any size)."""
     L = X.shape[0]
     return kron4(eye(L, X), X.T, X.T, X.T) @ d2A_dT2(A) @ kron(X, X)
+
+
+def Z2_norm(X: torch.Tensor, A: torch.Tensor) -> float:
+    """``‖Z_2‖_2`` of :func:`Z2` without forming it.
+
+    With ``Δa = J_i x_t`` (``x_t`` the t-th column of X) the directional derivative of ``J_i`` is
+    ``K_i^(t) = diag(Δa) − Δa a_iᵀ − a_i Δaᵀ`` and ``Z_2[(i,p,q,r),(s,t)] = X_iq X_is (Xᵀ K_i^(t) X)_pr``.
+    Hence ``Z_2ᵀ Z_2 = Σ_i ‖x_i‖² (x_i x_iᵀ) ⊗ (C_i C_iᵀ)`` with ``C_i[t,(p,r)] = (Xᵀ K_i^(t) X)_pr``.
+    """
+    L, d = X.shape
+    J = dA_dT_blocks(A)  # (L, L, L)
+    Da = torch.einsum("ijl,lt->itj", J, X)  # Δa for row i, column t: (L, d, L)
+    K = (torch.diag_embed(Da) - Da[..., :, None] * A[:, None, None, :]
+         - A[:, None, :, None] * Da[..., None, :])  # (L, d, L, L)
+    C = torch.einsum("jp,itjl,lr->itpr", X, K, X).reshape(L, d, d * d)
+    G = torch.zeros(d * d, d * d, dtype=X.dtype)
+    for i in range(L):
+        xi = X[i]
+        G += float(xi @ xi) * torch.kron(torch.outer(xi, xi), C[i] @ C[i].T)
+    return float(la.gram_roots(G))
 
 
 def S_shuffle(d_V: int, ref: torch.Tensor | None = None) -> torch.Tensor:
     """Ormaniec et al.'s reshaping operator ``S = (I_{d_V} ⊗ K_{d_V,d_V})(vec_r I_{d_V} ⊗ I_{d_V})``.
 
-    As written the product has shape (d_V^3, d_V) (the paper states d_V^2 x d_V).
+    As written the product has shape (d_V^3, d_V) (the paper states d_V^2 x d_V). Built entrywise:
+    ``(vec_r I ⊗ I)[(a,b,c'),c] = δ_ab δ_c'c`` and ``I ⊗ K`` swaps the last two indices, so
+    ``S[(a,c,a),c] = 1`` and every other entry is 0 (the tests compare it with the product as written).
     """
-    I = eye(d_V, ref)
-    return kron(I, commutation(d_V, d_V, ref)) @ kron(vec_r(I).reshape(-1, 1), I)
+    dtype, device = (ref.dtype, ref.device) if ref is not None else (torch.float64, None)
+    S = torch.zeros(d_V, d_V, d_V, d_V, dtype=dtype, device=device)
+    a = torch.arange(d_V)
+    for c in range(d_V):
+        S[a, c, a, c] = 1.0
+    return S.reshape(d_V ** 3, d_V)
 
 
 def M1(X, A) -> torch.Tensor:

@@ -21,7 +21,6 @@ def _attention(quick: bool, insts: list[Instance]) -> list:
     for k, inst in enumerate(insts):
         X, WQ, WK, WV, Tg = inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.Target
         L, d_V = X.shape
-        n = at.sizes(d_V, WQ.shape[1])
         T = fw.scores(X, WQ, WK)
         Am = fw.attention_matrix(X, WQ, WK)
         dev.append(float((Am - 1.0 / L).abs().max()))
