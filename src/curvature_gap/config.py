@@ -5,6 +5,7 @@ encoding, initialisation); its defaults are the theorem's block as this project 
 Values read from the authors' public experiment code are in ``FROM_AUTHORS_CODE`` and
 ``AUTHORS_RECIPES``, each with the file it comes from; what neither the paper nor that code states is
 in ``UNSTATED`` with a one-line reason. The book's reproducibility chapter renders these tables.
+``RecipeConfig`` and ``RECIPE_PROFILE_CONFIGS`` make ``AUTHORS_RECIPES`` runnable (``train.train_recipe``).
 """
 from __future__ import annotations
 
@@ -248,8 +249,13 @@ def train_config(model: str, profile: str, **overrides) -> TrainConfig:
 class AuthorsRecipe:
     """The authors' training recipe for one dataset, as their public code states it (``AUTHORS_CODE``).
 
-    Recorded, not run: this project's trainer (``TrainConfig``) has no warm-up, bf16 weights or their
-    augmentations. Comments name the file of each value, relative to ``code/`` of that repository.
+    Run by :func:`curvature_gap.train.train_recipe` as the profiles ``RECIPE_PROFILE_CONFIGS[(model,
+    "paper")]`` (``recipe_config``; the CLI's ``train --model authors_mnist`` / ``authors_cifar100``), value
+    for value, with two differences: float32 by default (``precision="bf16"`` gives their bf16 weights and
+    autocast) and a seeded initialisation and augmentation (their code seeds the shuffling only). The
+    augmentations are implemented with torch ops on the same distributions as torchvision's transforms,
+    not torchvision's random stream. The Table-1 profiles (``PROFILE_CONFIGS``, ``train.train``) do not
+    use this recipe. Comments name the file of each value, relative to ``code/`` of that repository.
     """
 
     dataset: str
@@ -258,6 +264,15 @@ class AuthorsRecipe:
     normalize_mean: tuple
     normalize_std: tuple
     augment: tuple              # training split only (test: ToTensor + Normalize)
+    # the same augmentations as numbers (what the trainer reads): RandomCrop's zero padding, RandomRotation's
+    # range in degrees (0: none), RandomHorizontalFlip (p = 0.5, torchvision's default)
+    crop_padding: int
+    rotation_degrees: float
+    hflip: bool
+    # configs/*.yaml: trainer.checkpoint.last_save_interval (the resumable "last" checkpoint) and
+    # regular_save_interval (a kept "step_<n>" checkpoint; notebooks/hessian_visualization.ipynb loads step_20000)
+    last_save_interval: int
+    regular_save_interval: int
     optimizer: str = "adamw"    # src/train/vit_classification.py: torch.optim.AdamW(model.parameters(), **optimizer.params)
     lr: float = 1e-3            # configs/*.yaml: optimizer.params.lr
     betas: tuple = (0.9, 0.95)  # configs/*.yaml: optimizer.params.betas
@@ -288,6 +303,11 @@ AUTHORS_RECIPES = {
         normalize_std=(0.3081,),
         # src/datasets/mnist.py: _build_transforms(augment=train), input_dim 28 (no resize)
         augment=("RandomCrop(28, padding=2)", "RandomRotation(10 degrees, fill=0)"),
+        crop_padding=2,             # src/datasets/mnist.py: RandomCrop(input_dim, padding=2 if input_dim >= 28 ...)
+        rotation_degrees=10.0,      # src/datasets/mnist.py: RandomRotation(degrees=10, fill=0), NEAREST (its default)
+        hflip=False,                # src/datasets/mnist.py: no flip among the MNIST transforms
+        last_save_interval=100,     # configs/vit_classification_mnist.yaml: trainer.checkpoint.last_save_interval
+        regular_save_interval=200,  # configs/vit_classification_mnist.yaml: trainer.checkpoint.regular_save_interval
     ),
     "cifar100": AuthorsRecipe(
         dataset="CIFAR-100", model="authors_cifar100",
@@ -299,8 +319,123 @@ AUTHORS_RECIPES = {
         normalize_std=(0.5, 0.5, 0.5),
         # src/datasets/cifar_100.py: _build_transforms(augment=train), input_dim 32 < 36 so padding 2
         augment=("RandomCrop(32, padding=2)", "RandomHorizontalFlip()"),
+        crop_padding=2,             # src/datasets/cifar_100.py: RandomCrop(input_dim, padding=4 if input_dim >= 36 else 2)
+        rotation_degrees=0.0,       # src/datasets/cifar_100.py: no rotation among the CIFAR-100 transforms
+        hflip=True,                 # src/datasets/cifar_100.py: RandomHorizontalFlip() (p = 0.5)
+        last_save_interval=1000,    # configs/vit_classification_cifar_100.yaml: trainer.checkpoint.last_save_interval
+        regular_save_interval=10000,  # configs/vit_classification_cifar_100.yaml: trainer.checkpoint.regular_save_interval
     ),
 }
+
+
+# ------------------------------------------------------------------------ the authors' recipe, run
+# The models `train --model` accepts: the Table-1 models (PROFILE_CONFIGS, train.train) and the authors'
+# (RECIPE_PROFILE_CONFIGS, train.train_recipe). MODELS stays the Table-1 pair: the experiments iterate it.
+RECIPE_MODELS = ("authors_mnist", "authors_cifar100")
+TRAIN_MODELS = MODELS + RECIPE_MODELS
+# the dataset each model is trained on
+DATASET_OF = {"mnist": "mnist", "cifar100": "cifar100", "authors_mnist": "mnist", "authors_cifar100": "cifar100"}
+SHUFFLES = ("epoch", "dataloader")
+PRECISIONS = ("float32", "bf16")
+
+
+@dataclass(frozen=True)
+class RecipeConfig(TrainConfig):
+    """A :class:`TrainConfig` with what the authors' recipe needs besides; trained by ``train.train_recipe``.
+
+    A subclass, so that ``TrainConfig`` and the code that trains it (``train.train``) are untouched: the
+    Table-1 runs keep their configuration hashes and the published results their code hashes. Its
+    ``to_dict`` holds every field below too, so a RecipeConfig never hashes like a TrainConfig.
+
+    * ``betas``, ``adam_eps``: Adam(W)'s β₁, β₂ and ε (the defaults are torch's);
+    * ``warmup_steps``: the learning rate of the optimiser step taken after ``s`` steps is
+      ``lr_at(cfg, s, total) * min(1, s / warmup_steps)`` (``train.warmup_factor``; 0: no warm-up);
+    * ``normalize``: ``(mean, std)`` per channel of torchvision's ``Normalize`` after ``ToTensor``;
+    * ``augment`` (training split only) with ``crop_padding`` (random crop of the zero-padded image, 0: none),
+      ``rotation_degrees`` (a rotation by U(−d, d) degrees, nearest neighbour, zero fill; 0: none) and
+      ``hflip`` (a horizontal flip with probability 1/2), applied in that order;
+    * ``shuffle``: ``"epoch"``, a permutation per epoch seeded by ``(seed, epoch)`` as ``train.train``;
+      ``"dataloader"``: the order of ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed))``
+      over the epochs, as the authors' loaders draw it;
+    * ``snapshot_every``: keep the weights after every that many steps in ``snapshots/`` (0: none);
+    * ``precision``: ``"float32"``, or ``"bf16"``: weights and optimiser state in bfloat16, forward and loss
+      under bfloat16 autocast (the authors' CUDA setting).
+    """
+
+    recipe: str = "authors"
+    betas: tuple = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    warmup_steps: int = 0
+    normalize: tuple = ((0.5,), (0.5,))
+    crop_padding: int = 0
+    rotation_degrees: float = 0.0
+    hflip: bool = False
+    shuffle: str = "epoch"
+    snapshot_every: int = 0
+    precision: str = "float32"
+
+    def __post_init__(self):
+        check_choice("model", self.model, tuple(DATASET_OF))
+        check_choice("optimizer", self.optimizer, ("adam", "adamw"))
+        check_choice("schedule", self.schedule, ("constant", "cosine"))
+        check_choice("shuffle", self.shuffle, SHUFFLES)
+        check_choice("precision", self.precision, PRECISIONS)
+        b = tuple(self.betas)
+        if len(b) != 2 or not all(0 <= x < 1 for x in b):
+            raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        for f in ("warmup_steps", "crop_padding", "snapshot_every"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"{f} must be an integer >= 0, got {v!r}")
+        if not 0 <= self.rotation_degrees <= 180:
+            raise ConfigError(f"rotation_degrees must be in [0, 180], got {self.rotation_degrees!r}")
+        channels = self.model_config().in_channels
+        mean, std = self.normalize
+        if len(mean) != channels or len(std) != channels or min(std) <= 0:
+            raise ConfigError(f"normalize must be (mean, std) with {channels} value(s) each and std > 0, "
+                              f"got {self.normalize!r}")
+
+
+def authors_recipe_config(dataset: str, profile: str = "paper", **overrides) -> RecipeConfig:
+    """``AUTHORS_RECIPES[dataset]`` as a :class:`RecipeConfig` (every value from the recipe, whose comments
+    name their files), then ``overrides``."""
+    r = AUTHORS_RECIPES[dataset]
+    cfg = RecipeConfig(
+        model=r.model, profile=profile, seed=r.seed, optimizer=r.optimizer, lr=r.lr, weight_decay=r.weight_decay,
+        schedule="constant", batch_size=r.batch_size, epochs=r.epochs, augment=True,
+        ckpt_every=r.last_save_interval, grad_clip=r.grad_clip, betas=tuple(r.betas), adam_eps=r.eps,
+        warmup_steps=r.warmup_steps, normalize=(tuple(r.normalize_mean), tuple(r.normalize_std)),
+        crop_padding=r.crop_padding, rotation_degrees=r.rotation_degrees, hflip=r.hflip, shuffle="dataloader",
+        snapshot_every=r.regular_save_interval, precision="float32",
+    )
+    return dataclasses.replace(cfg, **overrides) if overrides else cfg
+
+
+# (model, profile) -> RecipeConfig. `paper`: the authors' recipe as stated (100 epochs); `smoke`: the same
+# recipe on a few hundred images for one epoch (CI; it ends inside the 100-step warm-up, so it tests that
+# the recipe runs, not that it learns).
+RECIPE_PROFILE_CONFIGS: dict[tuple[str, str], RecipeConfig] = {
+    ("authors_mnist", "paper"): authors_recipe_config("mnist", "paper"),
+    ("authors_mnist", "smoke"): authors_recipe_config("mnist", "smoke", epochs=1, train_subset=384, test_subset=256),
+    ("authors_cifar100", "paper"): authors_recipe_config("cifar100", "paper"),
+    ("authors_cifar100", "smoke"): authors_recipe_config("cifar100", "smoke", epochs=1, train_subset=256,
+                                                          test_subset=128),
+}
+
+
+def recipe_config(model: str, profile: str, **overrides) -> RecipeConfig:
+    """The authors' recipe for one of ``RECIPE_MODELS`` under a profile, with optional overrides."""
+    check_choice("model", model, RECIPE_MODELS)
+    check_choice("profile", profile, PROFILES)
+    cfg = RECIPE_PROFILE_CONFIGS[(model, profile)]
+    return dataclasses.replace(cfg, **overrides) if overrides else cfg
+
+
+def any_train_config(model: str, profile: str, **overrides) -> TrainConfig:
+    """``train_config`` for the Table-1 models, ``recipe_config`` for the authors' (``TRAIN_MODELS``)."""
+    check_choice("model", model, TRAIN_MODELS)
+    return (recipe_config if model in RECIPE_MODELS else train_config)(model, profile, **overrides)
+
 
 # Values the authors' public code states (AUTHORS_CODE; paths relative to its code/ folder), what this
 # project's Table 1 models ("mnist", "cifar100": the theorem's block) use instead, and why. The authors'

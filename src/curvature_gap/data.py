@@ -82,6 +82,23 @@ def _normalise(uint8_images: torch.Tensor) -> torch.Tensor:
     return uint8_images.float().div_(255.0).sub_(0.5).div_(0.5)
 
 
+def renormalised(ds: TensorDataset, mean, std) -> TensorDataset:
+    """``ds`` (as the loaders here return it: ``(u / 255 − 0.5) / 0.5`` of uint8 pixels ``u``) normalised
+    instead as torchvision's ``ToTensor`` then ``Normalize(mean, std)`` compute it: ``(u / 255 − mean) / std``
+    per channel. The pixels ``u`` are recovered exactly by rounding (images that were not uint8 pixels are
+    rounded to the nearest 1/255). ``mean = std = (0.5, ...)`` returns ``ds`` itself."""
+    c = ds.images.shape[1]
+    mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+    if len(mean) != c or len(std) != c:
+        raise ValueError(f"mean and std need {c} value(s) each, got {mean!r} and {std!r}")
+    if mean == (0.5,) * c and std == (0.5,) * c:
+        return ds
+    pixels = ds.images.mul(0.5).add(0.5).mul(255.0).round().clamp(0, 255)
+    m = torch.tensor(mean, dtype=torch.float32).view(1, c, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32).view(1, c, 1, 1)
+    return TensorDataset(pixels.div(255.0).sub(m).div(s), ds.labels)
+
+
 # ---------------------------------------------------------------- MNIST
 def mnist_raw_dir(root: Path) -> Path:
     return root / "MNIST" / "raw"

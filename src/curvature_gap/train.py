@@ -4,9 +4,13 @@ Determinism: the initialisation is seeded; epoch ``e`` shuffles with a generator
 ``(seed, e)`` and augmentation at step ``s`` with ``(seed, s)``, so a run resumed from any
 checkpoint replays exactly the batches an uninterrupted run would see. Checkpoints are written
 atomically and carry the config hash; a checkpoint of another config is refused.
+
+``train`` trains the Table-1 profiles (``TrainConfig``); ``train_recipe`` the authors' recipe
+(``RecipeConfig``: AdamW betas/eps, warm-up, their augmentation, normalisation and DataLoader order).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import pickle
@@ -22,7 +26,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import data as data_mod
-from .config import TrainConfig
+from .config import DATASET_OF, RecipeConfig, TrainConfig
 from .device import resolve_device
 from .io import atomic_write_json, file_lock, load_torch, save_torch, state_sha256
 from .model import ViT, build_model
@@ -112,11 +116,21 @@ def evaluate(model: nn.Module, ds: data_mod.TensorDataset, device, batch_size: i
     return loss / len(ds), correct / len(ds)
 
 
+def config_from_dict(d: dict) -> TrainConfig:
+    """The TrainConfig (a RecipeConfig when ``d`` has its fields) whose ``to_dict()`` is ``d``."""
+    d = {k: v for k, v in d.items() if k != "model_config"}
+    d["model_overrides"] = tuple(sorted(dict(d.get("model_overrides", ())).items()))
+    if "recipe" in d:
+        d["betas"] = tuple(d["betas"])
+        d["normalize"] = tuple(tuple(x) for x in d["normalize"])
+        return RecipeConfig(**d)
+    return TrainConfig(**d)
+
+
 def load_model(path, device="cpu") -> tuple[ViT, dict]:
     """A trained model and its saved config dict from ``model.pt`` or ``last.pt``."""
     state = load_torch(path, map_location="cpu")
-    cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k != "model_config"})
-    cfg = TrainConfig(**{**cfg.__dict__, "model_overrides": tuple(sorted(dict(cfg.model_overrides).items()))})
+    cfg = config_from_dict(state["config"])
     model = build_model(cfg.model, seed=None, **dict(cfg.model_overrides))
     model.load_state_dict(state["model"])
     return model.to(device), state
@@ -345,3 +359,304 @@ def load_snapshot(directory, step: int, chash: str) -> dict | None:
                       "that step instead. Delete the file to silence this.", StaleCheckpointWarning, stacklevel=2)
         return None
     return state["model"]
+
+
+# ----------------------------------------------------------------------------- the authors' recipe
+# `train_recipe` trains a RecipeConfig (the authors' recipe: config.AUTHORS_RECIPES, RECIPE_PROFILE_CONFIGS).
+# It is a function of its own so that `train` above, and with it the code hash of every published result,
+# stays as it was.
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """The learning-rate factor of the optimiser step taken after ``step`` earlier steps: ``min(1, step /
+    warmup_steps)`` (1 when ``warmup_steps`` is 0).
+
+    This is transformers' ``get_constant_schedule_with_warmup(optimizer, num_warmup_steps=W)`` as the
+    authors step it (their ``src/train/vit_classification.py``: ``scheduler.step()`` after every
+    ``optimizer.step()``). That schedule is ``LambdaLR`` with ``f(t) = t / max(1, W)`` for ``t < W`` and
+    ``f(t) = 1`` for ``t >= W``, where ``t`` counts the ``scheduler.step()`` calls so far; constructing it
+    sets the rate to ``lr · f(0) = 0``. The optimiser step taken after ``s`` earlier steps therefore runs
+    with ``lr · f(s)``, which is ``lr · min(1, s / W)``: with W = 100 and lr = 1e-3, step s = 0 (the first)
+    runs at 0 — AdamW then only updates its moment estimates and step count, and with weight decay 0 the
+    weights do not move —, s = 1 at 1e-5, s = 50 at 5e-4, s = 99 at 9.9e-4, and every step from s = 100
+    on at 1e-3.
+    """
+    if warmup_steps <= 0:
+        return 1.0
+    return min(1.0, step / warmup_steps)
+
+
+def recipe_lr(cfg: RecipeConfig, step: int, total: int) -> float:
+    """The learning rate of the optimiser step taken after ``step`` steps: the schedule (``lr_at``) times
+    the warm-up (:func:`warmup_factor`)."""
+    return lr_at(cfg, step, total) * warmup_factor(step, cfg.warmup_steps)
+
+
+def make_recipe_optimizer(model: nn.Module, cfg: RecipeConfig) -> torch.optim.Optimizer:
+    """Adam or AdamW with the config's lr, betas, eps and weight decay (the authors': their
+    ``src/train/vit_classification.py``, ``torch.optim.AdamW(model.parameters(), **optimizer.params)``)."""
+    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return cls(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+
+
+def zero_pixel(mean, std) -> torch.Tensor:
+    """(C,) float32: what ``Normalize(mean, std)`` makes of a pixel 0 (the fill of the authors' crop padding
+    and rotation, which act on the image before ``ToTensor`` and ``Normalize``)."""
+    m = torch.tensor(tuple(mean), dtype=torch.float32)
+    return torch.zeros_like(m).sub(m).div(torch.tensor(tuple(std), dtype=torch.float32))
+
+
+def rotate_nearest(images: torch.Tensor, degrees: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+    """Each image ``images[i]`` (B, C, H, W) rotated counter-clockwise by ``degrees[i]`` about the image
+    centre, nearest neighbour, the area from outside filled with ``fill`` (C,): the geometry of
+    torchvision's ``rotate`` (``RandomRotation``'s default ``InterpolationMode.NEAREST``, ``expand=False``,
+    centre of the image). Sampling and mask are ``grid_sample`` with ``align_corners=False``."""
+    b, c, h, w = images.shape
+    a = torch.deg2rad(degrees.to(torch.float64))
+    cos, sin = torch.cos(a), torch.sin(a)
+    theta = torch.zeros(b, 2, 3, dtype=torch.float64)
+    # output pixel (x, y), centred, y down -> source (x cos a − y sin a, x sin a + y cos a), in grid units
+    theta[:, 0, 0], theta[:, 0, 1] = cos, -sin * h / w
+    theta[:, 1, 0], theta[:, 1, 1] = sin * w / h, cos
+    grid = nn.functional.affine_grid(theta.to(images.dtype), [b, c, h, w], align_corners=False).to(images.device)
+    out = nn.functional.grid_sample(images, grid, mode="nearest", padding_mode="zeros", align_corners=False)
+    inside = nn.functional.grid_sample(torch.ones(b, 1, h, w, dtype=images.dtype, device=images.device), grid,
+                                       mode="nearest", padding_mode="zeros", align_corners=False) > 0.5
+    return torch.where(inside, out, fill.to(images).view(1, c, 1, 1))
+
+
+def augment_recipe(images: torch.Tensor, g: torch.Generator, crop_padding: int, rotation_degrees: float,
+                   hflip: bool, fill: torch.Tensor) -> torch.Tensor:
+    """The authors' training augmentation, per image, from generator ``g``, on normalised images.
+
+    In order (the order of their ``_build_transforms``): a random crop of the image padded by ``crop_padding``
+    pixels of ``fill`` (offsets uniform on 0..2·padding in each direction, as ``RandomCrop.get_params``); a
+    rotation by an angle uniform on [−d, d] degrees, ``d = rotation_degrees`` (:func:`rotate_nearest`, as
+    ``RandomRotation(d, fill=0)``); a horizontal flip with probability 1/2 (``RandomHorizontalFlip()``).
+    Each step is skipped when its parameter is 0 / False. ``fill`` (C,) is a zero pixel after
+    normalisation (:func:`zero_pixel`): crop and nearest-neighbour rotation only move and fill pixels, so
+    doing them after ``Normalize`` with that fill equals doing them before it, as the authors do.
+    """
+    b, c, h, w = images.shape
+    fill = fill.to(images).view(1, c, 1, 1)
+    out = images
+    if crop_padding:
+        p = crop_padding
+        padded = fill.expand(b, c, h + 2 * p, w + 2 * p).clone()
+        padded[:, :, p:p + h, p:p + w] = images
+        dy = torch.randint(0, 2 * p + 1, (b,), generator=g)
+        dx = torch.randint(0, 2 * p + 1, (b,), generator=g)
+        rows = (dy[:, None] + torch.arange(h)[None]).to(images.device)
+        cols = (dx[:, None] + torch.arange(w)[None]).to(images.device)
+        idx_b = torch.arange(b, device=images.device)[:, None, None]
+        out = padded.permute(0, 2, 3, 1)[idx_b, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2).contiguous()
+    if rotation_degrees:
+        angles = torch.empty(b, dtype=torch.float64).uniform_(-rotation_degrees, rotation_degrees, generator=g)
+        out = rotate_nearest(out, angles, fill.view(c))
+    if hflip:
+        flip = (torch.rand(b, generator=g) < 0.5).to(images.device)
+        out = torch.where(flip[:, None, None, None], out.flip(-1), out)
+    return out
+
+
+class LoaderOrder:
+    """The training order of ``DataLoader(dataset of length n, batch_size, shuffle=True, generator=g)`` with
+    ``g = torch.Generator().manual_seed(seed)``, epoch after epoch: what the authors' loaders yield (their
+    ``src/datasets/mnist.py`` and ``cifar_100.py``, ``generator.manual_seed(int(conf.seed))``). One generator
+    runs through all epochs, so epoch ``e`` is reached by replaying epochs 0..e−1 (about 20 ms each for
+    60,000 images); the order is torch's own (the DataLoader itself draws it)."""
+
+    def __init__(self, n: int, batch_size: int, seed: int):
+        g = torch.Generator()
+        g.manual_seed(int(seed))
+        self._loader = torch.utils.data.DataLoader(range(n), batch_size=batch_size, shuffle=True, generator=g,
+                                                   num_workers=0)
+        self._epoch = 0  # the epoch the next pass over the loader yields
+
+    def order(self, epoch: int) -> torch.Tensor:
+        """(n,) int64: the indices of epoch ``epoch``, in the order they are drawn (only forwards)."""
+        if epoch < self._epoch:
+            raise ValueError(f"epoch {epoch} was passed already (next: {self._epoch})")
+        while True:
+            perm = torch.cat(list(self._loader))
+            self._epoch += 1
+            if self._epoch == epoch + 1:
+                return perm
+
+
+def load_recipe_datasets(cfg: RecipeConfig, root=None, allow_download: bool = False,
+                         datasets: Datasets | None = None) -> Datasets:
+    """Train and test split of ``cfg``'s dataset (``config.DATASET_OF``), subset as ``cfg`` says and
+    normalised by ``cfg.normalize``. ``datasets`` (as :func:`load_datasets` returns them) is used instead of
+    the files when given. Neither split is augmented here (the training loop augments its batches)."""
+    if datasets is None:
+        name = DATASET_OF[cfg.model]
+        datasets = Datasets(data_mod.load(name, root, train=True, allow_download=allow_download),
+                            data_mod.load(name, root, train=False, allow_download=allow_download))
+    mean, std = cfg.normalize
+    return Datasets(data_mod.renormalised(datasets.train.subset(cfg.train_subset), mean, std),
+                    data_mod.renormalised(datasets.test.subset(cfg.test_subset), mean, std))
+
+
+def recipe_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, cfg: RecipeConfig,
+                lr: float, autocast=contextlib.nullcontext) -> tuple[float, float]:
+    """One optimiser step at learning rate ``lr``: mean cross-entropy (under ``autocast()``), backward, the
+    gradients clipped to global 2-norm ``cfg.grad_clip`` (``clip_grad_norm_``, norm_type 2, as the authors'
+    ``src/train/vit_classification.py``; None: not clipped), the step. Returns (loss, the gradients' global
+    2-norm before clipping)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    with autocast():
+        loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    params = [p for p in model.parameters() if p.grad is not None]
+    if cfg.grad_clip:
+        norm = nn.utils.clip_grad_norm_(params, cfg.grad_clip, norm_type=2.0)
+    else:
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in params]))
+    opt.step()
+    return loss.item(), float(norm)
+
+
+def train_recipe(
+    cfg: RecipeConfig,
+    out_dir,
+    device: str = "auto",
+    data_root=None,
+    datasets: Datasets | None = None,
+    max_steps: int | None = None,
+    progress: bool = True,
+    explode_factor: float = 1e3,
+    snapshot_steps: tuple[int, ...] = (),
+) -> dict:
+    """Train a :class:`~curvature_gap.config.RecipeConfig` into ``out_dir`` (resuming from ``out_dir/last.pt``);
+    returns the metrics. The files are those of :func:`train` (``last.pt``, ``model.pt``, ``metrics.json``,
+    ``snapshots/step_<n>.pt``, read by :func:`load_model`, :func:`verify_checkpoint`, :func:`load_snapshot`).
+
+    Per step: the batch of the shuffled order (``cfg.shuffle``), augmented when ``cfg.augment``
+    (:func:`augment_recipe`, generator seeded by ``(seed, step)``), then :func:`recipe_step` at
+    :func:`recipe_lr`. The weights after every ``cfg.snapshot_every`` steps and after each of
+    ``snapshot_steps`` are kept in ``snapshots/`` (bf16 weights widened exactly to float32; the authors' recipe: every 200 steps for MNIST, 10,000
+    for CIFAR-100, so step 20,000 is among them); ``last.pt`` is written every ``cfg.ckpt_every`` steps
+    and after each epoch, when the test split (never augmented) is evaluated. Deterministic on CPU: the
+    initialisation is seeded by ``cfg.seed``, and a run resumed from any checkpoint replays exactly the
+    batches an uninterrupted one sees. ``datasets`` are as :func:`load_datasets` returns them (normalised
+    to [-1, 1]); they are re-normalised by ``cfg.normalize`` here.
+    """
+    if not isinstance(cfg, RecipeConfig):
+        raise TypeError(f"train_recipe trains a RecipeConfig; train {type(cfg).__name__} with train()")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = resolve_device(device)
+    chash = cfg.hash()
+    ckpt_path, final = out / CKPT_NAME, out / MODEL_NAME
+    if final.exists() and not ckpt_path.exists():
+        _check_owner(final, chash)
+    state = _check_owner(ckpt_path, chash) if ckpt_path.exists() else None
+    ds = load_recipe_datasets(cfg, data_root, datasets=datasets)
+    n_train = len(ds.train)
+    steps_per_epoch = math.ceil(n_train / cfg.batch_size)
+    total_steps = steps_per_epoch * cfg.epochs
+
+    bf16 = cfg.precision == "bf16"
+    model = build_model(cfg.model, seed=cfg.seed, **dict(cfg.model_overrides))
+    model = model.to(dev, torch.bfloat16) if bf16 else model.to(dev)
+    autocast = ((lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext)
+    opt = make_recipe_optimizer(model, cfg)
+    step, history, wall_before, running = 0, [], 0.0, None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step, history, wall_before = state["step"], list(state["history"]), float(state["wall_s"])
+        running = state.get("running")
+    fill = zero_pixel(*cfg.normalize)
+    orders = LoaderOrder(n_train, cfg.batch_size, cfg.seed) if cfg.shuffle == "dataloader" else None
+    keep = set(int(s) for s in snapshot_steps)
+    snaps = out / SNAPSHOT_DIR
+    t0 = time.perf_counter()
+
+    def save_ckpt():
+        save_torch(ckpt_path, dict(
+            config_hash=chash, config=cfg.to_dict(), model=model.state_dict(), optimizer=opt.state_dict(),
+            step=step, history=history, running=running, wall_s=wall_before + time.perf_counter() - t0,
+        ))
+
+    def kept_weights() -> dict:
+        # bf16 weights are widened to float32, exactly (io.state_sha256 hashes numpy bytes: no bfloat16)
+        return {k: (v.detach().float() if v.dtype == torch.bfloat16 else v.detach()).cpu()
+                for k, v in model.state_dict().items()}
+
+    def save_snapshot():
+        wanted = step in keep or (cfg.snapshot_every and step > 0 and step % cfg.snapshot_every == 0)
+        p = snaps / f"step_{step:07d}.pt"
+        if wanted and not p.exists():
+            save_torch(p, dict(config_hash=chash, step=step, model=kept_weights()))
+
+    def evaluate_split(split) -> tuple[float, float]:
+        with autocast():
+            return evaluate(model, split, dev)
+
+    last_good = step
+    save_snapshot()
+    bar = tqdm(total=total_steps, initial=step, disable=not progress, desc=f"train {cfg.model}/{cfg.profile}",
+               unit="step")
+    while step < total_steps:
+        epoch, pos = divmod(step, steps_per_epoch)
+        if orders is not None:
+            perm = orders.order(epoch)
+        else:
+            perm = torch.randperm(n_train, generator=_generator(cfg.seed, epoch))
+        for b in range(pos, steps_per_epoch):
+            if max_steps is not None and step >= max_steps:
+                bar.close()
+                save_ckpt()
+                return {"interrupted_at_step": step}
+            idx = perm[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+            x, y = ds.train.images[idx], ds.train.labels[idx]
+            if cfg.augment:
+                x = augment_recipe(x, _generator(cfg.seed, 1_000_003, step), cfg.crop_padding,
+                                   cfg.rotation_degrees, cfg.hflip, fill)
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            lv, _ = recipe_step(model, opt, x, y, cfg, recipe_lr(cfg, step, total_steps), autocast)
+            if not math.isfinite(lv) or (running is not None and lv > explode_factor * max(running, 1e-3)):
+                bar.close()
+                raise TrainingDiverged(
+                    f"loss became {lv:.4g} at step {step} (epoch {epoch}); the last good checkpoint is "
+                    f"{ckpt_path} at step {last_good}. Lower the learning rate or enable grad_clip."
+                )
+            running = lv if running is None else 0.98 * running + 0.02 * lv
+            step += 1
+            save_snapshot()
+            bar.update(1)
+            bar.set_postfix(loss=f"{running:.3f}")
+            if step % cfg.ckpt_every == 0 and step % steps_per_epoch != 0:
+                save_ckpt()
+                last_good = step
+        test_loss, test_acc = evaluate_split(ds.test)
+        history.append(dict(epoch=epoch + 1, step=step, train_loss_ema=running, test_loss=test_loss, test_acc=test_acc))
+        if progress:
+            bar.write(f"epoch {epoch + 1}/{cfg.epochs}: train loss {running:.4f}  test loss {test_loss:.4f}  "
+                      f"test acc {test_acc:.4f}")
+        save_ckpt()
+        last_good = step
+    bar.close()
+
+    train_loss, train_acc = evaluate_split(ds.train)
+    weights = kept_weights()
+    wall = wall_before + time.perf_counter() - t0
+    save_torch(final, dict(config_hash=chash, config=cfg.to_dict(), model=weights, step=step, history=history,
+                           wall_s=wall))
+    metrics = dict(
+        model=cfg.model, profile=cfg.profile, recipe=cfg.recipe, config_hash=chash, epochs=cfg.epochs, steps=step,
+        final_train_loss=train_loss, train_accuracy=train_acc,
+        test_loss=history[-1]["test_loss"], test_accuracy=history[-1]["test_acc"],
+        wall_seconds=round(wall, 2), device=str(dev), precision=cfg.precision, torch_version=torch.__version__,
+        python=platform.python_version(), weights_sha256=state_sha256(weights),
+        n_parameters=sum(p.numel() for p in model.parameters()), history=history,
+    )
+    atomic_write_json(out / METRICS_NAME, metrics)
+    return metrics
+
+
+def train_any(cfg: TrainConfig, out_dir, **kwargs) -> dict:
+    """:func:`train_recipe` for a RecipeConfig, :func:`train` for any other TrainConfig."""
+    return (train_recipe if isinstance(cfg, RecipeConfig) else train)(cfg, out_dir, **kwargs)
