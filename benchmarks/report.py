@@ -29,6 +29,7 @@ BENCHMARKS = (
     ("floor", "The exact Hessian against its floor"),
     ("gpu_check", "GPU check"),
     ("encoder_layer_hessian", "Closed-form Hessian of nn.TransformerEncoderLayer vs autograd"),
+    ("authors_hessian", "Exact Hessian of the authors' ViT: ours vs curvlinops"),
 )
 REQUIRED = ("benchmark", "mode", "machine", "load_average", "threads", "software", "git", "started", "rows")
 
@@ -369,8 +370,35 @@ def render_encoder_layer_hessian(doc: dict) -> list[str]:
     return out
 
 
+def render_authors_hessian(doc: dict) -> list[str]:
+    """curvlinops' chunk probes, both dense runs, and the speed-up of ours against curvlinops."""
+    st = doc.get("settings", {})
+    params = st.get("parameters")
+    out = [f"Model `{st.get('model', '?')}` ({fmt(params, '{:,}')} parameters) at initialisation; data: "
+           f"{st.get('data', '?')}; {st.get('dtype', 'float32')}; every method in its own process with "
+           f"{st.get('threads_per_method', doc['threads'])} thread(s); error against curvlinops' dense Hessian.", "",
+           "| method | batch | dtype | seconds | CPU s | peak MB (base) | max rel err | status | note |",
+           "|---|---:|---|---:|---:|---:|---:|---|---|"]
+    for r in doc["rows"]:
+        peak = "–" if r.get("peak_mb") is None else f"{r['peak_mb']:.0f} ({fmt(r.get('base_mb'), '{:.0f}')})"
+        out.append(f"| {r['method']} | {fmt(r.get('batch'), '{}')} | {r.get('dtype', '?')} | {fmt(r.get('seconds'))} | "
+                   f"{fmt(r.get('cpu_seconds'))} | {peak} | {fmt(r.get('max_rel_err'), '{:.1e}')} | "
+                   f"{cell(r['status'])} | {cell(r.get('note', ''))} |")
+    out.append("")
+    for r in doc["rows"]:
+        if r.get("speedup") is not None:
+            cl = next((c for c in doc["rows"] if c["kind"] == "dense" and c is not r and _ok(c)), None)
+            cpu = f"; in CPU time {r['speedup_cpu']:.1f}×" if r.get("speedup_cpu") is not None else ""
+            out.append(f"- Dense, batch {r['batch']}, {r.get('dtype', '?')}: ours {secs(r['seconds'])} s vs curvlinops "
+                       f"(chunk {fmt((cl or {}).get('chunk'), '{}')}) {secs((cl or {}).get('seconds'))} s: "
+                       f"**{r['speedup']:.1f}×** faster (goal ≥ {fmt(st.get('target_speedup', 4.0), '{:g}')}×){cpu}; "
+                       f"max rel err {fmt(r.get('max_rel_err'), '{:.1e}')}.")
+    return out
+
+
 RENDERERS = {"theory_block_hessian": render_theory_block_hessian, "hessian": render_hessian,
-             "floor": render_floor, "gpu_check": render_gpu_check, "encoder_layer_hessian": render_encoder_layer_hessian}
+             "floor": render_floor, "gpu_check": render_gpu_check, "encoder_layer_hessian": render_encoder_layer_hessian,
+             "authors_hessian": render_authors_hessian}
 ABSENT = {
     "gpu_check": "On a machine with CUDA, `make gpu-check` (≤ 9 min) writes it and regenerates this block.",
 }

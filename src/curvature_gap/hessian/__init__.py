@@ -3,7 +3,8 @@
 The loss is the empirical risk ``L(w) = (1/B) Σ_n ℓ(model(x_n; w), y_n)`` on one batch (cross-entropy,
 batch mean, as ``nn.CrossEntropyLoss()``). Parameters are the flat vector
 ``parameters_to_vector(model.parameters())`` (P entries), grouped by
-:func:`curvature_gap.param_groups` (``pos``, ``embed``, ``block0.query`` … ``block0.ln2``, ``head``).
+:func:`curvature_gap.param_groups` (``pos`` if learned, ``embed``, ``block0.query`` … ``block0.ln2``,
+``head``; a bias stored beside its weight is in the weight's group, e.g. ``block0.out`` = (W_O, b_O)).
 
 Entry points
 
@@ -18,7 +19,7 @@ Methods (all exact; they differ in cost only)
   cross-entropy (:mod:`._vit`): block-triangular (rows at or after the tangent's group, then
   ``H = Hᵀ``), tangents batched in GEMM-friendly layouts, batch processed in sample chunks; the
   last block's FFN×FFN block in closed form (GGN through the logits + per-token LayerNorm and
-  W1–W2 terms, as GEMMs over tokens).
+  W1–W2 terms, + the GELU curvature term, as GEMMs over tokens).
 * ``"functorch"`` — the same block-triangular scheme with ``torch.func`` ``vmap(jvp(grad))`` for
   any ``nn.Module`` and loss.
 * ``"curvlinops"`` — ``curvlinops.HessianLinearOperator @ I`` in column chunks (the paper's tool).
@@ -27,7 +28,10 @@ Methods (all exact; they differ in cost only)
 Variants: each route declares the :class:`curvature_gap.config.ModelConfig` variants it supports in
 :data:`SUPPORTS` (field -> allowed values; a missing field: any value). ``"vit"`` is written for the
 theorem's post-norm, single-head, ReLU block without Q/K/V biases or W_O, with Table 1's learned
-positions and biased embedding and head; the three generic routes differentiate any ``nn.Module``.
+positions and biased embedding and head, and for the authors' block (``MODEL_CONFIGS["authors_mnist"]``,
+``["authors_cifar100"]``): Q/K/V biases, W_O with or without bias, exact-erf GELU, FFN with or without
+biases, sinusoidal (or no) positions; post-norm and one head only. The three generic routes
+differentiate any ``nn.Module``.
 ``method="vit"`` on another variant raises a ValueError naming it; ``method="auto"`` picks ``"vit"``
 for a supported ViT with cross-entropy, else ``"functorch"``.
 All methods agree with curvlinops to rounding (tested in float64); diagonal blocks of the dense
@@ -81,18 +85,23 @@ def default_chunks(device: torch.device | str, group: str | None = None) -> tupl
     """(tangents per pass, samples per pass) for ``method='vit'``.
 
     CPU: 16 tangents × 32 samples keeps the (samples, tangents, n, n) attention tangents in cache
-    (64 × 16 for groups after the attention); GPU: 256 tangents over the whole batch.
+    (64 × 16 for groups after the attention: ``block{i}.out`` (W_O, b_O), ``ln1``, ``ffn1``, ``ffn2``,
+    ``ln2``, ``head``); GPU: 256 tangents over the whole batch.
     """
     if torch.device(device).type == "cuda":
         return 256, None
-    if group is not None and group.split(".")[-1] in ("ln1", "ffn1", "ffn2", "ln2") or group == "head":
+    if group is not None and group.split(".")[-1] in ("out", "ln1", "ffn1", "ffn2", "ln2") or group == "head":
         return 64, 16
     return 16, 32
 
 
 def _closed_form_groups(so: ViTSecondOrder) -> list[str]:
-    """Groups whose joint block comes from :meth:`ViTSecondOrder.last_ffn_hessian`."""
-    if not (so.n_blocks and so.has_ffn_bias):
+    """Groups whose joint block comes from :meth:`ViTSecondOrder.last_ffn_hessian`.
+
+    The closed form holds for ReLU and GELU, with or without FFN biases; a ReLU model without FFN
+    biases keeps its Hessian-vector columns (the route's result for it as before GELU existed).
+    """
+    if not so.n_blocks or (so.activation == "relu" and not so.has_ffn_bias):
         return []
     last = so.n_blocks - 1
     return [f"block{last}.ffn1", f"block{last}.ffn2"]

@@ -1,20 +1,40 @@
-"""Exact Hessian columns of the paper's ViT by hand-written forward-over-reverse differentiation.
+"""Exact Hessian columns of the paper's ViT and of the authors' ViT by hand-written forward-over-reverse
+differentiation.
 
 For the empirical risk ``L(w) = (1/B) Σ_n ℓ(z_n(w), y_n)`` (cross-entropy, mean over the batch) a
 Hessian column is the directional derivative of the gradient, ``H e_j = d/dε ∇L(w + ε e_j)``.
 :class:`ViTSecondOrder` runs the forward and backward pass of :class:`curvature_gap.model.ViT` once
 (primal values ``a`` and adjoints ``δa = ∂L/∂a``) and then propagates, for ``c`` tangent directions
 at a time, the forward tangents ``ȧ = (∂a/∂w) v`` and the tangents of the adjoints ``δȧ`` (the
-"forward-over-reverse" Hessian-vector product), written out op by op for this architecture:
+"forward-over-reverse" Hessian-vector product), written out op by op for this architecture.
+
+The block (post-norm, one head; bracketed terms exist only in the variants that have them)::
+
+    q = x W_Q [+ b_Q],  k = x W_K [+ b_K],  A = softmax(q kᵀ / √d_K),  v = (A x) W_V [+ b_V],
+    o = v [W_O + b_O],  u1 = x + o,  y = LN1(u1),  h = y W_1 [+ b_1],  r = act(h),
+    u2 = y + r W_2 [+ b_2],  out = LN2(u2),
+
+with act = ReLU (the theorem's block) or the exact-erf GELU (the authors' block), and the tokens
+``x0 = X_p Eᵀ + e + pos`` (``pos`` a learned parameter, the fixed sinusoidal table — a buffer, no
+tangent — or absent). The rules, per op:
 
 * linear ``C = X W``: ``Ċ = Ẋ W + X Ẇ``; ``δX = δC Wᵀ`` so ``δẊ = δĊ Wᵀ + δC Ẇᵀ``;
   ``∇_W = Xᵀ δC`` so the Hessian rows of ``W`` are ``Ẋᵀ δC + Xᵀ δĊ``;
+* bias ``C = X W + b`` (b (o,) broadcast over tokens): ``Ċ`` gains ``ḃ``; ``∇_b = Σ_tokens δC`` so the
+  Hessian rows of ``b`` are ``Σ_tokens δĊ`` (b has no second derivative and does not enter ``δX``);
+* output projection ``o = v W_O + b_O`` after ``v = (A x) W_V + b_V``: two linears in a row, so
+  ``ȯ = v̇ W_O + v Ẇ_O + ḃ_O``; ``δv = δo W_Oᵀ``, ``δv̇ = δȯ W_Oᵀ + δo Ẇ_Oᵀ``; rows of ``W_O``:
+  ``v̇ᵀ δo + vᵀ δȯ``, of ``b_O``: ``Σ δȯ``; rows of ``W_V``: ``(ȧx)ᵀ δv + (ax)ᵀ δv̇``, of ``b_V``: ``Σ δv̇``
+  (without W_O, ``δv = δo = δu1``);
 * softmax ``A = softmax(T)`` (rows): ``Ȧ = A ∘ (Ṫ − rowsum(A ∘ Ṫ))``; ``δT = A ∘ (δA − ρ)`` with
   ``ρ = rowsum(A ∘ δA)``, so ``δṪ = A ∘ (δȦ − rowsum(A ∘ δȦ)) + Ȧ ∘ (δA − ρ) − A ∘ rowsum(Ȧ ∘ δA)``;
 * LayerNorm ``n̂ = (u − μ) r``, ``r = (σ² + ε)^{-1/2}``: ``n̂̇ = r (u̇ − mean(u̇) − n̂ mean(n̂ u̇))``;
   ``δu = r w``, ``w = δn̂ − mean(δn̂) − n̂ s``, ``s = mean(n̂ δn̂)``, so
   ``δu̇ = −r mean(n̂ u̇) δu + r (δn̂̇ − mean(δn̂̇) − n̂̇ s − n̂ mean(n̂̇ δn̂ + n̂ δn̂̇))``;
-* ReLU: ``ṙ = 1[h > 0] ḣ`` (zero second derivative almost everywhere);
+* elementwise activation ``r = act(h)``, ``a1 = act'(h)``, ``a2 = act''(h)``: ``ṙ = a1 ∘ ḣ``;
+  ``δh = a1 ∘ δr`` (``δr = δu2 W_2ᵀ``), so ``δḣ = a1 ∘ δṙ + a2 ∘ ḣ ∘ δr``. ReLU: ``a1 = 1[h > 0]``,
+  ``a2 = 0`` almost everywhere (the last term is dropped). GELU ``h Φ(h)`` (Φ, φ the standard normal
+  CDF and density): ``a1 = Φ(h) + h φ(h)``, ``a2 = 2 φ(h) − h² φ(h) = φ(h) (2 − h²)``;
 * cross-entropy on logits ``z``: ``δz = (p − onehot(y))/B`` and ``δż = (p ∘ (ż − ⟨p, ż⟩))/B``.
 
 Savings over generic Hessian-vector products, all exact:
@@ -28,9 +48,10 @@ Savings over generic Hessian-vector products, all exact:
 * **token-sized row sums:** the softmax adjoint tangent needs ``rowsum(A ∘ δȦ + Ȧ ∘ δA)``, which
   equals ``⟨δȧx, ax⟩ + ⟨δax, ȧx⟩`` per (token, direction) because ``δA = δax xᵀ``;
 * **closed-form last FFN:** :meth:`ViTSecondOrder.last_ffn_hessian` gives the (W1, b1, W2, b2)
-  block of the last block from per-token quantities (see its docstring).
+  block of the last block from per-token quantities (see its docstring; with GELU it has one more,
+  diagonal, term).
 
-Shapes: B images, n tokens, d = d_V, d_K, d_ff, K classes, c tangent directions.
+Shapes: B images, n tokens, d = d_V, d_K, d_ff, K classes, c tangent directions; bias tangents (c, o).
 Parameters keep their stored orientation (``X @ W`` for block weights, ``nn.Linear``'s (out, in) for
 embedding and head); rows are flattened row-major per parameter, in ``param_groups`` order.
 """
@@ -42,15 +63,34 @@ from dataclasses import dataclass
 import torch
 
 from ..config import describe_support, unsupported_variant
-from ..model import ViT, block_forward, param_groups, patchify
+from ..model import THEOREM_BLOCK, ViT, block_forward, layer_norm_parts, param_groups, patchify
 
 __all__ = ["ViTSecondOrder", "BLOCK_PARTS", "SUPPORTS"]
 
-BLOCK_PARTS = ("query", "key", "value", "ln1", "ffn1", "ffn2", "ln2")
+# The parameter groups of one block in forward order ("out", W_O and b_O, only in variants with W_O).
+BLOCK_PARTS = ("query", "key", "value", "out", "ln1", "ffn1", "ffn2", "ln2")
 # The model variants these hand-written derivatives are written for (ModelConfig field -> allowed values;
-# ffn_bias and ln_eps may take any value): the theorem's post-norm block and Table 1's embedding and head.
-SUPPORTS = {"norm": ("post",), "n_heads": (1,), "activation": ("relu",), "qkv_bias": (False,),
-            "out_proj": (False,), "patch_bias": (True,), "pos_encoding": ("learned",), "head_bias": (True,)}
+# ffn_bias, out_proj_bias, init and ln_eps may take any value): the theorem's post-norm block with Table 1's
+# embedding and head, and the authors' block (Q/K/V biases, W_O, GELU, sinusoidal positions). The
+# initialisation does not enter the derivatives.
+SUPPORTS = {"norm": ("post",), "n_heads": (1,), "activation": ("relu", "gelu"), "qkv_bias": (False, True),
+            "out_proj": (False, True), "patch_bias": (True,), "pos_encoding": ("learned", "sinusoidal", "none"),
+            "head_bias": (True,)}
+_SQRT_2PI = math.sqrt(2 * math.pi)
+
+
+def _act_parts(h: torch.Tensor, activation: str):
+    """(act(h), act'(h), act''(h) or None) for ``"relu"`` (None: zero a.e.) or the exact-erf ``"gelu"``.
+
+    GELU(h) = h Φ(h): GELU' = Φ + h φ, GELU'' = 2φ − h² φ = φ (2 − h²), Φ, φ the standard normal CDF
+    and density. The value is ``nn.functional.gelu`` (what the model computes), the derivatives
+    are evaluated from the formulas in the same dtype.
+    """
+    if activation == "relu":
+        return torch.relu(h), (h > 0).to(h.dtype), None
+    phi = torch.exp(-0.5 * h * h) / _SQRT_2PI
+    Phi = 0.5 * (1 + torch.erf(h / math.sqrt(2.0)))
+    return torch.nn.functional.gelu(h), Phi + h * phi, phi * (2 - h * h)
 
 
 def unsupported(model) -> list[str]:
@@ -158,20 +198,24 @@ class _Block:
     n1: torch.Tensor
     rstd1: torch.Tensor
     y: torch.Tensor  # LN1 output
-    mask: torch.Tensor  # (B, n, dff) ReLU mask as float
-    r: torch.Tensor  # relu(h)
+    mask: torch.Tensor  # (B, n, dff) act'(h): the ReLU mask as float, or GELU'(h)
+    r: torch.Tensor  # act(h)
     n2: torch.Tensor
     rstd2: torch.Tensor
+    v: torch.Tensor | None = None  # (B, n, d) = (A x) W_V + b_V, kept only when W_O follows
+    curv: torch.Tensor | None = None  # (B, n, dff) act''(h) (GELU; None for ReLU)
     # adjoints (∂L/∂·)
     d_out: torch.Tensor | None = None  # block output
     d_n2: torch.Tensor | None = None
     s2: torch.Tensor | None = None
     d_u2: torch.Tensor | None = None
+    d_r: torch.Tensor | None = None  # = δu2 W_2ᵀ, kept only when act'' ≠ 0 (GELU)
     d_h: torch.Tensor | None = None
     d_y: torch.Tensor | None = None
     d_n1: torch.Tensor | None = None
     s1: torch.Tensor | None = None
     d_u1: torch.Tensor | None = None  # = δo
+    d_v: torch.Tensor | None = None  # = δo W_Oᵀ (δo itself without W_O)
     d_ax: torch.Tensor | None = None
     d_A: torch.Tensor | None = None
     rho: torch.Tensor | None = None  # rowsum(A ∘ δA)
@@ -205,6 +249,12 @@ class ViTSecondOrder:
         self.eps = [(b.ln1.eps, b.ln2.eps) for b in model.blocks]
         self.n_blocks = len(model.blocks)
         self.has_ffn_bias = "blocks.0.ffn1.bias" in self.p if self.n_blocks else False
+        self.has_out = "blocks.0.out" in self.p if self.n_blocks else False
+        self.activation = self.cfg.activation
+        # the theorem's block is computed by model.block_forward, as before the other variants existed
+        self.theorem_block = not unsupported_variant(self.cfg, THEOREM_BLOCK)
+        pos = self.p.get("pos", model.pos)  # learned (a parameter), sinusoidal (a buffer) or None
+        self.pos = None if pos is None else pos.detach().to(device=dev, dtype=dtype)
         self.scale = 1.0 / math.sqrt(self.cfg.d_k)
         with torch.no_grad():
             self._primal(images.to(dtype), labels)
@@ -217,10 +267,16 @@ class ViTSecondOrder:
     def _primal(self, images, labels):
         p = self.p
         self.xp = patchify(images, self.cfg.patch_size)  # (B, n, patch_dim)
-        x = self.xp @ p["embed.weight"].T + p["embed.bias"] + p["pos"]
+        x = self.xp @ p["embed.weight"].T + p["embed.bias"]
+        if self.pos is not None:
+            x = x + self.pos
         self.blocks: list[_Block] = []
         for i in range(self.n_blocks):
             w = lambda name: self._w(i, name)  # noqa: E731
+            if not self.theorem_block:
+                blk, x = self._block_primal(i, x)
+                self.blocks.append(blk)
+                continue
             bp = block_forward(x, w("query"), w("key"), w("value"), w("ffn1.weight"), w("ffn2.weight"),
                                w("ffn1.bias"), w("ffn2.bias"), (w("ln1.weight"), w("ln1.bias")),
                                (w("ln2.weight"), w("ln2.bias")), self.eps[i])
@@ -235,6 +291,27 @@ class ViTSecondOrder:
         self.B = images.shape[0]
         self.d_z = (self.probs - torch.nn.functional.one_hot(labels, z.shape[-1]).to(z.dtype)) / self.B
 
+    def _block_primal(self, i: int, x: torch.Tensor) -> tuple[_Block, torch.Tensor]:
+        """One block of a variant beyond the theorem's (Q/K/V biases, W_O, GELU), as ``model.Block``
+        computes it; returns its primal values and the block output."""
+        w = lambda name: self._w(i, name)  # noqa: E731
+
+        def lin(t, W, b):
+            return t @ W if b is None else t @ W + b
+
+        q, k = lin(x, w("query"), w("query_bias")), lin(x, w("key"), w("key_bias"))
+        A = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.cfg.d_k), dim=-1)
+        ax = A @ x
+        v = lin(ax, w("value"), w("value_bias"))
+        o = v if not self.has_out else lin(v, w("out"), w("out_bias"))
+        n1, rstd1 = layer_norm_parts(x + o, self.eps[i][0])
+        y = n1 * w("ln1.weight") + w("ln1.bias")
+        h = lin(y, w("ffn1.weight"), w("ffn1.bias"))
+        r, a1, a2 = _act_parts(h, self.activation)
+        n2, rstd2 = layer_norm_parts(y + lin(r, w("ffn2.weight"), w("ffn2.bias")), self.eps[i][1])
+        blk = _Block(x, q, k, A, ax, n1, rstd1, y, a1, r, n2, rstd2, v=v if self.has_out else None, curv=a2)
+        return blk, n2 * w("ln2.weight") + w("ln2.bias")
+
     def _adjoint(self):
         p = self.p
         d_m = self.d_z @ p["head.weight"]  # (B, d)
@@ -245,12 +322,17 @@ class ViTSecondOrder:
             b.d_n2 = d_x * self._w(i, "ln2.weight")
             b.s2 = (b.n2 * b.d_n2).mean(-1, keepdim=True)
             b.d_u2 = b.rstd2 * (b.d_n2 - b.d_n2.mean(-1, keepdim=True) - b.n2 * b.s2)
-            b.d_h = (b.d_u2 @ self._w(i, "ffn2.weight").T) * b.mask
+            if b.curv is None:
+                b.d_h = (b.d_u2 @ self._w(i, "ffn2.weight").T) * b.mask
+            else:
+                b.d_r = b.d_u2 @ self._w(i, "ffn2.weight").T
+                b.d_h = b.d_r * b.mask
             b.d_y = b.d_u2 + b.d_h @ self._w(i, "ffn1.weight").T
             b.d_n1 = b.d_y * self._w(i, "ln1.weight")
             b.s1 = (b.n1 * b.d_n1).mean(-1, keepdim=True)
             b.d_u1 = b.rstd1 * (b.d_n1 - b.d_n1.mean(-1, keepdim=True) - b.n1 * b.s1)
-            b.d_ax = b.d_u1 @ self._w(i, "value").T
+            b.d_v = b.d_u1 if not self.has_out else b.d_u1 @ self._w(i, "out").T
+            b.d_ax = b.d_v @ self._w(i, "value").T
             b.d_A = b.d_ax @ b.x.transpose(-1, -2)
             b.rho = (b.A * b.d_A).sum(-1, keepdim=True)
             b.d_Ts = b.A * (b.d_A - b.rho) * self.scale
@@ -262,22 +344,24 @@ class ViTSecondOrder:
 
     # ------------------------------------------------------------------ last FFN in closed form
     def last_ffn_hessian(self, token_chunk: int = 512) -> torch.Tensor:
-        """Exact H over (ffn1, ffn2) of the last block, ((d+1)·d_ff + (d_ff+1)·d)², by GEMMs over tokens.
+        """Exact H over (ffn1, ffn2) of the last block, ((d+β)·d_ff + (d_ff+β)·d)², by GEMMs over tokens
+        (β = 1 with FFN biases, 0 without).
 
         After the last FFN come only LN2, the γ2/β2 affine map, mean pooling, the head and
-        cross-entropy, so with u = y + relu(y W1 + b1) W2 + b2 per token (y fixed),
-        θ1 = [W1; b1] (d+1, d_ff) and θ2 = [W2; b2] (d_ff+1, d), flattened row-major:
+        cross-entropy, so with u = y + act(y W1 + b1) W2 + b2 per token (y fixed),
+        θ1 = [W1; b1] (d+β, d_ff) and θ2 = [W2; b2] (d_ff+β, d), flattened row-major:
 
         * GGN through the logits: Σ_b J_bᵀ Λ_b J_b, Λ_b = (diag p_b − p_b p_bᵀ)/B,
           J_b = Σ_{t∈b} G_t ∂u_t/∂θ with G_t = W_h diag(γ2) (∂n̂/∂u)_t / n  (K × d);
         * LN2 curvature: Σ_t (∂u_t/∂θ)ᵀ K_t (∂u_t/∂θ), K_t = ∇²_u ⟨δn̂_t, LN(u_t)⟩;
-        * the W1–W2 product: Σ_t δu_t[k] y1_t[i] mask_t[j] at (θ1[i, j], θ2[j, k]),
+        * the W1–W2 product: Σ_t δu_t[k] y1_t[i] a1_t[j] at (θ1[i, j], θ2[j, k]);
+        * the activation's curvature (GELU; zero a.e. for ReLU): Σ_t δr_t[j] a2_t[j] y1_t[i] y1_t[i']
+          at (θ1[i, j], θ1[i', j]), diagonal in j, with δr = δu W2ᵀ,
 
-        with ∂u_k/∂θ2[j, k'] = r1_j δ_kk' (r1 = [r, 1]) and ∂u_k/∂θ1[i, j] = y1_i mask_j W2[j, k]
-        (y1 = [y, 1]). K_t and ∂n̂/∂u come from the LayerNorm tangent formulas applied to unit vectors.
+        with ∂u_k/∂θ2[j, k'] = r1_j δ_kk' (r1 = [r, 1] or r) and ∂u_k/∂θ1[i, j] = y1_i a1_j W2[j, k]
+        (y1 = [y, 1] or y; a1 = act'(h), a2 = act''(h): the ReLU mask and 0, or GELU' and GELU'').
+        K_t and ∂n̂/∂u come from the LayerNorm tangent formulas applied to unit vectors.
         """
-        if not self.has_ffn_bias:
-            raise ValueError("last_ffn_hessian assumes FFN biases")
         i = self.n_blocks - 1
         b = self.blocks[i]
         dt = self.dtype
@@ -285,22 +369,26 @@ class ViTSecondOrder:
         ntok = self.cfg.n_tokens
         T = b.y.shape[0] * b.y.shape[1]
         flat = lambda t: t.reshape(T, t.shape[-1])  # noqa: E731
-        y1 = torch.cat([flat(b.y), torch.ones(T, 1, dtype=dt, device=self.device)], 1)  # (T, d+1)
-        r1 = torch.cat([flat(b.r), torch.ones(T, 1, dtype=dt, device=self.device)], 1)  # (T, dff+1)
-        mask = flat(b.mask)
+        if self.has_ffn_bias:
+            y1 = torch.cat([flat(b.y), torch.ones(T, 1, dtype=dt, device=self.device)], 1)  # (T, d+1)
+            r1 = torch.cat([flat(b.r), torch.ones(T, 1, dtype=dt, device=self.device)], 1)  # (T, dff+1)
+        else:
+            y1, r1 = flat(b.y), flat(b.r)  # (T, d), (T, dff)
+        e1, e2 = y1.shape[1], r1.shape[1]  # d + β, d_ff + β
+        mask = flat(b.mask)  # act'(h)
         W2 = self._w(i, "ffn2.weight")
-        M = mask.unsqueeze(2) * W2  # (T, dff, d): ∂u/∂h = diag(mask) W2
+        M = mask.unsqueeze(2) * W2  # (T, dff, d): ∂u/∂h = diag(act'(h)) W2
         # LayerNorm Jacobian and curvature per token from the tangent formulas, with u̇ = e_a
         n2, rstd2 = flat(b.n2).unsqueeze(1), flat(b.rstd2).unsqueeze(1)  # (T, 1, d), (T, 1, 1)
         eye = torch.eye(d, dtype=dt, device=self.device).expand(T, d, d)
         Jln, m_nu = _ln_tangent(n2, rstd2, eye)  # Jln[t, a, k] = ∂n̂_k/∂u_a
         K = _ln_adjoint_tangent(n2, rstd2, m_nu, Jln, flat(b.d_n2).unsqueeze(1), flat(b.d_u2).unsqueeze(1),
                                 flat(b.s2).unsqueeze(1), None)  # K[t, a, k] = ∂(δu)_k/∂u_a, symmetric
-        p1, p2 = (d + 1) * dff, (dff + 1) * d
+        p1, p2 = e1 * dff, e2 * d
         # Σ_t (a_t ⊗ b_t) ⊗ C_t as one GEMM over tokens: (a ⊗ b)ᵀ (T, |a||b|) @ vec C (T, |C|)
-        F11 = torch.zeros((d + 1) ** 2, dff * dff, dtype=dt, device=self.device)  # (i i', j j')
-        F22 = torch.zeros((dff + 1) ** 2, d * d, dtype=dt, device=self.device)  # (j j', k k')
-        F12 = torch.zeros((d + 1) * (dff + 1), dff * d, dtype=dt, device=self.device)  # (i j', j k')
+        F11 = torch.zeros(e1 ** 2, dff * dff, dtype=dt, device=self.device)  # (i i', j j')
+        F22 = torch.zeros(e2 ** 2, d * d, dtype=dt, device=self.device)  # (j j', k k')
+        F12 = torch.zeros(e1 * e2, dff * d, dtype=dt, device=self.device)  # (i j', j k')
         outer = lambda a, b_: (a.unsqueeze(2) * b_.unsqueeze(1)).reshape(a.shape[0], -1)  # noqa: E731
         for s0 in range(0, T, token_chunk):
             sl = slice(s0, min(T, s0 + token_chunk))
@@ -312,10 +400,15 @@ class ViTSecondOrder:
             F12 += outer(yc, rc).T @ MK.reshape(-1, dff * d)
         # assemble to row-major (θ1 | θ2) indices
         H = torch.empty(p1 + p2, p1 + p2, dtype=dt, device=self.device)
-        H[:p1, :p1] = F11.view(d + 1, d + 1, dff, dff).permute(0, 2, 1, 3).reshape(p1, p1)
-        H[p1:, p1:] = F22.view(dff + 1, dff + 1, d, d).permute(0, 2, 1, 3).reshape(p2, p2)
-        f12 = F12.view(d + 1, dff + 1, dff, d).permute(0, 2, 1, 3)  # (i, j, j', k')
-        # W1–W2 product term: δu[k'] y1[i] mask[j] at j' = j (not for the bias row j' = dff)
+        H[:p1, :p1] = F11.view(e1, e1, dff, dff).permute(0, 2, 1, 3).reshape(p1, p1)
+        if b.curv is not None:  # act'' term: Σ_t δr[j] a2[j] y1[i] y1[i'] at (θ1[i, j], θ1[i', j])
+            c2 = flat(b.d_r) * flat(b.curv)
+            D = torch.einsum("ti,tk,tj->jik", y1, y1, c2)  # (dff, e1, e1)
+            jj = torch.arange(dff, device=self.device)
+            H[:p1, :p1].view(e1, dff, e1, dff)[:, jj, :, jj] += D
+        H[p1:, p1:] = F22.view(e2, e2, d, d).permute(0, 2, 1, 3).reshape(p2, p2)
+        f12 = F12.view(e1, e2, dff, d).permute(0, 2, 1, 3)  # (i, j, j', k')
+        # W1–W2 product term: δu[k'] y1[i] act'(h)[j] at j' = j (not for the bias row j' = dff)
         bil = torch.einsum("ti,tj,tk->ijk", y1, mask, flat(b.d_u2))
         f12 = f12.clone()
         f12[:, torch.arange(dff), torch.arange(dff), :] += bil
@@ -385,6 +478,10 @@ class ViTSecondOrder:
         def T(name):
             return tan.get(name)
 
+        def bias_tangent(db, like):
+            """A bias tangent (c, o) in the token layout (B, n, c, o) of ``like`` (B, n, ·)."""
+            return db[None, None].expand(*like.shape[:2], c, -1)
+
         # ---------------- forward tangents
         xp = self.xp[sl]
         dx = None
@@ -407,6 +504,10 @@ class ViTSecondOrder:
                 continue
             dq = _add(None if dx is None else _lin(dx, Wq), None if T(pre + "query") is None else _act_times_tangent(b.x, T(pre + "query")))
             dk = _add(None if dx is None else _lin(dx, Wk), None if T(pre + "key") is None else _act_times_tangent(b.x, T(pre + "key")))
+            if T(pre + "query_bias") is not None:
+                dq = _add(dq, bias_tangent(T(pre + "query_bias"), b.x))
+            if T(pre + "key_bias") is not None:
+                dk = _add(dk, bias_tangent(T(pre + "key_bias"), b.x))
             # attention tangents in the layout (B, c, n, n): Ṫ = (q̇ kᵀ + q k̇ᵀ)/√d_K, Ȧ = softmax'(Ṫ)
             Bs, n, d = b.x.shape
             A4 = b.A.unsqueeze(1)  # (B, 1, n, n)
@@ -428,7 +529,15 @@ class ViTSecondOrder:
             if dx is not None:  # A ẋ
                 dx_a = _tok2att(dx, Bs)
                 dax = _add(dax, (b.A @ dx.expand(Bs, n, c, d).reshape(Bs, n, c * d)).view(Bs, n, c, d))
-            do = _add(None if dax is None else _lin(dax, Wv), None if T(pre + "value") is None else _act_times_tangent(b.ax, T(pre + "value")))
+            dv = _add(None if dax is None else _lin(dax, Wv), None if T(pre + "value") is None else _act_times_tangent(b.ax, T(pre + "value")))
+            if T(pre + "value_bias") is not None:
+                dv = _add(dv, bias_tangent(T(pre + "value_bias"), b.x))
+            do = dv
+            if self.has_out:  # ȯ = v̇ W_O + v Ẇ_O + ḃ_O
+                do = _add(None if dv is None else _lin(dv, self._w(i, "out")),
+                          None if T(pre + "out") is None else _act_times_tangent(b.v, T(pre + "out")))
+                if T(pre + "out_bias") is not None:
+                    do = _add(do, bias_tangent(T(pre + "out_bias"), b.x))
             du1 = _add(dx, do)
             n1, rstd1 = b.n1.unsqueeze(2), b.rstd1.unsqueeze(2)
             dn1, m_nu1 = (None, None) if du1 is None else _ln_tangent(n1, rstd1, du1)
@@ -455,7 +564,8 @@ class ViTSecondOrder:
                 dout = _add(dout, n2 * T(pre + "ln2.weight")[None, None])
             if T(pre + "ln2.bias") is not None:
                 dout = _add(dout, T(pre + "ln2.bias")[None, None].expand(*b.y.shape[:2], c, -1))
-            t.update(dq=dq, dk=dk, dA=dA, dx_a=dx_a, dax=dax, dn1=dn1, m_nu1=m_nu1, dy=dy, dr=dr, dn2=dn2, m_nu2=m_nu2)
+            t.update(dq=dq, dk=dk, dA=dA, dx_a=dx_a, dax=dax, dv=dv, dn1=dn1, m_nu1=m_nu1, dy=dy, dh=dh, dr=dr, dn2=dn2,
+                     m_nu2=m_nu2)
             fwd.append(t)
             dx = dout
         m = self.m[sl]
@@ -533,6 +643,9 @@ class ViTSecondOrder:
                 ddr = _add(ddr, _act_times_tangent(b.d_u2, T(pre + "ffn2.weight").transpose(1, 2)))
             mask = b.mask.unsqueeze(2)
             ddh = None if ddr is None else ddr * mask
+            dh = t.get("dh")
+            if b.curv is not None and dh is not None:  # δḣ = a1 ∘ δṙ + a2 ∘ ḣ ∘ δr
+                ddh = _add(ddh, dh * (b.curv * b.d_r).unsqueeze(2))
             if gname + "ffn1" in want:
                 gw = zeros(pre + "ffn1.weight")
                 if dy is not None:
@@ -567,18 +680,39 @@ class ViTSecondOrder:
             ddu1 = _ln_adjoint_tangent(n1, rstd1, t.get("m_nu1"), dn1, b.d_n1.unsqueeze(2), b.d_u1.unsqueeze(2), b.s1.unsqueeze(2), ddn1)
             dax, dA, dq, dk, dxi = t.get("dax"), t.get("dA"), t.get("dq"), t.get("dk"), t.get("dx")
             Wv, Wq, Wk = self._w(i, "value"), self._w(i, "query"), self._w(i, "key")
-            if gname + "value" in want:
+            ddv = ddu1  # δv̇ (= δȯ without W_O)
+            if self.has_out:
+                dv = t.get("dv")
+                if gname + "out" in want:  # rows of W_O: v̇ᵀ δo + vᵀ δȯ; of b_O: Σ δȯ
+                    gw = zeros(pre + "out")
+                    if dv is not None:
+                        gw = gw + _tok_contract(dv, b.d_u1)
+                    if ddu1 is not None:
+                        gw = gw + _tok_contract_rev(b.v, ddu1)
+                    parts = [gw]
+                    if pre + "out_bias" in p:
+                        parts.append(zeros(pre + "out_bias") + (0 if ddu1 is None else ddu1.sum((0, 1))))
+                    put(gname + "out", parts)
+                if earliest >= self.group_index[gname + "out"]:
+                    return res
+                ddv = None if ddu1 is None else _lin(ddu1, self._w(i, "out").T)
+                if T(pre + "out") is not None:
+                    ddv = _add(ddv, _act_times_tangent(b.d_u1, T(pre + "out").transpose(1, 2)))
+            if gname + "value" in want:  # rows of W_V: (ȧx)ᵀ δv + (ax)ᵀ δv̇; of b_V: Σ δv̇
                 gw = zeros(pre + "value")
                 if dax is not None:
-                    gw = gw + _tok_contract(dax, b.d_u1)
-                if ddu1 is not None:
-                    gw = gw + _tok_contract_rev(b.ax, ddu1)
-                put(gname + "value", [gw])
+                    gw = gw + _tok_contract(dax, b.d_v)
+                if ddv is not None:
+                    gw = gw + _tok_contract_rev(b.ax, ddv)
+                parts = [gw]
+                if pre + "value_bias" in p:
+                    parts.append(zeros(pre + "value_bias") + (0 if ddv is None else ddv.sum((0, 1))))
+                put(gname + "value", parts)
             if earliest >= self.group_index[gname + "value"]:
                 return res
-            ddax = None if ddu1 is None else _lin(ddu1, Wv.T)
+            ddax = None if ddv is None else _lin(ddv, Wv.T)
             if T(pre + "value") is not None:
-                ddax = _add(ddax, _act_times_tangent(b.d_u1, T(pre + "value").transpose(1, 2)))
+                ddax = _add(ddax, _act_times_tangent(b.d_v, T(pre + "value").transpose(1, 2)))
             Bs, n, d = b.x.shape
             dx_a = t.get("dx_a")
             A4 = b.A.unsqueeze(1)
@@ -613,13 +747,16 @@ class ViTSecondOrder:
             if dq is not None:
                 ddk = _add(ddk, (b.d_Ts.transpose(-1, -2) @ dq.expand(Bs, *dq.shape[1:]).reshape(Bs, n, -1)).view(Bs, n, c, -1))
             for part, dd, dp in (("query", ddq, b.d_q), ("key", ddk, b.d_k)):
-                if gname + part in want:
+                if gname + part in want:  # rows of W: ẋᵀ δq + xᵀ δq̇; of the bias: Σ δq̇ (and so for k)
                     gw = zeros(pre + part)
                     if dxi is not None:
                         gw = gw + _tok_contract(dxi, dp)
                     if dd is not None:
                         gw = gw + _tok_contract_rev(b.x, dd)
-                    put(gname + part, [gw])
+                    parts = [gw]
+                    if pre + part + "_bias" in p:
+                        parts.append(zeros(pre + part + "_bias") + (0 if dd is None else dd.sum((0, 1))))
+                    put(gname + part, parts)
             if earliest >= self.group_index[gname + "query"]:
                 return res
             # adjoint of the block input
