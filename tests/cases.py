@@ -147,11 +147,12 @@ def fake_project(root: Path, notebooks: dict, bad_link: bool = False) -> None:
     import nbformat
 
     from curvature_gap import checks
-    from curvature_gap.checks.row import Row
+    from curvature_gap.row import Row
 
     rows = [Row(id="thm2.layernorm.jacobian", result="thm2", kind="formula", what="J", verdict="verified",
                 expected="verified", claim="verified", rel_err=1e-16, tolerance=1e-10)]
     (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (root / "src" / "curvature_gap").mkdir(parents=True, exist_ok=True)  # what marks a checkout (checkout_root)
     shutil.copy(REPO / "_config.yml", root / "_config.yml")
     (root / "book").mkdir(exist_ok=True)
     shutil.copy(REPO / "book" / "references.bib", root / "book" / "references.bib")

@@ -32,15 +32,17 @@ def _parts():
 
 
 def test_every_figure_part_of_every_result_has_a_message():
-    missing = [(n, p) for n, p in _parts() if (n, p) not in captions.MESSAGES]
+    missing = [(n, p) for n, p in _parts() if p not in experiments.spec(n).messages]
     assert not missing, f"figures without a caption message: {missing}"
-    with pytest.raises(KeyError, match="captions.MESSAGES"):
-        captions.message("fig3", "no-such-part", None)
+    extra = [(s.name, p) for s in experiments.SPECS.values() for p in s.messages if p not in s.plots]
+    assert not extra, f"messages of parts no figure draws: {extra}"
+    with pytest.raises(KeyError, match=r"SPECS\['fig3'\].messages in curvature_gap.experiments.heatmaps"):
+        experiments.message("fig3", "no-such-part", None)
 
 
 @pytest.mark.parametrize("name,part", [(n, p) for n, p in _parts() if (PUBLISHED / f"{n}.json").is_file()])
 def test_each_message_is_one_sentence_on_the_published_numbers(name, part):
-    msg = captions.message(name, part, _published(name))
+    msg = experiments.message(name, part, _published(name))
     assert msg.endswith(".") and len(msg) < 320 and msg.count("$") % 2 == 0, msg
     assert "nan" not in msg and "inf" not in msg, msg
 
@@ -48,11 +50,11 @@ def test_each_message_is_one_sentence_on_the_published_numbers(name, part):
 def test_the_heatmap_message_follows_the_ranking():
     res = _published("fig3")
     order = res.meta["rankings"]["block"]["fro"]
-    msg = captions.message("fig3", "hessian", res)
+    msg = experiments.message("fig3", "hessian", res)
     assert captions.unit_tex(order[0]) in msg and "At initialisation" in msg
     edited = copy.deepcopy(res)
     edited.meta["rankings"]["block"]["fro"] = ["W_V"] + [u for u in order if u != "W_V"]
-    assert "block (outlined) is the largest diagonal block" in captions.message("fig3", "hessian", edited)
+    assert "block (outlined) is the largest diagonal block" in experiments.message("fig3", "hessian", edited)
 
 
 def test_the_theory_messages_state_their_numbers():

@@ -89,7 +89,7 @@ def test_verbs_and_their_arguments():
 
 def test_verify_findings_prints_one_verdict_per_result(monkeypatch, capsys, tmp_path):
     from curvature_gap import checks, findings
-    from curvature_gap.checks.row import Row
+    from curvature_gap.row import Row
 
     rows = [Row(id="bounds.thm1.printed", result="thm1", kind="bound", what="w", verdict="fails", claim="holds",
                 expected="fails", min_ratio=0.5),

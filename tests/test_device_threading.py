@@ -16,7 +16,7 @@ import torch
 
 from cases import TINY_MODEL, random_batch
 from curvature_gap.experiments import landscape_checks as lc
-from curvature_gap.experiments.settings import Theorem7Settings
+from curvature_gap.experiments.landscape_checks import Theorem7Settings
 from curvature_gap.landscape import theorem7 as t7
 from curvature_gap.model import build_model
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from curvature_gap import findings as fd
-from curvature_gap.checks.row import Row
+from curvature_gap.row import Row
 
 
 def _find(rows, key):

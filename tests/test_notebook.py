@@ -10,9 +10,8 @@ import pytest
 
 from curvature_gap import experiments as ex
 from curvature_gap import notebook as nb
-from curvature_gap.checks.row import Row
+from curvature_gap.row import Row
 from curvature_gap.config import ConfigError
-from curvature_gap.experiments import report
 from curvature_gap.experiments.store import PublishedStore
 from curvature_gap.findings import RESULTS, finding_of
 
@@ -89,8 +88,8 @@ def standin(tmp_path, monkeypatch):
         calls.append(job.config_hash)
         return {"x": np.arange(3.0)}, {"profile": job.ctx.profile}
 
-    monkeypatch.setitem(ex.SPECS, "a", ex.FigureSpec("a", "test", "test_a", "stand-in", "assumption", compute))
-    monkeypatch.setitem(report.KEY_NUMBERS, "a", lambda r: {})
+    monkeypatch.setitem(ex.SPECS, "a", ex.FigureSpec("a", "test", "test_a", "stand-in", ex.spec("fig12").settings, compute,
+                                                     key_numbers=lambda r: {}))
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "src" / "curvature_gap").mkdir(parents=True)
     (tmp_path / "published" / "smoke").mkdir(parents=True)

@@ -20,7 +20,6 @@ from curvature_gap import cli, reproduce
 from curvature_gap import experiments as ex
 from curvature_gap.config import ConfigError, train_config
 from curvature_gap.data import DataUnavailable
-from curvature_gap.experiments import report
 from curvature_gap.plotting import new_figure
 
 MANIFEST_KEYS = {"figure", "command", "profile", "config_hash", "git", "device", "torch_version", "wall_seconds", "outputs",
@@ -50,11 +49,11 @@ def _register(monkeypatch, tmp_path, behaviours: dict, keep=()):
                 f.write(name + "\n")
             return {"x": np.arange(4.0) * len(name)}, {"profile": job.ctx.profile}
 
-        return ex.FigureSpec(name, "test", f"test_{name}", f"stand-in {how}", "assumption", compute, {"main": _plot})
+        return ex.FigureSpec(name, "test", f"test_{name}", f"stand-in {how}", ex.spec("fig12").settings, compute,
+                             {"main": _plot}, key_numbers=lambda r: {"sum of x": float(r["x"].sum())})
 
     for name, how in behaviours.items():
         monkeypatch.setitem(ex.SPECS, name, make(name, how))
-        monkeypatch.setitem(report.KEY_NUMBERS, name, lambda r: {"sum of x": float(r["x"].sum())})
     names = tuple(keep) + tuple(behaviours)
     monkeypatch.setattr(ex, "RESULT_NAMES", names)
     monkeypatch.setattr(ex, "FIGURE_NAMES", names)

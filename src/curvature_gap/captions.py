@@ -6,9 +6,11 @@ the figure is drawn from, so it stays true at every profile (a smoke build's mes
 numbers) and changes when the numbers do. The theory pages' figures draw package computations that are not
 cached results; their messages are the functions below named for them, given the same data.
 
-``MESSAGES[(result, part)]`` is the function of each experiment figure (``result.meta`` and
-``result.arrays`` in, TeX-in-``$…$`` text out); ``tests/test_captions.py`` checks that every figure part of
-every result has one. Parameter groups are written in the book's one notation (:func:`unit_tex`).
+Each result declares the message function of each of its figure parts (``FigureSpec.messages``, part ->
+function; ``result.meta`` and ``result.arrays`` in, TeX-in-``$…$`` text out); the functions of the paper's
+figures are here, with the helpers they share; :func:`curvature_gap.experiments.message` looks them up, and
+``tests/test_captions.py`` checks that every figure part of every result has one. Parameter groups are
+written in the book's one notation (:func:`unit_tex`).
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ import numpy as np
 
 from .plotting import short_label
 
-__all__ = ["MESSAGES", "message", "unit_tex", "u", "ordinal", "theorem1_sweeps", "layernorm_flattening",
-           "input_scaling", "ffn_kinks"]
+__all__ = ["unit_tex", "u", "ordinal", "heatmap_whole", "heatmap_attention", "heatmap_means", "fig5_parameters",
+           "fig5_hessians", "fig5_parameters_over_training", "fig5_hessians_over_training", "dynamics", "fig6", "fig12",
+           "theorem7", "fused_ln", "theorem1_sweeps", "layernorm_flattening", "input_scaling", "ffn_kinks"]
 
 
 def unit_tex(unit: str) -> str:
@@ -58,19 +61,19 @@ def _diagonal_ranking(meta, stat: str, where: str) -> str:
     return f"{where} the largest diagonal block is {_pair(top)}{vv}"
 
 
-def _heatmap_whole(res) -> str:
+def heatmap_whole(res) -> str:
     when = "After training" if res.meta.get("trained") else "At initialisation"
     return _diagonal_ranking(res.meta, "fro", when) + " by Frobenius norm."
 
 
-def _heatmap_attention(res) -> str:
+def heatmap_attention(res) -> str:
     order = [x for x in res.meta["rankings"]["weights"]["fro"] if x in ("W_Q", "W_K", "W_V")]
     when = "after training" if res.meta.get("trained") else "at initialisation"
     return (f"Of the three attention blocks, {_pair(order[0])} is the largest by Frobenius norm {when} ("
             + " > ".join(u(x) for x in order) + ").")
 
 
-def _heatmap_means(res) -> str:
+def heatmap_means(res) -> str:
     when = "After training" if res.meta.get("trained") else "At initialisation"
     return _diagonal_ranking(res.meta, "mean", when).replace(" (outlined)", "") + r" by mean $|H_{ij}|$."
 
@@ -84,7 +87,7 @@ def _largest(stats: dict, stat: str, n: int = 2) -> list[str]:
     return sorted(units, key=lambda x: -stats[x][stat])[:n]
 
 
-def _fig5_parameters(res) -> str:
+def fig5_parameters(res) -> str:
     pn = res.meta["param_norms"]
     trained = next(k for k in pn if k != "init")
     a, b = _largest(pn[trained], "fro"), _largest(pn["init"], "fro")
@@ -92,7 +95,7 @@ def _fig5_parameters(res) -> str:
             f"initialisation they were {u(b[0])} and {u(b[1])}.")
 
 
-def _fig5_hessians(res) -> str:
+def fig5_hessians(res) -> str:
     hs = res.meta["hessian_stats"]
     trained = next(k for k in hs if k != "init")
     a, b = _largest(hs[trained], "spectral", 1)[0], _largest(hs["init"], "spectral", 1)[0]
@@ -126,11 +129,11 @@ def _grows_most(res, key: str, what: str) -> str:
     return out + "."
 
 
-def _fig5_parameters_steps(res) -> str:
+def fig5_parameters_over_training(res) -> str:
     return _grows_most(res, "param_fro_steps", "parameter norm")
 
 
-def _fig5_hessians_steps(res) -> str:
+def fig5_hessians_over_training(res) -> str:
     return _grows_most(res, "diag_spec_steps", "diagonal Hessian block")
 
 
@@ -147,7 +150,7 @@ def _change(v) -> str:
     return f"{verb} from {v[0]:.3g} to {v[-1]:.3g} (×{v[-1] / v[0]:.3g})"
 
 
-def _dyn(name: str, part: str) -> Callable:
+def dynamics(name: str, part: str) -> Callable:
     def msg(res) -> str:
         a = res.arrays
         steps = np.asarray(a["steps"])
@@ -167,21 +170,21 @@ def _dyn(name: str, part: str) -> Callable:
 
 
 # ---------------------------------------------------------------------------------------------- Figs. 6, 12, Thm 7
-def _fig6(res) -> str:
+def fig6(res) -> str:
     fit = res.meta["fit"]
     k = fit["k_fit"]
     return (f"The change of the mean loss falls like $k^{{{fit['slope']:.2f}}}$ (fit over $k = {k[0]}…{k[-1]}$, "
             f"$R^2 = {fit['r2']:.3f}$); the paper's law is $1/k$.")
 
 
-def _fig12(res) -> str:
+def fig12(res) -> str:
     m = res.meta
     trend = "falls" if m["decreasing"] else "does not fall steadily"
     return (f"The gradient norm of the mean loss over the first $k$ samples {trend}, like $k^{{{m['slope_small_k']:.2f}}}$ "
             r"at small $k$: the $k^{-1/2}$ of averaging independent samples, which needs no shared minimiser.")
 
 
-def _theorem7(res) -> str:
+def theorem7(res) -> str:
     paths = [p for p in res.meta["paths"] if p["t"] > 0]
     exact = min(p["min_ratio_exact"] for p in paths)
     thm6 = min(p["min_ratio_thm6_ce"] for p in paths)
@@ -191,43 +194,10 @@ def _theorem7(res) -> str:
             "cannot fail.")
 
 
-def _fused(res) -> str:
+def fused_ln(res) -> str:
     m = res.meta
     return (f"The fused LayerNorm's Hessian is wrong by up to {m['max_relative_error']:.2g} of the largest exact "
             f"entry, worst in the {m['worst_block'].replace('-', '–')} pair of groups.")
-
-
-MESSAGES: dict[tuple[str, str], Callable] = {
-    **{(n, p): f for n in ("fig3", "fig4")
-       for p, f in (("hessian", _heatmap_whole), ("attention", _heatmap_attention), ("block_means", _heatmap_means))},
-    ("fig5", "parameters"): _fig5_parameters,
-    ("fig5", "hessians"): _fig5_hessians,
-    ("fig5", "parameters_over_training"): _fig5_parameters_steps,
-    ("fig5", "hessians_over_training"): _fig5_hessians_steps,
-    **{(n, p): _dyn(n, p) for n in _TENSOR for p in ("entries", "hessian", "norms")},
-    **{(n, "convergence"): _fig6 for n in ("fig6", "fig6_mnist")},
-    ("fig12", "assumption"): _fig12,
-    ("theorem7", "ratios"): _theorem7,
-    ("fused_ln", "error"): _fused,
-    ("encoder_family", "blocks"): lambda r: _encoder_family(r),
-}
-
-
-def _encoder_family(r) -> str:
-    """Beyond the paper: computed by the result's own module (imported here, not at the top: no import cycle)."""
-    from .experiments.encoder_family import message as encoder_family_message  # noqa: PLC0415
-
-    return encoder_family_message(r)
-
-
-def message(name: str, part: str, result) -> str:
-    """The message of part ``part`` of result ``name``'s figure; KeyError (naming the table to extend) when
-    it has none."""
-    try:
-        fn = MESSAGES[(name, part)]
-    except KeyError:
-        raise KeyError(f"no caption message for {name}/{part}: add one to curvature_gap.captions.MESSAGES") from None
-    return fn(result)
 
 
 # ---------------------------------------------------------------------------------------------- theory pages

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import checks, reproduce
 from .bounds.run import run_all
-from .checks.row import exit_status
+from .row import exit_status
 from .config import DEVICES, PROFILES, TRAIN_MODELS, ConfigError, any_train_config
 from .data import DataUnavailable, fetch_all
 from .findings import findings

@@ -29,13 +29,16 @@ import re
 from dataclasses import dataclass, field
 
 from .bounds.titles import INEQUALITIES, step_title
-from .checks.row import Row
+from .experiments import SPECS
+from .row import Row
 from .theory.errata import misprint_counts
 
-__all__ = ["RESULTS", "Finding", "findings", "finding_of", "summary_sentences", "VERDICT_CLASSES"]
+__all__ = ["RESULTS", "result_entries", "Finding", "findings", "finding_of", "summary_sentences", "VERDICT_CLASSES"]
 
-# key, the result as the paper names it, the book page, kind ("theory", "experiment")
-RESULTS: list[tuple[str, str, str, str]] = [
+# key, the result as the paper names it, the book page, kind ("theory", "experiment"). The experiments are
+# declared by their result modules (FigureSpec.finding) and placed after the paper's theory, before the
+# companion's own results.
+_THEORY: list[tuple[str, str, str, str]] = [
     ("appB", "Appendix B: matrix-calculus identities", "book/notation", "theory"),
     ("sec2", "§2: the definition of LayerNorm", "notebooks/layernorm", "theory"),
     ("thm2", "Theorem 2: Jacobian of LayerNorm", "notebooks/layernorm", "theory"),
@@ -55,17 +58,25 @@ RESULTS: list[tuple[str, str, str, str]] = [
      "theory"),
     ("thm7", "Theorem 7: convergence of the loss landscape", "notebooks/landscape_convergence", "theory"),
     ("assumption1", "Assumption 1: a shared minimiser", "notebooks/landscape_convergence", "theory"),
-    ("fig3", "Fig. 3: the Values blocks are largest (initialisation)", "notebooks/fig03_hessian_init", "experiment"),
-    ("fig4", "Fig. 4: the Values–Values block is largest (trained)", "notebooks/fig04_hessian_trained", "experiment"),
-    ("fig5", "Fig. 5: Keys and Values have the highest norms", "notebooks/fig05_block_norms", "experiment"),
-    ("fig6", "Fig. 6: |L_(k+1) − L_k| follows 1/k (CIFAR-100)", "notebooks/fig06_loss_convergence", "experiment"),
-    ("figs7_11", "Figs. 7–11: the blocks over the first 1,000 steps", "notebooks/fig07_11_training_dynamics",
-     "experiment"),
-    ("fig12", "Fig. 12: Assumption 1 improves with more samples", "notebooks/fig12_assumption1", "experiment"),
     ("encoder_layer", "Beyond the paper: the closed-form Hessian of nn.TransformerEncoderLayer, and Theorem 1 for "
      "h heads with W_O (this companion's)", "notebooks/encoder_layer", "theory"),
 ]
-_NO_CLAIM = {"figs7_11"}
+_BEYOND = ("encoder_layer",)  # the companion's own results, after the paper's
+
+
+def result_entries(specs=None) -> list[tuple[str, str, str, str]]:
+    """The results of :data:`RESULTS`: the paper's theory, then the experiments as their result modules
+    declare them (``FigureSpec.finding``, in book order), then the companion's own."""
+    specs = SPECS if specs is None else specs
+    exp = [(f.key, f.title, f.page, "experiment") for f in (s.finding for s in specs.values()) if f is not None]
+    return ([r for r in _THEORY if r[0] not in _BEYOND] + exp + [r for r in _THEORY if r[0] in _BEYOND])
+
+
+RESULTS = result_entries()  # as declared at import; findings() reads the registry each time
+
+
+def _no_claim() -> set:
+    return {s.finding.key for s in SPECS.values() if s.finding is not None and not s.finding.claim}
 # claims of the paper with no evidence behind them, and why (checked against the paper's text)
 _UNSUPPORTED = {
     "ce_validated": "the paper gives no cross-entropy bound, and its experiments (§4, App. A) evaluate none: every "
@@ -224,7 +235,7 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
 
 
 def _experiment(key: str, rows: list[Row]) -> tuple[str, str]:
-    if key in _NO_CLAIM:
+    if key in _no_claim():
         return "no claim made", "the paper shows these figures without stating a claim about them"
     claims = [r for r in rows if r.kind == "claim"]
     if not claims:
@@ -242,7 +253,7 @@ def _experiment(key: str, rows: list[Row]) -> tuple[str, str]:
 def findings(rows: list[Row]) -> list[Finding]:
     """One :class:`Finding` per result of :data:`RESULTS`, in book order."""
     out = []
-    for key, title, page, kind in RESULTS:
+    for key, title, page, kind in result_entries():
         rs = [r for r in rows if r.result == key or (key == "figs7_11" and r.result in ("fig7", "fig8"))]
         numbers: dict = {}
         if key in _UNSUPPORTED:
@@ -262,7 +273,7 @@ def finding_of(key: str, rows: list[Row]) -> Finding:
     for f in findings(rows):
         if f.key == key:
             return f
-    raise KeyError(f"no result {key!r}; results: {', '.join(k for k, *_ in RESULTS)}")
+    raise KeyError(f"no result {key!r}; results: {', '.join(k for k, *_ in result_entries())}")
 
 
 def summary_sentences(rows: list[Row]) -> list[str]:

@@ -107,10 +107,10 @@ def state_sha256(state_dict: dict) -> str:
     return h.hexdigest()
 
 
-def save_npz_atomic(path, arrays: dict) -> bytes:
-    """Write ``arrays`` as an uncompressed ``.npz`` atomically; returns the bytes written."""
+def save_npz_atomic(path, arrays: dict, compress: bool = False) -> bytes:
+    """Write ``arrays`` as an ``.npz`` (uncompressed unless ``compress``) atomically; returns the bytes written."""
     buf = io.BytesIO()
-    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    (np.savez_compressed if compress else np.savez)(buf, **{k: np.asarray(v) for k, v in arrays.items()})
     data = buf.getvalue()
     atomic_write_bytes(path, data)
     return data

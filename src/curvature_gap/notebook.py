@@ -22,15 +22,16 @@ from pathlib import Path
 warnings.filterwarnings("ignore", message=r"IProgress not found")
 
 from . import checks, experiments  # noqa: E402
-from .checks.figures import ranking_table  # noqa: E402
-from .checks.row import Row  # noqa: E402
+from .experiments.claims import ranking_table  # noqa: E402
+from .row import Row  # noqa: E402
 from .config import DEVICES, PROFILES, MODELS, ConfigError, train_config  # noqa: E402
 from .experiments import Context, UnusableResult, default_published_dir  # noqa: E402
 from .experiments.hessians import SETS, STATISTICS  # noqa: E402
 import math  # noqa: E402
 
-from .captions import message, ordinal, unit_tex  # noqa: E402
+from .captions import ordinal, unit_tex  # noqa: E402
 from .plotting import min_font_size, png_bytes  # noqa: E402
+from .provenance import checkout_root  # noqa: E402
 from .findings import Finding, finding_of  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "show_markdown", "show_figure", "figure", "rows", "show_rows",
@@ -81,11 +82,7 @@ def check_parameters(params: dict) -> None:
 
 
 def _root() -> Path | None:
-    here = Path.cwd().resolve()
-    for d in (here, *here.parents):
-        if (d / "pyproject.toml").is_file() and (d / "src" / "curvature_gap").is_dir():
-            return d
-    return None
+    return checkout_root()
 
 
 def setup(**params) -> Path:
@@ -224,8 +221,8 @@ def show_figure(fig, name: str, caption: str, alt: str, message: str) -> None:
 
 def figure(name: str, result, part: str, caption: str, alt: str | None = None) -> None:
     """Draw one part of a result's figure (:func:`curvature_gap.experiments.plot`) and show it, its caption
-    opening with the message computed from the result's numbers (:func:`curvature_gap.captions.message`)."""
-    msg = message(name, part, result)
+    opening with the message computed from the result's numbers (:func:`curvature_gap.experiments.message`)."""
+    msg = experiments.message(name, part, result)
     fig = experiments.plot(name, result, part)
     doc = (experiments.spec(name).plots[part].__doc__ or "").strip().splitlines()[0]
     plain = re.sub(r"[${}]", "", re.sub(r"\\(\w+)", r"\1", caption))  # the alt text has no TeX

@@ -20,6 +20,17 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 _PACKAGES = ("torch", "torchvision", "curvlinops-for-pytorch", "numpy", "scipy", "matplotlib")
 
 
+def checkout_root(start=None) -> Path | None:
+    """The checkout of this project containing ``start`` (default: the current directory): the first
+    directory upwards with ``pyproject.toml`` and ``src/curvature_gap``; None outside one. The one
+    project-root finder of the package and its book tooling."""
+    here = Path(start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "pyproject.toml").is_file() and (d / "src" / "curvature_gap").is_dir():
+            return d
+    return None
+
+
 def host() -> dict:
     """The CPU model (``/proc/cpuinfo``, else ``platform``), whether it runs under a hypervisor, the
     number of CPUs, the total memory in GiB (``/proc/meminfo``; None where unknown) and the GPU."""

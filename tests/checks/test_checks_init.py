@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from curvature_gap import checks
-from curvature_gap.checks.row import ROW_SCHEMA, Row
+from curvature_gap.row import ROW_SCHEMA, Row
 
 NAMED = ("thm1.printed@minimiser", "thm1.printed@uniform")
 

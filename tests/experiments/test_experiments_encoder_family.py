@@ -7,14 +7,14 @@ import torch
 
 from curvature_gap import experiments as ex
 from curvature_gap.experiments import encoder_family as fam
-from curvature_gap.experiments.settings import BEYOND_PAPER_SETTINGS
+from curvature_gap.experiments.encoder_family import SETTINGS
 from curvature_gap.plotting import MIN_FONT, WIDTH, min_font_size
 
 
 def test_the_smoke_result_computes_in_seconds_and_plots_legibly(tmp_path, one_thread):
     ctx = ex.Context(profile="smoke", results_dir=tmp_path / "results", progress=False)
     r = ex.load_results("encoder_family", ctx=ctx)
-    s = BEYOND_PAPER_SETTINGS["encoder_family"]["smoke"]
+    s = SETTINGS["smoke"]
     assert r.meta["seconds"] < 30
     fro = r.arrays["fro"]
     assert fro.shape == (len(fam.CONFIGS), 2, len(fam.UNITS)) and (fro > 0).all()
@@ -32,7 +32,7 @@ def test_the_smoke_result_computes_in_seconds_and_plots_legibly(tmp_path, one_th
 
 
 def test_the_units_partition_the_parameters_and_the_hessian_is_the_mean_over_sequences(one_thread):
-    s = BEYOND_PAPER_SETTINGS["encoder_family"]["smoke"]
+    s = SETTINGS["smoke"]
     layer = fam._layer(s, "pre-norm", 4, 0)
     idx = np.concatenate(list(fam.unit_indices(layer).values()))
     assert sorted(idx) == list(range(sum(p.numel() for p in layer.parameters())))
@@ -49,6 +49,6 @@ def test_the_units_partition_the_parameters_and_the_hessian_is_the_mean_over_seq
 
 
 def test_the_paper_settings_stay_within_a_minute_of_one_core():
-    p = BEYOND_PAPER_SETTINGS["encoder_family"]["paper"]
+    p = SETTINGS["paper"]
     # measured: 41 s on one core of this project's 2-core machine (RESULTS-style note in the settings)
     assert p.n_seq * p.seq_len <= 96 and p.d_model == 16 and p.steps >= 200

@@ -163,5 +163,6 @@ def test_registry_plots_profiles_and_contexts(tmp_path):
     assert ex.default_published_dir(tmp_path) is None
     (tmp_path / "published").mkdir()
     (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "src" / "curvature_gap").mkdir(parents=True)
     (tmp_path / "sub").mkdir()
     assert ex.default_published_dir(tmp_path / "sub") == tmp_path / "published"

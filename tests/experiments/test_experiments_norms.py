@@ -10,7 +10,7 @@ import torch
 
 from curvature_gap import experiments as ex
 from curvature_gap.experiments import heatmaps, norms
-from curvature_gap.experiments.settings import settings_for
+from curvature_gap.experiments.settings import trajectory_settings
 from curvature_gap.train import train
 
 
@@ -19,7 +19,7 @@ def _flat(state: dict) -> np.ndarray:
 
 
 def test_snapshot_steps():
-    s = settings_for("smoke").trajectory
+    s = trajectory_settings("smoke")
     assert norms.snapshot_steps(dataclasses.replace(s, steps=(0, 3, 5, 9), n_steps=6, display_steps=(0, 6)), 8) == [0, 3, 5, 6]
     assert norms.snapshot_steps(dataclasses.replace(s, steps=(0, 3, 5, 9), n_steps=6, display_steps=(0, 6)), 4) == [0, 3, 4]
 

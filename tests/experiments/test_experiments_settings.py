@@ -1,30 +1,37 @@
-"""curvature_gap.experiments.settings: per-result settings of each profile."""
+"""Per-result settings of each profile: declared by each result's module (FigureSpec.settings); the
+trajectory's, shared, in curvature_gap.experiments.settings."""
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 
-from curvature_gap.config import ConfigError
+from curvature_gap.config import ConfigError, PROFILES
+from curvature_gap.experiments import INTERNAL, SPECS
 from curvature_gap.experiments import settings as st
 
 
-def test_both_profiles_define_every_result_and_smoke_is_smaller():
-    paper, smoke = st.settings_for("paper"), st.settings_for("smoke")
-    assert set(st.PROFILE_SETTINGS) == {"paper", "smoke"}
-    for f in dataclasses.fields(st.FigureSettings):
-        assert type(getattr(paper, f.name)) is type(getattr(smoke, f.name)), f.name
-    assert paper.init_heatmap.batch_size == 128 and paper.trajectory.n_steps == 1000     # the paper's values
-    assert smoke.init_heatmap.batch_size < paper.init_heatmap.batch_size
-    assert smoke.trajectory.n_steps < paper.trajectory.n_steps
-    assert paper.convergence.model == "cifar100" and paper.convergence_mnist.model == "mnist"
-    assert not paper.init_heatmap.trained and paper.trained_heatmap.trained
+def test_every_result_declares_frozen_settings_for_its_profiles_and_smoke_is_smaller():
+    for name, s in {**SPECS, **INTERNAL}.items():
+        assert s.profiles and set(s.profiles) <= set(PROFILES), name
+        assert "paper" in s.profiles, f"{name} has no paper-profile settings"
+        for prof, v in s.settings.items():
+            assert dataclasses.is_dataclass(v) and v.__dataclass_params__.frozen, (name, prof)
+        if "smoke" in s.settings:
+            assert type(s.settings["smoke"]) is type(s.settings["paper"]), name
+    assert SPECS["fig6_mnist"].profiles == ("paper",)                                 # a paper-only stand-in
+    paper, smoke = (lambda n: SPECS[n].settings["paper"]), (lambda n: SPECS[n].settings["smoke"])
+    assert paper("fig3").batch_size == 128 and st.trajectory_settings("paper").n_steps == 1000  # the paper's values
+    assert smoke("fig3").batch_size < paper("fig3").batch_size
+    assert st.trajectory_settings("smoke").n_steps < st.trajectory_settings("paper").n_steps
+    assert paper("fig6").model == "cifar100" and paper("fig6_mnist").model == "mnist"
+    assert not paper("fig3").trained and paper("fig4").trained
     with pytest.raises(ConfigError, match="choose one of: paper, smoke"):
-        st.settings_for("huge")
+        st.trajectory_settings("huge")
 
 
 def test_replace_and_as_dict_round_trip_tuples_through_json_lists():
-    t = st.settings_for("smoke").trajectory
+    t = st.trajectory_settings("smoke")
     r = st.replace(t, steps=[0, 2], n_steps=2)
     assert r.steps == (0, 2) and r.n_steps == 2 and t.steps != r.steps
     d = st.as_dict(r)

@@ -18,10 +18,7 @@ TINY = dict(d_model=4, d_k=4, d_ff=8, patch_size=7)
 UNSUPPORTED = {
     "pre-norm": (dict(norm="pre"), "norm='pre'"),
     "two heads": (dict(n_heads=2), "n_heads=2"),
-    "gelu": (dict(activation="gelu"), "activation='gelu'"),
-    "qkv bias": (dict(qkv_bias=True), "qkv_bias=True"),
-    "W_O": (dict(out_proj=True), "out_proj=True"),
-    "sinusoidal": (dict(pos_encoding="sinusoidal"), "pos_encoding='sinusoidal'"),
+    "no patch bias": (dict(patch_bias=False), "patch_bias=False"),
     "no head bias": (dict(head_bias=False), "head_bias=False"),
 }
 
@@ -52,11 +49,13 @@ def test_vit_route_refuses_a_variant_it_does_not_support(overrides, named):
     assert unsupported(m, "vit") and not unsupported(m, "functorch")
 
 
-def test_the_authors_model_is_refused_by_the_fast_route_and_auto_routes_it_elsewhere():
+def test_the_authors_model_takes_the_fast_route_and_a_pre_norm_one_does_not():
     m = cg.build_model("authors_mnist", d_model=4, d_k=4, d_ff=8, patch_size=7)
-    with pytest.raises(ValueError, match="activation='gelu', qkv_bias=True, out_proj=True, pos_encoding='sinusoidal'"):
-        hessian(m, _batch(2, dtype=torch.float32), method="vit")
-    assert _resolve(m, "cross_entropy", "auto") == "functorch"
+    assert not unsupported(m, "vit") and _resolve(m, "cross_entropy", "auto") == "vit"
+    pre = cg.build_model("authors_mnist", d_model=4, d_k=4, d_ff=8, patch_size=7, norm="pre")
+    with pytest.raises(ValueError, match="this model \\(authors_mnist\\) has norm='pre'"):
+        hessian(pre, _batch(2, dtype=torch.float32), method="vit")
+    assert _resolve(pre, "cross_entropy", "auto") == "functorch"
     assert _resolve(cg.build_model("mnist", **TINY), "cross_entropy", "auto") == "vit"
     assert _resolve(cg.build_model("mnist", ffn_bias=False, ln_eps=0.0, **TINY), "cross_entropy", "auto") == "vit"
 

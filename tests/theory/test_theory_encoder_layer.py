@@ -349,7 +349,7 @@ def test_trap_torch_func_hessian_is_wrong_through_layernorm(norm_first):
 # ------------------------------------------------------------------------------ the verify rows
 def test_verify_rows_one_per_configuration_and_trap():
     from curvature_gap.checks import encoder_layer as rows_mod
-    from curvature_gap.checks.row import ROW_SCHEMA
+    from curvature_gap.row import ROW_SCHEMA
 
     import jsonschema
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from curvature_gap.checks.row import Row
+from curvature_gap.row import Row
 from curvature_gap.theory.errata import ERRATA, ResultMisprints, errata_as_json, label, misprint_counts
 
 ROOT = Path(__file__).resolve().parents[2]

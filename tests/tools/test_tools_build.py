@@ -13,7 +13,7 @@ import pytest
 from cases import BROKEN, GOOD, fake_project, notebook, subprocess_env
 
 from curvature_gap import checks
-from curvature_gap.checks.row import Row
+from curvature_gap.row import Row
 from curvature_gap.faults import FAULT_IDS
 from tools.book import build
 

@@ -36,7 +36,8 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from papermill.translators import PythonTranslator
 
 from curvature_gap import checks
-from curvature_gap.checks.row import Row
+from curvature_gap.provenance import checkout_root
+from curvature_gap.row import Row
 from curvature_gap.config import DEVICES, PROFILES
 from curvature_gap.experiments import UnusableResult
 from curvature_gap.io import atomic_write_json
@@ -57,12 +58,13 @@ class BookError(RuntimeError):
 
 
 def project_root(start=None) -> Path:
-    """The checkout root: the first directory upwards holding ``_config.yml`` and ``pyproject.toml``."""
-    for c in (Path(start or os.getcwd()).resolve(), Path(__file__).resolve().parent):
-        for d in (c, *c.parents):
-            if (d / "_config.yml").is_file() and (d / "pyproject.toml").is_file():
-                return d
-    raise BookError("cannot find the project root (a directory with _config.yml and pyproject.toml)")
+    """The checkout root (:func:`curvature_gap.provenance.checkout_root`) from ``start``, else from this
+    file; it must hold the book's ``_config.yml``."""
+    for c in (start, Path(__file__).resolve().parent):
+        d = checkout_root(c)
+        if d is not None and (d / "_config.yml").is_file():
+            return d
+    raise BookError("cannot find the project root (a directory with pyproject.toml, src/curvature_gap and _config.yml)")
 
 
 # ====================================================================== rows

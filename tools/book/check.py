@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from curvature_gap.checks.row import Row
+from curvature_gap.row import Row
 
 from . import browser as chromium
 from . import html

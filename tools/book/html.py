@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlsplit
 
 import yaml
 
-from curvature_gap.checks.row import Row
+from curvature_gap.row import Row
 from curvature_gap.findings import RESULTS, findings
 
 from . import repository

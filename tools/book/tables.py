@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import torch
 
-from curvature_gap.checks.row import Row
+from curvature_gap.row import Row
 from curvature_gap.config import FROM_AUTHORS_CODE, PROFILE_CONFIGS, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings, summary_sentences

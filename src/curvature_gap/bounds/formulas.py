@@ -54,13 +54,15 @@ from __future__ import annotations
 
 import math
 
+from ..exact.derivatives import ATTENTION_ORDER, BLOCK_ORDER
+
 __all__ = [
     "theorem1", "theorem1_multihead", "MH_PAIRS", "theorem1_terms", "sa_lemmas", "lemma4", "proposition", "theorem6_block",
     "theorem6_full", "theorem6_explicit", "jacobian_bounds", "PAIRS", "ATT",
 ]
 
-ATT = ("K", "Q", "V")
-PAIRS = [(i, j) for i in ("1", "2", "K", "Q", "V") for j in ("1", "2", "K", "Q", "V")]
+ATT = ATTENTION_ORDER  # ("K", "Q", "V")
+PAIRS = [(i, j) for i in BLOCK_ORDER for j in BLOCK_ORDER]
 
 
 def _resid(nX, nV, nT, L):
@@ -271,7 +273,7 @@ def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: flo
             b[f"xi_{k}{l}"] = b["J_SY"] * (b[f"G_{k}"] * b["H_Y"] * b[f"G_{l}"] + b["J_Y"] * b[f"Phi_{k}{l}"])
     for i, j in PAIRS:
         b[f"Htr_{i}{j}"] = theorem6_block(b, i, j)
-    for i in ("1", "2", "K", "Q", "V"):
+    for i in BLOCK_ORDER:
         b[f"dZ_{i}"] = b["J_Z"] * b[f"B_{i}"]
     M, _ = theorem6_full(b, L, d_V, out_curv)
     b["M_tr"] = M

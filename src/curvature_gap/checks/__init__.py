@@ -21,18 +21,25 @@ import time
 import warnings
 from pathlib import Path
 
-from ..experiments import Context, UnusableResult, config_hash_of, default_published_dir, find_result, spec
+from ..experiments import SPECS, Context, UnusableResult, config_hash_of, default_published_dir, find_result, spec
 from ..io import atomic_write_json
 from ..provenance import git_commit, software
 from ..codehash import code_hash
 from ..theory.errata import ERRATA
 from . import bounds, encoder_layer, figures, landscape, theory
-from .row import Row, exit_status, format_table, summary_line
+from ..row import Row, exit_status, format_table, summary_line
 
-__all__ = ["Row", "run", "main", "load_rows", "DATA_RESULTS", "rows_meta", "verify_code_hash", "published_rows",
+__all__ = ["Row", "run", "main", "load_rows", "DATA_RESULTS", "data_results", "rows_meta", "verify_code_hash", "published_rows",
            "write_rows", "run_cached"]
 
-DATA_RESULTS = ("fig3", "fig4", "fig5", "fig6", "fig6_mnist", "fig12", "theorem7", "trained_bounds")
+def data_results() -> tuple:
+    """The results whose numbers rows are read from, as their modules declare it (``FigureSpec.rows`` and
+    ``rows_read``, ``verify_reads``), in book order."""
+    by_rows = figures.read_by_rows()
+    return tuple(n for n, s in SPECS.items() if s.verify_reads or n in by_rows)
+
+
+DATA_RESULTS = data_results()
 
 
 def _in_profile(name: str, ctx: Context) -> bool:
@@ -46,14 +53,14 @@ def rows_meta(quick: bool, results_dir="results", profile: str = "paper") -> dic
     result they read (of ``profile``). Two verify runs with the same meta give the same rows (to rounding)."""
     ctx = Context(profile=profile, results_dir=results_dir, progress=False)
     return {"code": verify_code_hash(), "quick": quick,
-            "results": {n: config_hash_of(n, ctx=ctx) if _in_profile(n, ctx) else None for n in DATA_RESULTS}}
+            "results": {n: config_hash_of(n, ctx=ctx) if _in_profile(n, ctx) else None for n in data_results()}}
 
 
 def verify_code_hash() -> str:
     """The hash of the code the rows are computed by (:mod:`curvature_gap.codehash`, from the row
     functions of each topic); the results they read enter :func:`rows_meta` by their config hashes."""
     return code_hash(theory.run_checks, bounds.run_checks, landscape.run_checks, figures.run_checks,
-                     encoder_layer.run_checks, _link_errata)
+                     *figures.row_functions(), encoder_layer.run_checks, _link_errata)
 
 
 def _link_errata(rows: list[Row]) -> None:
@@ -70,7 +77,7 @@ def _context(results_dir, published_dir, profile: str) -> Context:
 
 
 def _found(ctx: Context) -> dict:
-    return {n: find_result(n, ctx=ctx) if _in_profile(n, ctx) else None for n in DATA_RESULTS}
+    return {n: find_result(n, ctx=ctx) if _in_profile(n, ctx) else None for n in data_results()}
 
 
 def run(quick: bool = False, results_dir="results", published_dir=None, log=None, profile: str = "paper",

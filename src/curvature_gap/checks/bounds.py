@@ -17,7 +17,7 @@ from pathlib import Path
 from ..bounds import adversarial
 from ..bounds import checks as ck
 from ..bounds import sweeps as sw
-from .row import Row
+from ..row import Row
 
 __all__ = ["COUNTEREXAMPLES", "run_checks", "replay_committed", "rows_from_summary", "trained_rows",
            "synthetic_records", "REPLAY_RTOL"]

@@ -27,7 +27,7 @@ from ..bounds import checks as bck
 from ..bounds import multihead as mhb
 from ..exact import encoder_layer as ref
 from ..theory.encoder_layer import encoder_layer_hessian
-from .row import Row
+from ..row import Row
 from .theory import _quiet_single_thread
 
 __all__ = ["run_checks", "TOL", "TRAP_TOL", "RESULT", "SHAPE"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..bounds.checks import RTOL
 from ..landscape.theorem7 import sa_check
-from .row import Row
+from ..row import Row
 
 __all__ = ["run_checks", "sa_rows", "vit_rows", "assumption_rows", "IDENTITY_TOL", "ASSUMPTION_TOL"]
 

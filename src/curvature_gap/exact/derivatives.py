@@ -17,11 +17,14 @@ from .forward import block_loss, sa_loss
 
 __all__ = [
     "jacobian", "second_derivative", "fd_second_derivative", "loss_hessian_autograd", "fd_loss_hessian",
-    "sa_loss_hessian_autograd", "dense_hessian", "hessian_norm", "BLOCK_ORDER", "SA_ORDER", "flat_loss",
+    "sa_loss_hessian_autograd", "dense_hessian", "hessian_norm", "BLOCK_ORDER", "ATTENTION_ORDER", "SA_ORDER", "flat_loss",
     "block_slices", "split_blocks",
 ]
 
+# the theory's weights in the order of every flat vector, Hessian and table of this package (the one home of
+# these orders): the block's (W_1, W_2, W_K, W_Q, W_V), its attention part, and the single layer's
 BLOCK_ORDER = ("1", "2", "K", "Q", "V")
+ATTENTION_ORDER = BLOCK_ORDER[2:]  # ("K", "Q", "V")
 SA_ORDER = ("Q", "K", "V")
 _ATTR = {"Q": "W_Q", "K": "W_K", "V": "W_V", "1": "W_1", "2": "W_2"}
 

@@ -10,105 +10,56 @@ changed setting or a changed computation is never served from an old result. The
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..config import ConfigError, config_hash
 from ..codehash import code_hash
-from ..provenance import git_commit, host, software
-from . import assumption, convergence, dynamics, encoder_family, fused_ln, heatmaps, landscape_checks, norms
+from ..provenance import checkout_root, git_commit, host, software
 from .context import Context
-from .dynamics_blocks import TYPES
 from ..plotting import save_figure
-from .settings import BEYOND_PAPER_SETTINGS, as_dict, replace, settings_for
+from .settings import as_dict, replace
+from .spec import FigureSpec, Finding, Job, sort_key
 from .store import PublishedStore, Result, ResultStore, StaleResultWarning, UnusableResult
 
-__all__ = ["Context", "FigureSpec", "SPECS", "FIGURE_NAMES", "RESULT_NAMES", "Result", "ResultStore", "PublishedStore",
+__all__ = ["Context", "FigureSpec", "Finding", "Job", "register", "SPECS", "INTERNAL", "FIGURE_NAMES", "RESULT_NAMES", "Result", "ResultStore", "PublishedStore",
            "StaleResultWarning", "UnusableResult", "load_results", "find_result", "config_of", "config_hash_of",
-           "spec", "plot", "render", "published_check", "default_published_dir", "cached_result", "settings_of",
+           "spec", "plot", "message", "render", "published_check", "default_published_dir", "cached_result", "settings_of",
            "warn_if_damaged"]
 
 
-
-@dataclass(frozen=True)
-class Job:
-    """What a compute function gets: the context, its settings, its dependencies' results."""
-
-    name: str
-    ctx: Context
-    settings: object
-    deps: dict
-    config_hash: str
-    store: ResultStore
+def _discover() -> tuple[dict, dict]:
+    """The results declared by this package's modules: each module's ``SPECS`` (:mod:`.spec`), in book order
+    (:func:`.spec.sort_key`); internal ones (computed for others only) apart."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        found += list(getattr(module, "SPECS", ()))
+    return register(found)
 
 
-@dataclass(frozen=True)
-class FigureSpec:
-    name: str
-    paper: str  # the paper's figure number, "beyond the paper", or "check"
-    stem: str  # output file stem under figures/ ("" for results without a figure)
-    title: str
-    settings_key: str  # field of settings.FigureSettings, or a key of settings.BEYOND_PAPER_SETTINGS
-    compute: Callable[[Job], tuple]
-    plots: dict = field(default_factory=dict)  # part -> function(result) -> matplotlib Figure
-    depends: tuple = ()
-    reads: tuple = ()  # settings of other results its computation reads (they enter its config)
-    profiles: tuple = ("smoke", "paper")  # profiles the result exists under
-    finish: Callable | None = None
-    needs: str = "MNIST"  # what it needs to run, for reports
+def register(specs, into: tuple[dict, dict] | None = None) -> tuple[dict, dict]:
+    """Add ``specs`` to the registries ``into`` (default: this package's ``SPECS`` and ``INTERNAL``) and
+    return them; a name declared twice is an error naming both. The CONTRIBUTING recipe's test registers a
+    toy result through this."""
+    public, internal = into if into is not None else (SPECS, INTERNAL)
+    for s in specs:
+        if s.name in public or s.name in internal:
+            raise ConfigError(f"result {s.name!r} is declared twice (by {s.compute.__module__} and "
+                              f"{(public.get(s.name) or internal[s.name]).compute.__module__})")
+        (internal if s.internal else public)[s.name] = s
+    ordered = dict(sorted(public.items(), key=lambda kv: sort_key(kv[1])))
+    public.clear()
+    public.update(ordered)
+    return public, internal
 
 
-def _type_spec(fig: str, n: int) -> FigureSpec:
-    t = TYPES[fig][0]
-    return FigureSpec(fig, f"Fig. {n}", f"fig{n:02d}_{t}", f"{t}: entries and Hessian blocks over the first training steps",
-                      "trajectory", lambda j: dynamics.compute_type(j.name, j.deps["trajectory"]),
-                      {"entries": dynamics.plot_entries, "hessian": dynamics.plot_hessian_blocks,
-                       "norms": dynamics.plot_norms},
-                      depends=("trajectory",))
-
-
-_HEAT = {"hessian": heatmaps.plot_hessian, "attention": heatmaps.plot_attention, "block_means": heatmaps.plot_block_means}
-_SPECS = [
-    FigureSpec("fig3", "Fig. 3", "fig03_hessian_init", "Hessian entries at initialisation", "init_heatmap",
-               lambda j: heatmaps.compute_heatmap(j.ctx, j.settings, settings_of(spec("trajectory"), j.ctx)), _HEAT, reads=("trajectory",)),
-    FigureSpec("fig4", "Fig. 4", "fig04_hessian_trained", "Hessian entries after training", "trained_heatmap",
-               lambda j: heatmaps.compute_heatmap(j.ctx, j.settings, settings_of(spec("trajectory"), j.ctx)), _HEAT, reads=("trajectory",)),
-    FigureSpec("fig5", "Fig. 5", "fig05_norms", "parameter and Hessian block norms", "norms",
-               lambda j: norms.compute_norms(j.ctx, j.settings, j.deps),
-               {"parameters": norms.plot_parameters, "hessians": norms.plot_hessians,
-                "parameters_over_training": norms.plot_parameters_over_training,
-                "hessians_over_training": norms.plot_hessians_over_training},
-               depends=("fig3", "fig4", "trajectory")),
-    FigureSpec("fig6", "Fig. 6", "fig06_loss_convergence", "the loss difference |L(k+1) − L(k)| against k", "convergence",
-               lambda j: convergence.compute_convergence(j.ctx, j.settings), {"convergence": convergence.plot_convergence}, needs="CIFAR-100 (paper) / MNIST (smoke)"),
-    FigureSpec("fig6_mnist", "Fig. 6 (MNIST stand-in)", "fig06_loss_convergence_mnist",
-               "the loss difference |L(k+1) − L(k)| against k, MNIST model", "convergence_mnist",
-               lambda j: convergence.compute_convergence(j.ctx, j.settings), {"convergence": convergence.plot_convergence}, profiles=("paper",)),
-    _type_spec("fig7", 7), _type_spec("fig8", 8), _type_spec("fig9", 9), _type_spec("fig10", 10), _type_spec("fig11", 11),
-    FigureSpec("fig12", "Fig. 12", "fig12_assumption_1", "validation of Assumption 1", "assumption",
-               lambda j: assumption.compute_assumption(j.ctx, j.settings), {"assumption": assumption.plot_assumption}),
-    FigureSpec("fused_ln", "beyond the paper", "extra_fused_layernorm", "the fused LayerNorm's Hessian error", "fused",
-               lambda j: fused_ln.compute_fused_ln(j.ctx, j.settings), {"error": fused_ln.plot_fused_error}),
-    FigureSpec("encoder_family", "beyond the paper", "extra_encoder_family",
-               "the diagonal Hessian blocks of nn.TransformerEncoderLayer, post/pre-norm, 1/4 heads", "encoder_family",
-               lambda j: encoder_family.compute_encoder_family(j.ctx, j.settings),
-               {"blocks": encoder_family.plot_encoder_family}, needs="nothing (synthetic data)"),
-    FigureSpec("theorem7", "check", "check_theorem7", "Theorem 7 on the trained ViT", "theorem7",
-               lambda j: landscape_checks.compute_theorem7(j.ctx, j.settings), {"ratios": landscape_checks.plot_theorem7}),
-    FigureSpec("trained_bounds", "check", "", "the bounds at the trained ViT's block", "trained_bounds",
-               lambda j: landscape_checks.compute_trained_bounds(j.ctx, j.settings)),
-]
-SPECS: dict[str, FigureSpec] = {s.name: s for s in _SPECS}
-INTERNAL: dict[str, FigureSpec] = {
-    "trajectory": FigureSpec(
-        "trajectory", "Figs. 5, 7-11", "", "snapshots of the first training steps", "trajectory",
-        lambda j: norms.compute_trajectory(j.ctx, j.settings, j.deps["fig3"], j.config_hash, j.store),
-        depends=("fig3",),
-        finish=lambda j: norms.finish_trajectory(j.ctx, j.config_hash, j.store)),
-}
+SPECS: dict[str, FigureSpec] = {}
+INTERNAL: dict[str, FigureSpec] = {}
+_discover()
 RESULT_NAMES = tuple(SPECS)
 FIGURE_NAMES = tuple(n for n, s in SPECS.items() if s.plots)
 
@@ -122,11 +73,12 @@ def spec(name: str) -> FigureSpec:
 
 
 def settings_of(s: FigureSpec, ctx: Context):
-    if s.settings_key in BEYOND_PAPER_SETTINGS:
-        base = BEYOND_PAPER_SETTINGS[s.settings_key][ctx.profile]
-    else:
-        base = getattr(settings_for(ctx.profile), s.settings_key)
-    over = ctx.settings_overrides.get(s.name) or ctx.settings_overrides.get(s.settings_key)
+    """The settings of result ``s`` under the context's profile, with the context's overrides (by the
+    result's name or its ``override_key``)."""
+    if ctx.profile not in s.settings:
+        raise ConfigError(f"{s.name} exists only under the profile(s) {', '.join(s.profiles)}")
+    base = s.settings[ctx.profile]
+    over = ctx.settings_overrides.get(s.name) or (ctx.settings_overrides.get(s.override_key) if s.override_key else None)
     return replace(base, **over) if over else base
 
 
@@ -176,11 +128,8 @@ def config_hash_of(name: str, profile: str | None = None, ctx: Context | None = 
 
 def default_published_dir(start=None) -> Path | None:
     """``published/`` of the checkout containing ``start`` (default: the current directory), if any."""
-    here = Path(start or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / "published").is_dir() and (d / "pyproject.toml").is_file():
-            return d / "published"
-    return None
+    root = checkout_root(start)
+    return root / "published" if root is not None and (root / "published").is_dir() else None
 
 
 def published_check(name: str, ctx: Context) -> Result:
@@ -256,7 +205,7 @@ def load_results(name: str, profile: str | None = None, ctx: Context | None = No
         deps = {d: load_results(d, ctx=ctx) for d in s.depends}
         ctx.log(f"[{name}] computing ({ctx.profile}, config {chash})")
         t0, p0 = time.perf_counter(), dict(ctx.phases)
-        job = Job(name, ctx, settings, deps, chash, store)
+        job = Job(name, ctx, settings, deps, chash, store, {r: settings_of(spec(r), ctx) for r in s.reads})
         arrays, meta = s.compute(job)
         seconds = time.perf_counter() - t0
         phases = {k: round(v - p0.get(k, 0.0), 2) for k, v in ctx.phases.items() if v - p0.get(k, 0.0) > 0}
@@ -268,6 +217,16 @@ def load_results(name: str, profile: str | None = None, ctx: Context | None = No
             s.finish(job)
     ctx.log(f"[{name}] results written to {r.json_path} and {r.npz_path}")
     return r
+
+
+def message(name: str, part: str, result) -> str:
+    """The message its caption opens with, for part ``part`` of result ``name``'s figure (the result's
+    ``FigureSpec.messages``); KeyError, naming where to add it, when it has none."""
+    s = spec(name)
+    if part not in s.messages:
+        raise KeyError(f"no caption message for {name}/{part}: add one to SPECS[{name!r}].messages in "
+                       f"{s.compute.__module__}") from None
+    return s.messages[part](result)
 
 
 def plot(name: str, result: Result, part: str | None = None):

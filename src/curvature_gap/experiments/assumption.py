@@ -2,14 +2,31 @@
 (:mod:`curvature_gap.landscape.assumption1` computes it)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from .. import captions
 from ..landscape.assumption1 import measure
 from .context import Context
 from ..plotting import WIDTH, new_figure
-from .settings import AssumptionSettings
+from .spec import FigureSpec, Finding
 
-__all__ = ["compute_assumption", "plot_assumption"]
+__all__ = ["compute_assumption", "plot_assumption", "AssumptionSettings", "SPECS"]
+
+
+@dataclass(frozen=True)
+class AssumptionSettings:
+    """Fig. 12: ||grad L_k(w*)|| against the number of samples k (Assumption 1 says it is 0)."""
+
+    model: str = "mnist"  # the CPU model; the paper does not say which model App. A.2 used
+    n_permutations: int = 4  # sampled orders drawn (the mean over all orders is computed exactly)
+    n_points: int = 30  # log-spaced sample counts from 1 to N
+    chunk: int = 512  # samples per backward pass (memory only; does not change the numbers beyond rounding)
+    seed: int = 0  # permutation seed
+
+
+SETTINGS = {"paper": AssumptionSettings(), "smoke": AssumptionSettings(n_points=20, n_permutations=4)}
 
 
 def compute_assumption(ctx: Context, s: AssumptionSettings) -> tuple[dict, dict]:
@@ -45,3 +62,21 @@ def plot_assumption(result):
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below the axes: never over a curve
     ax.set_title(r"Assumption 1 says this is 0 for every $k$")
     return fig
+
+
+def key_numbers(r) -> dict:
+    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
+    m = r.meta
+    return {"‖∇L_N(w*)‖": m["grad_norm_full"], "rms per-sample gradient norm": m["rms_per_sample_grad_norm"],
+            "slope at small k": m["slope_small_k"]}
+
+
+# ----------------------------------------------------------------------------- the results of this module
+# its rows (Assumption 1 literally, and the paper's reading of Fig. 12) are curvature_gap.checks.landscape's
+SPECS = (
+    FigureSpec("fig12", "Fig. 12", "fig12_assumption_1", "validation of Assumption 1", SETTINGS,
+               lambda j: compute_assumption(j.ctx, j.settings), {"assumption": plot_assumption},
+               {"assumption": captions.fig12},
+               override_key="assumption", verify_reads=True, key_numbers=key_numbers,
+               finding=Finding("fig12", "Fig. 12: Assumption 1 improves with more samples", "notebooks/fig12_assumption1")),
+)

@@ -17,7 +17,7 @@ from ..device import resolve_device
 from ..io import state_sha256
 from ..model import ViT, build_model
 from ..train import Datasets, ensure_trained, run_dir
-from .settings import settings_for
+from .settings import trajectory_settings
 
 __all__ = ["Context"]
 
@@ -80,7 +80,7 @@ class Context:
 
     def snapshot_steps(self, model: str) -> tuple[int, ...]:
         """The training steps the dynamics figures (Figs. 5, 7-11) look at, saved while training."""
-        s = settings_for(self.profile).trajectory
+        s = trajectory_settings(self.profile)
         over = self.settings_overrides.get("trajectory") or {}
         steps, n = over.get("steps", s.steps), over.get("n_steps", s.n_steps)
         if over.get("model", s.model) != model:

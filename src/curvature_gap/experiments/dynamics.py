@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import captions
 from .dynamics_blocks import TYPES
+from .settings import TRAJECTORY
+from .spec import FigureSpec, Finding
 from ..plotting import WIDTH, new_figure, tensor_label
 
-__all__ = ["compute_type", "plot_entries", "plot_hessian_blocks", "plot_norms"]
+__all__ = ["compute_type", "plot_entries", "plot_hessian_blocks", "plot_norms", "SPECS"]
 
 
 def compute_type(figure: str, trajectory) -> tuple[dict, dict]:
@@ -112,3 +115,26 @@ def plot_norms(result):
     ax2.grid(alpha=0.3)
     fig.legend(*ax2.get_legend_handles_labels(), loc="outside lower center", ncol=3)  # never over a curve
     return fig
+
+
+def key_numbers(r) -> dict:
+    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
+    a = r.arrays
+    return {"‖H‖_F at the last step": float(a["hess_fro"][-1]), "‖H‖_2 at the last step": float(a["hess_spec"][-1]),
+            "‖W‖_F at the last step": float(a["param_fro"][-1])}
+
+
+# ----------------------------------------------------------------------------- the results of this module
+def _type_spec(fig: str, n: int, finding: Finding | None = None) -> FigureSpec:
+    t = TYPES[fig][0]
+    return FigureSpec(fig, f"Fig. {n}", f"fig{n:02d}_{t}", f"{t}: entries and Hessian blocks over the first training steps",
+                      TRAJECTORY, lambda j: compute_type(j.name, j.deps["trajectory"]),
+                      {"entries": plot_entries, "hessian": plot_hessian_blocks, "norms": plot_norms},
+                      {p: captions.dynamics(fig, p) for p in ("entries", "hessian", "norms")},
+                      depends=("trajectory",), override_key="trajectory", finding=finding, key_numbers=key_numbers)
+
+
+# the text of Figs. 7-11 describes the blocks over the first 1,000 steps and makes no claim
+SPECS = (_type_spec("fig7", 7, Finding("figs7_11", "Figs. 7–11: the blocks over the first 1,000 steps",
+                                       "notebooks/fig07_11_training_dynamics", claim=False)),
+         *(_type_spec(f"fig{n}", n) for n in (8, 9, 10, 11)))

@@ -19,6 +19,8 @@ Parameter groups: ``W_Q, W_K, W_V`` (the three row blocks of ``in_proj_weight``)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import time
 
 import numpy as np
@@ -28,9 +30,34 @@ from torch import nn
 from ..theory.encoder_layer import encoder_layer_hessian
 from .context import Context
 from ..plotting import WIDTH, new_figure
-from .settings import EncoderFamilySettings
+from .spec import FigureSpec
 
-__all__ = ["compute_encoder_family", "plot_encoder_family", "UNITS", "CONFIGS", "unit_indices", "leaders"]
+__all__ = ["compute_encoder_family", "plot_encoder_family", "UNITS", "CONFIGS", "unit_indices", "leaders", "EncoderFamilySettings", "SETTINGS", "SPECS"]
+
+
+@dataclass(frozen=True)
+class EncoderFamilySettings:
+    """Beyond the paper: the diagonal Hessian blocks of nn.TransformerEncoderLayer, post/pre-norm, 1/4 heads,
+    at initialisation and after a short Adam run on a teacher-student task (experiments.encoder_family)."""
+
+    d_model: int = 16  # 4 heads of width 4; a dense float64 Hessian of 3,280 parameters per configuration
+    dim_feedforward: int = 64  # 4 d_model, PyTorch's default ratio (2048 / 512)
+    activation: str = "relu"  # PyTorch's default
+    seq_len: int = 8  # tokens per sequence
+    n_seq: int = 12  # sequences: the training set, and the loss whose Hessian is taken (cost ∝ n_seq)
+    steps: int = 300  # "a few hundred" full-batch Adam steps: the loss falls by an order of magnitude or more
+    lr: float = 1e-3  # Adam's default
+    student_seed: int = 0
+    teacher_seed: int = 1
+    data_seed: int = 2
+
+
+SETTINGS = {
+    "paper": EncoderFamilySettings(),
+    # seconds: width 8 (4 heads of width 2), 2 sequences of 4 tokens, 20 steps
+    "smoke": EncoderFamilySettings(d_model=8, dim_feedforward=16, seq_len=4, n_seq=2, steps=20),
+}
+
 
 UNITS = ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2", "LN", "biases")
 CONFIGS = (("post-norm", 1), ("post-norm", 4), ("pre-norm", 1), ("pre-norm", 4))
@@ -180,3 +207,23 @@ def message(result) -> str:
         att_text = f"the order of the four equal-size attention blocks varies over the {n} cases"
     return (f"The largest diagonal Hessian block is {' or '.join(_words(u) for u in lead)} {where}; {att_text}, "
             f"and $W_V$'s block is at least {v_over_qk:.1f} times $W_Q$'s and $W_K$'s.")
+
+
+def key_numbers(r) -> dict:
+    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
+    fro = r.arrays["fro"]
+    out = {}
+    for i, c in enumerate(r.meta["configs"]):
+        for t, when in enumerate(r.meta["times"]):
+            out[f"largest block Frobenius norm, {c}, {when}"] = float(fro[i, t].max())
+    return out
+
+
+# ----------------------------------------------------------------------------- the results of this module
+SPECS = (
+    FigureSpec("encoder_family", "beyond the paper", "extra_encoder_family",
+               "the diagonal Hessian blocks of nn.TransformerEncoderLayer, post/pre-norm, 1/4 heads", SETTINGS,
+               lambda j: compute_encoder_family(j.ctx, j.settings), {"blocks": plot_encoder_family},
+               {"blocks": message},
+               needs="nothing (synthetic data)", key_numbers=key_numbers),
+)

@@ -8,18 +8,55 @@ training-dynamics figures follow at step 0.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
+from .. import captions
 from ..model import param_groups, param_slices
 from .context import Context
 from .dynamics_blocks import blocks_from_dense, snapshot_record, trajectory_groups
-from .hessians import (STATISTICS, cross_check, dense, group_pair_statistics, rankings, sample_columns,
+from .hessians import (SETS, STATISTICS, cross_check, dense, group_pair_statistics, rankings, sample_columns,
                        unit_statistics, units_of)
 from ..plotting import WIDTH, group_axes, new_figure, pooled_log_image, short_label
-from .settings import HeatmapSettings, TrajectorySettings
+from ..row import Row
+from .claims import claim_verdict, not_run, ranking_table
+from .settings import TrajectorySettings
+from .spec import FigureSpec, Finding
 
-__all__ = ["compute_heatmap", "group_table", "plot_hessian", "plot_attention", "plot_block_means", "ATTENTION"]
+__all__ = ["compute_heatmap", "group_table", "plot_hessian", "plot_attention", "plot_block_means", "ATTENTION", "HeatmapSettings", "values_largest", "PER_ENTRY", "SPECS"]
+
+
+@dataclass(frozen=True)
+class HeatmapSettings:
+    """Figs. 3 and 4: one dense exact Hessian of the MNIST model on one batch."""
+
+    model: str = "mnist"
+    trained: bool = False
+    # paper (Fig. 5 caption): one batch of 128 MNIST training images. Here the first 128; the authors' code takes
+    # the first batch of its shuffled, augmented loader (config.FROM_AUTHORS_CODE).
+    batch_size: int = 128
+    # prior work's code (dalab/transformer-hessian) plots log10(|H| + 1e-6).
+    eps: float = 1e-6
+    # parameters in the Hessian: all of them (positions, embedding, block, head); the paper does not say.
+    parameters: str = "all"
+    # pixels per axis of the whole-Hessian image: a page-width figure shows about 600 (mean of log10 per cell).
+    display_cells: int = 600
+    # curvlinops cross-check: a seeded sample of this many columns covering every group (None: all columns).
+    check_columns: int | None = 256
+    check_seed: int = 0
+    # float64 cross-check batch: small enough to be quick, large enough to exercise every path.
+    check_batch_f64: int = 16
+    # tangents per pass of the exact method (None: its default); cost only, same numbers.
+    fast_chunk: int | None = None
+
+
+# profile -> settings. Smoke: 4 images (a dense Hessian costs ~ P columns x batch size, 32x less than 128).
+_SMOKE = dict(batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128)
+INIT = {"paper": HeatmapSettings(trained=False), "smoke": HeatmapSettings(trained=False, **_SMOKE)}
+TRAINED = {"paper": HeatmapSettings(trained=True), "smoke": HeatmapSettings(trained=True, **_SMOKE)}
+
 
 ATTENTION = ("query", "key", "value", "ln1")
 
@@ -155,3 +192,106 @@ def plot_block_means(result):
     cb.set_label(r"$\log_{10}$ mean $|H_{ij}|$ over the block")
     ax.set_title("Mean |entry| of each pair of parameter groups")
     return fig
+
+
+# ----------------------------------------------------------------------------- the claim
+# the statistics of a block's entries (not of its size or spectrum): what "larger per entry" means
+PER_ENTRY = ("mean", "rms", "median", "max")
+
+
+def _label(st: str) -> str:
+    return STATISTICS[st][0].split(" (")[0]
+
+
+def _rival(stats: dict, units, lost: list[str], n_st: int) -> str:
+    """Of ``units``, the one larger than W_V in the most of the statistics ``lost``, in words: "LN1 larger per
+    entry (5/7 statistics; mean |H| 0.0225 vs 0.00605)" when it is larger in every statistic of
+    :data:`PER_ENTRY`, else "W_2 larger in 3/7: Frobenius norm, max |H|, spectral norm"; "" if none is."""
+    beats = {u: [st for st in STATISTICS if stats[u][st] > stats["W_V"][st]] for u in units if u in stats}
+    beats = {u: b for u, b in beats.items() if set(b) & set(lost)}
+    if not beats:
+        return ""
+    u = max(beats, key=lambda x: (len(beats[x]), -list(units).index(x)))
+    b = beats[u]
+    if all(st in b for st in PER_ENTRY):
+        st = PER_ENTRY[0]
+        return (f"{u} larger per entry ({len(b)}/{n_st} statistics; {_label(st)} {stats[u][st]:.3g} vs "
+                f"{stats['W_V'][st]:.3g})")
+    return f"{u} larger in {len(b)}/{n_st}: {', '.join(_label(st) for st in b)}"
+
+
+def values_largest(result, figure: str) -> Row:
+    """Figs. 3/4: W_V's diagonal Hessian block is the largest (see module doc)."""
+    state = "at initialisation" if figure == "fig3" else "after training"
+    what = (f"'the Values block has the largest values' ({state}): W_V's diagonal Hessian block leads the ranking "
+            "of the diagonal blocks of the Transformer block's parameters, per parameter set and statistic")
+    if result is None:
+        return not_run(f"{figure}.values_largest", figure, what, figure)
+    stats = result.meta["unit_stats"]
+    table = ranking_table(stats)
+    lead = {s: {st: order[0] == "W_V" for st, order in per.items()} for s, per in table.items()}
+    w = lead["weights"]
+    everywhere = all(all(v.values()) for v in lead.values())
+    n_st = len(STATISTICS)
+    parts = []
+    for s, per in lead.items():
+        yes = [STATISTICS[st][0] for st, v in per.items() if v]
+        parts.append(f"{SETS[s][0]}: {len(yes)} of {n_st} statistics" + (f" ({', '.join(yes)})" if yes and len(yes) < n_st else ""))
+    counts = {s: sum(per.values()) for s, per in lead.items()}
+    # each reading adds units to the previous one; name the added unit that takes the lead from W_V
+    clauses, prev = [], None
+    for s, (_, members) in SETS.items():
+        added = [u for u in members if u != "W_V" and (prev is None or u not in SETS[prev][1])]
+        lost = [st for st in STATISTICS if (prev is None or lead[prev][st]) and not lead[s][st]]
+        clauses.append(_rival(stats, added, lost, n_st))
+        prev = s
+    sentence = (f"W_V's diagonal block: the largest of the five weight matrices in {counts['weights']}/{n_st} "
+                "statistics" + (f" ({clauses[0]})" if clauses[0] else "")
+                + (f"; {clauses[1]}" if clauses[1] else "")
+                + f"; the largest with the LayerNorms in {counts['with_layernorm']}/{n_st}"
+                + f" and of every parameter group of the block in {counts['block']}/{n_st}"
+                + (f" ({clauses[2]})" if clauses[2] else "") + ".")
+    return Row(id=f"{figure}.values_largest", result=figure, kind="claim", claim="reproduced", expected=None,
+               what=what, verdict=claim_verdict(list(w.values()), everywhere), value=sum(w.values()) / n_st,
+               profile=result.config["profile"], evidence=[str(result.json_path)],
+               instances=f"{result.meta['batch_size']} training images, {result.meta['n_parameters']:,} parameters",
+               note=sentence + " — " + "; ".join(parts),
+               details={"rankings": table, "leads": lead, "statistics": {k: v[0] for k, v in STATISTICS.items()},
+                        "sets": {k: v[0] for k, v in SETS.items()}, "values": stats})
+
+
+def key_numbers(r) -> dict:
+    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
+    m = r.meta
+    out = {"loss on the batch": m["loss"],
+           "curvlinops agreement, float32 (max rel. diff.)": m["cross_check"]["float32"]["max_relative_difference"],
+           "curvlinops agreement, float64 (max rel. diff.)": m["cross_check"]["float64"]["max_relative_difference"]}
+    for u in ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2"):
+        out[f"mean abs(H) of the {u} block"] = m["unit_stats"][u]["mean"]
+    if m["trained"]:
+        out["test accuracy of the trained model"] = m["checkpoint"].get("test_accuracy")
+    return out
+
+
+# ----------------------------------------------------------------------------- the results of this module
+_HEAT = {"hessian": plot_hessian, "attention": plot_attention, "block_means": plot_block_means}
+_HEAT_MESSAGES = {"hessian": captions.heatmap_whole, "attention": captions.heatmap_attention,
+                  "block_means": captions.heatmap_means}
+
+
+def _compute(j):
+    return compute_heatmap(j.ctx, j.settings, j.reads["trajectory"])
+
+
+SPECS = (
+    FigureSpec("fig3", "Fig. 3", "fig03_hessian_init", "Hessian entries at initialisation", INIT, _compute, _HEAT,
+               messages=_HEAT_MESSAGES, key_numbers=key_numbers, reads=("trajectory",), override_key="init_heatmap",
+               rows=lambda res: [values_largest(res.get("fig3"), "fig3")],
+               finding=Finding("fig3", "Fig. 3: the Values blocks are largest (initialisation)",
+                               "notebooks/fig03_hessian_init")),
+    FigureSpec("fig4", "Fig. 4", "fig04_hessian_trained", "Hessian entries after training", TRAINED, _compute, _HEAT,
+               messages=_HEAT_MESSAGES, key_numbers=key_numbers, reads=("trajectory",), override_key="trained_heatmap",
+               rows=lambda res: [values_largest(res.get("fig4"), "fig4")],
+               finding=Finding("fig4", "Fig. 4: the Values–Values block is largest (trained)",
+                               "notebooks/fig04_hessian_trained")),
+)

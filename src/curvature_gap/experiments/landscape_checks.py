@@ -7,18 +7,48 @@ and Theorem 6 for the cross-entropy through the head (:mod:`curvature_gap.bounds
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 
 import numpy as np
 
+from .. import captions
 from ..bounds.ce import ce_records
 from ..bounds.training import training_sweep
 from ..exact.instances import from_model
 from ..landscape.theorem7 import vit_check
 from .context import Context
 from ..plotting import WIDTH, new_figure
-from .settings import Theorem7Settings, TrainedBoundsSettings
+from .spec import FigureSpec
 
-__all__ = ["compute_theorem7", "compute_trained_bounds", "plot_theorem7"]
+__all__ = ["compute_theorem7", "compute_trained_bounds", "plot_theorem7", "Theorem7Settings", "TrainedBoundsSettings", "SPECS"]
+
+
+@dataclass(frozen=True)
+class Theorem7Settings:
+    """Theorem 7 on the trained MNIST ViT (the Fig. 6 setting): both sides along w = w* + t u."""
+
+    model: str = "mnist"
+    n_samples: int = 1024  # training samples in L_k (dataset order); k runs to n_samples - 1
+    hessian_samples: int = 64  # samples whose exact Hessian norm enters M = max_i ‖∇²l_i(w*)‖
+    power_iters: int = 40  # power-iteration steps per sample before the Lanczos refinement
+    refine: int = 4  # samples refined by Lanczos
+    seed: int = 0  # direction and power-iteration seed
+
+
+@dataclass(frozen=True)
+class TrainedBoundsSettings:
+    """The bounds at the MNIST ViT's block 0, at initialisation and trained (test images)."""
+
+    model: str = "mnist"
+    n_samples: int = 1  # per-sample instances with every bound (each needs the 2,816-weight loss Hessian)
+    n_batch: int = 16  # images in the batch rows (curvlinops Hessian of the mean MSE, Lanczos)
+    n_ce: int = 2  # images in the cross-entropy check (dense 2,816-weight Hessian each)
+
+
+THEOREM7 = {"paper": Theorem7Settings(), "smoke": Theorem7Settings(n_samples=64, hessian_samples=8, power_iters=20, refine=1)}
+TRAINED_BOUNDS = {"paper": TrainedBoundsSettings(), "smoke": TrainedBoundsSettings(n_samples=1, n_batch=4, n_ce=1)}
 
 
 def compute_theorem7(ctx: Context, s: Theorem7Settings) -> tuple[dict, dict]:
@@ -79,3 +109,33 @@ def plot_theorem7(result):
     ax.set_title("Theorem 7 on the trained MNIST ViT (holds where ≥ 1)")
     fig.legend(loc="outside lower center", ncol=2, frameon=False)
     return fig
+
+
+def theorem7_numbers(r) -> dict:
+    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
+    m = r.meta
+    out = {"ℓ_max": m["ell_max"], "M exact": m["M"]["exact"], "M (Theorem 6, cross-entropy)": m["M"]["thm6_ce"]}
+    for name in ("exact", "thm6_ce"):
+        out[f"min rhs/lhs, M = {name}"] = min(p[f"min_ratio_{name}"] for p in m["paths"])
+    return out
+
+
+def trained_bounds_numbers(r) -> dict:
+    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
+    out = {}
+    for rec in r.meta["records"]:
+        k = f"min bound/exact {rec['check']}"
+        out[k] = min(out.get(k, math.inf), rec["ratio"])
+    return out
+
+
+# ----------------------------------------------------------------------------- the results of this module
+# their rows are curvature_gap.checks.landscape's (Theorem 7) and curvature_gap.checks.bounds' (the bounds)
+SPECS = (
+    FigureSpec("theorem7", "check", "check_theorem7", "Theorem 7 on the trained ViT", THEOREM7,
+               lambda j: compute_theorem7(j.ctx, j.settings), {"ratios": plot_theorem7},
+               {"ratios": captions.theorem7}, verify_reads=True, key_numbers=theorem7_numbers),
+    FigureSpec("trained_bounds", "check", "", "the bounds at the trained ViT's block", TRAINED_BOUNDS,
+               lambda j: compute_trained_bounds(j.ctx, j.settings), verify_reads=True,
+               key_numbers=trained_bounds_numbers),
+)

@@ -9,6 +9,8 @@ snapshot the followed Hessian blocks of the fixed batch (the first training imag
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import math
 import shutil
 import time
@@ -27,10 +29,27 @@ from .dynamics_blocks import TYPES, snapshot_record, trajectory_groups, trajecto
 from .heatmaps import group_table
 from .hessians import units_of
 from ..plotting import WIDTH, new_figure, short_label
-from .settings import NormsSettings, TrajectorySettings
+from ..row import Row
+from .. import captions
+from .claims import claim_verdict, not_run
+from .hessians import SETS, STATISTICS
+from .settings import TRAJECTORY, TrajectorySettings
+from .spec import FigureSpec, Finding
 
 __all__ = ["snapshot_steps", "compute_trajectory", "compute_norms", "plot_parameters", "plot_hessians",
-           "plot_parameters_over_training", "plot_hessians_over_training", "UNIT_ORDER"]
+           "plot_parameters_over_training", "plot_hessians_over_training", "UNIT_ORDER", "NormsSettings", "keys_values", "MUCH_SMALLER", "SPECS"]
+
+
+@dataclass(frozen=True)
+class NormsSettings:
+    """Fig. 5: parameter-block and Hessian-block norms at init and trained (the Hessians of Figs. 3 and 4)
+    and over the first training steps (the trajectory)."""
+
+    model: str = "mnist"
+
+
+SETTINGS = {"paper": NormsSettings(), "smoke": NormsSettings()}
+
 
 UNIT_ORDER = ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2", "b_1", "b_2", "embed", "pos", "head")
 _UNIT_LABEL = {"W_Q": "$W_Q$", "W_K": "$W_K$", "W_V": "$W_V$", "W_1": "$W_1$", "W_2": "$W_2$", "LN1": "LN1",
@@ -226,3 +245,117 @@ def plot_parameters_over_training(result):
 def plot_hessians_over_training(result):
     """Spectral norms of the diagonal Hessian blocks over the first training steps."""
     return _plot_group_lines(result, "diag_spec_steps", r"$\|H_{gg}\|_2$", "Hessian-block norms (spectral)")
+
+
+# ----------------------------------------------------------------------------- the claim
+# Fig. 5's "the other blocks exhibit much smaller absolute entries" names no factor. "Much smaller" is read
+# as at most half the smaller of W_K and W_V: the most lenient reading that still says more than "smaller"
+# (a block within a factor 2 of W_K is of the same size, not much smaller). "The other blocks" are the other
+# three weight matrices, the set the first clause ranks.
+MUCH_SMALLER = 0.5
+_PARAM_STATS = {"fro": "Frobenius norm", "rms": "RMS entry (Frobenius/√n)"}
+_HESS_STATS = ("fro", "rms", "spectral", "fro_sqrt_n")
+_PANEL = {"parameters": "parameter norms", "hessians": "Hessian-block norms"}
+_FIG5_LABELS = {"fro": "Frobenius norm", "rms": "RMS entry", "spectral": "spectral norm", "fro_sqrt_n": "‖H‖_F/√n"}
+
+
+def _reading(panel: str, reading: str) -> str:
+    """``("hessians", "trained/rms")`` -> "trained Hessian blocks, RMS entry"."""
+    state, st = reading.split("/")
+    what = "parameters" if panel == "parameters" else "Hessian blocks"
+    return f"{'initialised' if state == 'init' else 'trained'} {what}, {_FIG5_LABELS[st]}"
+
+
+def keys_values(result) -> Row:
+    """Fig. 5: W_K and W_V are the two largest weight matrices, and the other three much smaller (see module doc)."""
+    what = ("'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much smaller "
+            f"absolute entries': W_K and W_V are the two largest of the weight matrices, and each of the other three "
+            f"is at most {MUCH_SMALLER:g} × the smaller of them, in the parameter-norm panel and in the Hessian-norm "
+            "panel")
+    if result is None:
+        return not_run("fig5.keys_values", "fig5", what, "fig5")
+    m = result.meta
+    weights = SETS["weights"][1]
+    others = [u for u in weights if u not in ("W_K", "W_V")]
+    panels, values = {"parameters": {}, "hessians": {}}, {"parameters": {}, "hessians": {}}
+    for state in ("init", "trained"):
+        for key, panel, stats in (("param_norms", "parameters", _PARAM_STATS), ("hessian_stats", "hessians", _HESS_STATS)):
+            for st in stats:
+                v = {u: m[key][state][u][st] for u in weights}
+                values[panel][f"{state}/{st}"] = v
+                panels[panel][f"{state}/{st}"] = sorted(weights, key=lambda u: -v[u])
+    top_two = {p: {k: set(order[:2]) == {"W_K", "W_V"} for k, order in per.items()} for p, per in panels.items()}
+    # the largest of the other three as a fraction of the smaller of W_K and W_V ("much smaller": ≤ MUCH_SMALLER)
+    ratio = {p: {k: max(v[u] for u in others) / min(v["W_K"], v["W_V"]) for k, v in per.items()}
+             for p, per in values.items()}
+    much_smaller = {p: {k: r <= MUCH_SMALLER for k, r in per.items()} for p, per in ratio.items()}
+    holds = {p: {k: top_two[p][k] and much_smaller[p][k] for k in per} for p, per in panels.items()}
+    frac = {p: sum(v.values()) / len(v) for p, v in holds.items()}
+    best = max(frac, key=frac.get)
+    everywhere = frac[best] == 1.0
+    n = sum(len(v) for v in holds.values())
+    n_top = sum(sum(v.values()) for v in top_two.values())
+    n_small = sum(sum(v.values()) for v in much_smaller.values())
+    n_both = sum(sum(v.values()) for v in holds.values())
+    per_panel = ", ".join(f"{_PANEL[p]} {sum(v.values())}/{len(v)}" for p, v in top_two.items())
+    note = (f"W_K and W_V are the two largest weight matrices in {n_top}/{n} readings, and the other three much "
+            f"smaller (each ≤ {MUCH_SMALLER:g} × the smaller of W_K, W_V) in {n_small}/{n}")
+    # where W_K and W_V lead but the third is not much smaller: how close the third comes to the second
+    close = [(p, k) for p, per in top_two.items() for k, ok in per.items() if ok and not much_smaller[p][k]]
+    if close:
+        pairs = {(panels[p][k][2], panels[p][k][1]) for p, k in close}
+        gap = max(1 - values[p][k][panels[p][k][2]] / values[p][k][panels[p][k][1]] for p, k in close)
+        (third, second), = pairs if len(pairs) == 1 else ((None, None),)
+        who = (f"{third} is within {100 * gap:.0f} % of {second}" if third else
+               f"the third-largest is within {100 * gap:.0f} % of the second")
+        cases = "; ".join(f"{_reading(p, k)} {values[p][k][panels[p][k][2]]:.3g} vs {values[p][k][panels[p][k][1]]:.3g}"
+                          for p, k in close)
+        note += f": where W_K and W_V lead, {who} ({cases})"
+    # with MUCH_SMALLER < 1 the second clause implies the first, so a reading supports the sentence exactly
+    # when the second clause holds
+    if n_both == 0:
+        note += (". The first clause (W_K and W_V on top) fails in every reading, and with it the second"
+                 if n_top == 0 else ". The second clause ('much smaller') fails in every reading, so no reading "
+                 "supports the sentence")
+    else:
+        note += (f". Both clauses hold in {n_both}/{n} readings, best in the {_PANEL[best]} panel"
+                 + (" (every reading)" if everywhere else f" ({sum(holds[best].values())}/{len(holds[best])})"))
+    low_p, low_k = min(((p, k) for p, per in ratio.items() for k in per), key=lambda pk: ratio[pk[0]][pk[1]])
+    note += (f". — W_K and W_V on top: {per_panel}. The largest of the other three over the smaller of W_K, W_V is "
+             f"at least {ratio[low_p][low_k]:.2f} ({_reading(low_p, low_k)}); 'much smaller' needs ≤ {MUCH_SMALLER:g}")
+    return Row(id="fig5.keys_values", result="fig5", kind="claim", claim="reproduced", expected=None, what=what,
+               verdict=claim_verdict([n_both > 0], everywhere), value=frac[best], tolerance=MUCH_SMALLER,
+               profile=result.config["profile"], evidence=[str(result.json_path)], note=note,
+               details={"orders": panels, "top_two": top_two, "others_over_smaller_of_KV": ratio,
+                        "much_smaller": much_smaller, "holds": holds, "much_smaller_factor": MUCH_SMALLER,
+                        "parameter_statistics": _PARAM_STATS,
+                        "hessian_statistics": {k: STATISTICS[k][0] for k in _HESS_STATS}})
+
+
+def key_numbers(r) -> dict:
+    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
+    m = r.meta
+    out = {}
+    for u in ("W_Q", "W_K", "W_V", "W_1", "W_2"):
+        out[f"‖{u}‖_F trained"] = m["param_norms"]["trained"][u]["fro"]
+        out[f"‖H_{u}‖_2 trained"] = m["hessian_stats"]["trained"][u]["spectral"]
+    return out
+
+
+# ----------------------------------------------------------------------------- the results of this module
+SPECS = (
+    FigureSpec("fig5", "Fig. 5", "fig05_norms", "parameter and Hessian block norms", SETTINGS,
+               lambda j: compute_norms(j.ctx, j.settings, j.deps),
+               {"parameters": plot_parameters, "hessians": plot_hessians,
+                "parameters_over_training": plot_parameters_over_training,
+                "hessians_over_training": plot_hessians_over_training},
+               messages={"parameters": captions.fig5_parameters, "hessians": captions.fig5_hessians,
+                         "parameters_over_training": captions.fig5_parameters_over_training,
+                         "hessians_over_training": captions.fig5_hessians_over_training},
+               depends=("fig3", "fig4", "trajectory"), override_key="norms", key_numbers=key_numbers,
+               rows=lambda res: [keys_values(res.get("fig5"))],
+               finding=Finding("fig5", "Fig. 5: Keys and Values have the highest norms", "notebooks/fig05_block_norms")),
+    FigureSpec("trajectory", "Figs. 5, 7-11", "", "snapshots of the first training steps", TRAJECTORY,
+               lambda j: compute_trajectory(j.ctx, j.settings, j.deps["fig3"], j.config_hash, j.store),
+               depends=("fig3",), finish=lambda j: finish_trajectory(j.ctx, j.config_hash, j.store), internal=True),
+)

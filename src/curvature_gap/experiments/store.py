@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import atomic_write_bytes, atomic_write_json, file_lock, jsonable
+from ..io import atomic_write_json, file_lock, jsonable, save_npz_atomic
 
 
 class StaleResultWarning(UserWarning):
@@ -133,10 +133,7 @@ class ResultStore:
     def save(self, figure: str, chash: str, config: dict, arrays: dict, meta: dict, extra: dict | None = None,
              compress: bool = False) -> Result:
         jp, npp = self.json_path(figure, chash), self.npz_path(figure, chash)
-        buf = io.BytesIO()
-        (np.savez_compressed if compress else np.savez)(buf, **{k: np.asarray(v) for k, v in arrays.items()})
-        data = buf.getvalue()
-        atomic_write_bytes(npp, data)
+        data = save_npz_atomic(npp, arrays, compress)
         body = dict(
             figure=figure, config_hash=chash, config=_roundtrip(config), meta=jsonable(meta),
             npz=dict(file=npp.name, size=len(data), sha256=hashlib.sha256(data).hexdigest()),

@@ -17,6 +17,7 @@ import math
 import torch
 
 from ..exact import linalg as la
+from ..exact.derivatives import SA_ORDER
 from ..exact.forward import attention_matrix, sa_forward
 from .calculus import (apply_commutation, blockdiag_matmul, commutation, d_kron_wrt_first, d_kron_wrt_second,
                        eye, kron, kron3, kron4, ones, vec_r)
@@ -30,7 +31,7 @@ __all__ = [
     "loss_hessian_blocks", "SA_PARAMS", "sizes",
 ]
 
-SA_PARAMS = ("Q", "K", "V")
+SA_PARAMS = SA_ORDER  # ("Q", "K", "V")
 
 
 def sizes(d_V: int, d_K: int) -> dict:

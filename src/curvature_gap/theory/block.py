@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..exact.derivatives import ATTENTION_ORDER, BLOCK_ORDER
 from ..exact.forward import block_forward
 from ..exact.linalg import sym_spectral_norm
 from . import attention as at
@@ -37,8 +38,8 @@ __all__ = [
     "diagonal_norms_under_input_scaling",
 ]
 
-BLOCK_PARAMS = ("1", "2", "K", "Q", "V")
-ATTN = ("K", "Q", "V")
+BLOCK_PARAMS = BLOCK_ORDER  # ("1", "2", "K", "Q", "V")
+ATTN = ATTENTION_ORDER  # ("K", "Q", "V")
 
 
 def param_sizes(d_V: int, d_K: int, d_ff: int) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..row import Row
+from ...row import Row
 from . import attention, block, calculus, ffn, layernorm
 from .common import BAD, FD_TOL, TOL, _instances, _quiet_single_thread, rel_err, result_of
 

@@ -88,7 +88,7 @@ def _phi(quick: bool, insts: list[Instance]) -> list:
 
 def _block(quick: bool, insts: list[Instance]) -> list:
     P = bk.BLOCK_PARAMS
-    ATT = ("K", "Q", "V")
+    ATT = bk.ATTN
     idx = {"Q": 1, "K": 2, "V": 3, "1": 4, "2": 5}
     A = {k: _Acc() for k in ["JY", "JZ", "Gi", "B", "dZ", "HY", "HZ", "fd", "xfd", "x12", "x21", "x1k", "w2T", "sym"]}
     A.update({f"xi{i}{j}": _Acc() for i in P for j in P})

@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from ...exact.instances import Instance, random_instance
-from ..row import Row
+from ...row import Row
 
 __all__ = ["TOL", "FD_TOL", "BAD", "SHARPNESS", "RESULT_OF", "ROLE", "result_of", "rel_err"]
 

@@ -1,4 +1,4 @@
-"""curvature_gap.checks.figures: the verdicts about the paper's figures, derived from a table of rankings
+"""The claim rows about the paper's figures (experiments.heatmaps, .norms, .convergence): verdicts derived from a table of rankings
 (never from one number)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from curvature_gap.checks import figures as cf
+from curvature_gap.experiments import claims, convergence, heatmaps, norms
 from curvature_gap.experiments.hessians import OUTSIDE_BLOCK, SETS, STATISTICS, UNITS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,14 +28,14 @@ def _base(u, st):
 
 
 def test_ranking_table_orders_each_set_by_each_statistic():
-    table = cf.ranking_table(_stats(_base))
+    table = claims.ranking_table(_stats(_base))
     assert set(table) == set(SETS) and set(table["weights"]) == set(STATISTICS)
     assert table["weights"]["fro"] == ["W_2", "W_1", "W_V", "W_K", "W_Q"]
     assert table["block"]["mean"][0] == "b_2" and len(table["with_layernorm"]["rms"]) == 7
 
 
 def test_W_V_largest_everywhere_is_reproduced():
-    row = cf.values_largest(_res(_stats(lambda u, st: 100.0 if u == "W_V" else _base(u, st))), "fig3")
+    row = heatmaps.values_largest(_res(_stats(lambda u, st: 100.0 if u == "W_V" else _base(u, st))), "fig3")
     assert row.verdict == "reproduced" and row.value == 1.0 and not row.finding
     assert row.id == "fig3.values_largest" and row.details["rankings"]["block"]["max"][0] == "W_V"
     assert all(all(per.values()) for per in row.details["leads"].values())
@@ -47,7 +47,7 @@ def test_W_V_largest_by_some_statistics_only_is_partly_reproduced():
             return 100.0 if st == "fro" else 0.5
         return _base(u, st)
 
-    row = cf.values_largest(_res(_stats(value)), "fig4")
+    row = heatmaps.values_largest(_res(_stats(value)), "fig4")
     assert row.verdict == "partly reproduced" and row.finding
     assert row.value == pytest.approx(1 / len(STATISTICS))
     assert row.details["leads"]["weights"]["fro"] and not row.details["leads"]["weights"]["mean"]
@@ -58,7 +58,7 @@ def test_W_V_largest_among_the_weights_but_not_with_the_layernorms_is_partly_rep
     def value(u, st):
         return {"W_V": 100.0, "LN1": 1000.0}.get(u, _base(u, st))
 
-    row = cf.values_largest(_res(_stats(value)), "fig3")
+    row = heatmaps.values_largest(_res(_stats(value)), "fig3")
     assert row.verdict == "partly reproduced" and row.value == 1.0
     assert all(row.details["leads"]["weights"].values())
     assert not any(row.details["leads"]["with_layernorm"].values())
@@ -69,7 +69,7 @@ def test_the_widest_reading_is_the_blocks_own_parameters():
     assert set(OUTSIDE_BLOCK) == {"embed", "pos", "head"} and set(UNITS) == set(SETS["block"][1]) | set(OUTSIDE_BLOCK)
     assert not any(set(members) & set(OUTSIDE_BLOCK) for _, members in SETS.values())
     assert "of the block" in SETS["block"][0]
-    row = cf.values_largest(_res(_stats(lambda u, st: {"W_V": 100.0, "embed": 1e4, "head": 1e4}.get(u, _base(u, st)))),
+    row = heatmaps.values_largest(_res(_stats(lambda u, st: {"W_V": 100.0, "embed": 1e4, "head": 1e4}.get(u, _base(u, st)))),
                             "fig4")
     assert row.verdict == "reproduced", "an embedding or head larger than W_V does not count against the block's claim"
     assert all(r[0] == "W_V" for per in row.details["rankings"].values() for r in per.values())
@@ -86,34 +86,34 @@ def test_fig4_evidence_names_the_layernorm_that_is_larger_per_entry():
             return 1.0 if st in ("fro", "spectral") else 20.0 + (st == "mean")
         return _base(u, st)
 
-    row = cf.values_largest(_res(_stats(value)), "fig4")
+    row = heatmaps.values_largest(_res(_stats(value)), "fig4")
     head = row.note.split(" — ")[0]
     assert head.startswith("W_V's diagonal block: the largest of the five weight matrices in 7/7 statistics; "
                            "LN1 larger per entry (5/7 statistics; mean |H| 21 vs 10)")
     assert "the largest with the LayerNorms in 2/7 and of every parameter group of the block in 2/7." in head
     assert row.verdict == "partly reproduced" and row.value == 1.0
     # LN1 larger in some statistics, not in every per-entry one: named with the statistics, not "per entry"
-    row = cf.values_largest(_res(_stats(lambda u, st: 20.0 if u == "LN1" and st in ("mean", "rms") else
+    row = heatmaps.values_largest(_res(_stats(lambda u, st: 20.0 if u == "LN1" and st in ("mean", "rms") else
                                         (10.0 if u == "W_V" else _base(u, st)))), "fig4")
     assert "LN1 larger in 2/7: mean |H|, RMS of the entries" in row.note and "per entry" not in row.note
     # a weight matrix that beats W_V is named in the first clause
-    row = cf.values_largest(_res(_stats(lambda u, st: 50.0 if u == "W_2" and st == "max" else
+    row = heatmaps.values_largest(_res(_stats(lambda u, st: 50.0 if u == "W_2" and st == "max" else
                                         (10.0 if u == "W_V" else _base(u, st)))), "fig3")
     assert "in 6/7 statistics (W_2 larger in 1/7: max |H|)" in row.note
 
 
 def test_W_V_never_largest_is_not_reproduced():
-    row = cf.values_largest(_res(_stats(lambda u, st: 0.1 if u == "W_V" else _base(u, st))), "fig3")
+    row = heatmaps.values_largest(_res(_stats(lambda u, st: 0.1 if u == "W_V" else _base(u, st))), "fig3")
     assert row.verdict == "not reproduced" and row.value == 0.0 and row.finding
 
 
 def test_no_result_is_not_run_with_the_command():
-    row = cf.values_largest(None, "fig4")
-    assert row.verdict == "not run" and row.command == cf.FIGURE_COMMAND.format(name="fig4", needs="MNIST")
-    assert cf.keys_values(None).verdict == "not run"
-    fig6 = cf.convergence_slope(None)
+    row = heatmaps.values_largest(None, "fig4")
+    assert row.verdict == "not run" and row.command == claims.FIGURE_COMMAND.format(name="fig4", needs="MNIST")
+    assert norms.keys_values(None).verdict == "not run"
+    fig6 = convergence.convergence_slope(None)
     assert fig6.verdict == "not run" and "CIFAR-100 and a GPU" in fig6.command
-    stand = cf.convergence_slope(None, SimpleNamespace(meta={"fit": {"slope": -0.98, "r2": 0.99}}))
+    stand = convergence.convergence_slope(None, SimpleNamespace(meta={"fit": {"slope": -0.98, "r2": 0.99}}))
     assert "MNIST stand-in (1 block) gives slope -0.980" in stand.note and stand.verdict == "not run"
 
 
@@ -128,12 +128,12 @@ def _fig5(param, hess):
 
 def test_fig5_needs_keys_and_values_on_top_and_the_others_much_smaller():
     big = lambda u, st: {"W_K": 10.0, "W_V": 9.0}.get(u, 1.0)  # noqa: E731  others ≤ 0.5 × 9
-    row = cf.keys_values(_fig5(big, big))
-    assert row.verdict == "reproduced" and row.value == 1.0 and row.tolerance == cf.MUCH_SMALLER
+    row = norms.keys_values(_fig5(big, big))
+    assert row.verdict == "reproduced" and row.value == 1.0 and row.tolerance == norms.MUCH_SMALLER
     assert all(all(v.values()) for v in row.details["holds"].values())
     # K and V on top, but W_Q just below W_K: the first clause holds, the second fails, in every reading
     close = lambda u, st: {"W_K": 10.0, "W_V": 9.0, "W_Q": 8.0}.get(u, 1.0)  # noqa: E731
-    row = cf.keys_values(_fig5(close, close))
+    row = norms.keys_values(_fig5(close, close))
     assert row.verdict == "not reproduced" and row.value == 0.0 and row.finding
     assert all(all(v.values()) for v in row.details["top_two"].values())
     assert not any(any(v.values()) for v in row.details["much_smaller"].values())
@@ -143,25 +143,25 @@ def test_fig5_needs_keys_and_values_on_top_and_the_others_much_smaller():
     assert "The second clause ('much smaller') fails in every reading, so no reading supports the sentence." in head
     # the margin is MUCH_SMALLER, inclusive: a third at exactly half the smaller of W_K, W_V is much smaller
     edge = lambda u, st: {"W_K": 10.0, "W_V": 9.0, "W_Q": 4.5}.get(u, 1.0)  # noqa: E731
-    assert cf.keys_values(_fig5(edge, edge)).verdict == "reproduced"
+    assert norms.keys_values(_fig5(edge, edge)).verdict == "reproduced"
     above = lambda u, st: {"W_K": 10.0, "W_V": 9.0, "W_Q": 4.5 * (1 + 1e-9)}.get(u, 1.0)  # noqa: E731
-    assert cf.keys_values(_fig5(above, above)).verdict == "not reproduced"
+    assert norms.keys_values(_fig5(above, above)).verdict == "not reproduced"
 
 
 def test_fig5_partly_reproduced_and_the_first_clause_failing():
     big = lambda u, st: {"W_K": 10.0, "W_V": 9.0}.get(u, 1.0)  # noqa: E731
     q_on_top = lambda u, st: {"W_Q": 10.0, "W_V": 9.0}.get(u, 1.0)  # noqa: E731
-    row = cf.keys_values(_fig5(q_on_top, big))  # as before: one panel supporting it in every reading suffices
+    row = norms.keys_values(_fig5(q_on_top, big))  # as before: one panel supporting it in every reading suffices
     assert row.verdict == "reproduced" and row.value == 1.0
     assert "Both clauses hold in 8/12 readings, best in the Hessian-block norms panel (every reading)" in row.note
     some = lambda u, st: (big if st in ("fro", "rms") else q_on_top)(u, st)  # noqa: E731
-    row = cf.keys_values(_fig5(q_on_top, some))
+    row = norms.keys_values(_fig5(q_on_top, some))
     assert row.verdict == "partly reproduced" and row.value == 0.5
     assert "Both clauses hold in 4/12 readings, best in the Hessian-block norms panel (4/8)" in row.note
-    row = cf.keys_values(_fig5(q_on_top, q_on_top))
+    row = norms.keys_values(_fig5(q_on_top, q_on_top))
     assert row.verdict == "not reproduced"
     assert "The first clause (W_K and W_V on top) fails in every reading, and with it the second" in row.note
-    assert cf.MUCH_SMALLER < 1, "the second clause implies the first"
+    assert norms.MUCH_SMALLER < 1, "the second clause implies the first"
 
 
 def _published(name):
@@ -193,7 +193,7 @@ def test_fig5_on_the_paper_numbers():
         support[panel].append(kv and v[2][0] <= 0.5 * v[1][0])
         if kv and v[2][0] > 0.5 * v[1][0]:
             gaps.append((v[2][1], v[1][1], 1 - v[2][0] / v[1][0]))
-    row = cf.keys_values(res)
+    row = norms.keys_values(res)
     head = row.note.split(" — ")[0]
     assert head.startswith(f"W_K and W_V are the two largest weight matrices in {top}/12 readings, and the other "
                            f"three much smaller (each ≤ 0.5 × the smaller of W_K, W_V) in {small}/12")
@@ -215,7 +215,7 @@ def test_figs3_4_on_the_paper_numbers():
         sets = {"weights": ("W_Q", "W_K", "W_V", "W_1", "W_2"), "ln": ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2"),
                 "block": ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2", "b_1", "b_2")}
         leads = {k: sum(max(us, key=lambda u: stats[u][st]) == "W_V" for st in STATISTICS) for k, us in sets.items()}
-        row = cf.values_largest(_published(name), name)
+        row = heatmaps.values_largest(_published(name), name)
         head = row.note.split(" — ")[0]
         assert head.startswith(f"W_V's diagonal block: the largest of the five weight matrices in {leads['weights']}/7 "
                                "statistics"), name
@@ -223,7 +223,7 @@ def test_figs3_4_on_the_paper_numbers():
                 f"{leads['block']}/7") in head, name
         assert "embed" not in head and "head" not in head.replace("|H|", ""), name
         ln_beats = {u: [st for st in STATISTICS if stats[u][st] > stats["W_V"][st]] for u in ("LN1", "LN2")}
-        per_entry = [u for u, b in ln_beats.items() if all(st in b for st in cf.PER_ENTRY)]
+        per_entry = [u for u, b in ln_beats.items() if all(st in b for st in heatmaps.PER_ENTRY)]
         if leads["ln"] < leads["weights"] and per_entry:
             u = max(per_entry, key=lambda x: len(ln_beats[x]))
             assert (f"{u} larger per entry ({len(ln_beats[u])}/7 statistics; mean |H| {stats[u]['mean']:.3g} vs "
@@ -233,6 +233,6 @@ def test_figs3_4_on_the_paper_numbers():
 def test_fig6_slope():
     res = lambda slope: SimpleNamespace(meta={"fit": {"slope": slope, "r2": 0.99}, "n_samples": 50000},  # noqa: E731
                                         config={"profile": "paper"}, json_path="f.json")
-    assert cf.convergence_slope(res(-1.05)).verdict == "reproduced"
-    assert cf.convergence_slope(res(-0.5)).verdict == "not reproduced"
-    assert cf.convergence_slope(res(-1.0 - cf.SLOPE_TOL - 1e-9)).verdict == "not reproduced"
+    assert convergence.convergence_slope(res(-1.05)).verdict == "reproduced"
+    assert convergence.convergence_slope(res(-0.5)).verdict == "not reproduced"
+    assert convergence.convergence_slope(res(-1.0 - convergence.SLOPE_TOL - 1e-9)).verdict == "not reproduced"

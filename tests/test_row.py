@@ -1,4 +1,4 @@
-"""curvature_gap.checks.row: the Row schema, its text and JSON forms, and the exit rule."""
+"""curvature_gap.row: the Row schema, its text and JSON forms, and the exit rule."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import jsonschema
 import pytest
 
-from curvature_gap.checks.row import KINDS, ROW_SCHEMA, VERDICTS, Row, exit_status, format_table, summary_line
+from curvature_gap.row import KINDS, ROW_SCHEMA, VERDICTS, Row, exit_status, format_table, summary_line
 
 
 def _row(**kw):

@@ -1,0 +1,99 @@
+"""What a result module declares: :class:`FigureSpec`, and the :class:`Job` its compute function gets.
+
+A result (a figure of the paper, a figure beyond it, or a check that needs a trained model) is one module
+of this package. The module holds its settings per profile, its compute and plot functions, the claim
+rows read from its numbers and the finding they are evidence for, and declares them in a module-level
+tuple ``SPECS`` of :class:`FigureSpec`. The registries (``experiments.SPECS``, the results ``verify``
+reads, the experiments of ``findings.RESULTS``) are built from those tuples; nothing else lists a result.
+The recipe for adding one is in ``CONTRIBUTING.md``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..config import PROFILES
+
+__all__ = ["FigureSpec", "Job", "Finding", "sort_key"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a compute function gets: the context, its settings, its dependencies' results."""
+
+    name: str
+    ctx: object  # experiments.context.Context
+    settings: object
+    deps: dict
+    config_hash: str
+    store: object  # experiments.store.ResultStore
+    reads: dict = field(default_factory=dict)  # name -> settings of each result in FigureSpec.reads
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The result of the paper a result's claim rows are evidence for: one line of ``findings.RESULTS``.
+
+    ``claim=False``: the figure's text makes no claim (its verdict is "no claim made")."""
+
+    key: str
+    title: str  # the result as the paper names it, with its claim in words
+    page: str  # the book page, e.g. "notebooks/fig03_hessian_init"
+    claim: bool = True
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """One result.
+
+    ``settings`` maps each profile the result exists under to its settings (a frozen dataclass: every
+    value a named choice with its source); ``compute(job) -> (arrays, meta)`` computes it; ``plots`` maps
+    each figure part to ``function(result) -> matplotlib Figure`` and ``messages`` to the one sentence its
+    caption opens with (what to see, computed from the numbers); ``rows(results) -> [Row]`` reads the
+    claim rows from ``results`` (name -> paper-profile result or None; it reads ``rows_read``, by default
+    the result itself); ``verify_reads`` marks a result whose numbers rows of another topic read (the
+    trained-model bounds, Theorem 7, Assumption 1); ``finding`` is the entry of ``findings.RESULTS`` its
+    rows are evidence for.
+    """
+
+    name: str
+    paper: str  # the paper's figure number, "beyond the paper", or "check"
+    stem: str  # output file stem under figures/ ("" for results without a figure)
+    title: str
+    settings: dict  # profile -> settings
+    compute: Callable[[Job], tuple]
+    plots: dict = field(default_factory=dict)  # part -> function(result) -> matplotlib Figure
+    messages: dict = field(default_factory=dict)  # part -> function(result) -> the caption's message (str)
+    depends: tuple = ()
+    reads: tuple = ()  # settings of other results its computation reads (they enter its config)
+    finish: Callable | None = None
+    needs: str = "MNIST"  # what it needs to run, for reports
+    rows: Callable | None = None
+    rows_read: tuple = ()  # results its rows read (default: itself)
+    verify_reads: bool = False
+    finding: Finding | None = None
+    key_numbers: Callable | None = None  # result -> {name: number} a reader would cite (the reproduction report)
+    override_key: str = ""  # a second name under which Context(settings_overrides=...) reaches its settings
+    internal: bool = False  # computed for other results only (no figure of its own, not in RESULT_NAMES)
+
+    @property
+    def profiles(self) -> tuple:
+        """The profiles the result exists under, in :data:`curvature_gap.config.PROFILES` order."""
+        return tuple(p for p in PROFILES if p in self.settings)
+
+    @property
+    def read_by_rows(self) -> tuple:
+        """The results its claim rows read."""
+        return (self.rows_read or (self.name,)) if self.rows is not None else ()
+
+
+_FIG = re.compile(r"Figs?\. (\d+)")
+
+
+def sort_key(s: FigureSpec) -> tuple:
+    """Book order: the paper's figures by number, then results beyond the paper, then checks."""
+    m = _FIG.match(s.paper)
+    if m:
+        return (0, int(m.group(1)), s.name)
+    return (1 if s.paper == "beyond the paper" else 2, 0, s.name)
