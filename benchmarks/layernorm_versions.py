@@ -12,7 +12,8 @@ images of the first batch of the authors' training loader (``train.LoaderOrder``
 (``AUTHORS_ORDER``: every weight matrix and LayerNorm gamma, beta, no biases, in their order, each matrix
 flattened in their (out, in) layout); the biases stay fixed. Loss: cross-entropy, batch mean; float64.
 
-Each Hessian is computed in its own subprocess with ``--threads`` threads:
+Each Hessian is computed in its own subprocess with ``--threads`` threads, ``--jobs`` at a time (the
+``seconds`` of a worker include the competition of the others and of the machine's load):
 
 * ``exact``: the model with the hand-written LayerNorm (``fused_ln=False``), reverse-over-reverse autograd
   (``torch.autograd.grad`` of each entry of a gradient taken with ``create_graph``; no torch.func), plus
@@ -42,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from _bench import ROOT, Run, add_switches, out_path, peak_mb
@@ -372,31 +374,46 @@ def run(args, log=print) -> tuple[list[dict], dict]:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         torch.save(dict(X=X, y=y), tmp / "batch.pt")
-        for ck, state, info in checkpoints:
+        tasks = []  # (checkpoint, key, spec, scratch): every Hessian, run --jobs at a time
+        for ck, state, _ in checkpoints:
             torch.save(state, tmp / f"{ck}.pt")
             common = dict(state=str(tmp / f"{ck}.pt"), batch=str(tmp / "batch.pt"), model=model_over,
                           threads=args.threads)
-            log(f"[{ck}] exact Hessian (reverse-over-reverse, hand-written LayerNorm)")
-            res = _run(dict(common, method="exact", save=str(tmp / "E.npy"), fd_save=str(tmp / "fd.npy"),
-                            fd_cols=cols))
+            tasks.append((ck, "exact", dict(common, method="exact", save=str(tmp / f"{ck}-exact.npy"),
+                                            fd_save=str(tmp / f"{ck}-fd.npy"), fd_cols=cols), None))
+            for e, scratch in enumerate([None, *args.scratch]):
+                tasks.append((ck, e, dict(common, method="curvlinops", save=str(tmp / f"{ck}-{e}.npy")), scratch))
+
+        def job(task):
+            ck, key, spec, scratch = task
+            log(f"[{ck}] start {'exact' if key == 'exact' else 'curvlinops ' + (scratch or 'installed')}")
+            return _run(spec, scratch)
+
+        # the longest first: the scratch releases (one product per column), the installed one, the exact
+        tasks = ([t for t in tasks if t[1] not in ("exact", 0)] + [t for t in tasks if t[1] == 0]
+                 + [t for t in tasks if t[1] == "exact"])
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(job, tasks))
+        done = {(t[0], t[1]): (t, r) for t, r in zip(tasks, results)}
+        for ck, _, info in checkpoints:
+            (_, _, spec, _), res = done[ck, "exact"]
             if res["status"] != "ok":
                 rows.append(dict(checkpoint=ck, method="exact", **res))
                 continue
-            E, FD = np.load(tmp / "E.npy"), np.load(tmp / "fd.npy")
+            E, FD = np.load(spec["save"]), np.load(spec["fd_save"])
             fd_err = float(max(np.abs(FD[:, k] - E[:, c]).max() / np.abs(E[:, c]).max() for k, c in enumerate(cols)))
             ex = block_stats(E, sizes, labels)
             rows.append(dict(checkpoint=ck, checkpoint_info=info, method="exact", parameters=int(sum(sizes)),
                              seconds=res["seconds"], fd_seconds=res["fd_seconds"], peak_mb=res["peak_mb"],
                              autodiff=res["autodiff"], fd_columns=cols, fd_max_rel_err=fd_err,
                              asymmetry=float(np.abs(E - E.T).max() / np.abs(E).max()), status="ok", **ex))
-            log(f"  {res['seconds']:.1f} s; finite differences on {len(cols)} columns: {fd_err:.1e}")
-            for scratch, _ in envs:
+            log(f"[{ck}] exact: {res['seconds']:.1f} s; finite differences on {len(cols)} columns: {fd_err:.1e}")
+            for e, scratch in enumerate([None, *args.scratch]):
+                (_, _, spec, _), res = done[ck, e]
                 label = "installed" if scratch is None else f"scratch {scratch}"
-                log(f"[{ck}] curvlinops ({label}) through the fused LayerNorm")
-                res = _run(dict(common, method="curvlinops", save=str(tmp / "C.npy")), scratch)
                 row = dict(checkpoint=ck, method="curvlinops", environment=label, **res)
                 if res["status"] == "ok":
-                    C = np.load(tmp / "C.npy")
+                    C = np.load(spec["save"])
                     st = block_stats(C, sizes, labels)
                     row.update(compare(C, E, sizes), **st,
                                fd_max_rel_err=float(max(np.abs(FD[:, k] - C[:, c]).max() / np.abs(E[:, c]).max()
@@ -405,7 +422,7 @@ def run(args, log=print) -> tuple[list[dict], dict]:
                                              for k, v in st["largest"].items()},
                                same_ranking={k: v["ranking"] == ex["largest"][k]["ranking"]
                                              for k, v in st["largest"].items()})
-                    log(f"  curvlinops {res['curvlinops_version']} ({res['autodiff']}): {res['seconds']:.1f} s, "
+                    log(f"[{ck}] curvlinops {res['curvlinops_version']} ({res['autodiff']}): {res['seconds']:.1f} s, "
                         f"max rel err {row['max_rel_err']:.2e}, Frobenius {row['fro_rel_err']:.2e}")
                 rows.append(row)
             if not args.scratch:
@@ -414,7 +431,7 @@ def run(args, log=print) -> tuple[list[dict], dict]:
                                         "given; CI has none); nothing is computed or assumed for it"))
     settings = dict(model="authors_mnist" + (f" {model_over}" if model_over else ""), parameters=int(sum(sizes)),
                     blocks=labels, block_sizes=sizes, authors_order=[t for t, _ in AUTHORS_ORDER], batch=args.batch,
-                    data=data, dtype="float64", threads=args.threads, fd_step=1e-5,
+                    data=data, dtype="float64", threads=args.threads, jobs=args.jobs, fd_step=1e-5,
                     checkpoints=[ck for ck, _, _ in checkpoints], installed_curvlinops=installed,
                     scratch=list(args.scratch), releases=[dict(version=v, uploaded=d, hessian=MODES.get(v, "not read"))
                                                           for v, d in RELEASES],
@@ -426,7 +443,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_switches(ap)
     ap.add_argument("--batch", type=int, default=None, help="images (default 128, --quick 8)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of each worker process")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes at a time (each Hessian is one)")
     ap.add_argument("--scratch", action="append", default=[],
                     help="a directory holding another curvlinops release (pip install --no-deps --target DIR), "
                          "put first on PYTHONPATH of its worker; repeatable")
