@@ -389,3 +389,24 @@ def test_the_cifar_recipe_runs_on_cifar_shaped_tensors(tmp_path):
     cfg = cf.recipe_config("authors_cifar100", "smoke", model_overrides=(("n_blocks", 1),))
     m = tr.train_recipe(cfg, tmp_path, datasets=tr.Datasets(split(256), split(64)), device="cpu", progress=False)
     assert m["steps"] == 2 and math.isfinite(m["test_loss"])
+
+
+# ---------------------------------------------------------------------------------------------- for the figures
+def test_the_first_batch_and_the_step_checkpoint_are_what_the_trainer_saw(tmp_path, monkeypatch):
+    """recipe_first_batch is the batch train_recipe trains on at step 0; ensure_recipe_step(k) returns the
+    weights after k steps (step 0: the seeded initialisation, no training) and continues the run for later k."""
+    ds = smooth_datasets(96, 32)
+    cfg = _recipe(epochs=1, batch_size=32, model_overrides=tuple(sorted(TINY_MODEL.items())))
+    seen, step = [], tr.recipe_step
+    monkeypatch.setattr(tr, "recipe_step", lambda model, opt, x, y, *a: (seen.append((x, y)), step(model, opt, x, y, *a))[1])
+    x0, y0 = tr.recipe_first_batch(cfg, tr.load_recipe_datasets(cfg, datasets=ds))
+    s0, info0 = tr.ensure_recipe_step(cfg, tmp_path, 0, "cpu", datasets=ds, progress=False, log=lambda m: None)
+    init = build_model(cfg.model, seed=cfg.seed, **dict(cfg.model_overrides)).state_dict()
+    assert not seen and info0["step"] == 0 and all(torch.equal(s0[k], init[k]) for k in init)
+    s2, info2 = tr.ensure_recipe_step(cfg, tmp_path, 2, "cpu", datasets=ds, progress=False, log=lambda m: None)
+    assert len(seen) == 2 and torch.equal(seen[0][0], x0) and torch.equal(seen[0][1], y0)
+    assert info2["step"] == 2 and any(not torch.equal(s2[k], init[k]) for k in init)
+    again, _ = tr.ensure_recipe_step(cfg, tmp_path, 2, "cpu", datasets=ds, progress=False, log=lambda m: None)
+    assert len(seen) == 2 and all(torch.equal(again[k], s2[k]) for k in s2), "read from the snapshot"
+    tr.ensure_recipe_step(cfg, tmp_path, 3, "cpu", datasets=ds, progress=False, log=lambda m: None)
+    assert len(seen) == 3, "continued from step 2, not restarted"

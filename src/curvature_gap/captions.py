@@ -67,9 +67,9 @@ def heatmap_whole(res) -> str:
 
 
 def heatmap_attention(res) -> str:
-    order = [x for x in res.meta["rankings"]["weights"]["fro"] if x in ("W_Q", "W_K", "W_V")]
+    order = [x for x in res.meta["rankings"]["weights"]["fro"] if x in ("W_Q", "W_K", "W_V", "W_O")]
     when = "after training" if res.meta.get("trained") else "at initialisation"
-    return (f"Of the three attention blocks, {_pair(order[0])} is the largest by Frobenius norm {when} ("
+    return (f"Of the {('three', 'four')[len(order) - 3]} attention blocks, {_pair(order[0])} is the largest by Frobenius norm {when} ("
             + " > ".join(u(x) for x in order) + ").")
 
 

@@ -498,5 +498,5 @@ FROM_AUTHORS_CODE: list[dict] = [
 # What neither the paper nor the authors' public code states, with the reason for each. Rendered in the book.
 UNSTATED: list[dict] = [
     dict(name="seed of the initialisation", value="0", reason="the authors' code never seeds torch (its seed only shuffles the data); any fixed seed, determinism is tested"),
-    dict(name="trained weights of Figs. 4 and 5", value="the final weights of our training run", reason="the authors' notebooks/hessian_visualization.ipynb loads a step-20000 checkpoint that is not in their repository; which step the paper's figures show is not stated"),
+    dict(name="trained weights of Figs. 4 and 5", value="the authors' model: step 20,000 of their recipe; the theorem's block: the final weights of our training run", reason="the authors' notebooks/hessian_visualization.ipynb loads a step-20000 checkpoint that is not in their repository (it is retrained here by their recipe); the paper does not state which step its figures show"),
 ]

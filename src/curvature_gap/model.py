@@ -406,6 +406,29 @@ def authors_parameter_names(cfg: ModelConfig) -> dict[str, tuple[str, bool]]:
     return names
 
 
+def authors_hessian_order(model: ViT) -> tuple[list[int], list[tuple[str, int]]]:
+    """The parameters the authors' Hessian figures differentiate, in their order and flattening: every
+    weight and LayerNorm γ, β, no other bias (their ``notebooks/hessian_visualization.ipynb``), in module
+    order (patch, Q, K, V, O, LN1, FF1, FF2, LN2, head), each flattened row-major in *their* storage (their
+    ``nn.Linear`` weights are the transposes of our block matrices). Returns (our flat indices in that
+    order, [(our group name, entries)] of the consecutive groups)."""
+    inv = {ours: (theirs, t) for theirs, (ours, t) in authors_parameter_names(model.cfg).items()}
+    sl = param_slices(model)
+    idx, groups = [], []
+    for name, p in model.named_parameters():
+        theirs, transposed = inv[name]
+        if theirs.endswith(".bias") and "norm" not in theirs:
+            continue
+        block = torch.arange(sl[name].start, sl[name].stop).reshape(p.shape)
+        idx += (block.T if transposed else block).reshape(-1).tolist()
+        g = group_of(name)
+        if groups and groups[-1][0] == g:
+            groups[-1] = (g, groups[-1][1] + p.numel())
+        else:
+            groups.append((g, p.numel()))
+    return idx, groups
+
+
 def from_authors_state_dict(state_dict: dict, model: str = "mnist", dtype: torch.dtype = torch.float32,
                             **overrides) -> ViT:
     """Our ViT of the authors' variant (``MODEL_CONFIGS["authors_" + model]``) holding the weights of a state

@@ -496,6 +496,49 @@ def load_recipe_datasets(cfg: RecipeConfig, root=None, allow_download: bool = Fa
                     data_mod.renormalised(datasets.test.subset(cfg.test_subset), mean, std))
 
 
+def recipe_batch(cfg: RecipeConfig, train_split, perm: torch.Tensor, b: int, step: int, fill: torch.Tensor):
+    """Batch ``b`` of the epoch order ``perm`` at training step ``step``: its images and labels, augmented
+    when ``cfg.augment`` (:func:`augment_recipe`, generator seeded by ``(seed, step)``). What
+    :func:`train_recipe` trains on, and what the figures read as "the first batch of the loader"."""
+    idx = perm[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+    x, y = train_split.images[idx], train_split.labels[idx]
+    if cfg.augment:
+        x = augment_recipe(x, _generator(cfg.seed, 1_000_003, step), cfg.crop_padding, cfg.rotation_degrees,
+                           cfg.hflip, fill)
+    return x, y
+
+
+def recipe_first_batch(cfg: RecipeConfig, ds: Datasets) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first batch the authors' training loader yields (epoch 0, batch 0, step 0), as :func:`train_recipe`
+    sees it: shuffled by the recipe's seed, augmented, normalised by the recipe; ``ds`` from
+    :func:`load_recipe_datasets`."""
+    n = len(ds.train)
+    perm = (LoaderOrder(n, cfg.batch_size, cfg.seed).order(0) if cfg.shuffle == "dataloader"
+            else torch.randperm(n, generator=_generator(cfg.seed, 0)))
+    return recipe_batch(cfg, ds.train, perm, 0, 0, zero_pixel(*cfg.normalize))
+
+
+def ensure_recipe_step(cfg: RecipeConfig, runs_dir, step: int, device: str = "auto", datasets: Datasets | None = None,
+                       progress: bool = True, log: Callable[[str], None] = print) -> tuple[dict, dict]:
+    """(the weights after ``step`` training steps of ``cfg``, info): from the run's snapshot when it is there
+    and intact, else trained (resuming the run in ``run_dir(cfg, runs_dir)``) up to ``step`` first; the run
+    stops at ``step`` and a later call for a later step continues it."""
+    d, chash = run_dir(cfg, runs_dir), cfg.hash()
+    if step == 0:  # the initialisation train_recipe starts from (seeded by cfg.seed): nothing to train
+        state = build_model(cfg.model, seed=cfg.seed, **dict(cfg.model_overrides)).state_dict()
+        return state, dict(config_hash=chash, step=0, weights_sha256=state_sha256(state), run=str(d),
+                           recipe="the authors' (config.AUTHORS_RECIPES)", note="initialisation of the run")
+    state = load_snapshot(d, step, chash)
+    if state is None:
+        log(f"training {cfg.model}/{cfg.profile} (the authors' recipe, config {chash}) to step {step} in {d}")
+        train_recipe(cfg, d, device, datasets=datasets, max_steps=step, progress=progress, snapshot_steps=(step,))
+        state = load_snapshot(d, step, chash)
+    if state is None:
+        raise RuntimeError(f"{d}: no snapshot of step {step} after training to it (does the run have {step} steps?)")
+    return state, dict(config_hash=chash, step=step, weights_sha256=state_sha256(state), run=str(d),
+                       recipe="the authors' (config.AUTHORS_RECIPES)")
+
+
 def recipe_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, cfg: RecipeConfig,
                 lr: float, autocast=contextlib.nullcontext) -> tuple[float, float]:
     """One optimiser step at learning rate ``lr``: mean cross-entropy (under ``autocast()``), backward, the
@@ -610,11 +653,7 @@ def train_recipe(
                 bar.close()
                 save_ckpt()
                 return {"interrupted_at_step": step}
-            idx = perm[b * cfg.batch_size:(b + 1) * cfg.batch_size]
-            x, y = ds.train.images[idx], ds.train.labels[idx]
-            if cfg.augment:
-                x = augment_recipe(x, _generator(cfg.seed, 1_000_003, step), cfg.crop_padding,
-                                   cfg.rotation_degrees, cfg.hflip, fill)
+            x, y = recipe_batch(cfg, ds.train, perm, b, step, fill)
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             lv, _ = recipe_step(model, opt, x, y, cfg, recipe_lr(cfg, step, total_steps), autocast)
             if not math.isfinite(lv) or (running is not None and lv > explode_factor * max(running, 1e-3)):

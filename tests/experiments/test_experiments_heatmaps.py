@@ -52,3 +52,26 @@ def test_group_table_describes_the_flat_parameter_vector():
     i = gt["param_names"].index("blocks.0.value")
     o = gt["param_offsets"][i]
     assert torch.equal(flat[o:o + 16], m.blocks[0].value.reshape(-1))
+
+
+def test_the_authors_hessian_order_is_their_parameter_list_and_flattening():
+    """Their Hessian figures differentiate every weight and LayerNorm gamma, beta (no other bias), flattened
+    in their storage: our indices in that order pick exactly their flat vector out of ours."""
+    from curvature_gap.model import authors_hessian_order, authors_parameter_names, build_model
+
+    m = build_model("authors_mnist", seed=3, d_model=4, d_k=4, d_ff=8, patch_size=7)
+    idx, layout = authors_hessian_order(m)
+    ours = torch.nn.utils.parameters_to_vector(m.parameters())
+    params = dict(m.named_parameters())
+    theirs = []
+    for name, (o, transposed) in authors_parameter_names(m.cfg).items():
+        if name.endswith(".bias") and "norm" not in name:
+            continue
+        t = params[o].detach()
+        theirs.append((name, (t.T if transposed else t).reshape(-1)))
+    order = {o: i for i, (o, _) in enumerate(m.named_parameters())}      # their module order is ours
+    theirs.sort(key=lambda nt: order[authors_parameter_names(m.cfg)[nt[0]][0]])
+    assert torch.equal(ours[idx], torch.cat([t for _, t in theirs]))
+    assert sum(n for _, n in layout) == len(idx) == sum(p.numel() for n, p in m.named_parameters()
+                                                         if not n.endswith("_bias") and n not in ("embed.bias", "head.bias"))
+    assert [g for g, _ in layout][:6] == ["embed", "block0.query", "block0.key", "block0.value", "block0.out", "block0.ln1"]

@@ -20,10 +20,15 @@ def _model():
 def test_units_partition_block0_and_the_outer_groups():
     m = _model()
     units = hs.units_of(m)
-    assert set(units) == set(hs.UNITS)
+    assert set(units) == set(hs.UNITS) - {"W_O", "b_att"}      # the theorem's block has neither
     allidx = np.concatenate(list(units.values()))
     assert len(allidx) == len(set(allidx.tolist())) == sum(p.numel() for p in m.parameters())
     assert len(units["LN1"]) == 8 and len(units["W_V"]) == 16
+    a = cg.build_model("authors_mnist", seed=0, d_model=4, d_k=4, d_ff=8, patch_size=7)
+    au = hs.units_of(a)
+    assert set(au) == set(hs.UNITS) - {"b_1", "b_2", "pos"} and len(au["W_O"]) == 16 and len(au["b_att"]) == 16
+    allidx = np.concatenate(list(au.values()))
+    assert len(allidx) == len(set(allidx.tolist())) == sum(p.numel() for p in a.parameters())
 
 
 def test_sample_columns_cover_every_group():

@@ -12,11 +12,11 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import data as data_mod
-from ..config import TrainConfig, train_config
+from ..config import DATASET_OF, RECIPE_MODELS, RecipeConfig, TrainConfig, recipe_config, train_config
 from ..device import resolve_device
 from ..io import state_sha256
 from ..model import ViT, build_model
-from ..train import Datasets, ensure_trained, run_dir
+from ..train import Datasets, ensure_recipe_step, ensure_trained, load_recipe_datasets, recipe_first_batch, run_dir
 from .settings import trajectory_settings
 
 __all__ = ["Context"]
@@ -59,6 +59,10 @@ class Context:
         return resolve_device(self.device)
 
     def train_cfg(self, model: str) -> TrainConfig:
+        """The training configuration of ``model`` under this profile: Table 1's models by
+        ``config.train_config``, the authors' by their recipe (:meth:`recipe_cfg`)."""
+        if model in RECIPE_MODELS:
+            return self.recipe_cfg(model)
         return train_config(model, self.profile, **self.train_overrides.get(model, {}))
 
     def run_dir(self, model: str) -> Path:
@@ -88,21 +92,56 @@ class Context:
         return tuple(sorted({int(st) for st in steps if st <= n} | {int(n)}))
 
     # ---------------------------------------------------------------- data
+    def _raw_datasets(self, model: str) -> Datasets:
+        """The whole train/test split of ``model``'s dataset (normalised to [-1, 1]); given ones
+        (``datasets``, keyed by model or by dataset name) first. Raises DataUnavailable."""
+        name = DATASET_OF.get(model, "mnist" if model == "mnist" else "cifar100")
+        for k in (model, name):
+            if self.datasets is not None and k in self.datasets:
+                return self.datasets[k]
+        key = ("data", name)
+        if key not in self._cache:
+            with self.phase("data"):
+                tr = data_mod.load(name, self.data_dir, train=True, verify_md5=self.verify_md5)
+                te = data_mod.load(name, self.data_dir, train=False, verify_md5=self.verify_md5)
+            self._cache[key] = Datasets(tr, te)
+        return self._cache[key]
+
     def datasets_for(self, model: str) -> Datasets:
         """Train/test sets of ``model``'s training config (subsets applied). Raises DataUnavailable."""
-        if self.datasets is not None and model in self.datasets:
-            ds = self.datasets[model]
-        else:
-            key = ("data", model)
-            if key not in self._cache:
-                name = "mnist" if model == "mnist" else "cifar100"
-                with self.phase("data"):
-                    tr = data_mod.load(name, self.data_dir, train=True, verify_md5=self.verify_md5)
-                    te = data_mod.load(name, self.data_dir, train=False, verify_md5=self.verify_md5)
-                self._cache[key] = Datasets(tr, te)
-            ds = self._cache[key]
+        ds = self._raw_datasets(model)
         cfg = self.train_cfg(model)
         return Datasets(ds.train.subset(cfg.train_subset), ds.test.subset(cfg.test_subset))
+
+    # ---------------------------------------------------------------- the authors' recipe
+    def recipe_cfg(self, model: str) -> RecipeConfig:
+        """The authors' recipe for ``model`` (``authors_mnist``, ``authors_cifar100``) under this profile."""
+        return recipe_config(model, self.profile, **self.train_overrides.get(model, {}))
+
+    def recipe_datasets(self, model: str) -> Datasets:
+        """Train/test sets as the authors' recipe reads them (its subsets and normalisation)."""
+        return load_recipe_datasets(self.recipe_cfg(model), datasets=self._raw_datasets(model))
+
+    def recipe_first_batch(self, model: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first batch of the authors' shuffled, augmented training loader (their Figs. 3–4 batch), on
+        the device."""
+        x, y = recipe_first_batch(self.recipe_cfg(model), self.recipe_datasets(model))
+        return x.to(self.torch_device), y.to(self.torch_device)
+
+    def recipe_model(self, model: str, step: int) -> tuple[ViT, dict]:
+        """The authors' model after ``step`` steps of their recipe (``train.ensure_recipe_step``: from the
+        run's snapshot, else trained to ``step``, resuming), in eval mode on the device."""
+        cfg = self.recipe_cfg(model)
+        key = ("recipe", model, cfg.hash(), step)
+        if key not in self._cache:
+            with self.phase("training"):
+                self._cache[key] = ensure_recipe_step(cfg, self.runs_dir, step, self.device,
+                                                      datasets=self._raw_datasets(model), progress=self.progress,
+                                                      log=self.log)
+        state, info = self._cache[key]
+        m = build_model(cfg.model, seed=None, **dict(cfg.model_overrides))
+        m.load_state_dict(state)
+        return m.to(self.torch_device).eval(), dict(info)
 
     def first_batch(self, model: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first ``n`` training images and labels (the fixed Hessian batch), on the device."""

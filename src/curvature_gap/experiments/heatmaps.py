@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from .. import captions
-from ..model import param_groups, param_slices
+from ..model import authors_hessian_order, param_groups, param_slices
+from ..train import evaluate
 from .context import Context
 from .dynamics_blocks import blocks_from_dense, snapshot_record, trajectory_groups
 from .hessians import (SETS, STATISTICS, cross_check, dense, group_pair_statistics, rankings, sample_columns,
@@ -52,13 +53,34 @@ class HeatmapSettings:
     fast_chunk: int | None = None
 
 
+@dataclass(frozen=True)
+class AuthorsHeatmapSettings:
+    """Figs. 3 and 4 on the authors' model, as their code computes them (config.AUTHORS_RECIPES)."""
+
+    model: str = "authors_mnist"
+    # the checkpoint: 0 = initialisation; their notebooks/hessian_visualization.ipynb loads step 20,000 for Fig. 4
+    step: int = 0
+    # images of their loader's first batch: all 128 (configs/vit_classification_mnist.yaml: data.batch_size)
+    batch_size: int = 128
+    eps: float = 1e-6  # as HeatmapSettings
+    display_cells: int = 600
+    check_columns: int | None = 256
+    check_seed: int = 0
+    check_batch_f64: int = 16
+    fast_chunk: int | None = None
+
+
 # profile -> settings. Smoke: 4 images (a dense Hessian costs ~ P columns x batch size, 32x less than 128).
 _SMOKE = dict(batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128)
 INIT = {"paper": HeatmapSettings(trained=False), "smoke": HeatmapSettings(trained=False, **_SMOKE)}
 TRAINED = {"paper": HeatmapSettings(trained=True), "smoke": HeatmapSettings(trained=True, **_SMOKE)}
+# smoke: the authors' smoke run has 3 steps of 128 images (config.RECIPE_PROFILE_CONFIGS), its last is "trained"
+_A_SMOKE = dict(batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128)  # the batch's first 4 images
+AUTHORS_INIT = {"paper": AuthorsHeatmapSettings(step=0), "smoke": AuthorsHeatmapSettings(step=0, **_A_SMOKE)}
+AUTHORS_TRAINED = {"paper": AuthorsHeatmapSettings(step=20_000), "smoke": AuthorsHeatmapSettings(step=3, **_A_SMOKE)}
 
 
-ATTENTION = ("query", "key", "value", "ln1")
+ATTENTION = ("query", "key", "value", "out", "ln1")  # "out": W_O, where the model has one
 
 
 def group_table(model) -> dict:
@@ -72,14 +94,51 @@ def group_table(model) -> dict:
 
 
 def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings) -> tuple[dict, dict]:
+    """Figs. 3/4 on the theorem's block (Table 1 model): the first ``batch_size`` training images."""
     if s.trained:
         model, info = ctx.trained_model(s.model)
     else:
         model, info = ctx.init_model(s.model), ctx.init_info(s.model)
     batch = ctx.first_batch(s.model, s.batch_size)
+    arrays, meta, Hn = _heatmap(ctx, s, model, info, batch, "trained" if s.trained else "initialised")
+    if not s.trained:  # step 0 of the training-dynamics trajectory (same model, same batch)
+        rec = snapshot_record(blocks_from_dense(Hn, model), model, True, traj.eps, traj.display_cells)
+        arrays.update({f"dyn_{k}": np.asarray(v) for k, v in rec.items()})
+    meta.update(trained=s.trained, batch="first training images",
+                parameters_included="all: positional embedding, patch embedding, transformer block(s), head",
+                trajectory_groups=trajectory_groups(model))
+    return arrays, meta
+
+
+def compute_authors_heatmap(ctx: Context, s: AuthorsHeatmapSettings) -> tuple[dict, dict]:
+    """Figs. 3/4 as the authors computed them: their model after ``s.step`` steps of their recipe, the first
+    batch of their shuffled, augmented loader, the image over their parameter list in their order
+    (:func:`curvature_gap.model.authors_hessian_order`). The Hessian is exact (hand-written LayerNorm); the
+    statistics of each diagonal block do not depend on which other parameters are included."""
+    model, info = ctx.recipe_model(s.model, s.step)
+    x, y = ctx.recipe_first_batch(s.model)
+    if s.batch_size > len(y):
+        raise ValueError(f"{s.model}: the loader's first batch has {len(y)} images, fewer than the {s.batch_size} asked")
+    batch = x[:s.batch_size], y[:s.batch_size]
+    order, layout = authors_hessian_order(model)
+    with ctx.phase("evaluation"):
+        test_loss, test_acc = evaluate(model, ctx.recipe_datasets(s.model).test, ctx.torch_device)
+    info = dict(info, test_accuracy=test_acc, test_loss=test_loss)
+    arrays, meta, _ = _heatmap(ctx, s, model, info, batch, f"after {s.step} steps of the authors' recipe",
+                               display=(np.asarray(order), layout))
+    meta.update(trained=s.step > 0, step=s.step, batch=f"the first {s.batch_size} images of the first batch of the "
+                "authors' shuffled, augmented training loader (their recipe's seed)", parameters_included="the authors': every weight and "
+                "LayerNorm γ, β, no other bias, in their order and flattening")
+    return arrays, meta
+
+
+def _heatmap(ctx: Context, s, model, info, batch, state: str, display=None) -> tuple[dict, dict, np.ndarray]:
+    """What both heatmap results keep: the exact Hessian cross-checked against curvlinops, the image at page
+    resolution, the attention block at full resolution, every diagonal block's and group pair's statistics.
+    ``display`` = (flat indices, [(group, entries)]) draws the image over those parameters in that order
+    (default: all, in ``param_groups`` order)."""
     gt = group_table(model)
-    ctx.log(f"exact Hessian: {gt['n_parameters']} parameters, {s.batch_size} images "
-            f"({'trained' if s.trained else 'initialised'} model)")
+    ctx.log(f"exact Hessian: {gt['n_parameters']} parameters, {len(batch[1])} images ({state} model)")
     with ctx.phase("hessian"):
         H, seconds = dense(model, batch, s.fast_chunk)
     cols = None if s.check_columns is None else sample_columns(model, s.check_columns, s.check_seed)
@@ -91,24 +150,27 @@ def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings) 
     Hn = H.cpu().numpy().astype(np.float64)  # computed on ctx's device; to the CPU only to store it (NumPy)
     with torch.no_grad():
         loss = float(torch.nn.functional.cross_entropy(model(batch[0]), batch[1]))
-    pairs = group_pair_statistics(Hn, gt["group_starts"], gt["group_stops"])
     stats = unit_statistics(Hn, units_of(model))
-    img, f = pooled_log_image(Hn, s.eps, s.display_cells)
-    names = gt["group_names"]
+    shown, gd = Hn, gt
+    if display is not None:
+        idx, layout = display
+        shown = Hn[np.ix_(idx, idx)]
+        stops = np.cumsum([n for _, n in layout]).tolist()
+        gd = dict(gt, group_names=[g for g, _ in layout], group_starts=[0] + stops[:-1], group_stops=stops,
+                  n_parameters=len(idx), n_parameters_model=gt["n_parameters"])
+    pairs = group_pair_statistics(shown, gd["group_starts"], gd["group_stops"])
+    img, f = pooled_log_image(shown, s.eps, s.display_cells)
+    names = gd["group_names"]
     att = [i for i, n in enumerate(names) if n.startswith("block0.") and n.split(".")[1] in ATTENTION]
-    a0, a1 = gt["group_starts"][att[0]], gt["group_stops"][att[-1]]
-    arrays = dict(image=img.astype(np.float16), attention=np.log10(np.abs(Hn[a0:a1, a0:a1]) + s.eps).astype(np.float16),
+    a0, a1 = gd["group_starts"][att[0]], gd["group_stops"][att[-1]]
+    arrays = dict(image=img.astype(np.float16),
+                  attention=np.log10(np.abs(shown[a0:a1, a0:a1]) + s.eps).astype(np.float16),
                   pair_mean=pairs["mean"], pair_max=pairs["max"], pair_fro=pairs["fro"])
-    if not s.trained:  # step 0 of the training-dynamics trajectory (same model, same batch)
-        rec = snapshot_record(blocks_from_dense(Hn, model), model, True, traj.eps, traj.display_cells)
-        arrays.update({f"dyn_{k}": np.asarray(v) for k, v in rec.items()})
     meta = dict(
-        profile=ctx.profile, model=s.model, trained=s.trained, batch_size=s.batch_size, batch="first training images",
-        loss=loss, cross_check=cc, checkpoint=info, pool=f, attention_range=[int(a0), int(a1)],
-        parameters_included="all: positional embedding, patch embedding, transformer block(s), head",
-        unit_stats=stats, rankings=rankings(stats), statistics={k: v[0] for k, v in STATISTICS.items()},
-        trajectory_groups=trajectory_groups(model), **gt)
-    return arrays, meta
+        profile=ctx.profile, model=s.model, batch_size=len(batch[1]), loss=loss, cross_check=cc, checkpoint=info,
+        pool=f, attention_range=[int(a0), int(a1)], unit_stats=stats, rankings=rankings(stats),
+        statistics={k: v[0] for k, v in STATISTICS.items()}, **gd)
+    return arrays, meta, Hn
 
 
 # -------------------------------------------------------------------- plots (draw results; compute nothing)
@@ -220,11 +282,16 @@ def _rival(stats: dict, units, lost: list[str], n_st: int) -> str:
     return f"{u} larger in {len(b)}/{n_st}: {', '.join(_label(st) for st in b)}"
 
 
+_WORDS = {5: "five", 6: "six"}
+
+
 def values_largest(result, figure: str) -> Row:
-    """Figs. 3/4: W_V's diagonal Hessian block is the largest (see module doc)."""
-    state = "at initialisation" if figure == "fig3" else "after training"
-    what = (f"'the Values block has the largest values' ({state}): W_V's diagonal Hessian block leads the ranking "
-            "of the diagonal blocks of the Transformer block's parameters, per parameter set and statistic")
+    """Figs. 3/4: W_V's diagonal Hessian block is the largest (see :mod:`.claims`); ``figure`` is the result
+    (``fig3``, ``fig4``: the theorem's block; ``fig3_authors``, ``fig4_authors``: the authors' model)."""
+    state = "at initialisation" if figure.startswith("fig3") else "after training"
+    model = "the authors' model" if figure.endswith("_authors") else "the theorem's block (Table 1 model)"
+    what = (f"'the Values block has the largest values' ({state}, {model}): W_V's diagonal Hessian block leads the "
+            "ranking of the diagonal blocks of the Transformer block's parameters, per parameter set and statistic")
     if result is None:
         return not_run(f"{figure}.values_largest", figure, what, figure)
     stats = result.meta["unit_stats"]
@@ -245,7 +312,9 @@ def values_largest(result, figure: str) -> Row:
         lost = [st for st in STATISTICS if (prev is None or lead[prev][st]) and not lead[s][st]]
         clauses.append(_rival(stats, added, lost, n_st))
         prev = s
-    sentence = (f"W_V's diagonal block: the largest of the five weight matrices in {counts['weights']}/{n_st} "
+    n_w = sum(u in stats for u in SETS["weights"][1])
+    sentence = (f"W_V's diagonal block: the largest of the {_WORDS.get(n_w, n_w)} weight matrices in "
+                f"{counts['weights']}/{n_st} "
                 "statistics" + (f" ({clauses[0]})" if clauses[0] else "")
                 + (f"; {clauses[1]}" if clauses[1] else "")
                 + f"; the largest with the LayerNorms in {counts['with_layernorm']}/{n_st}"
@@ -254,7 +323,8 @@ def values_largest(result, figure: str) -> Row:
     return Row(id=f"{figure}.values_largest", result=figure, kind="claim", claim="reproduced", expected=None,
                what=what, verdict=claim_verdict(list(w.values()), everywhere), value=sum(w.values()) / n_st,
                profile=result.config["profile"], evidence=[str(result.json_path)],
-               instances=f"{result.meta['batch_size']} training images, {result.meta['n_parameters']:,} parameters",
+               instances=f"{result.meta['batch_size']} training images, "
+                         f"{result.meta.get('n_parameters_model', result.meta['n_parameters']):,} parameters",
                note=sentence + " — " + "; ".join(parts),
                details={"rankings": table, "leads": lead, "statistics": {k: v[0] for k, v in STATISTICS.items()},
                         "sets": {k: v[0] for k, v in SETS.items()}, "values": stats})
@@ -283,15 +353,30 @@ def _compute(j):
     return compute_heatmap(j.ctx, j.settings, j.reads["trajectory"])
 
 
+def _compute_authors(j):
+    return compute_authors_heatmap(j.ctx, j.settings)
+
+
 SPECS = (
+    FigureSpec("fig3_authors", "Fig. 3", "fig03_hessian_init_authors", "Hessian entries at initialisation, the authors' "
+               "model", AUTHORS_INIT, _compute_authors, _HEAT, messages=_HEAT_MESSAGES, key_numbers=key_numbers,
+               needs="MNIST", rank=0, rows=lambda res: [values_largest(res.get("fig3_authors"), "fig3_authors")],
+               finding=Finding("fig3_authors", "Fig. 3 on the authors' model: the Values blocks are largest "
+                               "(initialisation)", "notebooks/fig03_hessian_init")),
     FigureSpec("fig3", "Fig. 3", "fig03_hessian_init", "Hessian entries at initialisation", INIT, _compute, _HEAT,
                messages=_HEAT_MESSAGES, key_numbers=key_numbers, reads=("trajectory",), override_key="init_heatmap",
                rows=lambda res: [values_largest(res.get("fig3"), "fig3")],
-               finding=Finding("fig3", "Fig. 3: the Values blocks are largest (initialisation)",
+               finding=Finding("fig3", "Fig. 3 on the theorem's block: the Values blocks are largest (initialisation)",
                                "notebooks/fig03_hessian_init")),
+    FigureSpec("fig4_authors", "Fig. 4", "fig04_hessian_trained_authors", "Hessian entries after training, the "
+               "authors' model", AUTHORS_TRAINED, _compute_authors, _HEAT, messages=_HEAT_MESSAGES,
+               key_numbers=key_numbers, needs="MNIST; trains the authors' recipe to step 20,000 (about 7 min on a CPU)",
+               rank=0, rows=lambda res: [values_largest(res.get("fig4_authors"), "fig4_authors")],
+               finding=Finding("fig4_authors", "Fig. 4 on the authors' model: the Values–Values block is largest "
+                               "(trained)", "notebooks/fig04_hessian_trained")),
     FigureSpec("fig4", "Fig. 4", "fig04_hessian_trained", "Hessian entries after training", TRAINED, _compute, _HEAT,
                messages=_HEAT_MESSAGES, key_numbers=key_numbers, reads=("trajectory",), override_key="trained_heatmap",
                rows=lambda res: [values_largest(res.get("fig4"), "fig4")],
-               finding=Finding("fig4", "Fig. 4: the Values–Values block is largest (trained)",
+               finding=Finding("fig4", "Fig. 4 on the theorem's block: the Values–Values block is largest (trained)",
                                "notebooks/fig04_hessian_trained")),
 )

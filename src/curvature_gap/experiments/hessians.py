@@ -44,14 +44,18 @@ STATISTICS = {
 # the parameter sets a claim about "the largest block" of one Transformer block can be read over: the
 # block's own parameters only (the patch embedding, the positions and the head lie outside the block,
 # so they are in the statistics and the figures but in no reading of the claim)
+# the readings of "the block" a claim is ranked over; a unit the model lacks is left out (the theorem's block
+# has no W_O and no attention biases, the authors' none of the FFN biases)
 SETS = {
-    "weights": ("the theory's weight matrices W_Q, W_K, W_V, W_1, W_2", ("W_Q", "W_K", "W_V", "W_1", "W_2")),
-    "with_layernorm": ("… and the LayerNorms (γ, β)", ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2")),
-    "block": ("every parameter group of the block (… and the FFN biases b_1, b_2)",
-              ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2", "b_1", "b_2")),
+    "weights": ("the weight matrices W_Q, W_K, W_V (W_O where there is one), W_1, W_2",
+                ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2")),
+    "with_layernorm": ("… and the LayerNorms (γ, β)", ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2", "LN1", "LN2")),
+    "block": ("every parameter group of the block (… and its biases)",
+              ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2", "LN1", "LN2", "b_att", "b_1", "b_2")),
 }
 OUTSIDE_BLOCK = ("embed", "pos", "head")  # units with statistics that are not parameters of the block
-_UNIT_PARAMS = {"W_Q": ("query",), "W_K": ("key",), "W_V": ("value",), "W_1": ("ffn1.weight",),
+_UNIT_PARAMS = {"W_Q": ("query",), "W_K": ("key",), "W_V": ("value",), "W_O": ("out",),
+                "b_att": ("query_bias", "key_bias", "value_bias", "out_bias"), "W_1": ("ffn1.weight",),
                 "W_2": ("ffn2.weight",), "LN1": ("ln1.weight", "ln1.bias"), "LN2": ("ln2.weight", "ln2.bias"),
                 "b_1": ("ffn1.bias",), "b_2": ("ffn2.bias",)}
 UNITS = tuple(SETS["block"][1]) + OUTSIDE_BLOCK  # every unit whose diagonal block is measured

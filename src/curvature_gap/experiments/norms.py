@@ -275,7 +275,7 @@ def keys_values(result) -> Row:
     if result is None:
         return not_run("fig5.keys_values", "fig5", what, "fig5")
     m = result.meta
-    weights = SETS["weights"][1]
+    weights = [u for u in SETS["weights"][1] if u in m["param_norms"]["init"]]
     others = [u for u in weights if u not in ("W_K", "W_V")]
     panels, values = {"parameters": {}, "hessians": {}}, {"parameters": {}, "hessians": {}}
     for state in ("init", "trained"):

@@ -76,6 +76,7 @@ class FigureSpec:
     key_numbers: Callable | None = None  # result -> {name: number} a reader would cite (the reproduction report)
     override_key: str = ""  # a second name under which Context(settings_overrides=...) reaches its settings
     internal: bool = False  # computed for other results only (no figure of its own, not in RESULT_NAMES)
+    rank: int = 1  # order among the results of one paper figure (0: first, the authors' model)
 
     @property
     def profiles(self) -> tuple:
@@ -92,8 +93,9 @@ _FIG = re.compile(r"Figs?\. (\d+)")
 
 
 def sort_key(s: FigureSpec) -> tuple:
-    """Book order: the paper's figures by number, then results beyond the paper, then checks."""
+    """Book order: the paper's figures by number (the authors' model first: ``rank``), then results beyond the
+    paper, then checks."""
     m = _FIG.match(s.paper)
     if m:
-        return (0, int(m.group(1)), s.name)
-    return (1 if s.paper == "beyond the paper" else 2, 0, s.name)
+        return (0, int(m.group(1)), s.rank, s.name)
+    return (1 if s.paper == "beyond the paper" else 2, 0, s.rank, s.name)
