@@ -28,14 +28,14 @@ import torch
 
 from . import checks
 from . import experiments as ex
-from .config import ConfigError
+from .config import DATASET_OF, ConfigError, RecipeConfig
 from .data import DataUnavailable, TensorDataset
 from .device import resolve_device
 from .experiments.report import compare, report_md
 from .experiments.store import PublishedStore, UnusableResult
 from .io import atomic_write_json, atomic_write_text, file_lock
 from .provenance import git_commit, host, load_average, software
-from .train import Datasets, run_dir, train, verify_checkpoint
+from .train import Datasets, load_snapshot, run_dir, train, train_recipe, verify_checkpoint
 
 __all__ = ["run", "main", "parse_only", "summary_table", "estimate_training_seconds", "LONG_RUN_S", "Outcome"]
 
@@ -73,21 +73,25 @@ def parse_only(only, profile: str = "paper") -> list[str]:
     return [n for n in valid if n in names]
 
 
-def estimate_training_seconds(cfg, device, steps: int = 3) -> float:
-    """Seconds the full training run of ``cfg`` would take on ``device``: a few optimiser steps of the
-    model on random data of the right shape, timed, times the number of steps of the run."""
+def estimate_training_seconds(cfg, device, steps: int = 3, run_steps: int | None = None) -> float:
+    """Seconds the training run of ``cfg`` would take on ``device`` (its first ``run_steps`` steps; None:
+    all): a few optimiser steps of the model on random data of the right shape (by :func:`train`, or
+    :func:`train_recipe` for the authors' recipe), timed, times the number of steps."""
     mc = cfg.model_config()
     n = cfg.batch_size * (steps + 3)  # the epoch outlasts the timed steps: no evaluation is timed
     ds = Datasets(TensorDataset(torch.randn(n, mc.in_channels, mc.image_size, mc.image_size),
                                 torch.randint(0, mc.n_classes, (n,))),
                   TensorDataset(torch.zeros(1, mc.in_channels, mc.image_size, mc.image_size), torch.zeros(1).long()))
     probe = dataclasses.replace(cfg, epochs=1, train_subset=None, test_subset=None, ckpt_every=10 ** 9)
+    trainer = train_recipe if isinstance(cfg, RecipeConfig) else train
     with tempfile.TemporaryDirectory() as d:
-        train(probe, Path(d), device=str(device), datasets=ds, max_steps=2, progress=False)  # warm-up
+        trainer(probe, Path(d), device=str(device), datasets=ds, max_steps=2, progress=False)  # warm-up
         t0 = time.perf_counter()
-        train(probe, Path(d), device=str(device), datasets=ds, max_steps=2 + steps, progress=False)
+        trainer(probe, Path(d), device=str(device), datasets=ds, max_steps=2 + steps, progress=False)
         per_step = (time.perf_counter() - t0) / steps
-    n_train = cfg.train_subset or {"mnist": 60000, "cifar100": 50000}[cfg.model]
+    if run_steps is not None:
+        return per_step * run_steps
+    n_train = cfg.train_subset or {"mnist": 60000, "cifar100": 50000}[DATASET_OF[cfg.model]]
     return per_step * math.ceil(n_train / cfg.batch_size) * cfg.epochs
 
 
@@ -98,10 +102,15 @@ def _long_run(name: str, ctx: ex.Context) -> str:
     if model is None:
         return ""
     cfg = ctx.train_cfg(model)
-    if verify_checkpoint(run_dir(cfg, ctx.runs_dir), cfg.hash())[0] is not None:
+    step = getattr(s, "step", None) if isinstance(cfg, RecipeConfig) else None  # the authors' runs stop at a step
+    if step == 0:
         return ""
-    ctx.datasets_for(model)  # the data first: a missing dataset is "blocked", not a long run
-    est = estimate_training_seconds(cfg, ctx.torch_device)
+    if step is not None and load_snapshot(run_dir(cfg, ctx.runs_dir), step, cfg.hash()) is not None:
+        return ""
+    if step is None and verify_checkpoint(run_dir(cfg, ctx.runs_dir), cfg.hash())[0] is not None:
+        return ""
+    ctx.datasets_for(model) if step is None else ctx.recipe_datasets(model)  # a missing dataset: "blocked"
+    est = estimate_training_seconds(cfg, ctx.torch_device, run_steps=step)
     if est <= LONG_RUN_S:
         return ""
     return (f"training the {model} {ctx.profile} model would take about {est / 3600:.1f} h on {ctx.torch_device} "
