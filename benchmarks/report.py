@@ -30,6 +30,7 @@ BENCHMARKS = (
     ("gpu_check", "GPU check"),
     ("encoder_layer_hessian", "Closed-form Hessian of nn.TransformerEncoderLayer vs autograd"),
     ("authors_hessian", "Exact Hessian of the authors' ViT: ours vs curvlinops"),
+    ("layernorm_versions", "The authors' Hessian through the fused LayerNorm, per curvlinops release"),
 )
 REQUIRED = ("benchmark", "mode", "machine", "load_average", "threads", "software", "git", "started", "rows")
 
@@ -396,7 +397,24 @@ def render_authors_hessian(doc: dict) -> list[str]:
     return out
 
 
-RENDERERS = {"theory_block_hessian": render_theory_block_hessian, "hessian": render_hessian,
+def render_layernorm_versions(doc: dict) -> list[str]:
+    """Each Hessian of the authors' pipeline (exact; curvlinops per release) at each checkpoint: its error
+    against the exact one and against finite differences."""
+    st = doc.get("settings", {})
+    out = [f"Model `{st.get('model', '?')}`, {fmt(st.get('parameters'), '{:,}')} parameters in the authors' order; "
+           f"{st.get('data', '?')}; {st.get('dtype', '?')}.", "",
+           "| checkpoint | Hessian | curvlinops | autodiff | max rel err | Frobenius rel err | vs finite differences | "
+           "seconds | status |",
+           "|---|---|---|---|---:|---:|---:|---:|---|"]
+    for r in doc["rows"]:
+        out.append(f"| {r.get('checkpoint', '?')} | {r['method']} | {r.get('curvlinops_version', '–')} | "
+                   f"{cell(r.get('autodiff', ''))} | {fmt(r.get('max_rel_err'), '{:.1e}')} | "
+                   f"{fmt(r.get('fro_rel_err'), '{:.1e}')} | {fmt(r.get('fd_max_rel_err'), '{:.1e}')} | "
+                   f"{fmt(r.get('seconds'))} | {cell(r['status'])} |")
+    return out
+
+
+RENDERERS = {"layernorm_versions": render_layernorm_versions, "theory_block_hessian": render_theory_block_hessian, "hessian": render_hessian,
              "floor": render_floor, "gpu_check": render_gpu_check, "encoder_layer_hessian": render_encoder_layer_hessian,
              "authors_hessian": render_authors_hessian}
 ABSENT = {
