@@ -410,3 +410,18 @@ def test_the_first_batch_and_the_step_checkpoint_are_what_the_trainer_saw(tmp_pa
     assert len(seen) == 2 and all(torch.equal(again[k], s2[k]) for k in s2), "read from the snapshot"
     tr.ensure_recipe_step(cfg, tmp_path, 3, "cpu", datasets=ds, progress=False, log=lambda m: None)
     assert len(seen) == 3, "continued from step 2, not restarted"
+
+
+def test_the_loader_of_figs_6_and_12_is_the_one_the_trainer_reads(tmp_path, monkeypatch):
+    """recipe_loader yields, batch for batch over two epochs (a smaller last batch included), what
+    train_recipe trains on: the same order, augmentation and step numbers."""
+    ds = smooth_datasets(80, 16)
+    cfg = _recipe(epochs=2, batch_size=32, model_overrides=tuple(sorted(TINY_MODEL.items())))
+    seen = []
+    monkeypatch.setattr(tr, "recipe_step", lambda model, opt, x, y, *a: (seen.append((x, y)), (0.0, 0.0))[1])
+    tr.train_recipe(cfg, tmp_path, "cpu", datasets=ds, progress=False)
+    rds = tr.load_recipe_datasets(cfg, datasets=ds)
+    loaded = list(tr.recipe_loader(cfg, rds, 2))
+    assert [s for s, _, _ in loaded] == list(range(6)) and [len(y) for _, _, y in loaded] == [32, 32, 16] * 2
+    assert len(seen) == 6 and all(torch.equal(x, a) and torch.equal(y, b) for (_, x, y), (a, b) in zip(loaded, seen))
+    assert not torch.equal(loaded[0][1], loaded[3][1]), "each epoch is shuffled and augmented afresh"

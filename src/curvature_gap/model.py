@@ -406,6 +406,25 @@ def authors_parameter_names(cfg: ModelConfig) -> dict[str, tuple[str, bool]]:
     return names
 
 
+def _their_flat(model: ViT, ours: str, transposed: bool) -> list[int]:
+    """Our flat indices of parameter ``ours``, flattened row-major in the authors' storage (the transpose
+    of ours where ``transposed``)."""
+    sl, p = param_slices(model)[ours], dict(model.named_parameters())[ours]
+    block = torch.arange(sl.start, sl.stop).reshape(p.shape)
+    return (block.T if transposed else block).reshape(-1).tolist()
+
+
+def authors_indices(model: ViT, names) -> list[int]:
+    """Our flat indices of the authors' parameters ``names`` (their names, e.g.
+    ``"transformer_blocks.0.self_attention.to_query.weight"``), in that order and their flattening: the
+    parameter list their notebooks hand to curvlinops. An unknown name raises a ConfigError listing theirs."""
+    table = authors_parameter_names(model.cfg)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise ConfigError(f"not a parameter of the authors' model: {', '.join(unknown)}; theirs are: {', '.join(table)}")
+    return [i for n in names for i in _their_flat(model, *table[n])]
+
+
 def authors_hessian_order(model: ViT) -> tuple[list[int], list[tuple[str, int]]]:
     """The parameters the authors' Hessian figures differentiate, in their order and flattening: every
     weight and LayerNorm γ, β, no other bias (their ``notebooks/hessian_visualization.ipynb``), in module
@@ -413,14 +432,12 @@ def authors_hessian_order(model: ViT) -> tuple[list[int], list[tuple[str, int]]]
     ``nn.Linear`` weights are the transposes of our block matrices). Returns (our flat indices in that
     order, [(our group name, entries)] of the consecutive groups)."""
     inv = {ours: (theirs, t) for theirs, (ours, t) in authors_parameter_names(model.cfg).items()}
-    sl = param_slices(model)
     idx, groups = [], []
     for name, p in model.named_parameters():
         theirs, transposed = inv[name]
         if theirs.endswith(".bias") and "norm" not in theirs:
             continue
-        block = torch.arange(sl[name].start, sl[name].stop).reshape(p.shape)
-        idx += (block.T if transposed else block).reshape(-1).tolist()
+        idx += _their_flat(model, name, transposed)
         g = group_of(name)
         if groups and groups[-1][0] == g:
             groups[-1] = (g, groups[-1][1] + p.numel())

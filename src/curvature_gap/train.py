@@ -512,10 +512,31 @@ def recipe_first_batch(cfg: RecipeConfig, ds: Datasets) -> tuple[torch.Tensor, t
     """The first batch the authors' training loader yields (epoch 0, batch 0, step 0), as :func:`train_recipe`
     sees it: shuffled by the recipe's seed, augmented, normalised by the recipe; ``ds`` from
     :func:`load_recipe_datasets`."""
+    _, x, y = next(recipe_loader(cfg, ds, 1))
+    return x, y
+
+
+def _epoch_order(cfg: RecipeConfig, n_train: int, epoch: int, orders) -> torch.Tensor:
+    """The order of the training images in ``epoch``: the authors' DataLoader's (``orders``, a LoaderOrder),
+    else a permutation seeded by (seed, epoch)."""
+    return orders.order(epoch) if orders is not None else torch.randperm(n_train, generator=_generator(cfg.seed, epoch))
+
+
+def recipe_loader(cfg: RecipeConfig, ds: Datasets, epochs: int):
+    """The authors' training loader for ``epochs`` epochs, exactly as :func:`train_recipe` reads it: yields
+    (step, images, labels), shuffled by the recipe's seed, augmented, normalised by the recipe (``ds`` from
+    :func:`load_recipe_datasets`); the last batch of an epoch may be smaller. Their Figs. 6 and 12 run over
+    this loader at the trained weights (their ``src/experiments/vit_classification/*.py``)."""
     n = len(ds.train)
-    perm = (LoaderOrder(n, cfg.batch_size, cfg.seed).order(0) if cfg.shuffle == "dataloader"
-            else torch.randperm(n, generator=_generator(cfg.seed, 0)))
-    return recipe_batch(cfg, ds.train, perm, 0, 0, zero_pixel(*cfg.normalize))
+    per_epoch = math.ceil(n / cfg.batch_size)
+    orders = LoaderOrder(n, cfg.batch_size, cfg.seed) if cfg.shuffle == "dataloader" else None
+    fill = zero_pixel(*cfg.normalize)
+    for epoch in range(epochs):
+        perm = _epoch_order(cfg, n, epoch, orders)
+        for b in range(per_epoch):
+            step = epoch * per_epoch + b
+            x, y = recipe_batch(cfg, ds.train, perm, b, step, fill)
+            yield step, x, y
 
 
 def ensure_recipe_step(cfg: RecipeConfig, runs_dir, step: int, device: str = "auto", datasets: Datasets | None = None,
@@ -644,10 +665,7 @@ def train_recipe(
                unit="step")
     while step < total_steps:
         epoch, pos = divmod(step, steps_per_epoch)
-        if orders is not None:
-            perm = orders.order(epoch)
-        else:
-            perm = torch.randperm(n_train, generator=_generator(cfg.seed, epoch))
+        perm = _epoch_order(cfg, n_train, epoch, orders)
         for b in range(pos, steps_per_epoch):
             if max_steps is not None and step >= max_steps:
                 bar.close()
