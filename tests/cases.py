@@ -80,6 +80,19 @@ def perturbed_model(seed: int = 0, dtype=torch.float64, **overrides):
 
 
 # ---------------------------------------------------------------------------------------------- theory
+
+def reverse_over_reverse(m, x, y) -> torch.Tensor:
+    """The dense Hessian of the mean cross-entropy of ``m`` on (x, y), by differentiating each gradient entry
+    again in reverse mode (``torch.autograd.grad`` twice, no forward mode anywhere): the reference the fast
+    routes are checked against (forward-over-reverse through PyTorch's LayerNorm is wrong)."""
+    params = list(m.parameters())
+    g = torch.autograd.grad(torch.nn.functional.cross_entropy(m(x), y), params, create_graph=True)
+    g = torch.cat([t.reshape(-1) for t in g])
+    rows = [torch.cat([t.reshape(-1) for t in torch.autograd.grad(g[i], params, retain_graph=True)])
+            for i in range(g.numel())]
+    return torch.stack(rows)
+
+
 def tiny_instance(L: int = 3, d: int = 2, seed: int = 0, **kw):
     """A random float64 instance of the theory's block, small enough for dense autograd references."""
     from curvature_gap.exact.instances import random_instance

@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 import curvature_gap as cg
-from cases import TWO_BLOCKS, perturbed_model, rel
+from cases import TWO_BLOCKS, perturbed_model, rel, reverse_over_reverse as _reverse_over_reverse
 from curvature_gap.hessian import _closed_form_groups, _generic, _resolve, _vit_dense, hessian, hessian_block
 from curvature_gap.hessian import ViTSecondOrder
 
@@ -40,16 +40,6 @@ def _authors(seed: int, dtype=torch.float64, **overrides) -> nn.Module:
 def _batch(n: int, seed: int, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
     return (torch.rand(n, 1, 28, 28, generator=g, dtype=dtype) * 2 - 1), torch.randint(0, 10, (n,), generator=g)
-
-
-def _reverse_over_reverse(m, x, y) -> torch.Tensor:
-    """H by differentiating each gradient entry again in reverse mode (torch.autograd.grad twice, no forward mode)."""
-    params = list(m.parameters())
-    g = torch.autograd.grad(nn.functional.cross_entropy(m(x), y), params, create_graph=True)
-    g = torch.cat([t.reshape(-1) for t in g])
-    rows = [torch.cat([t.reshape(-1) for t in torch.autograd.grad(g[i], params, retain_graph=True)])
-            for i in range(g.numel())]
-    return torch.stack(rows)
 
 
 def test_the_authors_models_take_the_fast_route():

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 import curvature_gap as cg
-from cases import perturbed_model, rel
+from cases import perturbed_model, rel, reverse_over_reverse as _reverse_over_reverse
 from curvature_gap.hessian import SUPPORTS, _resolve, hessian, hessian_block, unsupported
 from curvature_gap.hessian.spectra import top_eigenvalues
 
@@ -58,16 +57,6 @@ def test_the_authors_model_takes_the_fast_route_and_a_pre_norm_one_does_not():
     assert _resolve(pre, "cross_entropy", "auto") == "functorch"
     assert _resolve(cg.build_model("mnist", **TINY), "cross_entropy", "auto") == "vit"
     assert _resolve(cg.build_model("mnist", ffn_bias=False, ln_eps=0.0, **TINY), "cross_entropy", "auto") == "vit"
-
-
-def _reverse_over_reverse(m, x, y) -> torch.Tensor:
-    """H by differentiating each gradient entry again in reverse mode (no forward mode anywhere)."""
-    params = list(m.parameters())
-    g = torch.autograd.grad(nn.functional.cross_entropy(m(x), y), params, create_graph=True)
-    g = torch.cat([t.reshape(-1) for t in g])
-    rows = [torch.cat([t.reshape(-1) for t in torch.autograd.grad(g[i], params, retain_graph=True)])
-            for i in range(g.numel())]
-    return torch.stack(rows)
 
 
 GENERAL = {
