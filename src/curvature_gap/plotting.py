@@ -86,6 +86,20 @@ def save_figure(fig: Figure, stem, dpi: int = 150) -> list[str]:
     return paths
 
 
+
+def loglog_axes(ax, xlabel: str, ylabel: str, title: str, legend_ncol: int | None = None, below: float = -0.16) -> None:
+    """Log-log axes with labels, a grid at every decade and minor tick, a title and (``legend_ncol``) the
+    legend below the axes, never over a curve: the axes of the curves against k (Figs. 6 and 12)."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, which="both")
+    if legend_ncol:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, below), ncol=legend_ncol)
+    ax.set_title(title)
+
+
 def pooled_log_image(H: np.ndarray, eps: float, max_cells: int) -> tuple[np.ndarray, int]:
     """``log10(|H| + eps)``, averaged over square f × f cells so that the image has at most ``max_cells``
     pixels a side; returns (image, f)."""

@@ -9,7 +9,7 @@ import numpy as np
 from .. import captions
 from ..landscape.assumption1 import measure
 from .context import Context
-from ..plotting import WIDTH, new_figure
+from ..plotting import WIDTH, loglog_axes, new_figure
 from .spec import FigureSpec, Finding
 
 __all__ = ["compute_assumption", "plot_assumption", "AssumptionSettings", "SPECS"]
@@ -54,13 +54,8 @@ def plot_assumption(result):
     ax.plot(k, float(a["rms_exact"][0]) / np.sqrt(k), color="0.5", ls=":", label=r"$\propto k^{-1/2}$")
     ax.axhline(meta["grad_norm_full"], color="tab:red", ls="--", lw=1,
                label=rf"$\|\nabla\mathcal{{L}}_N(w^*)\| = {meta['grad_norm_full']:.3g}$ (all $N$ samples)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(r"$k$ (training samples)")
-    ax.set_ylabel(r"$\|\nabla\mathcal{L}_k(w^*)\|_2$")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below the axes: never over a curve
-    ax.set_title(r"Assumption 1 says this is 0 for every $k$")
+    loglog_axes(ax, r"$k$ (training samples)", r"$\|\nabla\mathcal{L}_k(w^*)\|_2$",
+                r"Assumption 1 says this is 0 for every $k$", legend_ncol=2)
     return fig
 
 

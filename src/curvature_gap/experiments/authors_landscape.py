@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..plotting import WIDTH, new_figure
+from ..plotting import WIDTH, loglog_axes, new_figure
 from ..train import recipe_loader
 from .context import Context
 from .convergence import fit_loglog, loglog_ema
@@ -109,13 +109,9 @@ def plot_convergence_authors(result):
     kk = np.array([fit["k_fit"][0], a["k"][-1]], dtype=float)
     ax.plot(kk * b, 10 ** (fit["slope"] * np.log10(kk) + fit["intercept"]), color="0.45", lw=1.6,
             label=f"linear trend, slope {fit['slope']:.3f}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(f"training samples seen ({meta['n_batches']} batches of {b}, {meta['epochs']} epoch(s))")
-    ax.set_ylabel(r"$|\mathcal{L}_{k+1}(w^*) - \mathcal{L}_k(w^*)|$")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
-    ax.set_title(f"The authors' MNIST model at step {meta['step']:,}")
+    loglog_axes(ax, f"training samples seen ({meta['n_batches']} batches of {b}, {meta['epochs']} epochs)",
+                r"$|\mathcal{L}_{k+1}(w^*) - \mathcal{L}_k(w^*)|$", f"The authors' MNIST model at step {meta['step']:,}",
+                legend_ncol=3)
     return fig
 
 
@@ -125,12 +121,8 @@ def plot_gradient_authors(result):
     fig = new_figure(WIDTH, 4.6)
     ax = fig.subplots()
     ax.plot(a["grad_samples"], a["grad_norm"], color="tab:blue", lw=1.4, marker="o", ms=2)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("training samples seen")
-    ax.set_ylabel(r"$\|\nabla\mathcal{L}_k(w^*)\|_2$")
-    ax.grid(alpha=0.3, which="both")
-    ax.set_title(f"The authors' MNIST model at step {meta['step']:,}: Assumption 1 says this is 0")
+    loglog_axes(ax, "training samples seen", r"$\|\nabla\mathcal{L}_k(w^*)\|_2$",
+                f"The authors' MNIST model at step {meta['step']:,}: Assumption 1 says this is 0")
     return fig
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from ..landscape.losses import loss_differences, per_sample_losses
 from ..landscape.theorem7 import rhs
 from .context import Context
-from ..plotting import WIDTH, new_figure
+from ..plotting import WIDTH, loglog_axes, new_figure
 from ..row import Row
 from .. import captions
 from .claims import not_run
@@ -130,13 +130,9 @@ def plot_convergence(result):
     ax.plot(kk * b, 10 ** (fit["slope"] * np.log10(kk) + fit["intercept"]), color="0.45", lw=1.6,
             label=f"linear trend, slope {fit['slope']:.3f}")
     ax.plot(n, a["theorem7_rhs"], color="tab:red", ls="--", label=r"Theorem 7 at $w^*$: $2\ell_{\max}/(k+1)$")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(rf"training samples $k\,b$ ($k$ batches of $b = {b}$, up to {meta['n_batches']} batches)")
-    ax.set_ylabel(r"$|\mathcal{L}_{k+1}(w^*) - \mathcal{L}_k(w^*)|$")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)  # below the axes: never over a curve
-    ax.set_title(f"{meta['dataset']}, {meta['n_blocks']}-block ViT, {meta['n_samples']:,} samples")
+    loglog_axes(ax, rf"training samples $k\,b$ ($k$ batches of $b = {b}$, up to {meta['n_batches']} batches)",
+                r"$|\mathcal{L}_{k+1}(w^*) - \mathcal{L}_k(w^*)|$",
+                f"{meta['dataset']}, {meta['n_blocks']}-block ViT, {meta['n_samples']:,} samples", legend_ncol=2, below=-0.14)
     return fig
 
 
