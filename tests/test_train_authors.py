@@ -380,6 +380,20 @@ def test_the_smoke_profile_trains_from_the_cli(tmp_path, mnist_root, capsys, mon
     assert tr.verify_checkpoint(out, state["config_hash"])[0] is not None
     assert '"recipe": "authors"' in capsys.readouterr().out
 
+    bf = tmp_path / "run_bf16"
+    assert main(["train", "--model", "authors_mnist", "--profile", "smoke", "--device", "cpu", "--data-dir",
+                 str(mnist_root), "--out", str(bf), "--no-progress", "--precision", "bf16"]) == 0
+    state = load_torch(bf / tr.MODEL_NAME)
+    assert state["config_hash"] == cf.recipe_config("authors_mnist", "smoke", precision="bf16").hash()
+    # bf16 weights, saved widened to float32: every entry is a bf16 number
+    floats = [v for v in state["model"].values() if v.is_floating_point()]
+    assert floats and all(torch.equal(v, v.to(torch.bfloat16).to(v.dtype)) for v in floats)
+
+
+def test_precision_is_refused_for_the_table1_models(capsys):
+    assert main(["train", "--model", "mnist", "--precision", "bf16"]) == 2
+    assert "--precision applies to the authors' recipe only" in capsys.readouterr().err
+
 
 def test_the_cifar_recipe_runs_on_cifar_shaped_tensors(tmp_path):
     g = torch.Generator().manual_seed(0)

