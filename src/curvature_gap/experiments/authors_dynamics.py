@@ -134,7 +134,7 @@ def plot_norms(result):
     axs = fig.subplots(1, 2)
     for ax, key, title, ylabel in ((axs[0], "param", "Parameters' norm", r"$\|W\|_F$"),
                                    (axs[1], "spec", "Hessians' norm", r"$\|H\|_2$")):
-        for g in meta["lists"]:
+        for g in (g for g in LISTS if g in meta["lists"]):  # their legend's order (a stored meta is key-sorted)
             extra = g not in PLOTTED
             ax.plot(a["steps"], a[f"{key}_{g}"], marker="o", ms=3, lw=1.2 if extra else 1.6, ls="--" if extra else "-",
                     color="0.45" if extra else None, label=meta["lists"][g]["label"] + (" (not in their figure)" if extra else ""))
