@@ -439,3 +439,20 @@ def test_the_loader_of_figs_6_and_12_is_the_one_the_trainer_reads(tmp_path, monk
     assert [s for s, _, _ in loaded] == list(range(6)) and [len(y) for _, _, y in loaded] == [32, 32, 16] * 2
     assert len(seen) == 6 and all(torch.equal(x, a) and torch.equal(y, b) for (_, x, y), (a, b) in zip(loaded, seen))
     assert not torch.equal(loaded[0][1], loaded[3][1]), "each epoch is shuffled and augmented afresh"
+
+
+def test_a_step_the_run_has_passed_without_its_snapshot_is_replayed_apart(tmp_path):
+    """ensure_recipe_step(k) on a run already past k with no snapshot of k: the weights after k steps, from
+    a replay beside the run (which is left as it was), the snapshot kept in the run, the replay removed."""
+    ds = smooth_datasets(96, 32)
+    cfg = _recipe(epochs=1, batch_size=32, model_overrides=tuple(sorted(TINY_MODEL.items())))
+    quiet = dict(device="cpu", datasets=ds, progress=False, log=lambda m: None)
+    ref, _ = tr.ensure_recipe_step(cfg, tmp_path / "ref", 1, **quiet)
+    tr.ensure_recipe_step(cfg, tmp_path / "run", 3, **quiet)
+    d = tr.run_dir(cfg, tmp_path / "run")
+    last = load_torch(d / tr.CKPT_NAME)["step"]
+    assert last == 3 and tr.load_snapshot(d, 1, cfg.hash()) is None
+    got, info = tr.ensure_recipe_step(cfg, tmp_path / "run", 1, **quiet)
+    assert info["step"] == 1 and all(torch.equal(got[k], ref[k]) for k in ref)
+    assert load_torch(d / tr.CKPT_NAME)["step"] == last and not (d / "replay").exists()
+    assert tr.load_snapshot(d, 1, cfg.hash()) is not None

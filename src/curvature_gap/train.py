@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import pickle
 import platform
+import shutil
 import time
 import warnings
 from dataclasses import dataclass
@@ -551,8 +553,19 @@ def ensure_recipe_step(cfg: RecipeConfig, runs_dir, step: int, device: str = "au
                            recipe="the authors' (config.AUTHORS_RECIPES)", note="initialisation of the run")
     state = load_snapshot(d, step, chash)
     if state is None:
-        log(f"training {cfg.model}/{cfg.profile} (the authors' recipe, config {chash}) to step {step} in {d}")
-        train_recipe(cfg, d, device, datasets=datasets, max_steps=step, progress=progress, snapshot_steps=(step,))
+        ckpt = d / CKPT_NAME
+        past = ckpt.exists() and int(load_torch(ckpt).get("step", 0)) > step
+        # a run already past ``step`` without its snapshot: replay it to ``step`` apart (same seed, same
+        # weights), keep that snapshot in the run, drop the replay
+        out = d / "replay" if past else d
+        log(f"training {cfg.model}/{cfg.profile} (the authors' recipe, config {chash}) to step {step} in {out}")
+        train_recipe(cfg, out, device, datasets=datasets, max_steps=step, progress=progress, snapshot_steps=(step,))
+        if past:
+            name = Path(SNAPSHOT_DIR) / f"step_{step:07d}.pt"
+            if (out / name).exists():
+                (d / SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
+                os.replace(out / name, d / name)
+            shutil.rmtree(out, ignore_errors=True)
         state = load_snapshot(d, step, chash)
     if state is None:
         raise RuntimeError(f"{d}: no snapshot of step {step} after training to it (does the run have {step} steps?)")
