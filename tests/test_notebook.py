@@ -54,6 +54,10 @@ def test_verdict_text_and_html_on_the_quick_rows(quick_rows):
     assert h.startswith('<div class="cg-verdict cg-repaired" data-result="thm1" data-verdict="fails; repaired version holds">')
     assert "<strong>Verdict: fails; repaired version holds.</strong>" in h and "**" not in h
     assert 'data-verdict="not run at paper scale"' in nb.verdict_html("fig6", "paper", quick_rows)
+    # a claim with a verdict per model says which model each verdict is about; others name none
+    assert "</strong> <em>On the authors' model.</em>" in nb.verdict_html("fig3_authors", "paper", quick_rows)
+    assert "</strong> <em>On the theorem's block (the Table 1 model).</em>" in nb.verdict_html("fig3", "paper", quick_rows)
+    assert "<em>On the" not in h and "<em>On the" not in nb.verdict_html("fig6", "paper", quick_rows)
 
 
 def test_rows_from_the_pinned_json_match_whole_id_components(tmp_path, monkeypatch):
