@@ -32,7 +32,7 @@ import math  # noqa: E402
 from .captions import ordinal, unit_tex  # noqa: E402
 from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
-from .findings import Finding, finding_of, findings  # noqa: E402
+from .findings import Finding, finding_of, result_entries  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "show_markdown", "show_figure", "figure", "rows", "show_rows",
            "scaling_md", "show_scaling",
@@ -352,7 +352,7 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     body = html_math(verdict_text(key, profile, rs)).replace("**", "")
     if not smoke:
         # where a claim has a verdict per model, say which model this one is about
-        keys = {x.key for x in findings(rs)}
+        keys = {k for k, *_ in result_entries()}
         model = ("On the authors' model." if key.endswith("_authors") else
                  "On the theorem's block (the Table 1 model)." if f"{key}_authors" in keys else "")
         body = re.sub(r"^Verdict: ([^.]*)\.", lambda m: f"<strong>Verdict: {m.group(1)}.</strong>"
