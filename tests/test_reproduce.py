@@ -18,12 +18,23 @@ import pytest
 from cases import mnist_datasets
 from curvature_gap import cli, reproduce
 from curvature_gap import experiments as ex
-from curvature_gap.config import ConfigError, train_config
+from curvature_gap.config import ConfigError, recipe_config, train_config
+from curvature_gap.cost import RunCost
 from curvature_gap.data import DataUnavailable
 from curvature_gap.plotting import new_figure
 
 MANIFEST_KEYS = {"figure", "command", "profile", "config_hash", "git", "device", "torch_version", "wall_seconds", "outputs",
                  "status", "results_computed", "finished"}
+
+
+def _cost(seconds_per_step: float, asked: list | None = None):
+    """A stand-in for ``cost.training_cost``: ``seconds_per_step`` (no step is timed); records the models asked."""
+    def cost(cfg, device, run_steps=None, **kw):
+        if asked is not None:
+            asked.append(cfg.model)
+        return RunCost(title=f"the {cfg.model} model", recipe="a recipe", seed=cfg.seed, device=str(device),
+                       seconds_per_step=seconds_per_step, steps_per_epoch=100, steps=run_steps or 100, evaluation_s=0.0)
+    return cost
 
 
 def _plot(result):
@@ -115,13 +126,19 @@ def test_all_ok_exits_zero_and_a_restart_recomputes_only_what_is_missing(tmp_pat
 @pytest.mark.fault("dataset-missing")
 def test_missing_cifar100_blocks_fig6_only_and_the_run_exits_zero(tmp_path, monkeypatch):
     counter = _register(monkeypatch, tmp_path, {"a": "ok"}, keep=("fig6",))
-    monkeypatch.setattr(reproduce, "estimate_training_seconds", lambda cfg, device, steps=3, run_steps=None: 60.0)
+    asked = []
+    monkeypatch.setattr(reproduce, "training_cost", _cost(0.1, asked))
     code, outcomes = _run(tmp_path, "fig6,a", profile="paper", allow_long=False,
                           ctx_kwargs={"datasets": {"mnist": mnist_datasets(64, 16)}})
     assert code == 0, "a result that cannot be obtained here is not a failure"
     assert [(o.figure, o.status) for o in outcomes] == [("fig6", "blocked"), ("a", "ok")]
     assert _computed(counter) == ["a"]
     assert "CIFAR-100 is not available offline" in outcomes[0].message and "cifar-100-python" in outcomes[0].message
+    # the blocked message names the run the data would start and its measured cost (200 epochs x 100 steps x 0.1 s)
+    assert asked == ["cifar100", "mnist"]
+    assert "Once it is there: training the cifar100 model" in outcomes[0].message
+    assert "for 20,000 steps" in outcomes[0].message and "about 0.6 h on cpu" in outcomes[0].message
+    assert "--allow-long-runs" in outcomes[0].message
     doc = json.loads((tmp_path / "figures" / "manifest.json").read_text())
     assert doc["figures"]["fig6"]["status"] == "blocked" and doc["figures"]["fig6"]["profile"] == "paper"
     md = (tmp_path / "figures" / "reproduction_report.md").read_text()
@@ -134,33 +151,60 @@ def test_missing_cifar100_blocks_fig6_only_and_the_run_exits_zero(tmp_path, monk
 def test_a_long_training_run_is_skipped_unless_allowed(tmp_path, monkeypatch, capsys):
     counter = _register(monkeypatch, tmp_path, {"a": "ok", "b": "ok"})
     asked = []
-
-    def three_hours(cfg, device, steps=3, run_steps=None):
-        asked.append(cfg.model)
-        return 3 * 3600.0
-
-    monkeypatch.setattr(reproduce, "estimate_training_seconds", three_hours)
+    steps = 100 * train_config("mnist", "smoke").epochs  # the stand-in cost's 100 steps per epoch
+    monkeypatch.setattr(reproduce, "training_cost", _cost(3 * 3600.0 / steps, asked))  # 3 h for the run
     tiny = {"datasets": {"mnist": mnist_datasets(64, 16)}}
     code, outcomes = _run(tmp_path, "a,b", allow_long=False, ctx_kwargs=tiny)
     assert code == 0 and [o.status for o in outcomes] == ["skipped", "skipped"] and _computed(counter) == []
-    assert asked == ["mnist", "mnist"]
+    assert asked == ["mnist"], "the cost is measured once per model shape in a reproduction"
     msg = outcomes[0].message
-    assert "would take about 3.0 h on cpu" in msg and "--allow-long-runs" in msg
+    assert f"for {steps} steps" in msg and "would take about 3.0 h on cpu" in msg and "--allow-long-runs" in msg
+    assert "the mnist model" in msg, "the message names the run"
     assert "SKIPPED" in capsys.readouterr().out
     code, outcomes = _run(tmp_path, "a", allow_long=True, ctx_kwargs=tiny)
-    assert code == 0 and outcomes[0].status == "ok" and _computed(counter) == ["a"] and len(asked) == 2
-    monkeypatch.setattr(reproduce, "estimate_training_seconds", lambda cfg, device, steps=3, run_steps=None: 60.0)
+    assert code == 0 and outcomes[0].status == "ok" and _computed(counter) == ["a"] and len(asked) == 1
+    monkeypatch.setattr(reproduce, "training_cost", _cost(1.0))
     code, outcomes = _run(tmp_path, "b", allow_long=False, ctx_kwargs=tiny)
     assert outcomes[0].status == "ok", "an estimate under 30 minutes runs"
 
 
-def test_the_estimate_is_the_timed_step_times_the_steps_of_the_run(monkeypatch):
+@pytest.mark.fault("long-run")
+def test_the_guard_names_the_authors_cifar_runs_with_their_seeds_and_steps(tmp_path, monkeypatch):
+    """Figs. 6 and 12 on the authors' model: blocked without CIFAR-100, the message naming each run (seed 42 for
+    Fig. 6, 21 for Fig. 12), the steps to the checkpoint (10,000) and the cost measured once for both."""
+    asked = []
+    monkeypatch.setattr(reproduce, "training_cost", _cost(0.7, asked))
+    ctx = ex.Context(profile="paper", device="cpu", runs_dir=tmp_path / "runs", data_dir=tmp_path / "no-data",
+                     progress=False)
+    msgs = {}
+    for name in ("fig6_authors", "fig12_authors"):
+        with pytest.raises(DataUnavailable) as err:
+            reproduce._long_run(name, ctx)
+        msgs[name] = str(err.value)
+    assert asked == ["authors_cifar100"]
+    for name, seed in (("fig6_authors", 42), ("fig12_authors", 21)):
+        assert "CIFAR-100" in msgs[name] and f"seed {seed}) for 10,000 steps" in msgs[name]
+        assert "about 1.9 h on cpu" in msgs[name] and "0.7 s per step measured now" in msgs[name]
+
+
+def test_the_cost_is_the_timed_step_times_the_steps_of_the_run(monkeypatch):
+    from curvature_gap import cost
+
     clock = iter([100.0, 106.0])
-    monkeypatch.setattr(reproduce, "train", lambda *a, **k: {"interrupted_at_step": 0})
-    monkeypatch.setattr(reproduce.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(cost, "train", lambda *a, **k: {"interrupted_at_step": 0})
+    monkeypatch.setattr(cost.time, "perf_counter", lambda: next(clock))
     cfg = train_config("mnist", "paper")                    # 60,000 images, batch 128, 15 epochs
-    assert reproduce.estimate_training_seconds(cfg, "cpu", steps=3) == pytest.approx(2.0 * 469 * 15)
+    c = cost.training_cost(cfg, "cpu", steps=3)
+    assert c.seconds_per_step == pytest.approx(2.0) and c.steps == 469 * 15 and c.steps_per_epoch == 469
+    assert c.seconds == pytest.approx(2.0 * 469 * 15) and c.evaluations == 15
     assert reproduce.LONG_RUN_S == 30 * 60
+    # the authors' recipe is timed through its own trainer, to the step a figure reads
+    clock = iter([0.0, 3.0])
+    monkeypatch.setattr(cost, "train_recipe", lambda *a, **k: {"interrupted_at_step": 0})
+    monkeypatch.setattr(cost.time, "perf_counter", lambda: next(clock))
+    c = cost.training_cost(recipe_config("authors_cifar100", "paper"), "cpu", run_steps=10_000, steps=3)
+    assert c.steps == 10_000 and c.steps_per_epoch == 391 and c.seconds == pytest.approx(10_000.0)
+    assert c.title == "the authors' 8-block CIFAR-100 model" and "their" not in c.recipe
 
 
 @pytest.mark.fault("unknown-figure")

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import shlex
 import sys
-import tempfile
 import time
 import traceback
 import warnings
@@ -28,16 +26,17 @@ import torch
 
 from . import checks
 from . import experiments as ex
-from .config import DATASET_OF, ConfigError, RecipeConfig
-from .data import DataUnavailable, TensorDataset
+from .config import ConfigError, RecipeConfig
+from .cost import RunCost, training_cost
+from .data import DataUnavailable
 from .device import resolve_device
 from .experiments.report import compare, report_md
 from .experiments.store import PublishedStore, UnusableResult
 from .io import atomic_write_json, atomic_write_text, file_lock
 from .provenance import git_commit, host, load_average, software
-from .train import Datasets, load_snapshot, run_dir, train, train_recipe, verify_checkpoint
+from .train import load_snapshot, run_dir, verify_checkpoint
 
-__all__ = ["run", "main", "parse_only", "summary_table", "estimate_training_seconds", "LONG_RUN_S", "Outcome"]
+__all__ = ["run", "main", "parse_only", "summary_table", "LONG_RUN_S", "Outcome"]
 
 MANIFEST = "manifest.json"
 REPORT = "reproduction_report"
@@ -73,35 +72,25 @@ def parse_only(only, profile: str = "paper") -> list[str]:
     return [n for n in valid if n in names]
 
 
-def estimate_training_seconds(cfg, device, steps: int = 3, run_steps: int | None = None) -> float:
-    """Seconds the training run of ``cfg`` would take on ``device`` (its first ``run_steps`` steps; None:
-    all): a few optimiser steps of the model on random data of the right shape (by :func:`train`, or
-    :func:`train_recipe` for the authors' recipe), timed, times the number of steps."""
-    mc = cfg.model_config()
-    n = cfg.batch_size * (steps + 3)  # the epoch outlasts the timed steps: no evaluation is timed
-    ds = Datasets(TensorDataset(torch.randn(n, mc.in_channels, mc.image_size, mc.image_size),
-                                torch.randint(0, mc.n_classes, (n,))),
-                  TensorDataset(torch.zeros(1, mc.in_channels, mc.image_size, mc.image_size), torch.zeros(1).long()))
-    probe = dataclasses.replace(cfg, epochs=1, train_subset=None, test_subset=None, ckpt_every=10 ** 9)
-    trainer = train_recipe if isinstance(cfg, RecipeConfig) else train
-    with tempfile.TemporaryDirectory() as d:
-        trainer(probe, Path(d), device=str(device), datasets=ds, max_steps=2, progress=False)  # warm-up
-        t0 = time.perf_counter()
-        trainer(probe, Path(d), device=str(device), datasets=ds, max_steps=2 + steps, progress=False)
-        per_step = (time.perf_counter() - t0) / steps
-    if run_steps is not None:
-        return per_step * run_steps
-    n_train = cfg.train_subset or {"mnist": 60000, "cifar100": 50000}[DATASET_OF[cfg.model]]
-    return per_step * math.ceil(n_train / cfg.batch_size) * cfg.epochs
+def _run_cost(ctx: ex.Context, cfg, step) -> RunCost:
+    """:func:`cost.training_cost` of ``cfg``'s run up to ``step`` (None: all of it) on the context's device,
+    measured once per model shape, batch and precision in a reproduction (the seed does not change it)."""
+    key = ("cost", cfg.model, tuple(cfg.model_overrides), cfg.batch_size, getattr(cfg, "precision", "float32"),
+           str(ctx.torch_device))
+    if key not in ctx._cache:
+        ctx._cache[key] = training_cost(cfg, ctx.torch_device, run_steps=1)
+    measured = ctx._cache[key]
+    steps = measured.steps_per_epoch * cfg.epochs if step is None else int(step)
+    return dataclasses.replace(measured, seed=cfg.seed, steps=steps)
 
 
 def _long_run(name: str, ctx: ex.Context) -> str:
-    """A message when computing ``name`` would start a training run longer than LONG_RUN_S, else ""."""
+    """A message when computing ``name`` would start a training run longer than LONG_RUN_S, else "". A run whose
+    dataset is missing raises DataUnavailable ("blocked"), its message naming the run and its measured cost."""
     s = ex.settings_of(ex.spec(name), ctx)
-    model = getattr(s, "model", None)
-    if model is None:
+    cfg = ctx.run_cfg(s)
+    if cfg is None:
         return ""
-    cfg = ctx.train_cfg(model)
     step = getattr(s, "step", None) if isinstance(cfg, RecipeConfig) else None  # the authors' runs stop at a step
     if step == 0:
         return ""
@@ -109,12 +98,17 @@ def _long_run(name: str, ctx: ex.Context) -> str:
         return ""
     if step is None and verify_checkpoint(run_dir(cfg, ctx.runs_dir), cfg.hash())[0] is not None:
         return ""
-    ctx.datasets_for(model) if step is None else ctx.recipe_datasets(model)  # a missing dataset: "blocked"
-    est = estimate_training_seconds(cfg, ctx.torch_device, run_steps=step)
-    if est <= LONG_RUN_S:
+    try:
+        ctx.datasets_for(s.model) if step is None else ctx.recipe_datasets(s.model)
+    except DataUnavailable as exc:  # blocked: say what the run would cost once the data is there
+        cost = _run_cost(ctx, cfg, step)
+        then = (f" (over {LONG_RUN_S // 60} min: pass --allow-long-runs, or use a GPU with --device cuda)"
+                if cost.seconds > LONG_RUN_S else "")
+        raise DataUnavailable(f"{exc} Once it is there: {cost.describe()}{then}.") from exc
+    cost = _run_cost(ctx, cfg, step)
+    if cost.seconds <= LONG_RUN_S:
         return ""
-    return (f"training the {model} {ctx.profile} model would take about {est / 3600:.1f} h on {ctx.torch_device} "
-            f"(estimated from timed steps); pass --allow-long-runs to run it, or use a GPU (--device cuda)")
+    return f"{cost.describe()}; pass --allow-long-runs to run it, or use a GPU (--device cuda)"
 
 
 def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, results_dir="results",

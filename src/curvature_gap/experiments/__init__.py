@@ -84,11 +84,10 @@ def settings_of(s: FigureSpec, ctx: Context):
 
 def config_of(s: FigureSpec, ctx: Context, settings, dep_hashes: dict) -> dict:
     """Everything that determines a result's numbers; its hash names the result files."""
-    model = getattr(settings, "model", None)
+    cfg = ctx.run_cfg(settings)
     train = {}
-    if model is not None:
-        cfg = ctx.train_cfg(model)
-        train[model] = dict(config_hash=cfg.hash(), **cfg.to_dict())
+    if cfg is not None:
+        train[settings.model] = dict(config_hash=cfg.hash(), **cfg.to_dict())
     config = dict(figure=s.name, profile=ctx.profile, settings=as_dict(settings), train=train,
                   depends=dict(dep_hashes), code=code_hash(*computation(s)))
     if s.reads:

@@ -22,6 +22,11 @@ from .settings import trajectory_settings
 __all__ = ["Context"]
 
 
+def _seed(seed: int | None) -> dict:
+    """``{"seed": seed}``, or nothing for None (the configuration's own seed)."""
+    return {} if seed is None else {"seed": int(seed)}
+
+
 @dataclass
 class Context:
     """Where and how figures are computed.
@@ -58,12 +63,19 @@ class Context:
     def torch_device(self) -> torch.device:
         return resolve_device(self.device)
 
-    def train_cfg(self, model: str) -> TrainConfig:
+    def train_cfg(self, model: str, seed: int | None = None) -> TrainConfig:
         """The training configuration of ``model`` under this profile: Table 1's models by
-        ``config.train_config``, the authors' by their recipe (:meth:`recipe_cfg`)."""
+        ``config.train_config``, the authors' by their recipe (:meth:`recipe_cfg`); ``seed``: a run of the
+        same configuration with another seed (None: the profile's)."""
         if model in RECIPE_MODELS:
-            return self.recipe_cfg(model)
-        return train_config(model, self.profile, **self.train_overrides.get(model, {}))
+            return self.recipe_cfg(model, seed)
+        return train_config(model, self.profile, **self.train_overrides.get(model, {}), **_seed(seed))
+
+    def run_cfg(self, settings) -> TrainConfig | None:
+        """The training configuration of the run a result with ``settings`` reads: its ``model``'s, with
+        the seed its ``run_seed`` names (None where the settings name no model)."""
+        model = getattr(settings, "model", None)
+        return None if model is None else self.train_cfg(model, getattr(settings, "run_seed", None))
 
     def run_dir(self, model: str) -> Path:
         return run_dir(self.train_cfg(model), self.runs_dir)
@@ -114,9 +126,10 @@ class Context:
         return Datasets(ds.train.subset(cfg.train_subset), ds.test.subset(cfg.test_subset))
 
     # ---------------------------------------------------------------- the authors' recipe
-    def recipe_cfg(self, model: str) -> RecipeConfig:
-        """The authors' recipe for ``model`` (``authors_mnist``, ``authors_cifar100``) under this profile."""
-        return recipe_config(model, self.profile, **self.train_overrides.get(model, {}))
+    def recipe_cfg(self, model: str, seed: int | None = None) -> RecipeConfig:
+        """The authors' recipe for ``model`` (``authors_mnist``, ``authors_cifar100``) under this profile;
+        ``seed``: a run of it with another seed (None: the recipe's)."""
+        return recipe_config(model, self.profile, **{**self.train_overrides.get(model, {}), **_seed(seed)})
 
     def recipe_datasets(self, model: str) -> Datasets:
         """Train/test sets as the authors' recipe reads them (its subsets and normalisation)."""
@@ -128,10 +141,11 @@ class Context:
         x, y = recipe_first_batch(self.recipe_cfg(model), self.recipe_datasets(model))
         return x.to(self.torch_device), y.to(self.torch_device)
 
-    def recipe_model(self, model: str, step: int) -> tuple[ViT, dict]:
+    def recipe_model(self, model: str, step: int, seed: int | None = None) -> tuple[ViT, dict]:
         """The authors' model after ``step`` steps of their recipe (``train.ensure_recipe_step``: from the
-        run's snapshot, else trained to ``step``, resuming), in eval mode on the device."""
-        cfg = self.recipe_cfg(model)
+        run's snapshot, else trained to ``step``, resuming), in eval mode on the device; ``seed``: of a run
+        with another seed (None: the recipe's)."""
+        cfg = self.recipe_cfg(model, seed)
         key = ("recipe", model, cfg.hash(), step)
         if key not in self._cache:
             with self.phase("training"):

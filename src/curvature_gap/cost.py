@@ -1,0 +1,148 @@
+"""What a training run costs on a device, measured: the run's own trainer timed on random data of its shape.
+
+The one place where the time of a training run is measured. ``curvature-gap reproduce``'s long-run guard
+(:mod:`curvature_gap.reproduce`), ``benchmarks/training_cost.py`` (a whole epoch on the CPU) and the GPU check
+(``benchmarks/gpu_check.py``, on CUDA) all call :func:`seconds_per_step`, so the costs they state are
+measured the same way: a few optimiser steps of :func:`~curvature_gap.train.train` (Table 1's models) or
+:func:`~curvature_gap.train.train_recipe` (the authors' recipe, augmentation included) on random images of
+the model's shape, after untimed warm-up steps, on ``device``. The compute of a step does not depend on the
+pixel values, so random images cost what the real dataset costs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .codehash import not_in_code_hash
+from .config import DATASET_OF, MODEL_CONFIGS, RecipeConfig, TrainConfig
+from .data import TensorDataset
+from .train import Datasets, evaluate, train, train_recipe
+
+__all__ = ["SPLIT_SIZES", "model_title", "random_datasets", "seconds_per_step", "evaluation_seconds", "RunCost",
+           "training_cost"]
+
+# images in the training and test splits of each dataset (what a run of a full profile reads)
+SPLIT_SIZES = {"mnist": (60_000, 10_000), "cifar100": (50_000, 10_000)}
+_DATASET_NAMES = {"mnist": "MNIST", "cifar100": "CIFAR-100"}
+_TIMING = "measures time, never a number of a result"
+
+
+def model_title(model: str, overrides=()) -> str:
+    """The model in words: "the authors' 8-block CIFAR-100 model", "the 1-block MNIST model of Table 1"."""
+    mc = dataclasses.replace(MODEL_CONFIGS[model], **dict(overrides))
+    what = f"{mc.n_blocks}-block {_DATASET_NAMES[DATASET_OF[model]]} model"
+    return f"the authors' {what}" if model.startswith("authors_") else f"the {what} of Table 1"
+
+
+@not_in_code_hash(_TIMING)
+def random_datasets(cfg: TrainConfig, n_train: int, n_test: int = 1, seed: int = 0) -> Datasets:
+    """Random images in [-1, 1] and labels of ``cfg``'s model's shape (as the data loaders return them)."""
+    mc = cfg.model_config()
+    g = torch.Generator().manual_seed(seed)
+    shape = (mc.in_channels, mc.image_size, mc.image_size)
+
+    def split(n):
+        return TensorDataset(torch.rand((n, *shape), generator=g) * 2 - 1,
+                             torch.randint(0, mc.n_classes, (n,), generator=g))
+
+    return Datasets(split(n_train), split(n_test))
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+@not_in_code_hash(_TIMING)
+def seconds_per_step(cfg: TrainConfig, device, steps: int = 3, warmup: int = 2) -> float:
+    """Wall seconds per optimiser step of ``cfg``'s trainer on ``device``: ``warmup`` untimed steps, then
+    ``steps`` timed ones, on random images, inside one epoch (no evaluation is timed; resuming from the
+    warm-up checkpoint is, a few milliseconds)."""
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"steps must be >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    ds = random_datasets(cfg, cfg.batch_size * (warmup + steps + 1))
+    probe = dataclasses.replace(cfg, epochs=1, train_subset=None, test_subset=None, ckpt_every=10 ** 9,
+                                **({"snapshot_every": 0} if isinstance(cfg, RecipeConfig) else {}))
+    trainer = train_recipe if isinstance(cfg, RecipeConfig) else train
+    with tempfile.TemporaryDirectory() as d:
+        if warmup:
+            trainer(probe, Path(d), device=str(device), datasets=ds, max_steps=warmup, progress=False)
+        _sync(device)
+        t0 = time.perf_counter()
+        trainer(probe, Path(d), device=str(device), datasets=ds, max_steps=warmup + steps, progress=False)
+        _sync(device)
+        return (time.perf_counter() - t0) / steps
+
+
+@not_in_code_hash(_TIMING)
+def evaluation_seconds(cfg: TrainConfig, device, n_test: int | None = None) -> float:
+    """Wall seconds of the test-split evaluation every epoch ends with (``train.evaluate``, float32), on
+    ``n_test`` random images (default: the dataset's test split)."""
+    n = n_test or SPLIT_SIZES[DATASET_OF[cfg.model]][1]
+    from .model import build_model  # noqa: PLC0415 - only for timing
+
+    m = build_model(cfg.model, seed=0, **dict(cfg.model_overrides)).to(device)
+    test = random_datasets(cfg, 1, n).test
+    evaluate(m, test.subset(min(n, 1000)), device)  # warm-up
+    _sync(device)
+    t0 = time.perf_counter()
+    evaluate(m, test, device)
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """The measured cost of a training run of ``cfg`` on ``device`` up to ``steps`` optimiser steps."""
+
+    title: str  # the model in words (:func:`model_title`)
+    recipe: str  # whose training recipe
+    seed: int
+    device: str
+    seconds_per_step: float  # measured (:func:`seconds_per_step`)
+    steps_per_epoch: int
+    steps: int  # the optimiser steps the run needs
+    evaluation_s: float  # one test-split evaluation (0: not measured)
+
+    @property
+    def evaluations(self) -> int:
+        """Test-split evaluations on the way (one at the end of each whole epoch)."""
+        return self.steps // self.steps_per_epoch
+
+    @property
+    def epoch_s(self) -> float:
+        return self.steps_per_epoch * self.seconds_per_step + self.evaluation_s
+
+    @property
+    def seconds(self) -> float:
+        return self.steps * self.seconds_per_step + self.evaluations * self.evaluation_s
+
+    def describe(self) -> str:
+        """The run and its cost in one sentence."""
+        epochs = self.steps / self.steps_per_epoch
+        evals = f" + {self.evaluation_s:.0f} s test evaluation" if self.evaluation_s else ""
+        return (f"training {self.title} ({self.recipe}, seed {self.seed}) for {self.steps:,} steps "
+                f"({epochs:.3g} epochs) would take about {self.seconds / 3600:.1f} h on {self.device}: "
+                f"{self.seconds_per_step:.3g} s per step measured now, {self.epoch_s / 60:.1f} min per epoch of "
+                f"{self.steps_per_epoch} steps{evals}")
+
+
+def training_cost(cfg: TrainConfig, device, run_steps: int | None = None, steps: int = 3, warmup: int = 2,
+                  with_evaluation: bool = False) -> RunCost:
+    """The cost of ``cfg``'s run on ``device`` up to ``run_steps`` optimiser steps (None: all its epochs):
+    :func:`seconds_per_step` times the steps, plus (``with_evaluation``) one measured test evaluation per
+    whole epoch."""
+    n_train = cfg.train_subset or SPLIT_SIZES[DATASET_OF[cfg.model]][0]
+    per_epoch = math.ceil(n_train / cfg.batch_size)
+    total = per_epoch * cfg.epochs if run_steps is None else int(run_steps)
+    recipe = "the authors' recipe" if isinstance(cfg, RecipeConfig) else "this companion's Table 1 recipe"
+    return RunCost(title=model_title(cfg.model, cfg.model_overrides), recipe=recipe, seed=cfg.seed,
+                   device=str(device), seconds_per_step=seconds_per_step(cfg, device, steps, warmup),
+                   steps_per_epoch=per_epoch, steps=total,
+                   evaluation_s=evaluation_seconds(cfg, device) if with_evaluation else 0.0)
