@@ -74,6 +74,9 @@ def test_summary_sentences_carry_the_numbers(quick_rows):
     assert any(f"{worst:.2g}" in x and f"{repaired.min_ratio:.3g}" in x and "Theorem 1" in x for x in s)
     assert any("Lemma 4 holds as corrected" in x for x in s)
     assert s[-2].startswith("The figures' claims, from the paper-profile results: ")
+    for fig in ("Fig. 3", "Fig. 4", "Fig. 5", "Fig. 6", "Fig. 12"):  # one verdict per model, each named
+        part = s[-2].split(f"{fig}: ")[1].split(";")[0]
+        assert "on the authors' model" in part and "on the theorem's block" in part, part
     assert "implications for scaling laws" in s[-1] and "**not supported**" in s[-1]
     assert not any("Theorem 7 holds wherever tested" in x for x in s), "no sentence from rows that did not run"
 

@@ -75,6 +75,11 @@ def result_entries(specs=None) -> list[tuple[str, str, str, str]]:
 RESULTS = result_entries()  # as declared at import; findings() reads the registry each time
 
 
+def _cifar() -> set:
+    """The results whose paper profile needs CIFAR-100 (Fig. 6 on either model, Fig. 12 on the authors')."""
+    return {s.finding.key for s in SPECS.values() if s.finding is not None and "CIFAR-100" in s.needs}
+
+
 def _no_claim() -> set:
     return {s.finding.key for s in SPECS.values() if s.finding is not None and not s.finding.claim}
 # claims of the paper with no evidence behind them, and why (checked against the paper's text)
@@ -242,7 +247,7 @@ def _experiment(key: str, rows: list[Row]) -> tuple[str, str]:
         return "not run", "no row"
     r = claims[0]
     if not r.ran:
-        if key == "fig6":
+        if key in _cifar():
             return "not run at paper scale", r.note or f"needs CIFAR-100 and a GPU: {r.command}"
         return "not run", f"needs the paper-profile result: {r.command}"
     if r.profile != "paper":
@@ -318,9 +323,13 @@ def summary_sentences(rows: list[Row]) -> list[str]:
     if ce and ce.verdict != "not run":
         out.append(f"§5: the companion's cross-entropy version of Theorem 6 {ce.verdict.replace('holds, ', 'holds but is ')}; "
                    f"the paper's \"explicitly validated\" is {cev.verdict}.")
-    figs = [f[k] for k in ("fig3", "fig4", "fig5", "fig6", "fig12")]
+    def per_model(k):  # "Fig. 3: not reproduced on the authors' model, partly reproduced on the theorem's block"
+        name = f[k].title.split(":")[0].split(" on the ")[0]
+        a = f.get(f"{k}_authors")
+        return (f"{name}: {a.verdict} on the authors' model, {f[k].verdict} on the theorem's block" if a is not None
+                else f"{name}: {f[k].verdict}")
     out.append("The figures' claims, from the paper-profile results: " + "; ".join(
-        f"{x.title.split(':')[0]} {x.verdict}" for x in figs) + ".")
+        per_model(k) for k in ("fig3", "fig4", "fig5", "fig6", "fig12")) + ".")
     f12 = by.get("fig12.validity_increases")
     if t7 is not None and t7.verdict != "not run":
         averaging = (f"; the $k^{{-1/2}}$ of Fig. 12 (slope {f12.value:.3f}) is what averaging alone gives"

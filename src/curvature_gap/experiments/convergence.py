@@ -78,17 +78,18 @@ def loglog_ema(k: np.ndarray, y: np.ndarray, beta: float, per_decade: int = 20) 
 
 
 def fit_loglog(k: np.ndarray, y: np.ndarray, k_min: int, n_points: int) -> dict:
-    """Least-squares line log10 y = a log10 k + b through log-spaced k >= k_min."""
+    """Least-squares line log10 y = a log10 k + b through log-spaced k >= k_min (``k`` increasing; where it skips
+    values, the first k at or above each log-spaced target)."""
     k = np.asarray(k)
     k_hi = int(k.max())
     k_min = min(max(1, k_min), k_hi)
     ks = np.unique(np.round(np.geomspace(k_min, k_hi, n_points)).astype(int))
-    sel = np.searchsorted(k, ks)
+    sel = np.unique(np.searchsorted(k, ks))  # the first k >= each target, once each (k need not be consecutive)
     X, Y = np.log10(k[sel]), np.log10(y[sel])
     a, b = np.polyfit(X, Y, 1)
     resid = Y - (a * X + b)
     r2 = 1 - float(resid @ resid) / float(((Y - Y.mean()) ** 2).sum())
-    return dict(slope=float(a), intercept=float(b), r2=r2, k_fit=ks.tolist())
+    return dict(slope=float(a), intercept=float(b), r2=r2, k_fit=k[sel].astype(int).tolist())
 
 
 def compute_convergence(ctx: Context, s: ConvergenceSettings) -> tuple[dict, dict]:

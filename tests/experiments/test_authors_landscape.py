@@ -1,0 +1,104 @@
+"""experiments.authors_landscape: Figs. 6 and 12 on the authors' model as their code computes them (one pass of
+their loader at fixed weights), the runs their configurations read, and the claim rows on the authors' model."""
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from cases import TINY_MODEL, mnist_datasets
+from curvature_gap import experiments as ex
+from curvature_gap.config import recipe_config
+from curvature_gap.data import TensorDataset
+from curvature_gap.experiments import authors_landscape as al
+from curvature_gap.experiments.convergence import fit_loglog
+from curvature_gap.model import build_model
+from curvature_gap.train import Datasets, load_recipe_datasets, recipe_loader
+
+
+def test_the_paper_profile_is_what_their_configurations_run():
+    """loss_landscape_convergence.yaml: seed 42; assumption_1.yaml: seed 21; both the 8-block CIFAR-100 model at
+    step 10,000 over 26 epochs of the loader; Fig. 6 takes no gradient."""
+    f6, f12 = al.FIG6_SETTINGS["paper"], al.FIG12_SETTINGS["paper"]
+    assert (f6.model, f6.run_seed, f6.step, f6.epochs, f6.gradients) == ("authors_cifar100", 42, 10_000, 26, False)
+    assert (f12.model, f12.run_seed, f12.step, f12.epochs, f12.gradients, f12.log_every) == (
+        "authors_cifar100", 21, 10_000, 26, True, 16)
+    ctx = ex.Context(profile="paper")
+    c6, c12 = ctx.run_cfg(f6), ctx.run_cfg(f12)
+    assert (c6.seed, c12.seed) == (42, 21) and c12 == recipe_config("authors_cifar100", "paper")
+    assert c6.hash() != c12.hash(), "another seed is another run"
+    mnist = ctx.run_cfg(al.MNIST_SETTINGS["paper"])
+    assert mnist == recipe_config("authors_mnist", "paper") and mnist.seed == 37
+    # the results' configurations record the run they read
+    for name, seed in (("fig6_authors", 42), ("fig12_authors", 21), ("fig6_authors_mnist", 37)):
+        s = ex.spec(name)
+        assert ex.config_of(s, ctx, ex.settings_of(s, ctx), {})["train"][s.settings["paper"].model]["seed"] == seed
+    assert al.MNIST_SETTINGS["paper"].step == 20_000 and "smoke" not in ex.spec("fig6_authors_mnist").settings
+
+
+@pytest.fixture(scope="module")
+def tiny_pass():
+    """The authors' MNIST recipe on a 454-parameter model and 40 test-written images, in float64."""
+    cfg = dataclasses.replace(recipe_config("authors_mnist", "smoke"), model_overrides=tuple(sorted(TINY_MODEL.items())),
+                              batch_size=16)
+    ds = load_recipe_datasets(cfg, datasets=mnist_datasets(40, 8))
+    ds = Datasets(TensorDataset(ds.train.images.double(), ds.train.labels), ds.test)
+    return cfg, ds, build_model(cfg.model, seed=1, **dict(cfg.model_overrides)).double().eval()
+
+
+def test_the_pass_is_the_running_mean_and_its_gradient(tiny_pass):
+    cfg, ds, model = tiny_pass
+    p = al.loader_pass(model, cfg, ds, epochs=2, log_every=2, gradients=True, device="cpu")
+    batches = [(x, y) for _, x, y in recipe_loader(cfg, ds, 2)]
+    assert len(p["running_loss"]) == len(batches) == 6 and list(p["n_seen"]) == [16, 32, 40, 56, 72, 80]
+    params = list(model.parameters())
+    for i in range(len(batches)):
+        x = torch.cat([b[0] for b in batches[:i + 1]])
+        y = torch.cat([b[1] for b in batches[:i + 1]])
+        mean = torch.nn.functional.cross_entropy(model(x), y)  # L_k over the samples seen, computed at once
+        assert p["running_loss"][i] == pytest.approx(mean.item(), rel=1e-12)
+        if i % 2 == 0:
+            g = torch.autograd.grad(mean, params)
+            norm = float(torch.sqrt(sum((t ** 2).sum() for t in g)))
+            assert p["grad_norm"][i // 2] == pytest.approx(norm, rel=1e-10)
+            assert p["grad_samples"][i // 2] == p["n_seen"][i]
+    without = al.loader_pass(model, cfg, ds, epochs=2, log_every=2, gradients=False, device="cpu")
+    np.testing.assert_array_equal(without["running_loss"], p["running_loss"])
+    assert "grad_norm" not in without
+    assert len(al.loader_pass(model, cfg, ds, 2, 2, False, "cpu", max_batches=3)["running_loss"]) == 3
+
+
+def test_the_fit_takes_each_logged_point_once_where_k_skips_values():
+    k = np.array([16, 32, 48, 64, 80, 1000, 2000, 4000, 8000])
+    fit = fit_loglog(k, 3.0 * k ** -0.5, int(k[0]), 40)
+    assert fit["slope"] == pytest.approx(-0.5) and fit["r2"] == pytest.approx(1.0)
+    assert fit["k_fit"] == sorted(set(fit["k_fit"])) and set(fit["k_fit"]) <= set(k.tolist())
+    consecutive = np.arange(1, 500)
+    assert fit_loglog(consecutive, 1.0 / consecutive, 4, 40)["k_fit"][:3] == [4, 5, 6]
+
+
+def _result(meta, arrays=None, profile="paper"):
+    return SimpleNamespace(meta=meta, arrays=arrays or {}, config={"profile": profile}, json_path="results/x.json")
+
+
+def test_the_claim_rows_read_the_authors_model_and_can_fail():
+    standin6 = _result({"fit": {"slope": -1.099, "r2": 0.82}})
+    row = al.slope_row(None, standin6)
+    assert row.verdict == "not run" and row.result == "fig6_authors" and "-1.099" in row.note
+    assert "CIFAR-100" in row.note and "fig6_authors" in row.command
+    good = al.slope_row(_result({"fit": {"slope": -0.95, "r2": 0.9}, "n_batches": 10166}))
+    bad = al.slope_row(_result({"fit": {"slope": -1.3, "r2": 0.9}, "n_batches": 10166}))
+    assert (good.verdict, bad.verdict) == ("reproduced", "not reproduced")
+    standin12 = _result({"grad_slope": -0.41})
+    row = al.validity_row(None, standin12)
+    assert row.verdict == "not run" and "-0.410" in row.note
+    falls = al.validity_row(_result({"grad_slope": -0.5}, {"grad_norm": np.ones(5)}))
+    rises = al.validity_row(_result({"grad_slope": 0.2}, {"grad_norm": np.ones(5)}))
+    assert (falls.verdict, rises.verdict) == ("reproduced", "not reproduced")
+    # the rows sit with the authors' results, one verdict per model
+    assert ex.spec("fig6_authors").finding.key == "fig6_authors" and ex.spec("fig6").finding.key == "fig6"
+    assert ex.spec("fig12_authors").finding.key == "fig12_authors" and ex.spec("fig12").finding.key == "fig12"
+    assert ex.spec("fig6_authors_mnist").finding is None and ex.spec("fig12_authors_mnist").finding is None
