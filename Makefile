@@ -78,7 +78,8 @@ bench: install data
 	$(PY) benchmarks/report.py
 
 # Every benchmark at full size, then RESULTS.md: about 25 minutes on 2 cores (theory_block_hessian
-# < 1 min, floor ~2 min, hessian ~20 min; gpu_check ≤ 9 min where CUDA is present, else a no-op). Run it
+# < 1 min, floor ~2 min, hessian ~20 min, training_cost ~7 min; gpu_check ≤ 9 min where CUDA is present,
+# else a no-op). Run it
 # on a quiet machine: each document states its load average. The documents go to $(BENCH_RUN) first and
 # into benchmarks/ only when every run has finished, so the commit each run records is not made dirty
 # by the JSON of the run before it.
@@ -99,7 +100,7 @@ bench-quick: install data
 	$(PY) benchmarks/report.py --results $(BENCH_QUICK)/RESULTS.md --json-dir $(BENCH_QUICK)
 
 # On a CUDA machine (≤ 9 min): device tests on the GPU, MNIST training, GPU-vs-CPU Hessian, CIFAR-100
-# throughput, block spectra; writes benchmarks/gpu_check.json, then RESULTS.md's "GPU check" (also after
+# throughput, block spectra, the authors' CIFAR-100 recipe (float32, bf16); writes benchmarks/gpu_check.json, then RESULTS.md's "GPU check" (also after
 # a failed step, whose status the table shows; the exit status is then 1). Without CUDA: a no-op.
 gpu-check: install
 	$(PY) benchmarks/gpu_check.py --data-dir $(DATA); rc=$$?; $(PY) benchmarks/report.py && exit $$rc

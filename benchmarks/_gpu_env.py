@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -35,6 +35,8 @@ class Sizes:
     mnist_overrides: tuple = ()  # step b: overrides of train_config("mnist", "paper")
     mnist_subset: tuple | None = None  # step b: (train, test) images; None: all of MNIST
     mnist_probe: tuple = (20, 200)  # step b: (untimed warm-up steps, timed probe steps) that size the full run
+    # step f: training_cost.measure on the device (the authors' CIFAR-100 recipe, float32 and bf16)
+    authors_cost: dict = field(default_factory=lambda: dict(steps=200, warmup=10, pass_batches=50))
 
 
 _TINY_VIT = (("d_ff", 8), ("d_k", 4), ("d_model", 4), ("patch_size", 7))  # 454 parameters (tests/cases.py)
@@ -46,6 +48,9 @@ QUICK = Sizes(
     cifar_warmup_steps=1, cifar_steps=2, spectra_batch=2, spectra_model=_SMALL_CIFAR, lanczos_iters=3,
     mnist_overrides=(("batch_size", 32), ("epochs", 1), ("model_overrides", _TINY_VIT)), mnist_subset=(256, 64),
     mnist_probe=(2, 3),
+    authors_cost=dict(steps=2, warmup=1, pass_batches=2, overrides=(("d_ff", 16), ("d_k", 8), ("d_model", 8),
+                                                                 ("n_blocks", 2), ("patch_size", 8)),
+                      n_train=256, n_test=64),
 )
 
 
@@ -63,6 +68,7 @@ ESTIMATE_S = {
     "c_float64": 60.0,   # the same at batch 16 in float64
     "d": 120.0,          # write + read ~54k random CIFAR images, 10 warm-up + 200 timed steps
     "e": 180.0,          # 59 blocks + overall x 20 Lanczos steps = ~1,200 Hessian-vector products
+    "f": 150.0,          # the authors' CIFAR-100 recipe: 2 x 210 steps, one 391-step epoch on 50,000 images, 2 x 51 pass batches
 }
 
 

@@ -51,6 +51,7 @@ STEP_TITLES = {
     "c": "c. Fig. 3 Hessian, GPU vs CPU",
     "d": "d. CIFAR-100 8-block training",
     "e": "e. block spectra, 8-block model",
+    "f": "f. the authors' CIFAR-100 recipe (Figs. 6, 12)",
 }
 
 
@@ -332,9 +333,20 @@ def step_b(ctx: Context) -> dict:
     return rec
 
 
+def step_f(ctx: Context) -> dict:
+    """The cost of the paper profile of Figs. 6 and 12 on the device: ``training_cost.measure`` (the authors'
+    8-block CIFAR-100 model and recipe, float32 and bf16; a whole epoch; the figures' passes)."""
+    from training_cost import measure
+
+    precisions = ("float32", "bf16") if ctx.device == "cuda" else ("float32",)
+    rows = measure(ctx.device, precisions, log=lambda m: log(f"f. {m}"), **ctx.sizes.authors_cost)
+    return dict(status="ok", rows=rows)
+
+
 STEPS = (  # (key, estimate key, function) in execution order
     ("a", "a", step_a),
     ("c", "c_float32", step_c),
+    ("f", "f", step_f),  # before d and e: the cost of the paper profile of Figs. 6 and 12 is measured nowhere else
     ("d", "d", step_d),
     ("e", "e", step_e),
     ("b", "b_probe", step_b),

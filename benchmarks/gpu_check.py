@@ -21,14 +21,19 @@ d. the 8-block CIFAR-100 model (paper profile) trained for ``--cifar-steps`` opt
    ``torch.cuda.max_memory_allocated`` and the estimated wall time of the full 200-epoch run on
    the 50,000-image set (steps per epoch × epochs / measured steps/s);
 e. the block spectra of the 8-block model at batch 128 (``top_eigenvalues`` over every parameter
-   group plus the whole Hessian, ``--lanczos-iters`` Lanczos steps): seconds and overall λ_max.
+   group plus the whole Hessian, ``--lanczos-iters`` Lanczos steps): seconds and overall λ_max;
+f. the paper profile of Figs. 6 and 12, the authors' 8-block CIFAR-100 model and recipe
+   (``benchmarks/training_cost.py``'s ``measure`` on CUDA): seconds per optimiser step in float32 and in
+   bf16 (their CUDA setting), one whole measured epoch, the test evaluation and the figures' passes, and
+   from them the time of a run to step 10,000 and of the two figures together.
 
 Time budget (``--budget-s``, counted from the start of the script): a step starts only if its
 estimate (``ESTIMATE_S``, upper bounds for an H200 host; for the MNIST training, a timed probe of
 the run itself) fits in what is left, otherwise it is recorded as ``skipped (budget)``; a timer
-stops a step that overruns the budget (``aborted (budget)``). The steps run in the order a, c, d,
-e, b: the MNIST training is the longest and least predictable, so it gets what is left and is
-sized from its own probe. Every number, the device, the torch/CUDA versions and each step's wall
+stops a step that overruns the budget (``aborted (budget)``). The steps run in the order a, c, f,
+d, e, b: f early, since the GPU cost of the paper profile of Figs. 6 and 12 is measured nowhere else;
+the MNIST training last, since it is the longest and least predictable, so it gets what is left and
+is sized from its own probe. Every number, the device, the torch/CUDA versions and each step's wall
 time go to ``--out`` (the benchmark document of ``_bench.py``, one row per step, rewritten atomically
 after every step); ``benchmarks/report.py`` renders it as the section "GPU check" of RESULTS.md.
 The exit status is 1 when a step failed or errored (with ``--quick``:
@@ -124,8 +129,8 @@ def parse_args(argv):
 
 
 def step_rows(report_steps: dict) -> list[dict]:
-    """The step records as the document's rows, in the order of the table (a–e)."""
-    return [dict(step=k, **report_steps[k]) for k in ("a", "b", "c", "d", "e") if k in report_steps]
+    """The step records as the document's rows, in the order of the table (a–f)."""
+    return [dict(step=k, **report_steps[k]) for k in STEP_TITLES if k in report_steps]
 
 
 def exit_status(rows: list[dict], quick: bool) -> int:

@@ -31,6 +31,7 @@ BENCHMARKS = (
     ("encoder_layer_hessian", "Closed-form Hessian of nn.TransformerEncoderLayer vs autograd"),
     ("authors_hessian", "Exact Hessian of the authors' ViT: ours vs curvlinops"),
     ("layernorm_versions", "The authors' Hessian through the fused LayerNorm, per curvlinops release"),
+    ("training_cost", "What the paper profile of Figs. 6 and 12 costs: the authors' CIFAR-100 model and recipe"),
 )
 REQUIRED = ("benchmark", "mode", "machine", "load_average", "threads", "software", "git", "started", "rows")
 
@@ -260,6 +261,47 @@ def render_floor(doc: dict) -> list[str]:
     ]
 
 
+# the authors' CIFAR-100 runs behind Figs. 6 and 12 (their configs/experiments/vit_classification/*.yaml and
+# configs/vit_classification_cifar_100.yaml): 50,000 images in batches of 128, checkpoint at step 10,000,
+# 26 epochs of the loader per figure, 100 epochs in their recipe; one test evaluation per whole epoch. The
+# Table 1 CIFAR-100 run (config.PROFILE_CONFIGS): batches of 256, 200 epochs.
+CIFAR_STEPS_PER_EPOCH = 391
+FIGURE_STEP, FIGURE_EPOCHS, RECIPE_EPOCHS = 10_000, 26, 100
+TABLE1_STEPS_PER_EPOCH, TABLE1_EPOCHS = 196, 200
+
+
+def training_costs(rows: list[dict]) -> list[tuple[str, str, str, float]]:
+    """(model, what, precision, seconds) derived from the rows of ``training_cost.measure``: for the authors' model the run
+    to step 10,000, the recipe's 100 epochs, and Figs. 6 and 12 together (two runs to step 10,000, two passes of
+    26 epochs); for the Table 1 model (rows of model ``cifar100``, where present) its 200 epochs."""
+    def of(model):
+        return {(r["quantity"], r.get("precision", "float32")): r["seconds"] for r in rows
+                if r.get("model", "authors_cifar100") == model}
+
+    q, t1 = of("authors_cifar100"), of("cifar100")
+    ev = q.get(("evaluation", "float32"), 0.0)
+    passes = FIGURE_EPOCHS * CIFAR_STEPS_PER_EPOCH * (q[("fig6_pass", "float32")] + q[("fig12_pass", "float32")])
+    out = []
+    for (quantity, precision), step in q.items():
+        if quantity != "step":
+            continue
+        to_step = FIGURE_STEP * step + FIGURE_STEP // CIFAR_STEPS_PER_EPOCH * ev
+        out += [("authors_cifar100", "the authors' model: one run to step 10,000 (the checkpoint of Figs. 6 and 12)",
+                 precision, to_step),
+                ("authors_cifar100", "the authors' model: the recipe's 100 epochs", precision,
+                 RECIPE_EPOCHS * (CIFAR_STEPS_PER_EPOCH * step + ev)),
+                ("authors_cifar100", "Figs. 6 and 12 on the authors' model: two runs to step 10,000 (seeds 42, 21) and "
+                 "two passes of 26 epochs", precision, 2 * to_step + passes)]
+    if ("step", "float32") in t1:
+        out.append(("cifar100", "the Table 1 model: its 200 epochs (Fig. 6 on the theorem's block)", "float32",
+                    TABLE1_EPOCHS * (TABLE1_STEPS_PER_EPOCH * t1[("step", "float32")] + t1.get(("evaluation", "float32"), 0.0))))
+    return out
+
+
+def _hours(v: float) -> str:
+    return f"{v / 3600:.2f} h" if v >= 3600 else f"{v / 60:.1f} min" if v >= 60 else f"{v:.1f} s"
+
+
 def _gpu_rows_a(s):
     return [("passed / failed / errors", f"{s.get('passed', 0)} / {s.get('failed', 0)} / {s.get('errors', 0)}"),
             ("pytest seconds", num(s.get("pytest_seconds")))]
@@ -303,7 +345,16 @@ def _gpu_rows_e(s):
             ("blocks, Hessian-vector products", f"{num(s.get('n_blocks'))}, {num(s.get('hvp_calls'))}")]
 
 
-GPU_STEP_ROWS = {"a": _gpu_rows_a, "b": _gpu_rows_b, "c": _gpu_rows_c, "d": _gpu_rows_d, "e": _gpu_rows_e}
+def _gpu_rows_f(s):
+    rows = s.get("rows") or []
+    per = [(f"{'the authors' if r['model'].startswith('authors_') else 'Table 1'}: {r['precision']} step [s]",
+            num(r["seconds"])) for r in rows if r["quantity"] == "step"]
+    ep = [("one whole epoch, measured [s]", num(r["seconds"])) for r in rows if r["quantity"] == "epoch"]
+    return per + ep + [(f"{what} ({prec})", _hours(t)) for _, what, prec, t in training_costs(rows)]
+
+
+GPU_STEP_ROWS = {"a": _gpu_rows_a, "b": _gpu_rows_b, "c": _gpu_rows_c, "d": _gpu_rows_d, "e": _gpu_rows_e,
+                 "f": _gpu_rows_f}
 
 
 def render_gpu_check(doc: dict) -> list[str]:
@@ -318,7 +369,7 @@ def render_gpu_check(doc: dict) -> list[str]:
     out = [f"Device: {device}; {num(doc.get('wall_s'))} s of a {num(doc.get('budget_s'))} s budget.", "",
            "| step | status | wall [s] | quantity | value |", "|---|---|---:|---|---:|"]
     steps = {r["step"]: r for r in doc["rows"]}
-    for key in ("a", "b", "c", "d", "e"):
+    for key in GPU_STEP_ROWS:
         s = steps.get(key)
         if s is None:
             out.append(f"| {key}. | not run | – | – | – |")
@@ -414,10 +465,40 @@ def render_layernorm_versions(doc: dict) -> list[str]:
     return out
 
 
-RENDERERS = {"layernorm_versions": render_layernorm_versions, "theory_block_hessian": render_theory_block_hessian, "hessian": render_hessian,
+def render_training_cost(doc: dict) -> list[str]:
+    rows = doc["rows"]
+    r0 = rows[0]
+    titles = {r["model"]: r for r in rows}
+    labels = {"step": "one optimiser step", "evaluation": "the test evaluation ending each epoch",
+              "epoch": "one whole epoch, measured end to end", "fig6_pass": "Fig. 6's pass, per batch (forward)",
+              "fig12_pass": "Fig. 12's pass, per batch (forward and backward)"}
+    models = "; ".join(f"{r['title']} ({r['parameters']:,} parameters, batch {r['batch_size']})" for r in titles.values())
+    lines = [f"On {r0['device']}: {models}; {doc['settings'].get('data', '')}.", "",
+             "| model | measured | precision | seconds | detail |", "|---|---|---|---:|---|"]
+    for r in rows:
+        trainer = "`train_recipe`" if r["model"].startswith("authors_") else "`train`"
+        detail = {"step": lambda: f"{trainer}: {r['steps']} timed after {r['warmup']}; {r['images_per_s']:.0f} images/s",
+                  "evaluation": lambda: f"{r['images']:,} images",
+                  "epoch": lambda: f"{r['steps']} steps on {r['images']:,} images + {r['test_images']:,} test images",
+                  }.get(r["quantity"], lambda: f"{r['batches']} batches timed")()
+        who = "the authors'" if r["model"].startswith("authors_") else "Table 1"
+        lines.append(f"| {who} | {labels.get(r['quantity'], r['quantity'])} | {r.get('precision', 'float32')} | "
+                     f"{secs(r['seconds'])} | {detail} |")
+    q = {r["quantity"]: r for r in rows if r["model"].startswith("authors_")}
+    lines += ["", "| derived from these rows | precision | time |", "|---|---|---:|"]
+    lines += [f"| {what} | {prec} | **{_hours(t)}** |" for _, what, prec, t in training_costs(rows)]
+    if "epoch" in q and "step" in q and "evaluation" in q:
+        pred = q["epoch"]["steps"] * q["step"]["seconds"] + q["evaluation"]["seconds"]
+        lines += ["", f"The measured epoch took {secs(q['epoch']['seconds'])} s against {secs(pred)} s predicted from the "
+                      f"timed steps and the evaluation ({q['epoch']['seconds'] / pred:.2f}×)."]
+    return lines
+
+
+RENDERERS = {"training_cost": render_training_cost, "layernorm_versions": render_layernorm_versions, "theory_block_hessian": render_theory_block_hessian, "hessian": render_hessian,
              "floor": render_floor, "gpu_check": render_gpu_check, "encoder_layer_hessian": render_encoder_layer_hessian,
              "authors_hessian": render_authors_hessian}
 ABSENT = {
+    "training_cost": "`python benchmarks/training_cost.py` (about 8 min on 2 CPU cores) writes it.",
     "gpu_check": "On a machine with CUDA, `make gpu-check` (≤ 9 min) writes it and regenerates this block.",
 }
 

@@ -176,3 +176,52 @@ def test_gpu_check_table(report):
     assert "4 / 0 / 0" in block and "3.20e-07" in block and "skipped: MNIST not in data" in block
     assert "| e. block spectra, 8-block model | skipped (budget) |" in block
     assert "float64 | skipped (budget)" in block
+
+
+def _cost_rows(device="cpu", bf16=None):
+    common = dict(model="authors_cifar100", title="the authors' 8-block CIFAR-100 model", parameters=1_600_228,
+                  batch_size=128, device=device)
+    rows = [dict(common, quantity="step", precision="float32", seconds=0.5, steps=40, warmup=5, images_per_s=256.0)]
+    if bf16 is not None:
+        rows.append(dict(common, quantity="step", precision="bf16", seconds=bf16, steps=40, warmup=5,
+                         images_per_s=128 / bf16))
+    rows += [dict(common, quantity="evaluation", precision="float32", seconds=20.0, images=10_000),
+             dict(common, quantity="epoch", precision="float32", seconds=210.0, steps=391, images=50_000,
+                  test_images=10_000),
+             dict(common, quantity="fig6_pass", precision="float32", seconds=0.2, batches=20),
+             dict(common, quantity="fig12_pass", precision="float32", seconds=0.6, batches=20),
+             dict(common, model="cifar100", title="the 8-block CIFAR-100 model of Table 1", parameters=1_478_372,
+                  batch_size=256, quantity="step", precision="float32", seconds=1.0, steps=40, warmup=5,
+                  images_per_s=256.0),
+             dict(common, model="cifar100", title="the 8-block CIFAR-100 model of Table 1", parameters=1_478_372,
+                  batch_size=256, quantity="evaluation", precision="float32", seconds=10.0, images=10_000)]
+    return rows
+
+
+def test_training_costs_are_derived_from_the_measured_rows(report):
+    costs = {(w.split(":")[0].split(" (")[0], p): t for _, w, p, t in report.training_costs(_cost_rows(bf16=0.1))}
+    # to step 10,000: 10,000 steps and 25 whole-epoch evaluations; the figures: two such runs and two passes of
+    # 26 epochs of 391 batches; the recipe: 100 epochs with one evaluation each; Table 1: 200 epochs of 196 steps
+    assert costs[("the authors' model", "float32")] == pytest.approx(100 * (391 * 0.5 + 20))  # the last of the two
+    run = [t for _, w, p, t in report.training_costs(_cost_rows()) if "one run to step 10,000" in w]
+    assert run == [pytest.approx(10_000 * 0.5 + 25 * 20)]
+    assert costs[("Figs. 6 and 12 on the authors' model", "float32")] == pytest.approx(2 * 5500 + 26 * 391 * 0.8)
+    assert costs[("Figs. 6 and 12 on the authors' model", "bf16")] == pytest.approx(2 * (1000 + 25 * 20) + 26 * 391 * 0.8)
+    assert costs[("the Table 1 model", "float32")] == pytest.approx(200 * (196 * 1.0 + 10))
+    doc = _doc(benchmark="training_cost", command="python benchmarks/training_cost.py", rows=_cost_rows(),
+               settings=dict(data="random images"))
+    block = report.render_block("training_cost", report.validate(doc, "training_cost"))
+    assert "**1.53 h**" in block and "**5.31 h**" in block and "**11.44 h**" in block
+    assert "The measured epoch took 210 s against 216 s predicted" in block
+    table = [ln for ln in block.splitlines() if ln.startswith("| the authors' |") or ln.startswith("| Table 1 |")]
+    assert len(table) == 7 and all(ln.count("|") == 6 for ln in table)
+
+
+def test_gpu_check_shows_the_authors_recipe_in_both_precisions(report):
+    steps = [dict(step="f", title="f. the authors' CIFAR-100 recipe (Figs. 6, 12)", status="ok", wall_s=70.0,
+                  rows=_cost_rows("cuda", bf16=0.01))]
+    doc = _doc(benchmark="gpu_check", command="python benchmarks/gpu_check.py", rows=steps, budget_s=540.0,
+               device=dict(name="NVIDIA H200", capability="9.0", memory_gib=139.8, cuda="13.0", cudnn=91000))
+    block = report.render_block("gpu_check", report.validate(doc, "gpu_check"))
+    assert "the authors: float32 step [s] | 0.5 |" in block and "the authors: bf16 step [s] | 0.01 |" in block
+    assert "Figs. 6 and 12 on the authors' model: two runs to step 10,000 (seeds 42, 21) and two passes of 26 epochs (bf16)" in block

@@ -124,6 +124,26 @@ def test_the_readers_table_of_published_results_says_how_long_where_and_what_was
     assert any(ln.startswith("| `fig6` |") and "needs CIFAR-100" in ln for ln in left)
 
 
+def test_the_cost_table_is_read_from_the_committed_measurements(tmp_path):
+    """Reproducibility's "what the CIFAR-100 runs cost": the committed benchmark, the GPU check's step f where one
+    ran, and a clear line where neither is there."""
+    assert "No full measurement is committed yet" in tables.costs_md(tmp_path)
+    (tmp_path / "benchmarks").mkdir()
+    doc = json.loads((ROOT / "benchmarks" / "training_cost.json").read_text())
+    (tmp_path / "benchmarks" / "training_cost.json").write_text(json.dumps(doc))
+    md = tables.costs_md(tmp_path)
+    step = next(r["seconds"] for r in doc["rows"] if r["quantity"] == "step" and r["model"] == "authors_cifar100")
+    line = next(ln for ln in md.splitlines() if "one run to step 10,000" in ln)
+    assert f"| {step:.3g} s |" in line and "| float32 |" in line and " h** |" in line
+    assert any("the Table 1 model" in ln for ln in md.splitlines())
+    assert "No GPU measurement is committed yet" in md and "make gpu-check" in md
+    gpu = dict(mode="full", started="2026-12-03T10:00:00", device=dict(name="NVIDIA H200"),
+               rows=[dict(step="f", status="ok", rows=[dict(r, device="cuda") for r in doc["rows"]])])
+    (tmp_path / "benchmarks" / "gpu_check.json").write_text(json.dumps(gpu))
+    md = tables.costs_md(tmp_path)
+    assert "No GPU measurement" not in md and sum("NVIDIA H200, 2026-12-03" in ln for ln in md.splitlines()) == 4
+
+
 def test_verdict_md_is_the_verdict_element_of_a_markdown_page(quick_rows):
     assert tables.verdict_md(quick_rows, "appB", "smoke") == verdict_html("appB", "smoke", quick_rows) + "\n"
 

@@ -309,6 +309,7 @@ def generated_pages(rows: list[Row], profile: str, device: str, timings: dict, s
         "hardware.md": tables.hardware_md(device),
         "runtimes.md": tables.runtimes_md(timings, source),
         "published.md": tables.published_md(root, profile),
+        "costs.md": tables.costs_md(root),
     }
 
 

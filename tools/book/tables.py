@@ -25,7 +25,7 @@ from curvature_gap.theory.notation import NOTATION
 from curvature_gap.bounds.titles import shown
 
 __all__ = ["landing_md", "verdict_md", "all_checks_md", "errata_md", "notation_md", "unstated_md", "from_authors_md", "profiles_md", "faults_md",
-           "versions_md", "published_md", "hardware_md", "runtimes_md", "verdict_badge"]
+           "versions_md", "published_md", "hardware_md", "runtimes_md", "costs_md", "verdict_badge"]
 
 
 def verdict_badge(key: str, verdict: str, css: str) -> str:
@@ -344,6 +344,48 @@ def published_md(root, profile: str) -> str:
                      md_escape(f"{prov.get('device', '?')}{cpu}"), md_escape(str(doc.get("created", ""))[:10] or "—")])
     return ("The results it renders, how long each took to compute and on what; a result that was left out "
             "says what it needs:\n\n" + md_table(["result", "what", "compute (s)", "computed on", "date"], body) + "\n")
+
+
+def costs_md(root) -> str:
+    """What the paper profile of Figs. 6 and 12 costs, from the committed measurements: ``benchmarks/training_cost.json``
+    (``benchmarks/training_cost.py``) and, where a GPU check was run, step f of ``benchmarks/gpu_check.json``; the
+    totals are derived by ``benchmarks/report.training_costs``, as in ``benchmarks/RESULTS.md``."""
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from benchmarks.report import training_costs  # noqa: PLC0415 - the one derivation of these totals
+
+    def hours(v):
+        return f"{v / 3600:.1f} h" if v >= 3600 else f"{v / 60:.0f} min"
+
+    sources, have_gpu = [], False
+    cpu = Path(root) / "benchmarks" / "training_cost.json"
+    if cpu.is_file():
+        doc = json.loads(cpu.read_text())
+        if doc.get("mode") == "full":
+            sources.append((f"{doc['machine'].get('cpu', 'CPU')}, {doc['machine'].get('cpus', '?')} cores, "
+                            f"{doc['threads']} torch thread(s), {doc['started'][:10]}", doc["rows"]))
+    gpu = Path(root) / "benchmarks" / "gpu_check.json"
+    if gpu.is_file():
+        doc = json.loads(gpu.read_text())
+        f = next((r for r in doc.get("rows", []) if r.get("step") == "f" and r.get("status") == "ok"), None)
+        if f is not None and doc.get("mode") == "full":
+            sources.append((f"{(doc.get('device') or {}).get('name', 'GPU')}, {doc['started'][:10]}", f["rows"]))
+            have_gpu = True
+    if not sources:
+        return "No full measurement is committed yet: `python benchmarks/training_cost.py` writes it.\n"
+    body = []
+    for where, rows in sources:
+        step = {(r["model"], r["precision"]): r["seconds"] for r in rows if r["quantity"] == "step"}
+        epoch = next((r["seconds"] for r in rows if r["quantity"] == "epoch"), None)
+        for model, what, precision, secs in training_costs(rows):
+            measured = epoch is not None and precision == "float32" and model == "authors_cifar100"
+            body.append([md_escape(where), md_escape(what), precision, f"{step[(model, precision)]:.3g} s",
+                         f"{epoch / 60:.1f} min" if measured else "—", f"**{hours(secs)}**"])
+    note = ("" if have_gpu else
+            "\n\nNo GPU measurement is committed yet: on a machine with CUDA, `make gpu-check` (step f) measures the "
+            "same quantities in float32 and in bf16, their CUDA setting, and this table then shows them.")
+    return (md_table(["measured on", "run", "precision", "per step", "per epoch (measured)", "time"], body) + note + "\n")
 
 
 def runtimes_md(timings: dict, verify_source: str) -> str:
