@@ -53,11 +53,30 @@ def test_verdict_text_and_html_on_the_quick_rows(quick_rows):
     h = nb.verdict_html("thm1", "paper", quick_rows)
     assert h.startswith('<div class="cg-verdict cg-repaired" data-result="thm1" data-verdict="fails; repaired version holds">')
     assert "<strong>Verdict: fails; repaired version holds.</strong>" in h and "**" not in h
-    assert 'data-verdict="not run at paper scale"' in nb.verdict_html("fig6", "paper", quick_rows)
+    for key in ("fig6", "fig6_authors"):  # CIFAR-100 on either model
+        assert 'data-verdict="not run at paper scale"' in nb.verdict_html(key, "paper", quick_rows)
     # a claim with a verdict per model says which model each verdict is about; others name none
-    assert "</strong> <em>On the authors' model.</em>" in nb.verdict_html("fig3_authors", "paper", quick_rows)
-    assert "</strong> <em>On the theorem's block (the Table 1 model).</em>" in nb.verdict_html("fig3", "paper", quick_rows)
-    assert "<em>On the" not in h and "<em>On the" not in nb.verdict_html("fig6", "paper", quick_rows)
+    for fig in ("fig3", "fig6", "fig12"):
+        assert "</strong> <em>On the authors' model.</em>" in nb.verdict_html(f"{fig}_authors", "paper", quick_rows)
+        assert "</strong> <em>On the theorem's block (the Table 1 model).</em>" in nb.verdict_html(fig, "paper", quick_rows)
+    assert "<em>On the" not in h and "<em>On the" not in nb.verdict_html("thm7", "paper", quick_rows)
+
+
+def test_the_two_models_verdicts_are_compared_only_where_both_ran():
+    def claim(result, verdict):
+        return Row(id=f"{result}.c", result=result, kind="claim", claim="reproduced", verdict=verdict, what="w",
+                   profile="paper", note="n")
+
+    same = [claim("fig5_authors", "not reproduced"), claim("fig5", "not reproduced")]
+    assert nb.agreement_text("fig5", "paper", rs=same) == "**The two models agree:** the claim is not reproduced on both."
+    assert nb.agreement_text("fig5", "smoke", rs=same) == ""
+    differ = [claim("fig3_authors", "not reproduced"), claim("fig3", "partly reproduced")]
+    text = nb.agreement_text("fig3", "paper", why="W_O.", rs=differ)
+    assert text == ("**The two models disagree:** the claim is not reproduced on the authors' model and partly "
+                    "reproduced on the theorem's block. W_O.")
+    missing = [claim("fig6", "reproduced"), Row(id="fig6_authors.c", result="fig6_authors", kind="claim",
+                                                 claim="reproduced", verdict="not run", what="w", profile="paper")]
+    assert nb.agreement_text("fig6", "paper", rs=missing) == ""
 
 
 def test_rows_from_the_pinned_json_match_whole_id_components(tmp_path, monkeypatch):

@@ -36,7 +36,7 @@ from .findings import Finding, finding_of, result_entries  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "show_markdown", "show_figure", "figure", "rows", "show_rows",
            "scaling_md", "show_scaling",
-           "verdict_text", "verdict_html", "show_verdict", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES", "find",
+           "verdict_text", "verdict_html", "show_verdict", "agreement_text", "show_agreement", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES", "find",
            "show_ranking", "show_cross_check", "md_escape", "text_html"]
 
 VERIFY_ENV = "CURVATURE_GAP_VERIFY_JSON"
@@ -364,6 +364,28 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
 def show_verdict(key: str, profile: str) -> None:
     """Show :func:`verdict_html` of a result on its page."""
     _display_html(verdict_html(key, profile))
+
+
+def agreement_text(key: str, profile: str, why: str = "", rs: list[Row] | None = None) -> str:
+    """Whether the verdicts of a claim on the two models (``<key>_authors`` and ``key``) agree, in one sentence
+    ("" for the smoke profile, or where either was not run); ``why`` follows a disagreement."""
+    if profile != "paper":
+        return ""
+    rs = rs if rs is not None else rows()
+    a, t = finding_of(f"{key}_authors", rs), finding_of(key, rs)
+    if a.verdict.startswith("not run") or t.verdict.startswith("not run"):
+        return ""
+    if a.verdict == t.verdict:
+        return f"**The two models agree:** the claim is {a.verdict} on both."
+    return (f"**The two models disagree:** the claim is {a.verdict} on the authors' model and {t.verdict} on the "
+            f"theorem's block." + (f" {why}" if why else ""))
+
+
+def show_agreement(key: str, profile: str, why: str = "") -> None:
+    """Show :func:`agreement_text` (nothing where it is empty)."""
+    text = agreement_text(key, profile, why)
+    if text:
+        show_markdown(text)
 
 
 # ---------------------------------------------------------------------------------------------- figure tables

@@ -35,6 +35,18 @@ def test_not_reproduced_and_nothing_published():
     assert rp.compare("fig6", None, None, "skipped")["numbers"] == []
 
 
+def test_a_published_result_of_another_layout_is_reported_not_fatal():
+    """A result published under the same name by other code (a renamed result) cannot be read by this code's key
+    numbers: the report says so, for a blocked and for a recomputed result alike, and goes on."""
+    old = Result("fig6", "h0", {}, {}, {"fit": {"slope": -1.0}})  # no "loss_max": another layout
+    blocked = rp.compare("fig6", old, None, "blocked", "CIFAR-100 is missing")
+    assert blocked["differs"].startswith("not reproduced: CIFAR-100 is missing; the published result has another "
+                                         "layout (KeyError: 'r2')") and blocked["numbers"] == []
+    new = rp.compare("fig6", old, _fig6())
+    assert "another layout" in new["differs"] and "make publish" in new["differs"]
+    assert all(n["published"] is None and n["recomputed"] is not None for n in new["numbers"])
+
+
 def test_report_md_lists_every_result_and_a_table_per_result_with_numbers():
     entries = [rp.compare("fig6", _fig6(), _fig6(slope=-0.9)), rp.compare("fig3", None, None, "blocked", "no | data")]
     md = rp.report_md(entries, "header line")

@@ -32,21 +32,31 @@ def _rel(a, b) -> float | None:
     return abs(a - b) / max(abs(a), abs(b), 1e-300)
 
 
+def _published_numbers(name: str, published) -> tuple[dict | None, str]:
+    """(key numbers of the published result, "") — or (None, why) when the current code cannot read them: a
+    result published under this name by other code, with another layout (it is of another configuration)."""
+    try:
+        return key_numbers(name, published), ""
+    except (KeyError, IndexError, TypeError) as exc:
+        return None, (f"the published result has another layout ({type(exc).__name__}: {exc}), so it is of another "
+                      "configuration; `make publish` replaces it")
+
+
 def compare(name: str, published, recomputed, status: str = "ok", message: str = "") -> dict:
     """One report entry: the key numbers side by side and what differs."""
     entry = {"result": name, "status": status, "numbers": []}
+    old, unreadable = _published_numbers(name, published) if published is not None else (None, "")
     if recomputed is None:
-        entry["differs"] = f"not reproduced: {message}" if message else "not reproduced"
-        if published is not None:
-            entry["numbers"] = [dict(name=k, published=v, recomputed=None, rel_diff=None)
-                                for k, v in key_numbers(name, published).items()]
+        entry["differs"] = (f"not reproduced: {message}" if message else "not reproduced") + (
+            f"; {unreadable}" if unreadable else "")
+        if old is not None:
+            entry["numbers"] = [dict(name=k, published=v, recomputed=None, rel_diff=None) for k, v in old.items()]
         return entry
     new = key_numbers(name, recomputed)
-    if published is None:
-        entry["differs"] = "nothing published to compare with"
+    if published is None or old is None:
+        entry["differs"] = unreadable or "nothing published to compare with"
         entry["numbers"] = [dict(name=k, published=None, recomputed=v, rel_diff=None) for k, v in new.items()]
         return entry
-    old = key_numbers(name, published)
     entry["numbers"] = [dict(name=k, published=old.get(k), recomputed=v, rel_diff=_rel(old.get(k), v))
                         for k, v in new.items()]
     same_config = published.config_hash == recomputed.config_hash
