@@ -75,3 +75,19 @@ def test_the_authors_hessian_order_is_their_parameter_list_and_flattening():
     assert sum(n for _, n in layout) == len(idx) == sum(p.numel() for n, p in m.named_parameters()
                                                          if not n.endswith("_bias") and n not in ("embed.bias", "head.bias"))
     assert [g for g, _ in layout][:6] == ["embed", "block0.query", "block0.key", "block0.value", "block0.out", "block0.ln1"]
+
+
+def test_leads_without_counts_the_statistics_a_block_leads_once_another_is_left_out():
+    from types import SimpleNamespace
+
+    from curvature_gap.experiments.heatmaps import leads_without
+    from curvature_gap.experiments.hessians import STATISTICS
+
+    def stats(**size):
+        return {u: {st: v for st in STATISTICS} for u, v in size.items()}
+
+    res = SimpleNamespace(meta={"unit_stats": stats(W_Q=1.0, W_K=2.0, W_V=3.0, W_O=4.0, W_1=0.5, W_2=0.5)})
+    n = len(STATISTICS)
+    assert leads_without(res, None, "W_O") == n and leads_without(res, None) == 0
+    assert leads_without(res, "W_O") == n, "without W_O the Values lead"
+    assert leads_without(res, "W_V", "W_O") == n and leads_without(res, "W_O", "W_K") == 0

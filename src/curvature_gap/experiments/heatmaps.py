@@ -285,6 +285,13 @@ def _rival(stats: dict, units, lost: list[str], n_st: int) -> str:
 _WORDS = {5: "five", 6: "six"}
 
 
+def leads_without(result, drop: str | None, unit: str = "W_V") -> int:
+    """In how many of the :data:`STATISTICS` ``unit``'s diagonal block is the largest of the weight matrices once
+    ``drop``'s block is left out (None, or a block the model lacks: simply where it leads)."""
+    stats = {u: v for u, v in result.meta["unit_stats"].items() if u != drop}
+    return sum(order[0] == unit for order in ranking_table(stats)["weights"].values())
+
+
 def values_largest(result, figure: str) -> Row:
     """Figs. 3/4: W_V's diagonal Hessian block is the largest (see :mod:`.claims`); ``figure`` is the result
     (``fig3``, ``fig4``: the theorem's block; ``fig3_authors``, ``fig4_authors``: the authors' model)."""
