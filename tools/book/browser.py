@@ -43,7 +43,8 @@ MATHJAX_TIMEOUT_MS = 30_000
 PAGE_TIMEOUT_MS = 60_000
 # page -> screenshot stem (written as <stem>-1440.png and <stem>-390.png)
 SCREENSHOTS = {"book/intro.html": "landing", "notebooks/fig03_hessian_init.html": "fig03",
-               "notebooks/fig04_hessian_trained.html": "fig04", "notebooks/transformer_block.html": "block",
+               "notebooks/fig04_hessian_trained.html": "fig04", "notebooks/fig06_loss_convergence.html": "fig06",
+               "notebooks/fig12_assumption1.html": "fig12", "notebooks/transformer_block.html": "block",
                "notebooks/encoder_layer.html": "beyond",
                "notebooks/self_attention.html": "theorem1", "book/errata.html": "errata",
                "book/reproducibility.html": "reproducibility"}

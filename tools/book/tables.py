@@ -382,10 +382,15 @@ def costs_md(root) -> str:
             measured = epoch is not None and precision == "float32" and model == "authors_cifar100"
             body.append([md_escape(where), md_escape(what), precision, f"{step[(model, precision)]:.3g} s",
                          f"{epoch / 60:.1f} min" if measured else "—", f"**{hours(secs)}**"])
+    head = ["measured on", "run", "precision", "per step", "per epoch (measured)", "time"]
+    intro = ""
+    if len(sources) == 1:  # one machine: say it once, above the table
+        intro = f"Measured on {sources[0][0]}:\n\n"
+        head, body = head[1:], [row[1:] for row in body]
     note = ("" if have_gpu else
             "\n\nNo GPU measurement is committed yet: on a machine with CUDA, `make gpu-check` (step f) measures the "
             "same quantities in float32 and in bf16, their CUDA setting, and this table then shows them.")
-    return (md_table(["measured on", "run", "precision", "per step", "per epoch (measured)", "time"], body) + note + "\n")
+    return intro + md_table(head, body) + note + "\n"
 
 
 def runtimes_md(timings: dict, verify_source: str) -> str:
