@@ -40,7 +40,8 @@ import torch
 
 from _bench import Run, add_switches, out_path
 from curvature_gap.config import recipe_config, train_config
-from curvature_gap.cost import SPLIT_SIZES, evaluation_seconds, model_title, random_datasets, seconds_per_step
+from curvature_gap.cost import (SPLIT_SIZES, evaluation_seconds, model_title, random_datasets, seconds_per_step,
+                                synchronize)
 from curvature_gap.experiments.authors_landscape import FIG6_SETTINGS, FIG12_SETTINGS, loader_pass
 from curvature_gap.model import build_model
 from curvature_gap.train import load_recipe_datasets, train_recipe
@@ -51,11 +52,6 @@ MODEL = "authors_cifar100"
 QUICK_OVERRIDES = (("d_ff", 16), ("d_k", 8), ("d_model", 8), ("n_blocks", 2), ("patch_size", 8))
 
 
-def _sync(device: str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
 def _epoch_seconds(cfg, device: str, n_train: int, n_test: int) -> tuple[float, int]:
     """One whole epoch of ``train_recipe`` on random images, timed end to end: its steps and the test
     evaluation it ends with (the run is cut at the first step of the second epoch)."""
@@ -64,10 +60,10 @@ def _epoch_seconds(cfg, device: str, n_train: int, n_test: int) -> tuple[float, 
     run = dataclasses.replace(cfg, epochs=2, train_subset=None, test_subset=None, snapshot_every=0,
                               ckpt_every=10 ** 9)
     with tempfile.TemporaryDirectory() as d:
-        _sync(device)
+        synchronize(device)
         t0 = time.perf_counter()
         train_recipe(run, Path(d), device=device, datasets=ds, max_steps=per_epoch, progress=False)
-        _sync(device)
+        synchronize(device)
         return time.perf_counter() - t0, per_epoch
 
 
@@ -76,10 +72,10 @@ def _pass_seconds(cfg, device: str, settings, batches: int) -> float:
     model = build_model(cfg.model, seed=0, **dict(cfg.model_overrides)).to(device).eval()
     ds = load_recipe_datasets(cfg, datasets=random_datasets(cfg, cfg.batch_size * (batches + 1), 1, seed=2))
     loader_pass(model, cfg, ds, 1, settings.log_every, settings.gradients, device, max_batches=1)
-    _sync(device)
+    synchronize(device)
     t0 = time.perf_counter()
     loader_pass(model, cfg, ds, 1, settings.log_every, settings.gradients, device, max_batches=batches + 1)
-    _sync(device)
+    synchronize(device)
     return (time.perf_counter() - t0) / (batches + 1)
 
 

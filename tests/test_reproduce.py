@@ -190,8 +190,9 @@ def test_the_guard_names_the_authors_cifar_runs_with_their_seeds_and_steps(tmp_p
 def test_the_cost_is_the_timed_step_times_the_steps_of_the_run(monkeypatch):
     from curvature_gap import cost
 
+    trained = []
+    monkeypatch.setattr(cost, "train_any", lambda cfg, *a, **k: trained.append(type(cfg).__name__) or {})
     clock = iter([100.0, 106.0])
-    monkeypatch.setattr(cost, "train", lambda *a, **k: {"interrupted_at_step": 0})
     monkeypatch.setattr(cost.time, "perf_counter", lambda: next(clock))
     cfg = train_config("mnist", "paper")                    # 60,000 images, batch 128, 15 epochs
     c = cost.training_cost(cfg, "cpu", steps=3)
@@ -200,11 +201,11 @@ def test_the_cost_is_the_timed_step_times_the_steps_of_the_run(monkeypatch):
     assert reproduce.LONG_RUN_S == 30 * 60
     # the authors' recipe is timed through its own trainer, to the step a figure reads
     clock = iter([0.0, 3.0])
-    monkeypatch.setattr(cost, "train_recipe", lambda *a, **k: {"interrupted_at_step": 0})
     monkeypatch.setattr(cost.time, "perf_counter", lambda: next(clock))
     c = cost.training_cost(recipe_config("authors_cifar100", "paper"), "cpu", run_steps=10_000, steps=3)
     assert c.steps == 10_000 and c.steps_per_epoch == 391 and c.seconds == pytest.approx(10_000.0)
     assert c.title == "the authors' 8-block CIFAR-100 model" and "their" not in c.recipe
+    assert trained == ["TrainConfig"] * 2 + ["RecipeConfig"] * 2, "warm-up and timed steps, each by the run's trainer"
 
 
 @pytest.mark.fault("unknown-figure")

@@ -22,10 +22,10 @@ import torch
 from .codehash import not_in_code_hash
 from .config import DATASET_OF, MODEL_CONFIGS, RecipeConfig, TrainConfig
 from .data import TensorDataset
-from .train import Datasets, evaluate, train, train_recipe
+from .train import Datasets, evaluate, train_any
 
-__all__ = ["SPLIT_SIZES", "model_title", "random_datasets", "seconds_per_step", "evaluation_seconds", "RunCost",
-           "training_cost"]
+__all__ = ["SPLIT_SIZES", "model_title", "random_datasets", "synchronize", "seconds_per_step", "evaluation_seconds",
+           "RunCost", "training_cost"]
 
 # images in the training and test splits of each dataset (what a run of a full profile reads)
 SPLIT_SIZES = {"mnist": (60_000, 10_000), "cifar100": (50_000, 10_000)}
@@ -54,7 +54,8 @@ def random_datasets(cfg: TrainConfig, n_train: int, n_test: int = 1, seed: int =
     return Datasets(split(n_train), split(n_test))
 
 
-def _sync(device) -> None:
+def synchronize(device) -> None:
+    """Wait for the device's queued work (CUDA kernels run asynchronously), so that a clock reads its end."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
 
@@ -69,14 +70,13 @@ def seconds_per_step(cfg: TrainConfig, device, steps: int = 3, warmup: int = 2) 
     ds = random_datasets(cfg, cfg.batch_size * (warmup + steps + 1))
     probe = dataclasses.replace(cfg, epochs=1, train_subset=None, test_subset=None, ckpt_every=10 ** 9,
                                 **({"snapshot_every": 0} if isinstance(cfg, RecipeConfig) else {}))
-    trainer = train_recipe if isinstance(cfg, RecipeConfig) else train
     with tempfile.TemporaryDirectory() as d:
         if warmup:
-            trainer(probe, Path(d), device=str(device), datasets=ds, max_steps=warmup, progress=False)
-        _sync(device)
+            train_any(probe, Path(d), device=str(device), datasets=ds, max_steps=warmup, progress=False)
+        synchronize(device)
         t0 = time.perf_counter()
-        trainer(probe, Path(d), device=str(device), datasets=ds, max_steps=warmup + steps, progress=False)
-        _sync(device)
+        train_any(probe, Path(d), device=str(device), datasets=ds, max_steps=warmup + steps, progress=False)
+        synchronize(device)
         return (time.perf_counter() - t0) / steps
 
 
@@ -90,10 +90,10 @@ def evaluation_seconds(cfg: TrainConfig, device, n_test: int | None = None) -> f
     m = build_model(cfg.model, seed=0, **dict(cfg.model_overrides)).to(device)
     test = random_datasets(cfg, 1, n).test
     evaluate(m, test.subset(min(n, 1000)), device)  # warm-up
-    _sync(device)
+    synchronize(device)
     t0 = time.perf_counter()
     evaluate(m, test, device)
-    _sync(device)
+    synchronize(device)
     return time.perf_counter() - t0
 
 
