@@ -8,9 +8,10 @@ warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
 
 from .config import MODEL_CONFIGS, ModelConfig, TrainConfig, train_config
 from .model import ViT, build_model, param_groups, ParamGroup
+from .theory.layers import layer_hessian, layer_hvp
 
 __version__ = "0.1.0"
 __all__ = [
     "MODEL_CONFIGS", "ModelConfig", "TrainConfig", "train_config",
-    "ViT", "build_model", "param_groups", "ParamGroup", "__version__",
+    "ViT", "build_model", "param_groups", "ParamGroup", "layer_hessian", "layer_hvp", "__version__",
 ]

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-__all__ = ["CONFIGS", "config_id", "random_layer", "math_backend", "layer_loss", "hessian_autograd",
+__all__ = ["CONFIGS", "config_id", "random_layer", "math_backend", "layer_loss", "autograd_hessian", "hessian_autograd",
            "hessian_autograd_loop", "func_hessian", "default_kernel_double_backward_error", "relative_error",
            "asymmetry"]
 
@@ -91,20 +91,28 @@ def _grad(layer, X, **kw):
     return ps, torch.cat([x.reshape(-1) for x in g])
 
 
-def hessian_autograd(layer, X, chunk: int | None = None, **kw) -> torch.Tensor:
-    """Reverse-over-reverse Hessian (P, P) in ``named_parameters()`` order: the gradient with
-    ``create_graph=True``, then ``torch.autograd.grad(..., is_grads_batched=True)`` along the unit vectors,
-    ``chunk`` of them per call (all at once by default). MATH backend."""
-    ps, g = _grad(layer, X, **kw)
+def autograd_hessian(loss_fn, params: list, chunk: int | None = None) -> torch.Tensor:
+    """Reverse-over-reverse Hessian (P, P) of the scalar ``loss_fn()`` w.r.t. ``params`` (in that order, each
+    flattened): the gradient with ``create_graph=True``, then ``torch.autograd.grad(..., is_grads_batched=True)``
+    along the unit vectors, ``chunk`` of them per call (all at once by default). MATH attention backend."""
+    with math_backend():
+        g = torch.autograd.grad(loss_fn(), params, create_graph=True)
+    g = torch.cat([x.reshape(-1) for x in g])
     P = g.numel()
     step = P if chunk is None else chunk
     rows = []
     with math_backend():
         for c0 in range(0, P, step):
             E = torch.eye(P, dtype=g.dtype, device=g.device)[c0:c0 + step]
-            H = torch.autograd.grad(g, ps, E, retain_graph=True, is_grads_batched=True)
+            H = torch.autograd.grad(g, params, E, retain_graph=True, is_grads_batched=True)
             rows.append(torch.cat([h.reshape(E.shape[0], -1) for h in H], 1))
     return torch.cat(rows, 0)
+
+
+def hessian_autograd(layer, X, chunk: int | None = None, **kw) -> torch.Tensor:
+    """Reverse-over-reverse Hessian (P, P) in ``named_parameters()`` order (:func:`autograd_hessian` of
+    :func:`layer_loss`), ``chunk`` unit vectors per call (all at once by default). MATH backend."""
+    return autograd_hessian(lambda: layer_loss(layer, X, **kw), list(layer.parameters()), chunk)
 
 
 def hessian_autograd_loop(layer, X, **kw) -> torch.Tensor:

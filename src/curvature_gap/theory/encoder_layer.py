@@ -48,7 +48,7 @@ from torch import nn
 from . import multihead as mh
 
 __all__ = [
-    "EncoderLayerHessian", "encoder_layer_hessian", "activation_derivatives", "layernorm_vjp", "layernorm_second",
+    "EncoderLayerHessian", "LayerHessian", "encoder_layer_hessian", "program_hessian", "program_hvp", "in_proj_heads", "activation_derivatives", "layernorm_vjp", "layernorm_second",
     "Linear", "Activation", "LayerNorm", "Residual", "Attention", "program", "AUTHORS_BLOCK", "authors_block",
     "PAPER_BLOCK", "paper_block", "paper_index", "SUPPORTED",
 ]
@@ -278,11 +278,11 @@ class Attention:
 
     slots = ()
 
-    def __init__(self, nhead: int, mask: torch.Tensor | None):
-        self.nhead, self.mask = nhead, mask
+    def __init__(self, nhead: int, mask: torch.Tensor | None, n: int | None = None):
+        self.nhead, self.mask, self.n = nhead, mask, n      # n: sequences stacked in the rows (multihead.forward)
 
     def forward(self, xs, p):
-        return mh.forward(xs[0], self.nhead, self.mask)
+        return mh.forward(xs[0], self.nhead, self.mask, self.n)
 
     def jvp(self, ctx, dxs, dp, head=None):
         return mh.jvp(ctx, dxs[0], head)
@@ -342,8 +342,9 @@ def _check_layer(layer) -> None:
     _activation_name(layer)
 
 
-def program(layer: nn.TransformerEncoderLayer, L: int, mask: torch.Tensor | None) -> list:
-    """The layer as the list of :class:`_Node` its forward computes, in order (see the module doc)."""
+def program(layer: nn.TransformerEncoderLayer, L: int, mask: torch.Tensor | None, n: int | None = None) -> list:
+    """The layer as the list of :class:`_Node` its forward computes, in order (see the module doc); ``n``: the
+    number of sequences stacked in the rows of X (None: one sequence, unstacked)."""
     _check_layer(layer)
     mha = layer.self_attn
 
@@ -354,7 +355,7 @@ def program(layer: nn.TransformerEncoderLayer, L: int, mask: torch.Tensor | None
     in_params = {s: f"self_attn.in_proj_{s}" for s in ("weight", "bias") if getattr(mha, f"in_proj_{s}") is not None}
     att = [
         ("self_attn.in_proj", Linear(), None, "QKV", in_params),
-        ("self_attn", Attention(mha.num_heads, mask), ("QKV",), "O", {}),
+        ("self_attn", Attention(mha.num_heads, mask, n), ("QKV",), "O", {}),
         ("self_attn.out_proj", Linear(), ("O",), "SA", pn("self_attn.out_proj")),
     ]
     ffn = [
@@ -388,12 +389,13 @@ def program(layer: nn.TransformerEncoderLayer, L: int, mask: torch.Tensor | None
 
 # ====================================================================== the Hessian
 @dataclass
-class EncoderLayerHessian:
+class LayerHessian:
     """Closed-form loss Hessian of a layer: ``dense`` (P, P) in ``names`` order (``named_parameters()``,
-    each ``vec_r``-flattened), ``blocks[(name_i, name_j)]`` its (n_i, n_j) views, ``sizes`` the n_i;
-    also the layer output ``Z`` (L, d), the loss gradient ``gradient`` (P,) and ``loss`` (MSE only)."""
+    each ``vec_r``-flattened; None when only some ``blocks`` were asked for), ``blocks[(name_i, name_j)]``
+    its (n_i, n_j) blocks (views of ``dense``, or the blocks asked for), ``sizes`` the n_i; also the layer
+    output ``Z`` (rows, d), the loss gradient ``gradient`` (P,) and ``loss`` (MSE only)."""
 
-    dense: torch.Tensor
+    dense: torch.Tensor | None
     names: tuple
     sizes: tuple
     blocks: dict
@@ -408,6 +410,10 @@ class EncoderLayerHessian:
             out[n] = o
             o += s
         return out
+
+
+EncoderLayerHessian = LayerHessian
+"""The result of :func:`encoder_layer_hessian` (the same class as :class:`LayerHessian`)."""
 
 
 def _sequence(layer, X: torch.Tensor) -> torch.Tensor:
@@ -429,13 +435,16 @@ def _sequence(layer, X: torch.Tensor) -> torch.Tensor:
 
 
 def _loss_terms(loss, target, Z):
-    """``(∂l/∂Z (L, d), function applying ∂²l/∂Z² to tangents (B, L, d), l or None)``."""
+    """``(∂l/∂Z (L, d), function applying ∂²l/∂Z² to tangents (B, L, d), l or None)``; Z (L, d) is the
+    output's rows (all sequences one after the other for a batch: the MSE is then the mean over all)."""
     L, d = Z.shape
     if isinstance(loss, str):
         if loss != "mse":
             raise ValueError(f"loss={loss!r} is not supported: 'mse' or a pair (dl_dZ, d2l_dZ2)")
         if target is None:
-            raise ValueError("loss='mse' needs target (L, d)")
+            raise ValueError("loss='mse' needs target, of the shape of the layer's output")
+        if target.numel() != L * d:
+            raise ValueError(f"target has {target.numel()} entries; the layer's output has {L * d} ({L} rows of {d})")
         T = target.reshape(L, d).to(Z)
         c = 2.0 / (L * d)
         return c * (Z - T), (lambda dZ: c * dZ), float((Z - T).pow(2).sum() / (L * d))
@@ -452,7 +461,7 @@ def _loss_terms(loss, target, Z):
 def encoder_layer_hessian(layer: nn.TransformerEncoderLayer, X: torch.Tensor, loss="mse",
                           target: torch.Tensor | None = None, src_mask: torch.Tensor | None = None,
                           is_causal: bool = False, src_key_padding_mask=None,
-                          chunk: int | None = 128) -> EncoderLayerHessian:
+                          chunk: int | None = 128) -> LayerHessian:
     """Closed-form Hessian of ``l(layer(X))`` with respect to ``layer.named_parameters()`` (module doc).
 
     ``X`` (L, d) (or (1, L, d); (L, 1, d) when ``batch_first=False``); ``loss="mse"`` with ``target`` (L, d):
@@ -463,6 +472,7 @@ def encoder_layer_hessian(layer: nn.TransformerEncoderLayer, X: torch.Tensor, lo
     of a parameter at once). Raises
     ``ValueError`` for what is not derived here (dropout in training, a custom activation, a key
     padding mask, a batch of several sequences, ...), naming it and what is supported.
+    (:func:`curvature_gap.layer_hessian` takes batches, blocks by name and other libraries' layers.)
     """
     if src_key_padding_mask is not None:
         raise ValueError("src_key_padding_mask is not supported (one unpadded sequence); use src_mask (L, L) to "
@@ -472,12 +482,17 @@ def encoder_layer_hessian(layer: nn.TransformerEncoderLayer, X: torch.Tensor, lo
     L = X.shape[0]
     mask = mh.additive_mask(L, src_mask, is_causal, X)
     nodes = program(layer, L, mask)
-    params = dict(layer.named_parameters())
-    P = {n: p.detach() for n, p in params.items()}
-    names = tuple(params)
-    sizes = tuple(P[n].numel() for n in names)
+    return program_hessian(nodes, dict(layer.named_parameters()), X, loss, target, in_proj_heads(layer), chunk)
 
-    # forward and gradient (adjoint) passes
+
+def in_proj_heads(layer: nn.TransformerEncoderLayer) -> dict:
+    """``{parameter name: row -> head}`` for the packed ``in_proj`` of ``layer.self_attn`` (:func:`.multihead.head_of_row`)."""
+    d, h = layer.self_attn.embed_dim, layer.self_attn.num_heads
+    return {f"self_attn.in_proj_{s}": (lambda r: mh.head_of_row(r, d, h)) for s in ("weight", "bias")}
+
+
+def _forward_backward(nodes, P: dict, X: torch.Tensor, loss, target):
+    """The forward pass of the program on X (rows, d) and its gradient pass: contexts, adjoints, gradient."""
     vals, ctxs = {"X": X}, []
     for node in nodes:
         y, ctx = node.op.forward([vals[v] for v in node.ins], {s: P[n] for s, n in node.params.items()})
@@ -494,22 +509,82 @@ def encoder_layer_hessian(layer: nn.TransformerEncoderLayer, X: torch.Tensor, lo
             adj[v] = gx if v not in adj else adj[v] + gx
         for s, n in node.params.items():
             grad[n] = gp[s].reshape(-1)
+    return dict(Z=Z, ctxs=ctxs, gctxs=gctxs, gys=gys, apply_H2=apply_H2, grad=grad, loss=lval)
 
+
+def program_hessian(nodes, params: dict, X: torch.Tensor, loss="mse", target=None, heads: dict | None = None,
+                    chunk: int | None = 128, blocks=None) -> LayerHessian:
+    """The Hessian of ``l(Z)`` for the layer given as its program ``nodes`` (list of :class:`_Node`, the
+    module doc's assembly) with parameters ``params`` (``dict(layer.named_parameters())``: their order is the
+    result's), on the rows ``X`` (all sequences one after the other when the attention node holds ``n``).
+
+    ``heads``: ``{name: row -> head}`` for parameters whose each row feeds one attention head only (the
+    directions are then grouped by head and the attention's second-order terms formed for that head only).
+    ``blocks``: None (the dense Hessian) or a list of parameter names (every block among them) or of pairs
+    ``(name_a, name_b)``: only those blocks, each from the pass of the parameter entering first.
+    """
+    P = {n: p.detach() for n, p in params.items()}
+    names = tuple(params)
+    sizes = tuple(P[n].numel() for n in names)
+    numels = dict(zip(names, sizes))
+    fb = _forward_backward(nodes, P, X, loss, target)
     where = {n: i for i, node in enumerate(nodes) for n in node.params.values()}
     slot_of = {n: s for node in nodes for s, n in node.params.items()}
-    h, d = layer.self_attn.num_heads, layer.self_attn.embed_dim
+    missing = sorted(set(names) - set(where))
+    if missing:
+        raise ValueError(f"parameters {missing} are not part of the derived layer")
+    heads = heads or {}
+    pairs = _requested_pairs(blocks, names)
+
+    def before(a, b):       # a enters at or before b (ties: by named_parameters order)
+        return (where[a], names.index(a)) <= (where[b], names.index(b))
+
+    # the pass of each parameter g and the rows it must deliver
+    want: dict = {}
+    if pairs is None:
+        for g in names:
+            want[g] = [n for n in names if where[n] >= where[g]]
+    else:
+        for a, b in pairs:
+            g, r = (a, b) if before(a, b) else (b, a)
+            want.setdefault(g, [])
+            if r not in want[g]:
+                want[g].append(r)
+            if where[a] == where[b] and a != b:      # same primitive: both passes, symmetrised as the dense one
+                want.setdefault(r, [])
+                if g not in want[r]:
+                    want[r].append(g)
     cols: dict = {}
     for g in names:
-        k, shape, ng = where[g], P[g].shape, P[g].numel()
-        E = torch.eye(ng, dtype=X.dtype, device=X.device)
-        for head, idx in _direction_sets(g, shape, d, h, X.device):
+        if g not in want:
+            continue
+        shape = P[g].shape
+        E = torch.eye(numels[g], dtype=X.dtype, device=X.device)
+        for head, idx in _direction_sets(shape, heads.get(g), X.device):
             step = idx.numel() if chunk is None else max(1, int(chunk))
             for c0 in range(0, idx.numel(), step):
                 sub = idx[c0:c0 + step]
-                _columns(nodes, ctxs, gctxs, gys, k, slot_of[g], E[sub].reshape(-1, *shape), apply_H2, cols, g,
-                         sub, head, {n: P[n].numel() for n in names})
-    off = {}
-    o = 0
+                out = _pass(nodes, fb, {where[g]: {slot_of[g]: E[sub].reshape(-1, *shape)}}, head, set(want[g]))
+                for n in want[g]:
+                    if (n, g) not in cols:
+                        cols[(n, g)] = X.new_zeros(numels[n], numels[g])
+                    if out.get(n) is not None:
+                        cols[(n, g)][:, sub] = out[n].reshape(sub.numel(), -1).T
+
+    def block(a, b):
+        """H[a, b] from the pass of the earlier of the two (same primitive: both, symmetrised)."""
+        if where[a] == where[b]:
+            return 0.5 * (cols[(a, b)] + cols[(b, a)].T)
+        return cols[(a, b)] if where[a] > where[b] else cols[(b, a)].T
+
+    gradient = torch.cat([fb["grad"][n] for n in names])
+    if pairs is not None:
+        out = {}
+        for a, b in pairs:
+            blk = block(a, b)
+            out[(a, b)] = 0.5 * (blk + blk.T) if a == b else blk
+        return LayerHessian(None, names, sizes, out, fb["Z"], gradient, fb["loss"])
+    off, o = {}, 0
     for n, sz in zip(names, sizes):
         off[n] = o
         o += sz
@@ -517,38 +592,98 @@ def encoder_layer_hessian(layer: nn.TransformerEncoderLayer, X: torch.Tensor, lo
     for a in names:
         for b in names:
             if where[a] > where[b] or (where[a] == where[b] and names.index(a) >= names.index(b)):
-                blk = cols[(a, b)]
-                if where[a] == where[b]:
-                    blk = 0.5 * (blk + cols[(b, a)].T)
-                H[off[a]:off[a] + P[a].numel(), off[b]:off[b] + P[b].numel()] = blk
-                H[off[b]:off[b] + P[b].numel(), off[a]:off[a] + P[a].numel()] = blk.T
-    blocks = {(a, b): H[off[a]:off[a] + P[a].numel(), off[b]:off[b] + P[b].numel()] for a in names for b in names}
-    gradient = torch.cat([grad[n] for n in names])
-    return EncoderLayerHessian(H, names, sizes, blocks, Z, gradient, lval)
+                blk = block(a, b)
+                H[off[a]:off[a] + numels[a], off[b]:off[b] + numels[b]] = blk
+                H[off[b]:off[b] + numels[b], off[a]:off[a] + numels[a]] = blk.T
+    blocks_ = {(a, b): H[off[a]:off[a] + numels[a], off[b]:off[b] + numels[b]] for a in names for b in names}
+    return LayerHessian(H, names, sizes, blocks_, fb["Z"], gradient, fb["loss"])
 
 
-def _direction_sets(name: str, shape, d: int, h: int, device):
+def _requested_pairs(blocks, names) -> list | None:
+    """``blocks`` as a list of ``(a, b)`` pairs (None: dense), checked against the parameter names."""
+    if blocks is None:
+        return None
+    if isinstance(blocks, str):
+        blocks = [blocks]
+    blocks = list(blocks)
+    if not blocks:
+        raise ValueError("blocks=[] asks for nothing: pass None (the dense Hessian), names or (name, name) pairs")
+    if all(isinstance(b, str) for b in blocks):
+        pairs = [(a, b) for a in blocks for b in blocks]
+    elif all(isinstance(b, (tuple, list)) and len(b) == 2 for b in blocks):
+        pairs = [tuple(b) for b in blocks]
+    else:
+        raise ValueError("blocks must be parameter names or (name_a, name_b) pairs, not a mix")
+    unknown = sorted({n for p in pairs for n in p} - set(names))
+    if unknown:
+        raise ValueError(f"blocks name {unknown}, which are not parameters of the layer; its parameters: {list(names)}")
+    return list(dict.fromkeys(pairs))
+
+
+def program_hvp(nodes, params: dict, X: torch.Tensor, v: dict, loss="mse", target=None) -> dict:
+    """``H v`` for the layer's program (:func:`program_hessian`): ``v`` maps parameter names to directions of
+    their shapes (a leading batch dimension B of several directions allowed; a missing name: zero); returns
+    ``{name: (H v)[name]}`` for every parameter, in the shape of ``v`` (one pass, every parameter at once)."""
+    P = {n: p.detach() for n, p in params.items()}
+    unknown = sorted(set(v) - set(P))
+    if unknown:
+        raise ValueError(f"v names {unknown}, which are not parameters of the layer; its parameters: {list(P)}")
+    if not v:
+        raise ValueError("v is empty: give a direction for at least one parameter")
+    batched = None
+    for n, t in v.items():
+        if tuple(t.shape) == tuple(P[n].shape):
+            b = False
+        elif tuple(t.shape[1:]) == tuple(P[n].shape):
+            b = True
+        else:
+            raise ValueError(f"v[{n!r}] has shape {tuple(t.shape)}; expected {tuple(P[n].shape)} or (B, *that)")
+        if batched is not None and b != batched:
+            raise ValueError("v mixes single and batched directions; give every entry the same leading B or none")
+        batched = b
+    vb = {n: (t if batched else t[None]).to(X) for n, t in v.items()}
+    B = next(iter(vb.values())).shape[0]
+    fb = _forward_backward(nodes, P, X, loss, target)
+    dirs: dict = {}
+    for i, node in enumerate(nodes):
+        for s, n in node.params.items():
+            if n in vb:
+                dirs.setdefault(i, {})[s] = vb[n]
+    out = _pass(nodes, fb, dirs, None, set(P), to_start=True)
+    res = {}
+    for n in P:
+        t = out.get(n)
+        t = X.new_zeros(B, *P[n].shape) if t is None else t.reshape(B, *P[n].shape)
+        res[n] = t if batched else t[0]
+    return res
+
+
+def _direction_sets(shape, head_of, device):
     """``[(head, indices)]``: the unit directions of a parameter, grouped by the one attention head they reach
-    (rows of ``in_proj``: head = :func:`.multihead.head_of_row`), else one group ``(None, all)``."""
+    (``head_of``: row -> head, for the rows of a Q/K/V projection), else one group ``(None, all)``."""
     n = math.prod(shape)
     idx = torch.arange(n, device=device)
-    if h == 1 or not name.startswith("self_attn.in_proj"):
+    if head_of is None:
         return [(None, idx)]
     row = idx // shape[1] if len(shape) == 2 else idx
-    heads = mh.head_of_row(row, d, h)
-    return [(c, idx[heads == c]) for c in range(h)]
+    heads = head_of(row)
+    return [(int(c), idx[heads == c]) for c in torch.unique(heads)]
 
 
-def _columns(nodes, ctxs, gctxs, gys, k, slot, eye, apply_H2, cols, g, idx, head, numels):
-    """Columns ``H[:, θ_g][:, idx]`` (for the parameters entering at node ``k`` or later) for the directions
-    ``eye`` (B, *shape of θ_g): forward Jacobian columns from node k on, then the pulled-back
-    ``(∂²l/∂Z²) J_Z`` plus each primitive's contracted second derivative (module doc). ``head``: the one
-    attention head these directions reach (None: any)."""
+def _pass(nodes, fb: dict, dirs: dict, head, rows: set, to_start: bool = False) -> dict:
+    """One Hessian-vector pass: directions ``dirs = {node index: {slot: (B, *shape)}}`` pushed forward
+    (closed-form Jacobians) from the first node that has one, then ``(∂²l/∂Z²) J_Z`` pulled back with each
+    primitive's contracted second derivative (module doc). Returns ``{name: (B, *shape)}`` = ``(H v)[name]``
+    for the parameters in ``rows``. The pull-back stops at the first node with a direction (the rows of the
+    parameters entering before it are then not formed: blocks of the transposed pass) unless ``to_start``.
+    ``head``: the one attention head the directions reach (None: any)."""
+    ctxs, gctxs, gys, apply_H2 = fb["ctxs"], fb["gctxs"], fb["gys"], fb["apply_H2"]
+    k = min(dirs)
     tan, tctx, dps = {}, {}, {}
     for i in range(k, len(nodes)):
         node = nodes[i]
         dxs = [tan.get(v) for v in node.ins]
-        dp = {slot: eye} if i == k else {}
+        dp = dirs.get(i, {})
         dps[i] = (dxs, dp)
         if all(dx is None for dx in dxs) and not dp:
             continue
@@ -557,22 +692,21 @@ def _columns(nodes, ctxs, gctxs, gys, k, slot, eye, apply_H2, cols, g, idx, head
         else:
             tan[node.out], tctx[i] = node.op.jvp(ctxs[i], dxs, dp)
     dadj = {nodes[-1].out: apply_H2(tan[nodes[-1].out])}
-    B = eye.shape[0]
-    for i in reversed(range(k, len(nodes))):
+    out = {}
+    k0 = 0 if to_start else k
+    for i in reversed(range(k0, len(nodes))):
         node = nodes[i]
-        dxs, dp = dps[i]
+        dxs, dp = dps.get(i, ([None] * len(node.ins), {}))
         tc = tctx.get(i, {"dq": None} if isinstance(node.op, Attention) else None)
-        dgxs, dgp = node.op.hvp(ctxs[i], gctxs[i], tc, gys[i], dadj.get(node.out), dxs, dp, need_dx=i > k)
-        if i > k:
+        dgxs, dgp = node.op.hvp(ctxs[i], gctxs[i], tc, gys[i], dadj.get(node.out), dxs, dp, need_dx=i > k0)
+        if i > k0:
             for v, dgx in zip(node.ins, dgxs):
                 if dgx is not None:
                     dadj[v] = dgx if v not in dadj else dadj[v] + dgx
         for s, n in node.params.items():
-            if (n, g) not in cols:
-                cols[(n, g)] = eye.new_zeros(numels[n], numels[g])
-            blk = dgp.get(s)
-            if blk is not None:
-                cols[(n, g)][:, idx] = blk.reshape(B, -1).T
+            if n in rows:
+                out[n] = dgp.get(s)
+    return out
 
 
 # ====================================================================== named points of the family

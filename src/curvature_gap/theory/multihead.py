@@ -35,14 +35,23 @@ __all__ = [
 ]
 
 
-def split_heads(M: torch.Tensor, h: int) -> torch.Tensor:
-    """(..., L, h d_h) -> (..., h, L, d_h): head ``c`` is the column block ``c d_h .. (c+1) d_h - 1``."""
+def split_heads(M: torch.Tensor, h: int, n: int | None = None) -> torch.Tensor:
+    """(..., L, h d_h) -> (..., h, L, d_h): head ``c`` is the column block ``c d_h .. (c+1) d_h - 1``.
+
+    With ``n``: the rows are ``n`` sequences of equal length stacked, (..., n L, h d_h) -> (..., h, n, L, d_h)."""
+    if n is not None:
+        *lead, NL, d = M.shape
+        return M.reshape(*lead, n, NL // n, h, d // h).movedim(-2, -4)
     *lead, L, d = M.shape
     return M.reshape(*lead, L, h, d // h).transpose(-3, -2)
 
 
-def merge_heads(M: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`split_heads`: (..., h, L, d_h) -> (..., L, h d_h)."""
+def merge_heads(M: torch.Tensor, n: int | None = None) -> torch.Tensor:
+    """Inverse of :func:`split_heads`: (..., h, L, d_h) -> (..., L, h d_h); with ``n``
+    (..., h, n, L, d_h) -> (..., n L, h d_h)."""
+    if n is not None:
+        *lead, h, n_, L, dh = M.shape
+        return M.movedim(-4, -2).reshape(*lead, n_ * L, h * dh)
     *lead, h, L, dh = M.shape
     return M.transpose(-3, -2).reshape(*lead, L, h * dh)
 
@@ -112,17 +121,21 @@ def head_of_row(r: torch.Tensor | int, d: int, h: int):
 
 
 # ------------------------------------------------------------------ the attention core O(Q, K, V)
-def forward(QKV: torch.Tensor, h: int, M: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+def forward(QKV: torch.Tensor, h: int, M: torch.Tensor | None = None,
+            n: int | None = None) -> tuple[torch.Tensor, dict]:
     """``O`` (L, d) from the packed ``[Q, K, V]`` (L, 3d) (the output of ``in_proj``); and the context
-    ``{"q", "k", "v"}`` (h, L, d_h), ``"A"`` (h, L, L), ``"s" = 1/√d_h`` for the derivatives."""
+    ``{"q", "k", "v"}`` (h, L, d_h), ``"A"`` (h, L, L), ``"s" = 1/√d_h`` for the derivatives.
+
+    With ``n``: ``QKV`` (n L, 3d) holds n sequences of length L one after the other, each attending only to
+    itself; the context is (h, n, L, d_h) and (h, n, L, L), ``M`` (L, L) or one mask per sequence (n, L, L)."""
     d = QKV.shape[-1] // 3
-    q, k, v = (split_heads(P, h) for P in QKV.split(d, dim=-1))
+    q, k, v = (split_heads(P, h, n) for P in QKV.split(d, dim=-1))
     s = 1.0 / math.sqrt(d // h)
     T = s * q @ k.transpose(-1, -2)
     if M is not None:
         T = T + M
     A = softmax_rows(T)
-    return merge_heads(A @ v), {"q": q, "k": k, "v": v, "A": A, "s": s, "h": h}
+    return merge_heads(A @ v, n), {"q": q, "k": k, "v": v, "A": A, "s": s, "h": h, "n": n}
 
 
 def _add(a, b):
@@ -141,7 +154,8 @@ def jvp(ctx: dict, dQKV: torch.Tensor | None, head: int | None = None) -> tuple[
     h, s, q, k, v, A = ctx["h"], ctx["s"], ctx["q"], ctx["k"], ctx["v"], ctx["A"]
     hs = slice(None) if head is None else slice(head, head + 1)
     d = dQKV.shape[-1] // 3
-    dq, dk, dv = (split_heads(P, h)[:, hs] for P in dQKV.split(d, dim=-1))
+    n = ctx.get("n")
+    dq, dk, dv = (split_heads(P, h, n)[:, hs] for P in dQKV.split(d, dim=-1))
     dT = s * (dq @ k[hs].transpose(-1, -2) + q[hs] @ dk.transpose(-1, -2))
     dA = softmax_jvp(A[hs], dT)
     dOh = dA @ v[hs] + A[hs] @ dv
@@ -149,18 +163,19 @@ def jvp(ctx: dict, dQKV: torch.Tensor | None, head: int | None = None) -> tuple[
         full = dOh.new_zeros(dOh.shape[0], h, *dOh.shape[2:])
         full[:, hs] = dOh
         dOh = full
-    return merge_heads(dOh), {"dq": dq, "dk": dk, "dv": dv, "dA": dA, "head": hs}
+    return merge_heads(dOh, n), {"dq": dq, "dk": dk, "dv": dv, "dA": dA, "head": hs}
 
 
 def vjp(ctx: dict, gO: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """Transposed Jacobian: ``Ā = Ō Vᵀ``, ``V̄ = Aᵀ Ō``, ``T̄ = softmax_vjp(A, Ā)``, ``Q̄ = s T̄ K``,
     ``K̄ = s T̄ᵀ Q`` per head; returns ``[Q̄, K̄, V̄]`` (L, 3d) and ``{"gO", "gA", "gT"}``."""
-    h, s, q, k, v, A = ctx["h"], ctx["s"], ctx["q"], ctx["k"], ctx["v"], ctx["A"]
-    go = split_heads(gO, h)
+    h, s, q, k, v, A, n = ctx["h"], ctx["s"], ctx["q"], ctx["k"], ctx["v"], ctx["A"], ctx.get("n")
+    go = split_heads(gO, h, n)
     gA = go @ v.transpose(-1, -2)
     gT = softmax_vjp(A, gA)
     gq, gk, gv = s * gT @ k, s * gT.transpose(-1, -2) @ q, A.transpose(-1, -2) @ go
-    return torch.cat([merge_heads(gq), merge_heads(gk), merge_heads(gv)], dim=-1), {"gO": go, "gA": gA, "gT": gT}
+    return (torch.cat([merge_heads(gq, n), merge_heads(gk, n), merge_heads(gv, n)], dim=-1),
+            {"gO": go, "gA": gA, "gT": gT})
 
 
 def hvp(ctx: dict, gctx: dict, tctx: dict, dgO: torch.Tensor | None) -> torch.Tensor | None:
@@ -173,19 +188,18 @@ def hvp(ctx: dict, gctx: dict, tctx: dict, dgO: torch.Tensor | None) -> torch.Te
     ``T̄ K̇``, ``T̄ᵀ Q̇``) and ``softmax_second`` are the second-order part; they are formed for the heads
     of ``tctx["head"]`` only (the others have zero directions).
     """
-    h, s, q, k, v, A = ctx["h"], ctx["s"], ctx["q"], ctx["k"], ctx["v"], ctx["A"]
+    h, s, q, k, v, A, n = ctx["h"], ctx["s"], ctx["q"], ctx["k"], ctx["v"], ctx["A"], ctx.get("n")
     go, gA, gT = gctx["gO"], gctx["gA"], gctx["gT"]
     dq = tctx["dq"]
-    dgo = None if dgO is None else split_heads(dgO, h)
+    dgo = None if dgO is None else split_heads(dgO, h, n)
     if dgo is None and dq is None:
         return None
     if dq is None:                                    # first order only
         dgT = softmax_vjp(A, dgo @ v.transpose(-1, -2))
         dgq, dgk, dgv = s * dgT @ k, s * dgT.transpose(-1, -2) @ q, A.transpose(-1, -2) @ dgo
-        return torch.cat([merge_heads(dgq), merge_heads(dgk), merge_heads(dgv)], dim=-1)
+        return torch.cat([merge_heads(dgq, n), merge_heads(dgk, n), merge_heads(dgv, n)], dim=-1)
     hs, dk, dv, dA = tctx["head"], tctx["dk"], tctx["dv"], tctx["dA"]
     B = dq.shape[0]
-    L, dh = q.shape[-2], q.shape[-1]
     # second-order terms of the heads concerned
     dgA2 = go[hs] @ dv.transpose(-1, -2)
     dgT2 = softmax_vjp(A[hs], dgA2) + softmax_second(A[hs], gA[hs], dA)
@@ -193,11 +207,11 @@ def hvp(ctx: dict, gctx: dict, tctx: dict, dgO: torch.Tensor | None) -> torch.Te
     dgk2 = s * (dgT2.transpose(-1, -2) @ q[hs] + gT[hs].transpose(-1, -2) @ dq)
     dgv2 = dA.transpose(-1, -2) @ go[hs]
     if dgo is None:
-        dgq, dgk, dgv = (q.new_zeros(B, h, L, dh) for _ in range(3))
+        dgq, dgk, dgv = (q.new_zeros(B, *q.shape) for _ in range(3))
     else:
         dgT = softmax_vjp(A, dgo @ v.transpose(-1, -2))
         dgq, dgk, dgv = s * dgT @ k, s * dgT.transpose(-1, -2) @ q, A.transpose(-1, -2) @ dgo
     dgq[:, hs] += dgq2
     dgk[:, hs] += dgk2
     dgv[:, hs] += dgv2
-    return torch.cat([merge_heads(dgq), merge_heads(dgk), merge_heads(dgv)], dim=-1)
+    return torch.cat([merge_heads(dgq, n), merge_heads(dgk, n), merge_heads(dgv, n)], dim=-1)

@@ -1,0 +1,247 @@
+"""Autograd references for :func:`curvature_gap.layer_hessian`: the real modules, built from configs, differentiated twice.
+
+The layers are those of the libraries themselves (``torch.nn.TransformerEncoderLayer``, timm's
+``vision_transformer.Block``, Hugging Face's ``ViTLayer`` and ``BertLayer``), built from a configuration
+object only (nothing is downloaded), every parameter drawn at random from a seed (:func:`randomize`: PyTorch
+and the libraries initialise biases to 0 and LayerNorm γ to 1, which would hide their curvature terms).
+The reference is reverse-over-reverse ``torch.autograd`` through the module's own ``forward`` under the
+MATH attention backend (:func:`curvature_gap.exact.encoder_layer.autograd_hessian`): the default CPU
+attention kernel has no double backward, and ``torch.func.hessian`` is wrong through LayerNorm on this
+stack (:mod:`curvature_gap.exact.encoder_layer`). Hugging Face layers are built with
+``attn_implementation="sdpa"``: the ``"eager"`` one computes the softmax in float32 even in a float64
+model (:func:`eager_softmax_error` measures it).
+"""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+
+import torch
+from torch import nn
+
+from ..theory.layers import attention_mask
+from .encoder_layer import autograd_hessian, math_backend, random_layer
+
+__all__ = ["GRID", "grid_id", "LIBRARY", "available", "check", "randomize", "torch_layer", "timm_block", "vit_layer", "bert_layer", "BUILDERS", "layer_output",
+           "layer_loss", "hessian_autograd", "block_autograd", "hvp_autograd", "eager_softmax_error", "instance"]
+
+
+# (kind, configuration, L): the grid the tests and the book page check, each on N = 2 sequences
+GRID = (
+    [("torch", dict(norm_first=nf, heads=h, bias=b), L)
+     for nf, h, b, L in itertools.product((False, True), (1, 2), (True, False), (1, 5))]
+    + [("timm", dict(heads=h, qkv_bias=qb, init_values=iv), L)
+       for h, qb, iv, L in itertools.product((1, 2), (True, False), (None, 0.1), (1, 5))]
+    + [("timm", dict(heads=2, proj_bias=False, act="relu"), 5),
+       ("timm", dict(heads=2, act="gelu_tanh", scale_attn_norm=True, scale_mlp_norm=True, init_values=1e-5), 5)]
+    + [("vit", dict(heads=h, qkv_bias=qb), L) for h, qb, L in itertools.product((1, 2), (True, False), (1, 5))]
+    + [("vit", dict(heads=2, act=a), 5) for a in ("gelu_new", "gelu_pytorch_tanh", "relu")]
+    + [("bert", dict(heads=h, act=a), L) for h, a, L in itertools.product((1, 2), ("gelu", "gelu_new"), (1, 5))]
+)
+
+# the library each kind needs (None: PyTorch itself)
+LIBRARY = {"torch": None, "timm": "timm", "vit": "transformers", "bert": "transformers"}
+
+
+def grid_id(kind: str, cfg: dict, L: int) -> str:
+    """E.g. ``timm.h2.qkv_bias=False.init_values=0.1.L5``."""
+    parts = [kind] + [f"h{v}" if k == "heads" else f"{k}={v}" for k, v in cfg.items()] + [f"L{L}"]
+    return ".".join(parts)
+
+
+def available(kind: str) -> bool:
+    """Whether the library of ``kind`` is installed (timm, transformers: the ``layers`` extra)."""
+    lib = LIBRARY[kind]
+    return lib is None or importlib.util.find_spec(lib) is not None
+
+
+def check(kind: str, cfg: dict, L: int, N: int = 2, seed: int = 0, **mask) -> dict:
+    """One point of :data:`GRID`: the closed form (:func:`curvature_gap.layer_hessian`) against
+    :func:`hessian_autograd` through the module; ``{"P", "rel_err", "seconds_closed", "seconds_autograd"}``."""
+    import time
+
+    from ..theory.layers import layer_hessian
+
+    layer, X, T = instance(kind, N, L, seed, **cfg)
+    t0 = time.perf_counter()
+    H_ref = hessian_autograd(layer, X, T, **mask)
+    t1 = time.perf_counter()
+    H = layer_hessian(layer, X, target=T, **mask).dense
+    t2 = time.perf_counter()
+    return dict(P=H.shape[0], rel_err=float((H - H_ref).abs().max() / H_ref.abs().max()),
+                seconds_closed=t2 - t1, seconds_autograd=t1 - t0)
+
+
+def randomize(layer: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
+    """Every parameter of ``layer`` drawn from ``seed``: LayerNorm γ ~ 1 + 0.3 N(0, 1), biases and LayerNorm
+    β ~ 0.3 N(0, 1), LayerScale γ ~ 0.5 + 0.3 N(0, 1), matrices ~ ``scale`` N(0, 1/fan_in). In place; returns it."""
+    g = torch.Generator().manual_seed(10_007 * int(seed) + 29)
+    norms = {n for n, m in layer.named_modules() if isinstance(m, nn.LayerNorm)}
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p)
+            owner, _, leaf = name.rpartition(".")
+            if owner in norms:
+                p.copy_(1.0 + 0.3 * r if leaf == "weight" else 0.3 * r)
+            elif leaf == "gamma":
+                p.copy_(0.5 + 0.3 * r)
+            elif p.dim() == 1:
+                p.copy_(0.3 * r)
+            else:
+                p.copy_(scale * r / math.sqrt(p.shape[1]))
+    return layer
+
+
+def torch_layer(d: int = 8, heads: int = 2, d_ff: int = 16, norm_first: bool = False, activation: str = "gelu",
+                bias: bool = True, seed: int = 0, dtype=torch.float64) -> nn.TransformerEncoderLayer:
+    """``nn.TransformerEncoderLayer`` (batch_first, dropout 0, eval mode) with random parameters (:func:`.encoder_layer.random_layer`)."""
+    layer, _, _ = random_layer(d, heads, d_ff, 1, seed=seed, norm_first=norm_first, activation=activation,
+                               bias=bias, dtype=dtype)
+    return layer.eval()
+
+
+def timm_block(d: int = 8, heads: int = 2, mlp_ratio: float = 2.0, qkv_bias: bool = True, proj_bias: bool = True,
+               init_values: float | None = None, act: str = "gelu", scale_attn_norm: bool = False,
+               scale_mlp_norm: bool = False, qk_norm: bool = False, seed: int = 0, dtype=torch.float64):
+    """timm's ``vision_transformer.Block`` from its arguments (dropout 0.1, drop_path 0.1, eval mode), random
+    parameters; ``act``: ``gelu`` (nn.GELU), ``gelu_tanh`` (nn.GELU('tanh')), ``relu``."""
+    from timm.models.vision_transformer import Block
+
+    acts = {"gelu": nn.GELU, "relu": nn.ReLU, "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        b = Block(d, heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_bias=proj_bias, init_values=init_values,
+                  act_layer=acts[act], scale_attn_norm=scale_attn_norm, scale_mlp_norm=scale_mlp_norm,
+                  qk_norm=qk_norm, proj_drop=0.1, attn_drop=0.1, drop_path=0.1)
+    return randomize(b.to(dtype), seed).eval()
+
+
+def _hf_config(cls, d, heads, d_ff, act, attn, **kw):
+    return cls(hidden_size=d, num_hidden_layers=1, num_attention_heads=heads, intermediate_size=d_ff, hidden_act=act,
+               hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, attn_implementation=attn, **kw)
+
+
+def vit_layer(d: int = 8, heads: int = 2, d_ff: int = 16, qkv_bias: bool = True, act: str = "gelu",
+              attn: str = "sdpa", seed: int = 0, dtype=torch.float64):
+    """Hugging Face ``ViTLayer(ViTConfig(...))`` (dropout 0.1, eval mode), random parameters."""
+    from transformers import ViTConfig
+    from transformers.models.vit.modeling_vit import ViTLayer
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        layer = ViTLayer(_hf_config(ViTConfig, d, heads, d_ff, act, attn, qkv_bias=qkv_bias))
+    return randomize(layer.to(dtype), seed).eval()
+
+
+def bert_layer(d: int = 8, heads: int = 2, d_ff: int = 16, act: str = "gelu", attn: str = "sdpa", seed: int = 0,
+               dtype=torch.float64, **kw):
+    """Hugging Face ``BertLayer(BertConfig(...))`` (dropout 0.1, eval mode), random parameters."""
+    from transformers import BertConfig
+    from transformers.models.bert.modeling_bert import BertLayer
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        layer = BertLayer(_hf_config(BertConfig, d, heads, d_ff, act, attn, **kw))
+    return randomize(layer.to(dtype), seed).eval()
+
+
+BUILDERS = {"torch": torch_layer, "timm": timm_block, "vit": vit_layer, "bert": bert_layer}
+
+
+def instance(kind: str, N: int = 2, L: int = 5, seed: int = 0, **cfg):
+    """``(layer, X, Target)``: a random layer of ``kind`` (a key of :data:`BUILDERS`) and X, Target (N, L, d)."""
+    layer = BUILDERS[kind](seed=seed, **cfg)
+    d = cfg.get("d", 8)
+    g = torch.Generator().manual_seed(7919 * int(seed) + 3)
+    X = torch.randn(N, L, d, generator=g, dtype=torch.float64)
+    T = torch.randn(N, L, d, generator=g, dtype=torch.float64)
+    return layer, X, T
+
+
+def layer_output(layer: nn.Module, X: torch.Tensor, attn_mask=None, key_padding_mask=None,
+                 is_causal: bool = False) -> torch.Tensor:
+    """The module's own forward on X (L, d) or (N, L, d) (batch-first), the masks of
+    :func:`curvature_gap.theory.layers.attention_mask` handed over in the module's convention (a float
+    additive mask: ``src_mask`` (N·h, L, L) for PyTorch, ``attn_mask`` (N, 1, L, L) for timm,
+    ``attention_mask`` (N, 1, L, L) for Hugging Face)."""
+    Xb = X[None] if X.dim() == 2 else X
+    N, L, _ = Xb.shape
+    M = attention_mask(N, L, attn_mask, key_padding_mask, is_causal, Xb)
+    if M is not None and M.dim() == 2:
+        M = M.expand(N, L, L)
+    if isinstance(layer, nn.TransformerEncoderLayer):
+        h = layer.self_attn.num_heads
+        src = None if M is None else M.repeat_interleave(h, dim=0)
+        Z = layer(Xb if layer.self_attn.batch_first else Xb.transpose(0, 1), src_mask=src)
+        Z = Z if layer.self_attn.batch_first else Z.transpose(0, 1)
+    elif type(layer).__module__.startswith("timm."):
+        Z = layer(Xb, attn_mask=None if M is None else M[:, None])
+    else:
+        Z = layer(Xb, attention_mask=None if M is None else M[:, None])
+    Z = Z[0] if isinstance(Z, tuple) else Z
+    return Z[0] if X.dim() == 2 else Z
+
+
+def layer_loss(layer, X, target=None, loss=None, **mask) -> torch.Tensor:
+    """``mean((layer(X) − target)²)`` or ``loss(Z)`` of the stacked output rows Z (N L, d)."""
+    Z = layer_output(layer, X, **mask)
+    if loss is not None:
+        return loss(Z.reshape(-1, Z.shape[-1]))
+    return (Z - target).pow(2).mean()
+
+
+def hessian_autograd(layer, X, target=None, chunk: int | None = None, **kw) -> torch.Tensor:
+    """Reverse-over-reverse dense Hessian (P, P) through the module, ``named_parameters()`` order, MATH backend."""
+    return autograd_hessian(lambda: layer_loss(layer, X, target, **kw), list(layer.parameters()), chunk)
+
+
+def _grad(layer, X, target, **kw):
+    named = dict(layer.named_parameters())
+    with math_backend():
+        g = torch.autograd.grad(layer_loss(layer, X, target, **kw), list(named.values()), create_graph=True)
+    return named, dict(zip(named, g))
+
+
+def block_autograd(layer, X, target, pairs, chunk: int | None = None, **kw) -> dict:
+    """The blocks ``{(a, b): H[a, b]}`` by reverse-over-reverse autograd *block by block*: one gradient with
+    ``create_graph=True``, then for each pair the batched second backward of the smaller parameter's
+    gradient along its unit vectors, into the other parameter only (``chunk`` vectors per call)."""
+    named, g = _grad(layer, X, target, **kw)
+    out = {}
+    with math_backend():
+        for a, b in pairs:
+            r, c = (a, b) if named[a].numel() <= named[b].numel() else (b, a)
+            ga = g[r].reshape(-1)
+            n = ga.numel()
+            step = n if chunk is None else chunk
+            rows = []
+            for c0 in range(0, n, step):
+                E = torch.eye(n, dtype=ga.dtype, device=ga.device)[c0:c0 + step]
+                h, = torch.autograd.grad(ga, [named[c]], E, retain_graph=True, is_grads_batched=True)
+                rows.append(h.reshape(E.shape[0], -1))
+            blk = torch.cat(rows, 0)
+            out[(a, b)] = blk if r == a else blk.T
+    return out
+
+
+def hvp_autograd(layer, X, target, v: dict, **kw) -> dict:
+    """``H v`` by one double backward through the module: ``{name: (H v)[name]}``."""
+    named, g = _grad(layer, X, target, **kw)
+    names = [n for n in named if n in v]
+    with math_backend():
+        dot = sum((g[n] * v[n]).sum() for n in names)
+        hv = torch.autograd.grad(dot, list(named.values()), allow_unused=True)
+    return {n: (torch.zeros_like(p) if h is None else h) for (n, p), h in zip(named.items(), hv)}
+
+
+def eager_softmax_error(d: int = 8, heads: int = 2, L: int = 5, seed: int = 0) -> float:
+    """``max|Z_eager − Z_sdpa| / max|Z_sdpa|`` of one float64 ``ViTLayer``: Hugging Face's eager attention
+    computes the softmax in float32 (``softmax(..., dtype=torch.float32)``), so the eager layer agrees with the
+    exact one to float32 rounding only."""
+    eager = vit_layer(d, heads, attn="eager", seed=seed)
+    sdpa = vit_layer(d, heads, attn="sdpa", seed=seed)
+    X = torch.randn(1, L, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    with torch.no_grad(), math_backend():
+        Ze, Zs = eager(X), sdpa(X)
+    return float((Ze - Zs).abs().max() / Zs.abs().max())
