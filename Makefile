@@ -30,10 +30,14 @@ help:
 
 install: $(STAMP)
 
+# EXTRAS: the optional dependencies installed with the package: dev (tests, book) and layers (timm and
+# transformers, whose layers curvature_gap.layer_hessian reads; their tests skip without it). EXTRAS=dev
+# installs the core alone.
+EXTRAS ?= dev,layers
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 
 data: install
