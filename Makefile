@@ -128,10 +128,11 @@ book-check: install
 book-pdf: install
 	$(PY) -m tools.book pdf
 
-# JupyterLab on the notebooks, in the project's kernel. jupyterlab is the optional `lab` extra, installed
-# here on first use only (never by `make install`).
+# JupyterLab on the notebooks, in the project's kernel, with jupyterlab-myst so that their MyST (theorem boxes,
+# citations, cross-references) renders as in the book. Both are the optional `lab` extra, installed here on first
+# use only (never by `make install`).
 lab: install kernel
-	$(PY) -c 'import jupyterlab' 2>/dev/null || $(PY) -m pip install -q -e ".[lab]"
+	$(PY) -c 'import jupyterlab, jupyterlab_myst' 2>/dev/null || $(PY) -m pip install -q -e ".[lab]"
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
 # Removes caches and build outputs, never the datasets under $(DATA).

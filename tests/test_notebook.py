@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,3 +149,42 @@ def test_load_with_another_seed_trains_under_another_configuration(standin):
     b = nb.load("a", "smoke", "cpu", seed=3)
     assert a.config_hash != b.config_hash and b.config["train"]["mnist"]["seed"] == 3 and len(standin) == 2
     assert nb.load("a", "smoke", "cpu", seed=0).config_hash == a.config_hash   # the profile's own seed
+
+
+# ---------------------------------------------------------------------------------------------- recompute
+def test_outside_the_build_a_page_reads_the_committed_rows_unless_told_to_recompute(tmp_path, monkeypatch):
+    """A download shows its page's numbers: by default the committed rows (never a --quick run, whose searches
+    find hundreds where the page says 12); ``recompute`` computes them, "quick" or with every search."""
+    monkeypatch.delenv(nb.VERIFY_ENV, raising=False)
+    monkeypatch.chdir(os.getcwd())  # setup works from the checkout's root
+    monkeypatch.setattr(nb, "_ROWS", {})
+    committed = [Row(id="thm1.a", result="thm1", kind="bound", what="w", verdict="fails", min_ratio=12.0)]
+    seen = []
+    monkeypatch.setattr(nb.checks, "published_rows", lambda path: seen.append(Path(path)) or committed)
+    monkeypatch.setattr(nb.checks, "run_cached", lambda quick: [Row(id="thm1.a", result="thm1", kind="bound",
+                                                                   what="w", verdict="fails",
+                                                                   min_ratio=405.0 if quick else 12.5)])
+    recompute = None  # the parameters cell's name, read by nb.setup from its caller, as the notebooks call it
+    nb.setup(profile="paper", device="cpu")
+    assert [r.min_ratio for r in nb.rows()] == [12.0] and seen[0].parts[-3:] == ("published", "paper", "verify.json")
+    for mode, want in (("quick", 405.0), ("full", 12.5)):
+        recompute = mode  # noqa: F841 - read from this frame by nb.setup
+        nb.setup(profile="paper", device="cpu")
+        assert [r.min_ratio for r in nb.rows()] == [want]
+    with pytest.raises(ConfigError, match=r"recompute='fast'.*\"quick\" or \"full\""):
+        nb.setup(profile="paper", device="cpu", recompute="fast")
+    nb.setup(profile="paper", device="cpu", recompute=None)
+
+
+def test_stale_committed_rows_stop_a_page_with_what_to_do(monkeypatch):
+    monkeypatch.delenv(nb.VERIFY_ENV, raising=False)
+    monkeypatch.chdir(os.getcwd())
+    monkeypatch.setattr(nb, "_ROWS", {})
+
+    def stale(path):
+        raise nb.UnusableResult(f"{path} was computed by other code")
+
+    monkeypatch.setattr(nb.checks, "published_rows", stale)
+    nb.setup(profile="paper", device="cpu", recompute=None)
+    with pytest.raises(nb.StaleResults, match=r'other code: the committed rows are stale.*recompute = "quick"'):
+        nb.rows()

@@ -14,6 +14,7 @@ import html
 import json
 import os
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
 from .findings import Finding, finding_of, result_entries  # noqa: E402
 
-__all__ = ["setup", "check_parameters", "load", "show_markdown", "show_figure", "figure", "rows", "show_rows",
+__all__ = ["setup", "check_parameters", "load", "published_rows", "RECOMPUTE", "show_markdown", "show_figure", "figure", "rows", "show_rows",
            "scaling_md", "show_scaling",
            "verdict_text", "verdict_html", "show_verdict", "agreement_text", "show_agreement", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES", "find",
            "show_ranking", "show_cross_check", "md_escape", "text_html"]
@@ -46,6 +47,19 @@ NO_COMPUTE_ENV = "CURVATURE_GAP_NO_COMPUTE"
 
 class StaleResults(RuntimeError):
     """The book renders published results, and the one it needs is missing or was computed by other code."""
+
+
+# What a page shows outside the book build (its ``recompute`` parameter):
+#   None    — the committed results the book was built from (published/paper/: the figures' results and the rows
+#             of ``curvature-gap verify`` computed from them, with every search): the page's own numbers; nothing
+#             is computed, and a stale committed result stops the page with what to do;
+#   "quick" — the checks computed here as ``curvature-gap verify --quick`` does (fewer random instances, no
+#             adversarial search; about half a minute on 2 cores): the same verdicts, but the searches find less,
+#             so a smallest bound/exact is larger than the page's (Theorem 1 repaired: hundreds, not 12);
+#             a figure's results computed here at the page's profile (the cache under results/, else trained);
+#   "full"  — as "quick" with every search the book's numbers come from (about 3 minutes on 2 cores).
+RECOMPUTE = (None, "quick", "full")
+_MODE = {"recompute": None}
 
 
 def _is_int(v) -> bool:
@@ -63,6 +77,7 @@ PARAMETER_RULES = {
     "device": (lambda v: v in DEVICES, f"one of {', '.join(DEVICES)}", "cpu"),
     "seed": (lambda v: _is_int(v) and v >= 0, "a non-negative integer", "3"),
     "shape": (_shape_ok, "None or a list of 4 positive integers (L, d_V, d_K, d_ff)", "'[12, 6, 4, 16]' (with -y)"),
+    "recompute": (lambda v: v in RECOMPUTE, "None (read the committed results), \"quick\" or \"full\"", "quick"),
 }
 _SIZE_RULE = (lambda v: _is_int(v) and v >= 1, "a positive integer", "8")
 
@@ -86,10 +101,15 @@ def _root() -> Path | None:
 
 
 def setup(**params) -> Path:
-    """Prepare a notebook: check its parameters (:func:`check_parameters`), work from the checkout's root when
-    there is one (so data/, results/ and runs/ resolve), and set the dataset directory if unset. Returns the
-    working directory."""
+    """Prepare a notebook: check its parameters (:func:`check_parameters`), note its ``recompute`` (what
+    :func:`rows` and :func:`load` read: :data:`RECOMPUTE`), work from the checkout's root when there is one (so
+    data/, results/ and runs/ resolve), and set the dataset directory if unset. Returns the working directory."""
+    if "recompute" not in params:  # the parameters cell names it; the setup cells pass the others by name
+        caller = sys._getframe(1).f_locals
+        if "recompute" in caller:
+            params["recompute"] = caller["recompute"]
     check_parameters(params)
+    _MODE["recompute"] = params.get("recompute")
     root = _root()
     if root is not None:
         os.chdir(root)
@@ -124,13 +144,16 @@ def load(name: str, profile: str = "smoke", device: str = "auto", seed: int | No
 
     ``seed`` other than the profile's training seed trains with that seed instead (another config hash:
     nothing under the profile's seed is reused or overwritten)."""
-    kw: dict = {"device": device, "progress": False, "published_dir": default_published_dir()}
+    mode = _MODE["recompute"]
+    kw: dict = {"device": device, "progress": False,
+                "published_dir": default_published_dir() if mode is None else None}
     if seed is not None:
         over = {m: {"seed": int(seed)} for m in MODELS if train_config(m, profile).seed != int(seed)}
         if over:
             kw["train_overrides"] = over
     ctx = Context(profile=profile, **kw)
-    if os.environ.get(NO_COMPUTE_ENV):
+    in_build = bool(os.environ.get(NO_COMPUTE_ENV))
+    if in_build or (mode is None and profile == "paper"):
         r = experiments.find_result(name, ctx=ctx)
         if r is None:
             try:
@@ -140,8 +163,10 @@ def load(name: str, profile: str = "smoke", device: str = "auto", seed: int | No
                 why = str(exc)
             raise StaleResults(f"the published result of {name} cannot be used ({why}): it is stale at this commit, "
                                "which the test suite reports; a maintainer refreshes it with `make reproduce && "
-                               "make publish`. To read your own results meanwhile: `make reproduce`, then run this "
-                               "page outside the paper book's build")
+                               "make publish`. " + (
+                                   "To read your own results meanwhile: `make reproduce`, then run this page outside "
+                                   "the paper book's build" if in_build else
+                                   'To compute it here instead, set recompute = "full" in the parameters cell'))
         return r
     return experiments.load_results(name, ctx=ctx)
 
@@ -233,19 +258,37 @@ def figure(name: str, result, part: str, caption: str, alt: str | None = None) -
 _ROWS: dict = {}
 
 
+def published_rows() -> list[Row]:
+    """The committed rows of ``curvature-gap verify`` (``published/paper/verify.json``, computed with every
+    search from the committed results): what the paper book renders. :class:`StaleResults` when they are
+    missing or were computed by other code, saying what to do."""
+    pub = default_published_dir()
+    path = (pub / "paper" / "verify.json") if pub is not None else Path("published/paper/verify.json")
+    try:
+        return checks.published_rows(path)
+    except UnusableResult as exc:
+        raise StaleResults(f"{exc}: the committed rows are stale at this commit (the test suite reports it; a "
+                           "maintainer refreshes them with `make reproduce && make publish`). To compute them here "
+                           'instead, set recompute = "quick" (about half a minute) or "full" (about 3 minutes) in '
+                           "the parameters cell") from exc
+
+
 def rows(prefixes=None) -> list[Row]:
-    """The rows of ``curvature-gap verify`` this page renders: the build's JSON when building the book,
-    else computed once per kernel (``--quick``, kept under ``results/verify/`` by what determines them:
-    :func:`curvature_gap.checks.run_cached`); ``prefixes`` keeps rows whose id starts with one of them
-    (whole dotted components: ``"thm2"`` matches ``thm2.layernorm.jacobian``, not ``thm20``)."""
+    """The rows of ``curvature-gap verify`` this page renders: the build's JSON when building the book; outside
+    it, by the page's ``recompute`` (:data:`RECOMPUTE`): the committed rows (:func:`published_rows`, the page's
+    own numbers), else computed once per kernel (``--quick`` or with every search, kept under
+    ``results/verify/`` by what determines them: :func:`curvature_gap.checks.run_cached`); ``prefixes`` keeps
+    rows whose id starts with one of them (whole dotted components: ``"thm2"`` matches
+    ``thm2.layernorm.jacobian``, not ``thm20``)."""
     pinned = os.environ.get(VERIFY_ENV)
     if pinned:
         doc = json.loads(Path(pinned).read_text())
         rs = [Row.from_json(d) for d in (doc["rows"] if isinstance(doc, dict) else doc)]
     else:
-        if "rows" not in _ROWS:
-            _ROWS["rows"] = checks.run_cached(quick=True)
-        rs = _ROWS["rows"]
+        mode = _MODE["recompute"]
+        if mode not in _ROWS:
+            _ROWS[mode] = published_rows() if mode is None else checks.run_cached(quick=mode == "quick")
+        rs = _ROWS[mode]
     if prefixes is None:
         return rs
     prefixes = [prefixes] if isinstance(prefixes, str) else list(prefixes)

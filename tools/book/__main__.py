@@ -24,6 +24,7 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="check the built HTML (links, verdicts, raw TeX, and in Chromium: legibility)")
     c.add_argument("--no-browser", action="store_true", help="skip the headless-Chromium checks")
     c.add_argument("--shots", default=None, help="write screenshots here (default: _build/screenshots)")
+    c.add_argument("--no-rerun", action="store_true", help="skip re-running three downloads from the root")
     sub.add_parser("pdf", help="the whole book as one PDF (_build/pdf/book.pdf), after build")
     r = sub.add_parser("refresh-outputs", help="store the outputs of the checked cells in the committed notebooks")
     r.add_argument("notebooks", nargs="*")
@@ -37,7 +38,7 @@ def main(argv=None) -> int:
             print(f"[book] built in {rep['seconds']} s: {rep.get('html', '(no HTML: --only)')}")
             return 0
         if args.cmd == "check":
-            problems = check(browser=not args.no_browser, shots=args.shots)
+            problems = check(browser=not args.no_browser, shots=args.shots, rerun=not args.no_rerun)
             for line in problems:
                 print("  " + line)
             print(f"[book-check] {'OK' if not problems else f'{len(problems)} problem(s)'}")

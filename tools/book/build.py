@@ -43,10 +43,10 @@ from curvature_gap.experiments import UnusableResult
 from curvature_gap.io import atomic_write_json
 from curvature_gap.notebook import NO_COMPUTE_ENV, STATIC_ENV, VERIFY_ENV
 
-from . import repository, tables
+from . import plain, repository, tables
 
 __all__ = ["BookError", "project_root", "build", "toc_notebooks", "execute_notebook", "tidy_notebook", "book_rows",
-           "KERNEL", "fault_tests", "merged_parameters", "parameters_line", "parameter_names", "machine_paths",
+           "KERNEL", "book_kernel_manager", "kernel_log_lines", "fault_tests", "merged_parameters", "parameters_line", "parameter_names", "machine_paths",
            "relative_paths", "PARAMS_CLASS", "PAPERMILL_MACHINE_KEYS"]
 
 KERNEL = "python3"
@@ -137,6 +137,36 @@ def ensure_kernel(log=print) -> None:
                     "--display-name", "Python 3 (curvature-gap)"], check=True, capture_output=True)
 
 
+def book_kernel_manager(stderr_path: Path | None = None):
+    """The kernel manager the build runs notebooks with: CurveZMQ transport encryption provisioned by the
+    manager (``transport_encryption="required"``: the kernelspec ipykernel writes declares it; without it every
+    kernel warns "Kernel is running over TCP without encryption", once per page), and with ``stderr_path`` the
+    kernel process's own stderr (its log, never a cell's output) written there, for the build to report."""
+    from jupyter_client.manager import AsyncKernelManager  # noqa: PLC0415
+    from traitlets import default  # noqa: PLC0415
+
+    class BookKernelManager(AsyncKernelManager):
+        @default("transport_encryption")
+        def _encrypted(self):
+            return "required"
+
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            if stderr_path is not None:
+                with open(stderr_path, "ab") as fh:  # the child keeps its own copy of the descriptor
+                    kw["stderr"] = fh
+                    return await super()._async_launch_kernel(kernel_cmd, **kw)
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return BookKernelManager
+
+
+def kernel_log_lines(path: Path) -> list[str]:
+    """The non-empty lines a kernel wrote to its own stderr (:func:`book_kernel_manager`)."""
+    if not Path(path).is_file():
+        return []
+    return [ln for ln in Path(path).read_text(errors="replace").splitlines() if ln.strip()]
+
+
 def execute_notebook(src: Path, dst: Path, parameters: dict, cwd: Path, timeout: int | None = None) -> float:
     """Execute ``src`` with papermill into ``dst`` as its download will run; returns the wall time.
 
@@ -154,12 +184,19 @@ def execute_notebook(src: Path, dst: Path, parameters: dict, cwd: Path, timeout:
         cells[0].source = merged_parameters(cells[0].source, parameters)
     nbformat.write(nb, dst)
     t0 = time.perf_counter()
+    log = dst.with_suffix(".kernel.log")
+    log.unlink(missing_ok=True)
     try:
         pm.execute_notebook(str(dst), str(dst), parameters={}, kernel_name=KERNEL, cwd=str(cwd),
-                            progress_bar=False, log_output=False, execution_timeout=timeout, report_mode=False)
+                            progress_bar=False, log_output=False, execution_timeout=timeout, report_mode=False,
+                            kernel_manager_class=book_kernel_manager(log))
     except pm.PapermillExecutionError as exc:
         raise BookError(f"{src} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}\n"
                         f"(executed copy with the traceback: {dst})") from exc
+    said = kernel_log_lines(log)
+    log.unlink(missing_ok=True)
+    if said:  # a quiet kernel says nothing: whatever it says is new, and worth a maintainer's look
+        raise BookError(f"the kernel running {src} wrote to its log:\n  " + "\n  ".join(said[:20]))
     return time.perf_counter() - t0
 
 
@@ -418,6 +455,8 @@ def build(profile: str = "paper", device: str = "cpu", only: list[str] | None = 
             report["seconds"] = round(time.perf_counter() - t_start, 1)
             atomic_write_json(root / "_build" / "book-report.json", report)
             raise BookError(f"jupyter-book build failed (exit {rc}, {len(warnings)} warnings); see _build/jupyter-book.log")
+        # what the download buttons serve reads as a notebook in plain Jupyter and Colab (tools/book/plain.py)
+        plain.plain_downloads(root / "_build" / "html", root)
     report["seconds"] = round(time.perf_counter() - t_start, 1)
     atomic_write_json(root / "_build" / "book-report.json", report)
     return report

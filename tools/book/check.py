@@ -7,15 +7,16 @@ from pathlib import Path
 from curvature_gap.row import Row
 
 from . import browser as chromium
-from . import html
+from . import downloads, html
 from .build import BookError, project_root
 
 __all__ = ["check"]
 
 
-def check(browser: bool = True, shots=None, html_dir=None, root=None) -> list[str]:
+def check(browser: bool = True, shots=None, html_dir=None, root=None, rerun: bool = True) -> list[str]:
     """Problems of the built book (empty: all good): links, offline assets, downloads that run as downloaded
-    (one parameters cell, no path of the build machine), the paper's, the repository's and the launch
+    (one parameters cell, no path of the build machine; with ``rerun`` three of them re-run from the root show
+    their page's numbers: :mod:`.downloads`), the paper's, the repository's and the launch
     buttons' links, one verdict per result everywhere, no raw TeX, a message in every figure's caption, and (headless Chromium) legible figures,
     tables that fit a phone, rendered math, loaded images, no console error, one search box, a footer;
     screenshots into ``shots`` (default ``_build/screenshots``)."""
@@ -31,6 +32,8 @@ def check(browser: bool = True, shots=None, html_dir=None, root=None) -> list[st
                 + html.check_downloads(html_dir, parsed, root) + html.check_companion_links(html_dir, parsed, root)
                 + html.check_verdicts(html_dir, rows, profile, parsed) + html.check_raw_latex(html_dir, parsed)
                 + html.check_figure_messages(html_dir, parsed))
+    if rerun and profile == "paper":  # the paper book's downloads read the committed results, as its pages do
+        problems += downloads.check_reproduced(html_dir, root)
     if browser:
         problems += chromium.browser_check(html_dir, profile, Path(shots) if shots else root / "_build" / "screenshots")
     return problems

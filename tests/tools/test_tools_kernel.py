@@ -1,0 +1,28 @@
+"""The book's kernels run quietly (tools.book.build.book_kernel_manager): no "Kernel is running over TCP without
+encryption" once per page, and whatever a kernel does write to its own log stops the build with it."""
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from tools.book import build
+
+
+def _notebook(path, source: str):
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]), path)
+    return path
+
+
+def test_a_quiet_kernel_runs_encrypted_and_says_nothing(tmp_path):
+    src = _notebook(tmp_path / "quiet.ipynb", "print(1 + 1)")
+    build.execute_notebook(src, tmp_path / "out.ipynb", {}, tmp_path)
+    out = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    assert out.cells[0].outputs[0]["text"] == "2\n"
+    assert not (tmp_path / "out.kernel.log").exists(), "the kernel's log is removed once read"
+    assert build.book_kernel_manager()().transport_encryption == "required"
+
+
+def test_a_kernel_that_logs_a_warning_stops_the_build_with_it(tmp_path):
+    src = _notebook(tmp_path / "loud.ipynb", "get_ipython().kernel.log.warning('something new')")
+    with pytest.raises(build.BookError, match=r"wrote to its log:\n  \[IPKernelApp\] WARNING \| something new"):
+        build.execute_notebook(src, tmp_path / "out.ipynb", {}, tmp_path)

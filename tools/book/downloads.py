@@ -1,0 +1,106 @@
+"""A download reproduces its page: the ``.ipynb`` a reader downloads from a built page, run from the root of
+the clone with nothing set (no build environment, its own parameters cell), shows the page's numbers.
+
+Outside the build a page reads the committed results by default (``recompute = None``: the rows of
+``published/paper/verify.json`` and the published figure results, :mod:`curvature_gap.notebook`), as the paper
+book does; so every verdict box, table, sentence and printed line of the re-run download must read as on the
+page. ``make book-check`` runs :data:`PAGES` (two theory pages and one figure page, about 15 s each on two
+cores) and reports every output that differs.
+"""
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import nbformat
+import papermill as pm
+
+from curvature_gap.notebook import NO_COMPUTE_ENV, STATIC_ENV, VERIFY_ENV
+
+__all__ = ["PAGES", "shown", "differences", "run_download", "check_reproduced"]
+
+# Theorem 1 and the norm bounds: the pages whose searches --quick shortens (their numbers moved, 12 -> 405 and
+# 1.14 -> 1.24, when downloads recomputed them); Fig. 3: a figure page reading published results.
+PAGES = ("self_attention", "norm_bounds", "fig03_hessian_init")
+
+_TAG = re.compile(r"<[^>]+>")
+_SPACE = re.compile(r"\s+")
+
+
+def _text(value) -> str:
+    value = "".join(value) if isinstance(value, list) else str(value)
+    return _SPACE.sub(" ", html.unescape(_TAG.sub(" ", value))).strip()
+
+
+def shown(nb) -> list[str]:
+    """What a reader reads in a notebook's outputs, in order, as plain text: every Markdown, HTML (verdict
+    boxes, figure captions; tags and images dropped: a page links its figure files, a run outside the build
+    inlines them) and printed output."""
+    out = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream":
+                out.append(_text(o.get("text", "")))
+                continue
+            data = o.get("data") or {}
+            for mime in ("text/markdown", "text/html"):
+                if mime in data:
+                    out.append(_text(data[mime]))
+                    break
+    return [t for t in out if t]
+
+
+def differences(page: list[str], download: list[str], name: str = "") -> list[str]:
+    """Each output the download shows differently from the page (``name: …``), and a count mismatch."""
+    head = f"{name}: " if name else ""
+    problems = [f"{head}the download shows {b[:300]!r} where its page shows {a[:300]!r}"
+                for a, b in zip(page, download) if a != b]
+    if len(page) != len(download):
+        problems.append(f"{head}the download shows {len(download)} outputs, its page {len(page)}")
+    return problems
+
+
+def run_download(src: Path, root: Path, timeout: int = 600) -> tuple[nbformat.NotebookNode, float]:
+    """Run a downloaded notebook as a reader would: saved into the clone's root, executed there by papermill
+    with no parameter and none of the build's environment. Returns (the executed notebook, seconds)."""
+    from .build import KERNEL, book_kernel_manager  # noqa: PLC0415 - build imports this module's users
+
+    work = root / "_build" / f"download-check-{uuid.uuid4().hex[:8]}"
+    work.mkdir(parents=True)
+    saved = {k: os.environ.pop(k) for k in (VERIFY_ENV, STATIC_ENV, NO_COMPUTE_ENV) if k in os.environ}
+    try:
+        dst = work / src.name
+        shutil.copy2(src, dst)
+        t0 = time.perf_counter()
+        pm.execute_notebook(str(dst), str(dst), parameters={}, kernel_name=KERNEL, cwd=str(root), progress_bar=False,
+                            log_output=False, execution_timeout=timeout, kernel_manager_class=book_kernel_manager())
+        return nbformat.read(dst, as_version=4), time.perf_counter() - t0
+    finally:
+        os.environ.update(saved)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check_reproduced(html_dir: Path, root: Path, pages=PAGES, log=print) -> list[str]:
+    """Problems (empty: none): each of ``pages``' downloads (``_sources/notebooks/<page>.ipynb``, what the
+    download button serves), run from the root (:func:`run_download`), against its page's outputs."""
+    problems = []
+    for stem in pages:
+        src = Path(html_dir) / "_sources" / "notebooks" / f"{stem}.ipynb"
+        if not src.is_file():
+            problems.append(f"{stem}: no download at {src}")
+            continue
+        try:
+            ran, sec = run_download(src, Path(root))
+        except pm.PapermillExecutionError as exc:
+            problems.append(f"{stem}: the download stops in cell {exc.exec_count}: {exc.ename}: {exc.evalue}"[:600])
+            continue
+        log(f"[book-check] {stem}.ipynb re-run from the root in {sec:.0f} s")
+        problems += differences(shown(nbformat.read(src, as_version=4)), shown(ran), f"{stem}.ipynb")
+    return problems
