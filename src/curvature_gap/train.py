@@ -32,6 +32,7 @@ from .config import DATASET_OF, RecipeConfig, TrainConfig
 from .device import resolve_device
 from .io import atomic_write_json, file_lock, load_torch, save_torch, state_sha256
 from .model import ViT, build_model
+from .precision import autocast_for, gemm_for
 
 CKPT_NAME = "last.pt"
 MODEL_NAME = "model.pt"
@@ -574,17 +575,18 @@ def ensure_recipe_step(cfg: RecipeConfig, runs_dir, step: int, device: str = "au
 
 
 def recipe_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, cfg: RecipeConfig,
-                lr: float, autocast=contextlib.nullcontext) -> tuple[float, float]:
-    """One optimiser step at learning rate ``lr``: mean cross-entropy (under ``autocast()``), backward, the
-    gradients clipped to global 2-norm ``cfg.grad_clip`` (``clip_grad_norm_``, norm_type 2, as the authors'
-    ``src/train/vit_classification.py``; None: not clipped), the step. Returns (loss, the gradients' global
-    2-norm before clipping)."""
+                lr: float, autocast=contextlib.nullcontext, gemm=contextlib.nullcontext) -> tuple[float, float]:
+    """One optimiser step at learning rate ``lr``: mean cross-entropy (under ``autocast()``), backward (both
+    under ``gemm()``: ``precision.gemm_for``), the gradients clipped to global 2-norm ``cfg.grad_clip``
+    (``clip_grad_norm_``, norm_type 2, as the authors' ``src/train/vit_classification.py``; None: not
+    clipped), the step. Returns (loss, the gradients' global 2-norm before clipping)."""
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad(set_to_none=True)
-    with autocast():
-        loss = nn.functional.cross_entropy(model(x), y)
-    loss.backward()
+    with gemm():
+        with autocast():
+            loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
     params = [p for p in model.parameters() if p.grad is not None]
     if cfg.grad_clip:
         norm = nn.utils.clip_grad_norm_(params, cfg.grad_clip, norm_type=2.0)
@@ -637,7 +639,7 @@ def train_recipe(
     bf16 = cfg.precision == "bf16"
     model = build_model(cfg.model, seed=cfg.seed, **dict(cfg.model_overrides))
     model = model.to(dev, torch.bfloat16) if bf16 else model.to(dev)
-    autocast = ((lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext)
+    autocast, gemm = autocast_for(cfg.precision, dev), gemm_for(cfg.precision, dev)
     opt = make_recipe_optimizer(model, cfg)
     step, history, wall_before, running = 0, [], 0.0, None
     if state is not None:
@@ -669,7 +671,7 @@ def train_recipe(
             save_torch(p, dict(config_hash=chash, step=step, model=kept_weights()))
 
     def evaluate_split(split) -> tuple[float, float]:
-        with autocast():
+        with gemm(), autocast():
             return evaluate(model, split, dev)
 
     last_good = step
@@ -686,7 +688,7 @@ def train_recipe(
                 return {"interrupted_at_step": step}
             x, y = recipe_batch(cfg, ds.train, perm, b, step, fill)
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-            lv, _ = recipe_step(model, opt, x, y, cfg, recipe_lr(cfg, step, total_steps), autocast)
+            lv, _ = recipe_step(model, opt, x, y, cfg, recipe_lr(cfg, step, total_steps), autocast, gemm)
             if not math.isfinite(lv) or (running is not None and lv > explode_factor * max(running, 1e-3)):
                 bar.close()
                 raise TrainingDiverged(
