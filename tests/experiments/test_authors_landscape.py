@@ -28,10 +28,15 @@ def test_the_paper_profile_is_what_their_configurations_run():
         "authors_cifar100", 21, 10_000, 26, True, 16)
     ctx = ex.Context(profile="paper")
     c6, c12 = ctx.run_cfg(f6), ctx.run_cfg(f12)
-    assert (c6.seed, c12.seed) == (42, 21) and c12 == recipe_config("authors_cifar100", "paper")
+    assert (c6.seed, c12.seed) == (42, 21) and c12 == recipe_config("authors_cifar100", "paper", precision="bf16")
     assert c6.hash() != c12.hash(), "another seed is another run"
     mnist = ctx.run_cfg(al.MNIST_SETTINGS["paper"])
-    assert mnist == recipe_config("authors_mnist", "paper") and mnist.seed == 37
+    assert mnist == recipe_config("authors_mnist", "paper", precision="bf16") and mnist.seed == 37
+    exact = ctx.run_cfg(al.MNIST_EXACT_SETTINGS["paper"])
+    assert exact == recipe_config("authors_mnist", "paper") and exact.precision == "float32"
+    assert c12.precision == "bf16", "the authors' arithmetic is the default of every result of their model"
+    # their Fig. 12 notebook's three seeds, 42 (their Fig. 6's) first
+    assert al.MNIST_SETTINGS["paper"].pass_seeds == (42, 21, 307)
     # the results' configurations record the run they read
     for name, seed in (("fig6_authors", 42), ("fig12_authors", 21), ("fig6_authors_mnist", 37)):
         s = ex.spec(name)
@@ -64,6 +69,8 @@ def test_the_pass_is_the_running_mean_and_its_gradient(tiny_pass):
             g = torch.autograd.grad(mean, params)
             norm = float(torch.sqrt(sum((t ** 2).sum() for t in g)))
             assert p["grad_norm"][i // 2] == pytest.approx(norm, rel=1e-10)
+            # a float64 model's buffers are float64: their sum is the exact one
+            assert p["grad_norm_theirs"][i // 2] == pytest.approx(norm, rel=1e-10)
             assert p["grad_samples"][i // 2] == p["n_seen"][i]
     without = al.loader_pass(model, cfg, ds, epochs=2, log_every=2, gradients=False, device="cpu")
     np.testing.assert_array_equal(without["running_loss"], p["running_loss"])
@@ -84,6 +91,11 @@ def _result(meta, arrays=None, profile="paper"):
     return SimpleNamespace(meta=meta, arrays=arrays or {}, config={"profile": profile}, json_path="results/x.json")
 
 
+_STANDIN12 = dict(step=20_000, precision="bf16", n_passes=3, pass_seeds=[42, 21, 307], largest_k=300_160,
+                  batch_size=128, theirs_over_exact=0.37, theirs_over_exact_spread=[0.36, 0.38], exact_drift=0.998,
+                  exact_drift_spread=[0.99, 1.01], drift_from_samples=60_032)
+
+
 def test_the_claim_rows_read_the_authors_model_and_can_fail():
     standin6 = _result({"fit": {"slope": -1.099, "r2": 0.82}})
     row = al.slope_row(None, standin6)
@@ -92,13 +104,47 @@ def test_the_claim_rows_read_the_authors_model_and_can_fail():
     good = al.slope_row(_result({"fit": {"slope": -0.95, "r2": 0.9}, "n_batches": 10166}))
     bad = al.slope_row(_result({"fit": {"slope": -1.3, "r2": 0.9}, "n_batches": 10166}))
     assert (good.verdict, bad.verdict) == ("reproduced", "not reproduced")
-    standin12 = _result({"grad_slope": -0.41})
+    standin12 = _result(_STANDIN12)
     row = al.validity_row(None, standin12)
-    assert row.verdict == "not run" and "-0.410" in row.note
-    falls = al.validity_row(_result({"grad_slope": -0.5}, {"grad_norm": np.ones(5)}))
-    rises = al.validity_row(_result({"grad_slope": 0.2}, {"grad_norm": np.ones(5)}))
+    assert row.verdict == "not run" and "0.37 of the float64 sum" in row.note and "10,166" in row.note
+    falls = al.validity_row(_result({**_STANDIN12, "grad_slope": -0.5}, {"grad_norm": np.ones((3, 5))}))
+    rises = al.validity_row(_result({**_STANDIN12, "grad_slope": 0.2}, {"grad_norm": np.ones((3, 5))}))
     assert (falls.verdict, rises.verdict) == ("reproduced", "not reproduced")
     # the rows sit with the authors' results, one verdict per model
     assert ex.spec("fig6_authors").finding.key == "fig6_authors" and ex.spec("fig6").finding.key == "fig6"
     assert ex.spec("fig12_authors").finding.key == "fig12_authors" and ex.spec("fig12").finding.key == "fig12"
     assert ex.spec("fig6_authors_mnist").finding is None and ex.spec("fig12_authors_mnist").finding is None
+
+
+def test_a_bf16_running_sum_stalls_where_the_float64_sum_of_the_same_gradients_does_not():
+    """GradientSums keeps their sum in the parameters' dtype: bf16 buffers stop growing after a few hundred
+    comparable terms (the running mean then falls like 1/k), float64 ones do not; float32 buffers stay exact
+    to float32 rounding."""
+    g = [torch.full((3,), 0.1, dtype=torch.bfloat16), torch.full((2, 2), -0.05, dtype=torch.bfloat16)]
+    sums = al.GradientSums(g)
+    for _ in range(2000):
+        sums.add(g)
+    exact, theirs = sums.norms(2000)
+    truth = float(torch.sqrt(sum((t.double() ** 2).sum() for t in g)))
+    assert exact == pytest.approx(truth, rel=1e-12)
+    assert theirs < 0.3 * exact, "a bf16 sum of 2,000 equal terms stalls near 2⁸ of them"
+    g32 = [t.float() for t in g]
+    sums32 = al.GradientSums(g32)
+    for _ in range(2000):
+        sums32.add(g32)
+    assert sums32.norms(2000)[1] == pytest.approx(truth, rel=1e-4)
+
+
+def test_the_accumulation_rows_say_whether_the_plotted_curve_is_the_quantity():
+    stall = al.accumulation_rows(_result(_STANDIN12))
+    assert [r.id for r in stall] == ["fig12_authors_mnist.bf16_over_exact", "fig12_authors_mnist.exact_drift"]
+    assert [r.verdict for r in stall] == ["fails", "fails"] and all(r.finding for r in stall)
+    assert all(r.result == "fig12_authors" and r.kind != "claim" for r in stall), "the finding's verdict stays the claim row's"
+    fine = al.accumulation_rows(_result({**_STANDIN12, "theirs_over_exact": 0.99, "exact_drift": 0.6}))
+    assert [r.verdict for r in fine] == ["holds", "holds"] and not any(r.finding for r in fine)
+    assert [r.verdict for r in al.accumulation_rows(None)] == ["not run", "not run"]
+    summary = al.accumulation_summary({"grad_samples": np.array([128, 60_032, 120_064]),
+                                       "grad_norm": np.array([[1.0, 0.5, 0.5], [1.0, 0.5, 0.52]]),
+                                       "grad_norm_theirs": np.array([[1.0, 0.5, 0.25], [1.0, 0.5, 0.26]])})
+    assert summary["theirs_over_exact"] == pytest.approx(0.5) and summary["drift_from_samples"] == 60_032
+    assert summary["exact_drift"] == pytest.approx(1.02) and summary["n_passes"] == 2

@@ -21,7 +21,7 @@ What that notebook does and this module keeps or changes:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from ..exact.linalg import sym_spectral_norm
 from ..model import authors_indices
+from ..precision import frozen_at_one
 from ..plotting import WIDTH, new_figure, pooled_log_image
 from ..row import Row
 from .claims import claim_verdict, not_run
@@ -37,7 +38,7 @@ from .hessians import dense
 from .norms import MUCH_SMALLER
 from .spec import FigureSpec, Finding
 
-__all__ = ["AuthorsDynamicsSettings", "LISTS", "compute_trajectory_authors", "keys_values_authors", "SPECS"]
+__all__ = ["AuthorsDynamicsSettings", "LISTS", "arithmetic_comparison", "compute_trajectory_authors", "keys_values_authors", "SPECS"]
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,15 @@ class AuthorsDynamicsSettings:
     eps: float = 1e-6  # their notebook clips |H| at 1e-6 before log10; here log10(|H| + 1e-6), as for Figs. 3-4
     display_cells: int = 600  # as HeatmapSettings: the FFN weights' 2,048 rows are shown as cell means
     fast_chunk: int | None = None  # as HeatmapSettings.fast_chunk
+    # precision.ARITHMETICS: the run, "authors" (their bf16 training: weights and AdamW state in bf16, so every
+    # LayerNorm γ stays exactly 1.0) or "exact" (float32); the Hessians are float32 of its weights either way
+    arithmetic: str = "authors"
 
 
 # smoke: the authors' smoke run has 3 steps (config.RECIPE_PROFILE_CONFIGS); 4 images as Figs. 3-4's smoke
 SETTINGS = {"paper": AuthorsDynamicsSettings(),
             "smoke": AuthorsDynamicsSettings(steps=(0, 1, 2, 3), batch_size=4, fast_chunk=128)}
+EXACT_SETTINGS = {p: replace(v, arithmetic="exact") for p, v in SETTINGS.items()}
 
 _B = "transformer_blocks.0."
 # list -> (their parameter names, in their notebook's order; the label their Fig. 5 legend gives it)
@@ -82,10 +87,11 @@ def compute_trajectory_authors(ctx: Context, s: AuthorsDynamicsSettings) -> tupl
         raise ValueError(f"{s.model}: the loader's first batch has {len(y)} images, fewer than the {s.batch_size} asked")
     batch = x[:s.batch_size], y[:s.batch_size]
     steps = sorted(s.steps)
-    rec: dict[str, list] = {k: [] for k in ("loss", "seconds")}
+    rec: dict[str, list] = {k: [] for k in ("loss", "seconds", "gamma_at_one")}
     infos, idx = [], None
     for step in tqdm(steps, desc="authors' snapshots", unit="snap", disable=not ctx.progress):
-        model, info = ctx.recipe_model(s.model, step)
+        model, info = ctx.recipe_model(s.model, step, arithmetic=s.arithmetic)
+        rec["gamma_at_one"].append(frozen_at_one(model)[0])
         if idx is None:
             idx = {g: authors_indices(model, names) for g, (names, _) in LISTS.items()}
         ctx.log(f"step {step}: exact Hessian of the authors' model, {len(batch[1])} images")
@@ -103,12 +109,15 @@ def compute_trajectory_authors(ctx: Context, s: AuthorsDynamicsSettings) -> tupl
                          ("param", float(np.linalg.norm(w[ix]))), ("img", img.astype(np.float16)), ("pool", pool)):
                 rec.setdefault(f"{k}_{g}", []).append(v)
         infos.append(dict(step=step, weights_sha256=info.get("weights_sha256")))
-    arrays = dict(steps=np.array(steps), loss=np.array(rec["loss"]), hessian_seconds=np.array(rec["seconds"]))
+    arrays = dict(steps=np.array(steps), loss=np.array(rec["loss"]), hessian_seconds=np.array(rec["seconds"]),
+                  gamma_at_one=np.array(rec["gamma_at_one"]))
     for g in LISTS:
         for k in ("spec", "fro", "param"):
             arrays[f"{k}_{g}"] = np.array(rec[f"{k}_{g}"], dtype=np.float64)
         arrays[f"img_{g}"] = np.stack(rec[f"img_{g}"])
-    meta = dict(profile=ctx.profile, model=s.model, batch_size=len(batch[1]), snapshots=infos,
+    meta = dict(profile=ctx.profile, model=s.model, batch_size=len(batch[1]), snapshots=infos, arithmetic=s.arithmetic,
+                precision=ctx.recipe_cfg(s.model, arithmetic=s.arithmetic).precision,
+                gamma_total=frozen_at_one(model)[1],
                 lists={g: dict(parameters=list(names), label=label, n=len(idx[g]), pool=int(rec[f"pool_{g}"][0]))
                        for g, (names, label) in LISTS.items()},
                 batch="the first images of the first batch of the authors' shuffled, augmented training loader",
@@ -118,7 +127,7 @@ def compute_trajectory_authors(ctx: Context, s: AuthorsDynamicsSettings) -> tupl
 
 def _select(res, lists) -> tuple[dict, dict]:
     a = res.arrays
-    arrays = {"steps": a["steps"]}
+    arrays = {"steps": a["steps"], "gamma_at_one": a["gamma_at_one"]}
     for g in lists:
         for k in ("spec", "fro", "param", "img"):
             arrays[f"{k}_{g}"] = a[f"{k}_{g}"]
@@ -194,6 +203,21 @@ def _hessian_message(g: str):
         return (f"The spectral norm of the {info['label']} block goes from {float(s[0]):.3g} at step {int(a['steps'][0])} "
                 f"to {float(s[-1]):.3g} at step {int(a['steps'][-1])}.")
     return msg
+
+
+def arithmetic_comparison(authors, exact) -> dict:
+    """What their bf16 arithmetic changes on Fig. 5, from the two results (``fig5_authors``: their bf16 run,
+    ``fig5_authors_exact``: the float32 run of the same recipe, seed and batch): the LayerNorm γ entries still
+    exactly 1.0 at each step, and each list's parameter and Hessian norms at the last step in both."""
+    a, e = authors.arrays, exact.arrays
+    last = int(a["steps"][-1])
+    lists = {g: dict(label=authors.meta["lists"][g]["label"],
+                     param=(float(a[f"param_{g}"][-1]), float(e[f"param_{g}"][-1])),
+                     spec=(float(a[f"spec_{g}"][-1]), float(e[f"spec_{g}"][-1])),
+                     param_start=float(a[f"param_{g}"][0]))
+             for g in LISTS if g in authors.meta["lists"] and f"param_{g}" in e}  # their legend's order
+    return dict(step=last, steps=[int(x) for x in a["steps"]], gamma_total=authors.meta["gamma_total"],
+                gamma_at_one=([int(x) for x in a["gamma_at_one"]], [int(x) for x in e["gamma_at_one"]]), lists=lists)
 
 
 # ----------------------------------------------------------------------------- the claim
@@ -287,4 +311,12 @@ SPECS = (
                finding=Finding("fig5_authors", "Fig. 5 on the authors' model: Keys and Values have the highest norms",
                                "notebooks/fig05_block_norms")),
     *(_type_spec(f) for f in FIGURES),
+    FigureSpec("trajectory_authors_exact", "Figs. 5, 7-11", "", "the authors' model over their first 1,000 steps, "
+               "float32 run", EXACT_SETTINGS, lambda j: compute_trajectory_authors(j.ctx, j.settings), needs=_NEEDS,
+               internal=True),
+    FigureSpec("fig5_authors_exact", "Fig. 5", "fig05_norms_authors_exact", "parameter and Hessian norms over the "
+               "first 1,000 steps, the authors' model, float32 run", EXACT_SETTINGS,
+               lambda j: _select(j.deps["trajectory_authors_exact"], tuple(LISTS)), {"norms": plot_norms},
+               {"norms": _norm_message}, depends=("trajectory_authors_exact",), needs=_NEEDS, rank=0,
+               key_numbers=_fig5_numbers),
 )

@@ -16,6 +16,7 @@ from ..config import DATASET_OF, RECIPE_MODELS, RecipeConfig, TrainConfig, recip
 from ..device import resolve_device
 from ..io import state_sha256
 from ..model import ViT, build_model
+from ..precision import precision_of
 from ..train import Datasets, ensure_recipe_step, ensure_trained, load_recipe_datasets, recipe_first_batch, run_dir
 from .settings import trajectory_settings
 
@@ -25,6 +26,11 @@ __all__ = ["Context"]
 def _seed(seed: int | None) -> dict:
     """``{"seed": seed}``, or nothing for None (the configuration's own seed)."""
     return {} if seed is None else {"seed": int(seed)}
+
+
+def _arithmetic(arithmetic: str | None) -> dict:
+    """``{"precision": ...}`` of an arithmetic (``precision.ARITHMETICS``), or nothing for None (the recipe's)."""
+    return {} if arithmetic is None else {"precision": precision_of(arithmetic)}
 
 
 @dataclass
@@ -63,19 +69,24 @@ class Context:
     def torch_device(self) -> torch.device:
         return resolve_device(self.device)
 
-    def train_cfg(self, model: str, seed: int | None = None) -> TrainConfig:
+    def train_cfg(self, model: str, seed: int | None = None, arithmetic: str | None = None) -> TrainConfig:
         """The training configuration of ``model`` under this profile: Table 1's models by
         ``config.train_config``, the authors' by their recipe (:meth:`recipe_cfg`); ``seed``: a run of the
-        same configuration with another seed (None: the profile's)."""
+        same configuration with another seed (None: the profile's); ``arithmetic``: of the authors' runs."""
         if model in RECIPE_MODELS:
-            return self.recipe_cfg(model, seed)
+            return self.recipe_cfg(model, seed, arithmetic)
+        if arithmetic is not None:
+            raise ValueError(f"{model} is trained in float32 only; an arithmetic is a setting of the authors' runs")
         return train_config(model, self.profile, **self.train_overrides.get(model, {}), **_seed(seed))
 
     def run_cfg(self, settings) -> TrainConfig | None:
         """The training configuration of the run a result with ``settings`` reads: its ``model``'s, with
-        the seed its ``run_seed`` names (None where the settings name no model)."""
+        the seed its ``run_seed`` names and the arithmetic its ``arithmetic`` names (None where the settings
+        name no model)."""
         model = getattr(settings, "model", None)
-        return None if model is None else self.train_cfg(model, getattr(settings, "run_seed", None))
+        if model is None:
+            return None
+        return self.train_cfg(model, getattr(settings, "run_seed", None), getattr(settings, "arithmetic", None))
 
     def run_dir(self, model: str) -> Path:
         return run_dir(self.train_cfg(model), self.runs_dir)
@@ -126,10 +137,12 @@ class Context:
         return Datasets(ds.train.subset(cfg.train_subset), ds.test.subset(cfg.test_subset))
 
     # ---------------------------------------------------------------- the authors' recipe
-    def recipe_cfg(self, model: str, seed: int | None = None) -> RecipeConfig:
+    def recipe_cfg(self, model: str, seed: int | None = None, arithmetic: str | None = None) -> RecipeConfig:
         """The authors' recipe for ``model`` (``authors_mnist``, ``authors_cifar100``) under this profile;
-        ``seed``: a run of it with another seed (None: the recipe's)."""
-        return recipe_config(model, self.profile, **{**self.train_overrides.get(model, {}), **_seed(seed)})
+        ``seed``: a run of it with another seed (None: the recipe's); ``arithmetic``: ``"authors"`` (bf16) or
+        ``"exact"`` (float32) training (None: the recipe's own precision)."""
+        return recipe_config(model, self.profile, **{**self.train_overrides.get(model, {}), **_seed(seed),
+                                                     **_arithmetic(arithmetic)})
 
     def recipe_datasets(self, model: str) -> Datasets:
         """Train/test sets as the authors' recipe reads them (its subsets and normalisation)."""
@@ -141,11 +154,13 @@ class Context:
         x, y = recipe_first_batch(self.recipe_cfg(model), self.recipe_datasets(model))
         return x.to(self.torch_device), y.to(self.torch_device)
 
-    def recipe_model(self, model: str, step: int, seed: int | None = None) -> tuple[ViT, dict]:
+    def recipe_model(self, model: str, step: int, seed: int | None = None,
+                     arithmetic: str | None = None) -> tuple[ViT, dict]:
         """The authors' model after ``step`` steps of their recipe (``train.ensure_recipe_step``: from the
-        run's snapshot, else trained to ``step``, resuming), in eval mode on the device; ``seed``: of a run
-        with another seed (None: the recipe's)."""
-        cfg = self.recipe_cfg(model, seed)
+        run's snapshot, else trained to ``step``, resuming), in eval mode on the device, in float32 (a bf16
+        run's weights widen exactly); ``seed``: of a run with another seed (None: the recipe's);
+        ``arithmetic``: of the run (None: the recipe's precision)."""
+        cfg = self.recipe_cfg(model, seed, arithmetic)
         key = ("recipe", model, cfg.hash(), step)
         if key not in self._cache:
             with self.phase("training"):

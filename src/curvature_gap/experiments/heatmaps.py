@@ -8,13 +8,14 @@ training-dynamics figures follow at step 0.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from .. import captions
 from ..model import authors_hessian_order, param_groups, param_slices
+from ..precision import frozen_at_one
 from ..train import evaluate
 from .context import Context
 from .dynamics_blocks import blocks_from_dense, snapshot_record, trajectory_groups
@@ -68,6 +69,10 @@ class AuthorsHeatmapSettings:
     check_seed: int = 0
     check_batch_f64: int = 16
     fast_chunk: int | None = None
+    # precision.ARITHMETICS: the run the checkpoint comes from, "authors" (their bf16 training) or "exact"
+    # (float32). The Hessian is float32 of the checkpoint's weights either way, as their notebook takes it; at
+    # step 0 both are the same float32 initialisation.
+    arithmetic: str = "authors"
 
 
 # profile -> settings. Smoke: 4 images (a dense Hessian costs ~ P columns x batch size, 32x less than 128).
@@ -78,6 +83,7 @@ TRAINED = {"paper": HeatmapSettings(trained=True), "smoke": HeatmapSettings(trai
 _A_SMOKE = dict(batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128)  # the batch's first 4 images
 AUTHORS_INIT = {"paper": AuthorsHeatmapSettings(step=0), "smoke": AuthorsHeatmapSettings(step=0, **_A_SMOKE)}
 AUTHORS_TRAINED = {"paper": AuthorsHeatmapSettings(step=20_000), "smoke": AuthorsHeatmapSettings(step=3, **_A_SMOKE)}
+AUTHORS_TRAINED_EXACT = {p: replace(v, arithmetic="exact") for p, v in AUTHORS_TRAINED.items()}
 
 
 ATTENTION = ("query", "key", "value", "out", "ln1")  # "out": W_O, where the model has one
@@ -115,7 +121,7 @@ def compute_authors_heatmap(ctx: Context, s: AuthorsHeatmapSettings) -> tuple[di
     batch of their shuffled, augmented loader, the image over their parameter list in their order
     (:func:`curvature_gap.model.authors_hessian_order`). The Hessian is exact (hand-written LayerNorm); the
     statistics of each diagonal block do not depend on which other parameters are included."""
-    model, info = ctx.recipe_model(s.model, s.step)
+    model, info = ctx.recipe_model(s.model, s.step, arithmetic=s.arithmetic)
     x, y = ctx.recipe_first_batch(s.model)
     if s.batch_size > len(y):
         raise ValueError(f"{s.model}: the loader's first batch has {len(y)} images, fewer than the {s.batch_size} asked")
@@ -126,6 +132,9 @@ def compute_authors_heatmap(ctx: Context, s: AuthorsHeatmapSettings) -> tuple[di
     info = dict(info, test_accuracy=test_acc, test_loss=test_loss)
     arrays, meta, _ = _heatmap(ctx, s, model, info, batch, f"after {s.step} steps of the authors' recipe",
                                display=(np.asarray(order), layout))
+    at_one, n_gamma, max_dev = frozen_at_one(model)
+    meta.update(arithmetic=s.arithmetic, precision=ctx.recipe_cfg(s.model, arithmetic=s.arithmetic).precision,
+                layernorm_gamma=dict(exactly_one=at_one, total=n_gamma, max_abs_deviation=max_dev))
     meta.update(trained=s.step > 0, step=s.step, batch=f"the first {s.batch_size} images of the first batch of the "
                 "authors' shuffled, augmented training loader (their recipe's seed)", parameters_included="the authors': every weight and "
                 "LayerNorm γ, β, no other bias, in their order and flattening")
@@ -377,10 +386,14 @@ SPECS = (
                                "notebooks/fig03_hessian_init")),
     FigureSpec("fig4_authors", "Fig. 4", "fig04_hessian_trained_authors", "Hessian entries after training, the "
                "authors' model", AUTHORS_TRAINED, _compute_authors, _HEAT, messages=_HEAT_MESSAGES,
-               key_numbers=key_numbers, needs="MNIST; trains the authors' recipe to step 20,000 (about 7 min on a CPU)",
+               key_numbers=key_numbers, needs="MNIST; trains the authors' recipe in bf16 to step 20,000 (about 9 min on a CPU)",
                rank=0, rows=lambda res: [values_largest(res.get("fig4_authors"), "fig4_authors")],
                finding=Finding("fig4_authors", "Fig. 4 on the authors' model: the Values–Values block is largest "
                                "(trained)", "notebooks/fig04_hessian_trained")),
+    FigureSpec("fig4_authors_exact", "Fig. 4", "fig04_hessian_trained_authors_exact", "Hessian entries after "
+               "training, the authors' model, float32 run", AUTHORS_TRAINED_EXACT, _compute_authors, _HEAT,
+               messages=_HEAT_MESSAGES, key_numbers=key_numbers,
+               needs="MNIST; trains the authors' recipe in float32 to step 20,000 (about 6 min on a CPU)", rank=0),
     FigureSpec("fig4", "Fig. 4", "fig04_hessian_trained", "Hessian entries after training", TRAINED, _compute, _HEAT,
                messages=_HEAT_MESSAGES, key_numbers=key_numbers, reads=("trajectory",), override_key="trained_heatmap",
                rows=lambda res: [values_largest(res.get("fig4"), "fig4")],
