@@ -207,18 +207,30 @@ def phone_min_width(fig) -> int:
     return math.ceil(PHONE_MIN_PT * fig.get_figwidth() * CSS_PX_PER_IN / pt)
 
 
+PAGE_DPI = 100  # a page's copy of a figure: 720 px for the usual 7.2 in, the column's width at 1440 px; the
+#                full-size PNG (150 dpi) and the PDF stay one click away
+
+
 def figure_html(fig, name: str, caption: str, alt: str, message: str, linked: bool = True,
-                png: bytes | None = None) -> str:
+                png: bytes | None = None, src: str | None = None) -> str:
     """A figure as a page element: the PNG (``png``, else drawn with its legibility metadata) inline in a
     box that scrolls sideways below :func:`phone_min_width` (``cg-figure-scroll``; cg-figures.js adds the
     cue, so the text stays at ≥ 7 pt on a phone), the caption opening with the figure's ``message`` in bold
     (``strong.cg-message``: what to see, :mod:`curvature_gap.captions`), and with ``linked`` a click on the figure,
     and links in the caption, that open ``../_static/figures/<name>.png`` at full size and its PDF."""
-    png = png if png is not None else png_bytes(fig)
-    src = "data:image/png;base64," + base64.b64encode(png).decode()
+    if src is None:
+        png = png if png is not None else png_bytes(fig)
+        src = "data:image/png;base64," + base64.b64encode(png).decode()
+        lazy = ""
+    else:
+        lazy = ' loading="lazy"'
     floor = phone_min_width(fig)
     style = f' style="min-width: {floor}px"' if floor else ""
-    img = f'<img src="{src}" alt="{html.escape(alt, quote=True)}" class="cg-img"{style}>'
+    # the legibility the book's checks read (tools/book/browser.py), also where the image is a file
+    meta = f' data-width-in="{fig.get_figwidth():.3f}" data-min-pt="{min_font_size(fig):.2f}"'
+    w, h = fig.get_size_inches() * CSS_PX_PER_IN
+    img = (f'<img src="{src}" alt="{html.escape(alt, quote=True)}" class="cg-img" width="{w:.0f}" height="{h:.0f}"'
+           f'{meta}{lazy}{style}>')
     links = ""
     if linked:
         img = f'<a href="../_static/figures/{name}.png" target="_blank" title="open at full size">{img}</a>'
@@ -232,16 +244,20 @@ def figure_html(fig, name: str, caption: str, alt: str, message: str, linked: bo
 
 
 def show_figure(fig, name: str, caption: str, alt: str, message: str) -> None:
-    """Show a figure (:func:`figure_html`). Inside the book build its PNG and PDF are also written to the
-    book's static files (``figures/<name>.png|pdf``), which the page links to."""
-    png = png_bytes(fig)
+    """Show a figure (:func:`figure_html`). Inside the book build the page shows a file, not an inline image
+    (a page with 22 inline figures weighed 14 MB): ``figures/<name>-page.png`` at :data:`PAGE_DPI`, loaded
+    lazily, with the full-size PNG and the PDF beside it in the book's static files, which the page links to.
+    Outside the build the figure is inline (a notebook has no files beside it)."""
     static = os.environ.get(STATIC_ENV)
-    if static:
-        d = Path(static) / "figures"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / f"{name}.png").write_bytes(png)
-        fig.savefig(d / f"{name}.pdf", format="pdf")
-    _display_html(figure_html(fig, name, caption, alt, message, linked=bool(static), png=png))
+    if not static:
+        _display_html(figure_html(fig, name, caption, alt, message, linked=False, png=png_bytes(fig)))
+        return
+    d = Path(static) / "figures"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}.png").write_bytes(png_bytes(fig))
+    (d / f"{name}-page.png").write_bytes(png_bytes(fig, dpi=PAGE_DPI))
+    fig.savefig(d / f"{name}.pdf", format="pdf")
+    _display_html(figure_html(fig, name, caption, alt, message, linked=True, src=f"../_static/figures/{name}-page.png"))
 
 
 def figure(name: str, result, part: str, caption: str, alt: str | None = None) -> None:

@@ -284,6 +284,31 @@ def test_legibility_arithmetic():
     assert "full-size PNG" in browser._figure_problem("p.html", dict(fig, width=20 * 96, link=""))
     assert "cut off at 390 px with no cue" in browser._figure_problem("p.html", dict(fig, width=20 * 96, cut=True), 390)
     assert browser._figure_problem("p.html", dict(fig, width=20 * 96, cut=True, cue=True), 390) is None
+    # a figure file (the book's pages since they stopped inlining): the image element carries the metadata
+    filed = dict(fig, src="../_static/figures/x-page.png", widthIn="20.000", minPt="9.00")
+    assert browser._figure_problem("p.html", dict(filed, width=20 * 96)) is None
+    assert "drawn at 2.8 pt" in browser._figure_problem("p.html", dict(filed, width=600))
+    assert "data-width-in" in browser._figure_problem("p.html", dict(filed, widthIn="", width=600))
+
+
+def test_inside_the_build_a_figure_is_a_file_at_page_resolution_with_its_full_size_beside_it(tmp_path, monkeypatch):
+    from curvature_gap import notebook as nb  # noqa: PLC0415
+    shown = []
+    monkeypatch.setattr(nb, "_display_html", shown.append)
+    monkeypatch.setenv(nb.STATIC_ENV, str(tmp_path))
+    f = new_figure(7.2, 3.0)
+    f.add_subplot().set_xlabel("x", fontsize=9)
+    nb.show_figure(f, "x-paper", "A caption.", "a plot", "What to see.")
+    page, full = tmp_path / "figures" / "x-paper-page.png", tmp_path / "figures" / "x-paper.png"
+    assert page.is_file() and full.is_file() and (tmp_path / "figures" / "x-paper.pdf").is_file()
+    assert page.stat().st_size < full.stat().st_size
+    assert png.png_text_chunks(page.read_bytes())["cg:width_in"] == "7.200"
+    html = shown[0]
+    assert 'src="../_static/figures/x-paper-page.png"' in html and "base64" not in html and 'loading="lazy"' in html
+    assert 'data-width-in="7.200" data-min-pt="9.00"' in html and 'href="../_static/figures/x-paper.png"' in html
+    monkeypatch.delenv(nb.STATIC_ENV)
+    nb.show_figure(f, "x-paper", "A caption.", "a plot", "What to see.")
+    assert "data:image/png;base64," in shown[1] and "full size" not in shown[1], "a notebook has no files beside it"
 
 
 @pytest.mark.slow

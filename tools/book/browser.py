@@ -295,7 +295,8 @@ _FIGURES_JS = """async (ms) => {
         && before.content.includes('scroll') && before.display !== 'none' && before.visibility !== 'hidden';
     }
     out.push({i, id: (fig && fig.id) || img.id || '', alt: img.getAttribute('alt') || '',
-              src: img.getAttribute('src') || '', width: r.width, shown: r.width > 0 && r.height > 0,
+              src: img.getAttribute('src') || '', widthIn: img.dataset.widthIn || '', minPt: img.dataset.minPt || '',
+              width: r.width, shown: r.width > 0 && r.height > 0,
               link: a ? a.href : '', cut, cue});
   });
   return out;
@@ -311,18 +312,19 @@ def _figure_problem(rel: str, fig: dict, width: int = DESKTOP["width"]) -> str |
     name = f"figure #{fig['id']}" if fig["id"] else f"figure {fig['i'] + 1} ({fig['alt'][:40]!r})"
     desktop = width >= DESKTOP["width"]  # what does not depend on the width is said there only
     src = fig["src"]
-    if not src.startswith("data:image/png;base64,"):
-        return None if not desktop else f"{rel}: {name} is not an inline PNG, so its legibility metadata cannot be read"
-    try:
-        chunks = png_text_chunks(base64.b64decode(src.split(",", 1)[1]))
-    except ValueError as exc:
-        return f"{rel}: {name}: unreadable PNG ({exc})" if desktop else None
+    if src.startswith("data:image/png;base64,"):
+        try:
+            chunks = png_text_chunks(base64.b64decode(src.split(",", 1)[1]))
+        except ValueError as exc:
+            return f"{rel}: {name}: unreadable PNG ({exc})" if desktop else None
+    else:  # a figure file (the book's pages): the image element carries the PNG's metadata
+        chunks = {k: fig.get(a) for k, a in (("cg:width_in", "widthIn"), ("cg:min_font_pt", "minPt")) if fig.get(a)}
     try:
         width_in = float(chunks["cg:width_in"])
         min_pt = float(chunks["cg:min_font_pt"])
     except (KeyError, ValueError):
-        return (f"{rel}: {name} carries no cg:width_in / cg:min_font_pt chunks (draw it with "
-                "curvature_gap.plotting.png_bytes)") if desktop else None
+        return (f"{rel}: {name} carries no cg:width_in / cg:min_font_pt chunks or data-width-in / data-min-pt "
+                "attributes (draw it with curvature_gap.notebook.figure_html)") if desktop else None
     if not fig["shown"] or width_in <= 0 or min_pt == float("inf"):
         return None
     if desktop and not fig.get("link", "").split("#")[0].split("?")[0].endswith(".png"):

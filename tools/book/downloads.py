@@ -34,7 +34,8 @@ _SPACE = re.compile(r"\s+")
 
 def _text(value) -> str:
     value = "".join(value) if isinstance(value, list) else str(value)
-    return _SPACE.sub(" ", html.unescape(_TAG.sub(" ", value))).strip()
+    text = _SPACE.sub(" ", html.unescape(_TAG.sub(" ", value))).strip()
+    return text.replace(" · full size · PDF", "")  # a page links its figure files; a notebook has none beside it
 
 
 def shown(nb) -> list[str]:
