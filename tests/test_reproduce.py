@@ -287,3 +287,23 @@ def test_publish_copies_the_cached_results_of_the_current_configuration(tmp_path
     assert "not published (no cached result of the current configuration): b" in capsys.readouterr().out
     ctx = ex.Context(profile="smoke", results_dir=tmp_path / "other", published_dir=tmp_path / "published")
     assert ex.published_check("a", ctx).config_hash == ex.config_hash_of("a", ctx=ctx)
+
+
+def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsys):
+    """train_in_parallel: each run once at the furthest step any result reads (fig5's trajectory and fig4's
+    checkpoint share the authors' bf16 run), in worker processes; the results then find them on disk."""
+    from conftest import write_mnist_idx
+    root = write_mnist_idx(tmp_path / "data", n_train=512)  # the smoke recipe's 384 images: 3 steps
+    ctx = ex.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
+                     progress=False)
+    names = ["fig3_authors", "fig4_authors", "fig5_authors", "fig4_authors_exact"]
+    jobs = reproduce._runs_to_train(names, ctx, allow_long=True)
+    assert sorted(jobs, key=str) == sorted([("authors_mnist", 37, "authors", 3), ("authors_mnist", 37, "exact", 3)], key=str)
+    assert reproduce._runs_to_train(["fig3_authors"], ctx, allow_long=True) == [], "step 0 needs no training"
+    reproduce.train_in_parallel(names, ctx, allow_long=True, workers=2, out=__import__("sys").stdout)
+    out = capsys.readouterr().out
+    assert "training 2 runs side by side" in out and out.count("  trained ") == 2
+    assert reproduce._runs_to_train(names, ctx, allow_long=True) == [], "both are on disk now"
+    for arithmetic in ("authors", "exact"):
+        model, info = ctx.recipe_model("authors_mnist", 3, arithmetic=arithmetic)
+        assert info["step"] == 3

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import sys
 import time
@@ -111,10 +112,96 @@ def _long_run(name: str, ctx: ex.Context) -> str:
     return f"{cost.describe()}; pass --allow-long-runs to run it, or use a GPU (--device cuda)"
 
 
+def _runs_to_train(names: list[str], ctx: ex.Context, allow_long: bool) -> list[tuple]:
+    """The training runs the results ``names`` (and what they depend on) will train, each once at the furthest
+    step any of them reads: ``(model, seed, arithmetic, step)`` with ``step`` None for a whole Table-1 run.
+    Runs already on disk, runs whose data is missing and runs over ``LONG_RUN_S`` (unless ``allow_long``) are
+    left out: the results that need them report it as before."""
+    jobs: dict[str, list] = {}
+    todo, seen = list(names), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        sp = ex.spec(name)
+        todo += list(sp.depends)
+        s = ex.settings_of(sp, ctx)
+        cfg = ctx.run_cfg(s)
+        if cfg is None or getattr(s, "trained", True) is False:  # no run, or its initialisation only
+            continue
+        try:
+            if not allow_long and _long_run(name, ctx):
+                continue
+        except DataUnavailable:
+            continue
+        recipe = isinstance(cfg, RecipeConfig)
+        step = max([getattr(s, "step", 0) or 0, *getattr(s, "steps", ())]) if recipe else None
+        if recipe and step == 0:
+            continue
+        if recipe and load_snapshot(run_dir(cfg, ctx.runs_dir), step, cfg.hash()) is not None:
+            continue
+        if not recipe and verify_checkpoint(run_dir(cfg, ctx.runs_dir), cfg.hash())[0] is not None:
+            continue
+        job = jobs.setdefault(cfg.hash(), [s.model, cfg.seed, getattr(s, "arithmetic", None), step])
+        if recipe:
+            job[3] = max(job[3], step)
+    return [tuple(j) for j in jobs.values()]
+
+
+def _train_one(job: tuple) -> str:
+    """A worker of :func:`train_in_parallel`: one run, one thread, through the same Context methods the results
+    call (so the checkpoints and snapshots are the ones they read)."""
+    kwargs, (model, seed, arithmetic, step) = job
+    torch.set_num_threads(1)
+    ctx = ex.Context(progress=False, **kwargs)
+    if step is None:
+        ctx.trained_model(model)
+    else:
+        ctx.recipe_model(model, step, seed, arithmetic)
+    return f"{model} (seed {seed}{', ' + arithmetic + ' arithmetic' if arithmetic else ''}) to " + (
+        "its end" if step is None else f"step {step:,}")
+
+
+def train_in_parallel(names: list[str], ctx: ex.Context, allow_long: bool, workers: int, out) -> None:
+    """Train the runs the results need (:func:`_runs_to_train`) side by side, one process and one thread each, at
+    most ``workers`` at a time, before the results are computed in order; on a 2-core CPU the longest run then
+    sets the training time instead of the sum of all. A run that fails here is trained again by the result that
+    needs it, which reports the failure."""
+    if workers < 2:
+        return
+    jobs = _runs_to_train(names, ctx, allow_long)
+    if len(jobs) < 2:
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    kwargs = dict(profile=ctx.profile, device=ctx.device, data_dir=ctx.data_dir, runs_dir=str(ctx.runs_dir),
+                  verify_md5=ctx.verify_md5)
+    print(f"training {len(jobs)} runs side by side ({min(workers, len(jobs))} processes, one thread each): "
+          + "; ".join(f"{m} seed {sd}{' ' + a if a else ''}" for m, sd, a, _ in jobs), file=out, flush=True)
+    t0 = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)),
+                                                mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_train_one, (kwargs, job)): job for job in jobs}
+        for fut in concurrent.futures.as_completed(futures):
+            try:
+                print(f"  trained {fut.result()} ({time.perf_counter() - t0:.0f} s)", file=out, flush=True)
+            except Exception as exc:  # noqa: BLE001 - the result that needs the run trains it again and reports
+                print(f"  training {futures[fut][0]} failed here ({type(exc).__name__}: {exc}); the results that "
+                      "need it train it again", file=out, flush=True)
+    ctx.phases["training (side by side)"] = time.perf_counter() - t0
+
+
 def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, results_dir="results",
         figures_dir="figures", runs_dir="runs", published_dir=None, progress: bool = True, allow_long: bool = False,
-        command: str | None = None, ctx_kwargs: dict | None = None, out=None) -> tuple[int, list[Outcome]]:
-    """Recompute the results, draw the figures, write the report; returns (exit code, outcomes)."""
+        command: str | None = None, ctx_kwargs: dict | None = None, out=None,
+        train_workers: int | None = None) -> tuple[int, list[Outcome]]:
+    """Recompute the results, draw the figures, write the report; returns (exit code, outcomes).
+
+    ``train_workers``: processes that train the needed runs side by side first (:func:`train_in_parallel`;
+    None: one per CPU core for the paper profile on a CPU, else 1: none, each run is trained by the first
+    result that needs it)."""
     matplotlib.use("Agg")
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*is deprecated", category=FutureWarning)
     out = out or sys.stdout
@@ -129,6 +216,10 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
     load0 = load_average()
     outcomes: list[Outcome] = []
     print(f"reproducing {len(names)} result(s), profile {profile}, device {dev}: {', '.join(names)}", file=out, flush=True)
+    if train_workers is None:
+        # the paper profile on a CPU: its runs take minutes each; the smoke profile's take seconds
+        train_workers = (os.cpu_count() or 1) if dev == "cpu" and profile == "paper" and not ctx_kwargs else 1
+    train_in_parallel(names, ctx, allow_long, train_workers, out)
     for i, name in enumerate(names, 1):
         sp = ex.spec(name)
         print(f"\n[{i}/{len(names)}] {name} ({sp.paper}: {sp.title})", file=out, flush=True)
