@@ -50,7 +50,11 @@ def test_verdict_text_and_html_on_the_quick_rows(quick_rows):
         h = nb.verdict_html(key, "smoke", quick_rows)
         assert 'class="cg-smoke-note"' in h and f'data-result="{key}"' in h and 'data-verdict=""' in h
     t1 = finding_of("thm1", quick_rows)
-    assert nb.verdict_text("thm1", "smoke", quick_rows) == f"**Verdict: {t1.verdict}.** {t1.evidence}"
+    assert nb.verdict_text("thm1", "smoke", quick_rows) == f"**Verdict: {t1.verdict}.** {nb.sentence(t1.evidence)}"
+    # a reader's sentence: a capital after the full stop, numbers as written, one minus sign
+    assert nb.sentence("the gradient is 1.4e+05× larger, slope -0.004, x=3.1622776601683795, 0e+00") == (
+        "The gradient is 1.4 × 10⁵ times larger, slope −0.004, x=3.162, 0")
+    assert nb.sentence("$x$ is small") == "$x$ is small" and nb.sentence("k = 3") == "k = 3"
     h = nb.verdict_html("thm1", "paper", quick_rows)
     assert h.startswith('<div class="cg-verdict cg-repaired" data-result="thm1" data-verdict="fails; repaired version holds">')
     assert "<strong>Verdict: fails; repaired version holds.</strong>" in h and "**" not in h

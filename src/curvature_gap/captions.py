@@ -24,7 +24,45 @@ from .plotting import short_label
 
 __all__ = ["unit_tex", "u", "ordinal", "heatmap_whole", "heatmap_attention", "heatmap_means", "fig5_parameters",
            "fig5_hessians", "fig5_parameters_over_training", "fig5_hessians_over_training", "dynamics", "fig6", "fig12",
-           "theorem7", "fused_ln", "theorem1_sweeps", "layernorm_flattening", "input_scaling", "ffn_kinks"]
+           "theorem7", "fused_ln", "theorem1_sweeps", "layernorm_flattening", "input_scaling", "ffn_kinks", "readable",
+           "plural"]
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+_E_NOTATION = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)e([+-]?\d+)(?![\w.])")
+_LONG_FLOAT = re.compile(r"(?<![\w.])(\d+\.\d{6,})(?![\w])")
+_MINUS = re.compile(r"(?<![\w)\]}])-(?=\d)")
+
+
+def _sci(m: re.Match) -> str:
+    mant, exp = float(m.group(1)), int(m.group(2))
+    if mant == 0:
+        return "0"
+    if exp == 0:
+        return f"{mant:g}"
+    mant_s = "" if mant == 1 else "−1 × " if mant == -1 else f"{m.group(1)} × "
+    return f"{mant_s}10{str(exp).translate(_SUPERSCRIPT)}"
+
+
+def readable(text: str) -> str:
+    """Numbers in prose as a reader writes them, outside ``$…$`` (math is left alone): ``1.4e+05`` as
+    1.4 × 10⁵, ``0e+00`` as 0, ``3.1622776601683795`` to four significant digits, ``-0.00`` as 0.00 and a
+    minus sign (−) for a hyphen before a number."""
+    parts = str(text).split("$")
+    if len(parts) % 2 == 0:  # unpaired $: no math to keep apart
+        parts = [str(text)]
+    for i in range(0, len(parts), 2):
+        t = _E_NOTATION.sub(_sci, parts[i])
+        t = _LONG_FLOAT.sub(lambda m: f"{float(m.group(1)):.4g}", t)
+        t = re.sub(r"(?<![\w.])-(0(?:\.0+)?)(?![\d.])", r"\1", t)
+        t = re.sub(r"(10[⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+)×", r"\1 times", t)
+        parts[i] = _MINUS.sub("−", t)
+    return "$".join(parts)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 row``, ``2 rows``."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def unit_tex(unit: str) -> str:

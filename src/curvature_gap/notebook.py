@@ -30,7 +30,7 @@ from .experiments import Context, UnusableResult, default_published_dir  # noqa:
 from .experiments.hessians import SETS, STATISTICS  # noqa: E402
 import math  # noqa: E402
 
-from .captions import ordinal, unit_tex  # noqa: E402
+from .captions import ordinal, plural, readable, unit_tex  # noqa: E402
 from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
 from .findings import Finding, finding_of, result_entries  # noqa: E402
@@ -357,7 +357,7 @@ def _number(r: Row) -> str:
     v = r.number()
     if v is None:
         return "—"
-    return "0" if v == 0 else (f"{v:.2g}" if abs(v) >= 1e-2 else f"{v:.1e}")
+    return "0" if v == 0 else readable(f"{v:.2g}" if abs(v) >= 1e-2 else f"{v:.1e}")
 
 
 def scaling_md(r: Row) -> str:
@@ -382,12 +382,28 @@ def show_rows(rs: list[Row], caption: str = "") -> None:
         return
     kind = {r.kind for r in rs}
     num = "smallest bound/exact" if kind == {"bound"} else "max rel. error" if kind == {"formula"} else "number"
-    body = [[f"`{r.id}`", f"**{r.verdict}**" if r.verdict in ("fails", "corrected") else r.verdict, _number(r)]
+    body = [[check_cell(r), f"**{r.verdict}**" if r.verdict in ("fails", "corrected") else r.verdict, _number(r)]
             for r in rs]
-    text = (f"{caption}\n\n" if caption else "") + md_table(["check", "verdict", num], body)
-    details = "".join(f"<p><code>{html.escape(r.id)}</code>: {text_html(r.what)}"
-                      + (f"<br>{text_html(r.note)}" if r.note else "") + "</p>" for r in rs)
-    show_markdown(text + f"\n\n<details><summary>What each check compares</summary>{details}</details>")
+    text = (f"{caption}\n\n" if caption else "") + md_table(["what is compared", "verdict", num], body)
+    details = "".join(f"<p>{text_html(readable(r.what))}" + (f"<br>{html.escape(readable(r.note))}" if r.note else "")
+                      + f' <small class="cg-id">(check <code>{html.escape(r.id)}</code>)</small></p>' for r in rs)
+    show_markdown(text + f"\n\n<details><summary>What each check compares, in full ({plural(len(rs), 'check')})"
+                  f"</summary>{details}</details>")
+
+
+def check_cell(r: Row) -> str:
+    """A check in a reader's table: what it compares, in its own words (up to " vs ", the reference it is
+    compared with), its id only in a hover (the every-check chapter lists them)."""
+    what = readable(re.split(r" vs |; |: ", r.what, maxsplit=1)[0]).strip()
+    return f'<span class="cg-check" title="check {html.escape(r.id, quote=True)}">{md_escape(what)}</span>'
+
+
+def sentence(text: str) -> str:
+    """Evidence as a reader's sentence: :func:`~curvature_gap.captions.readable` numbers, and a capital first
+    letter where it opens with a lowercase word (never a symbol: ``x``, ``k``, math)."""
+    text = readable(text).strip()
+    m = re.match(r"[a-z][a-z'’-]+\b", text)
+    return text[0].upper() + text[1:] if m else text
 
 
 def verdict_text(key: str, profile: str, rs: list[Row] | None = None) -> str:
@@ -398,7 +414,7 @@ def verdict_text(key: str, profile: str, rs: list[Row] | None = None) -> str:
         return ("This page was built with the smoke profile: a pipeline check at toy scale (a few images, a "
                 "model trained for seconds). Its numbers say nothing about the paper, and it states no verdict; "
                 "the paper-scale book does.")
-    return f"**Verdict: {f.verdict}.** {f.evidence}"
+    return f"**Verdict: {f.verdict}.** {sentence(f.evidence)}"
 
 
 def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:

@@ -17,7 +17,8 @@ from curvature_gap.row import Row
 from curvature_gap.config import FROM_AUTHORS_CODE, PROFILE_CONFIGS, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings, summary_sentences
-from curvature_gap.notebook import md_escape, md_math, md_table, scaling_md, text_html, verdict_html
+from curvature_gap.captions import plural, readable
+from curvature_gap.notebook import md_escape, md_math, md_table, scaling_md, sentence, text_html, verdict_html
 from curvature_gap.provenance import host
 from curvature_gap.theory.errata import ERRATA, label, misprint_counts
 from curvature_gap.theory.notation import NOTATION
@@ -74,13 +75,13 @@ def landing_md(rows: list[Row], profile: str) -> str:
     (result, verdict, evidence in words and rendered math, link)."""
     fs = findings(rows)
     lines = []
-    lines += [f"- {s}" for s in summary_sentences(rows)]
+    lines += [f"- {readable(s)}" for s in summary_sentences(rows)]
     lines += ["", "**The verdicts, one colour per class:**", "", legend_md(), ""]
     lines += ["**Every result of the paper:**", ""]
     lines += ["| result | verdict | evidence |", "|---|---|---|"]
     for f in fs:
         lines.append(f"| {_link(f.page, md_escape(f.title))} | {verdict_badge(f.key, f.verdict, f.css)} | "
-                     f"{md_math(f.evidence)} |")
+                     f"{md_math(sentence(f.evidence))} |")
     src = "paper-profile results (committed under `published/paper/`)"
     lines += ["", f"Verdicts about the experiments come from the {src}; the theory rows from random float64 "
                   f"instances. This build used the `{profile}` profile. {{doc}}`all_checks` lists every one of the "
@@ -120,7 +121,7 @@ def all_checks_md(rows: list[Row], headings: bool = True) -> str:
             + (f"<br>{text_html(r.note)}" if r.note else "")
             + (f"<br>Errata: {html.escape(', '.join(r.errata))}" if r.errata else "")
             + (f"<br>Run it: <code>{html.escape(r.command)}</code>" if r.command else "") + "</dd>" for r in rs)
-        parts.append(f"<details><summary>What each check compares ({len(rs)} rows)</summary><dl>{det}</dl></details>\n")
+        parts.append(f"<details><summary>What each check compares ({plural(len(rs), 'row')})</summary><dl>{det}</dl></details>\n")
     return "\n".join(parts)
 
 
