@@ -1,4 +1,4 @@
-"""book/_ext/cg_numbering.py: the proof boxes show the paper's numbers (or C1, C2 … for the companion's own)."""
+"""book/_ext/cg_numbering.py: the proof boxes show the paper's numbers (or T1 …, L1 … for the companion's own)."""
 from __future__ import annotations
 
 import sys
@@ -23,9 +23,9 @@ def test_the_chapter_numbers_are_replaced_by_the_paper_s(monkeypatch):
         "theorem": {"thm-a": (4, 1), "thm-b": (4, 2)}, "figure": {"fig-x": (4, 1)}}})
     warnings = []
     monkeypatch.setattr(cg_numbering.logger, "warning", lambda msg, **kw: warnings.append(msg))
-    cg_numbering.renumber(_App({"thm-a": "1", "thm-b": "C1"}), env)
+    cg_numbering.renumber(_App({"thm-a": "1", "thm-b": "T1"}), env)
     got = env.toc_fignumbers["notebooks/self_attention"]
-    assert got["theorem"] == {"thm-a": ("1",), "thm-b": ("C1",)} and got["figure"] == {"fig-x": (4, 1)}
+    assert got["theorem"] == {"thm-a": ("1",), "thm-b": ("T1",)} and got["figure"] == {"fig-x": (4, 1)}
     assert not warnings
 
 
@@ -40,6 +40,14 @@ def test_a_numbered_box_without_a_paper_number_is_reported(monkeypatch):
 def test_a_number_that_is_neither_the_paper_s_nor_a_companion_s_is_refused():
     with pytest.raises(ValueError, match="thm-a"):
         cg_numbering.check_numbers({"thm-a": "4.1"})
+    # one meaning per label: the errata's C series is no box's, a lemma is no T, and no two lemmas share L2
+    with pytest.raises(ValueError, match="E… and C… are the errata's"):
+        cg_numbering.check_numbers({"thm-a": "C1"})
+    with pytest.raises(ValueError, match="numbered L1, L2"):
+        cg_numbering.check_numbers({"lem-a": "T1"})
+    with pytest.raises(ValueError, match="both lem L2"):
+        cg_numbering.check_numbers({"lem-a": "L2", "lem-b": "L2"})
+    cg_numbering.check_numbers({"thm-a": "T1", "lem-a": "L1", "lem-b": "1"})
 
 
 def test_every_box_of_the_book_has_its_number_and_the_theorems_are_the_paper_s():
@@ -61,5 +69,5 @@ def test_every_box_of_the_book_has_its_number_and_the_theorems_are_the_paper_s()
                 assert label, f"{nb.name}: a numbered {m.group(1)} box without a label"
                 labels.add(label.group(1))
     assert labels == set(cfg), (sorted(labels - set(cfg)), sorted(set(cfg) - labels))
-    theorems = sorted(v for k, v in cfg.items() if k.startswith("thm-") and not v.startswith("C"))
+    theorems = sorted(v for k, v in cfg.items() if k.startswith("thm-") and v.isdigit())
     assert theorems == [str(i) for i in range(1, 8)]
