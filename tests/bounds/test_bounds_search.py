@@ -63,9 +63,12 @@ def test_the_committed_admissible_counter_example_shows_loss_0_and_uniform_atten
 
 
 def test_rows_comparing_a_proof_step_carry_the_proof_role():
-    for cid in ("thm1.printed.maxblock", "thm1.proof.maxblock", "thm6.block.explicit"):
+    for cid in ("thm1.printed.maxblock", "thm1.proof.maxblock"):
         assert ck.CHECKS[cid]["role"] in ("proof", "detail"), cid
-    assert ck.CHECKS["thm1.printed.admissible"]["role"] == "statement"
+    # Theorem 6 refers to its explicit per-block bounds ("Explicit expressions for each bound are stated in the
+    # proof"): they are part of the statement
+    for cid in ("thm1.printed.admissible", "thm6.block.explicit"):
+        assert ck.CHECKS[cid]["role"] == "statement", cid
 
 
 def test_every_theorem6_step_and_variant_is_searched_at_every_length():
@@ -73,10 +76,15 @@ def test_every_theorem6_step_and_variant_is_searched_at_every_length():
     rows, _ = adv.run_searches(quick=True, evals=4)
     searched = {(r["check"], r["L"]) for r in rows if r.get("scaling") == "L"}
     assert {(c, L) for c in adv.THM6_STEPS for L in adv.SCALING_L[:2]} <= searched
-    starts = {r["start"] for r in rows if r["check"] == "thm1.repaired"}
-    assert starts == set(adv.STARTS)
-    n = len(adv.STARTS) * len(adv.REPAIRED_SEARCH["L"]) * len(adv.REPAIRED_SEARCH["seeds"])
+    rep = [r for r in rows if r["check"] == "thm1.repaired"]
+    assert {r["start"] for r in rep} == set(adv.REPAIRED_STARTS)
+    # L = 1 (A ≡ 1) is searched and flagged degenerate; the tied search keeps an exact minimiser (loss 0)
+    assert {r["L"] for r in rep if r["degenerate"]} == {1} and any(r["minimiser"] for r in rep)
+    Ls, seeds = adv.REPAIRED_SEARCH["L"], adv.REPAIRED_SEARCH["seeds"]
+    n = (len(adv.REPAIRED_STARTS) * len(Ls) + len(adv.TIED_STARTS) * len([L for L in Ls if L > 1])) * len(seeds)
     assert adv.repaired_search_extent().startswith(f"{n} Adam starts")
+    phi = {(r["check"], r["start"]) for r in rows if r["check"].startswith("thm6.Phi.QK")}
+    assert {s for _, s in phi} == set(adv.PHI_STARTS)
 
 
 def test_the_evolution_strategy_only_ever_lowers_the_rows_own_ratio():
@@ -85,3 +93,29 @@ def test_the_evolution_strategy_only_ever_lowers_the_rows_own_ratio():
     assert best <= start and adv.row_ratio("thm6.xi21", inst) == pytest.approx(best)
     with pytest.raises(ValueError, match="unknown search start"):
         adv.start_instance(4, 3, 0, "sideways")
+
+
+def test_the_phi_QK_bound_is_attained_at_uniform_attention_and_fails_as_2_over_L_d_V():
+    """At W_Q = W_K = 0 (the "uniform" start) the printed Φ_QK bound is 2/(L d_V) times the exact norm, and
+    without the loss factor the bound is attained (ratio → 1): the construction behind the law."""
+    start = adv.start_instance(8, 3, 0, "uniform")
+    assert float(start.W_Q.abs().max()) == 0.0 == float(start.W_K.abs().max())
+    inst = adv.search("thm6.Phi.QK.no_loss_factor", 8, 3, 0, steps=60, start="uniform")
+    printed, fixed = adv.row_ratio("thm6.Phi.QK", inst), adv.row_ratio("thm6.Phi.QK.no_loss_factor", inst)
+    assert fixed == pytest.approx(printed * 8 * 3 / 2) and 1.0 - ck.RTOL <= fixed < 1.05
+
+
+def test_the_tied_search_stays_at_an_exact_minimiser():
+    inst = adv.search("thm1.repaired", 2, 2, 0, steps=5, start="one-hot", tie_target=True)
+    q = sa_exact(inst, hessian=False)
+    assert q["R"] == 0.0
+    with pytest.raises(ValueError, match="not a self-attention check"):
+        adv.search("thm6.GQ", 2, 2, 0, steps=1, tie_target=True)
+
+
+def test_the_committed_phi_QQ_counter_example_fails_only_through_the_loss_factor():
+    ce = json.loads((COUNTEREXAMPLES / "thm6.Phi.QQ.json").read_text())
+    inst = sw.Instance.from_json(ce["instance"])
+    assert ce["ratio"] < 0.75 and sw.replay(ce)["ratio"] == pytest.approx(ce["ratio"], rel=1e-9)
+    # ×(L d_V/2) = ×32 without the loss factor: the bound then holds with room
+    assert adv.row_ratio("thm6.Phi.QQ.no_loss_factor", inst) == pytest.approx(ce["ratio"] * 16 * 4 / 2, rel=1e-9)

@@ -18,7 +18,7 @@ from ..exact.instances import Instance
 from . import formulas as fm
 from . import quantities as ex
 
-__all__ = ["CHECKS", "RTOL", "ZERO", "evaluate", "ratio", "holds", "part_of", "needs_tensors", "KNOWN_FAILURES",
+__all__ = ["CHECKS", "BY_CONSTRUCTION", "RTOL", "ZERO", "evaluate", "ratio", "holds", "part_of", "needs_tensors", "KNOWN_FAILURES",
            "admissible", "ADMISSIBLE_TOL", "TERMS", "term"]
 
 RTOL = 1e-9
@@ -36,7 +36,7 @@ _L4 = "Lemma 4 (App. D)"
 KNOWN_FAILURES = frozenset({
     "thm1.printed", "thm1.printed.admissible", "thm1.proof", "thm1.printed.maxblock", "thm1.proof.maxblock",
     "thm1.term.Ho_QQ", "thm1.term.Ho_QK", "sa.dA_dT", "sa.Z1",
-    "thm6.GQ", "thm6.GK", "thm6.Phi.VQ", "thm6.Phi.QK", "thm6.Phi.sym", "thm6.xi21", "thm6.block.explicit",
+    "thm6.GQ", "thm6.GK", "thm6.Phi.QQ", "thm6.Phi.VQ", "thm6.Phi.QK", "thm6.Phi.sym", "thm6.xi21", "thm6.block.explicit",
     "thm6.Phi.VQ.no_loss_factor", "thm6.Phi.sym.no_loss_factor",
     "lemma4.J.stated", "lemma4.H.stated", "lemma4.dP.stated", "lemma4.d2P.stated",
 })
@@ -102,9 +102,16 @@ _reg("prop.S", "prop", "Proposition (App. D)", "‖S‖_2 ≤ √(L d_V)(1 + √
 _reg("thm6.block.exact", "block", "Theorem 6, per-block inequality", "‖H_tr^(i,j)‖ ≤ ‖J_Z‖‖ξ_ij‖ + ‖B_i‖‖H_Z‖‖B_j‖ with exact "
      "ingredient norms (per pair)", "thm6", "statement")
 _reg("thm6.block.explicit", "block", _C6, "‖H_tr^(i,j)‖ ≤ the same with every ingredient replaced by its App. C.6 "
-     "estimate (per pair; the explicit form the proof gives, not the statement's exact-ingredient form)", "thm6")
+     "estimate (per pair): the explicit per-block bound the statement refers to (\"Explicit expressions for each "
+     "bound are stated in the proof\")", "thm6", "statement")
 _reg("thm6.full.exact", "block", "Theorem 6, whole-Hessian inequality", "‖H‖ ≤ M_tr = 5 max_ij(2/(Ld_V)‖∂Z/∂W_i‖‖∂Z/∂W_j‖ + "
      "‖R^tr‖‖H_tr^(i,j)‖), exact ingredients", "thm6", "statement")
+# statements that follow from their ingredients by the triangle inequality and sub-multiplicativity alone: with the
+# exact ingredient norms they cannot fail (said on their rows)
+BY_CONSTRUCTION = {
+    "thm6.block.exact": "the triangle inequality and ‖AB‖₂ ≤ ‖A‖₂‖B‖₂ applied to Theorem 5",
+    "thm6.full.exact": "the triangle inequality, ‖AB‖₂ ≤ ‖A‖₂‖B‖₂ and the 5 × 5 block-matrix inequality",
+}
 _reg("thm6.full.explicit", "block", _C6, "‖H‖ ≤ M_tr with all ingredients from App. C.6, Lemma 4 (stated σ_min) and "
      "the Proposition", "thm6", "statement")
 _reg("thm6.B1", "block", _C6, "‖B_1‖ ≤ ‖W_2‖‖Y‖", "thm6")
@@ -255,6 +262,20 @@ def _lemma4(ln, cid):
     return [("", fm.lemma4(ln["norm"], s, ln["m"], ln["n"])[k], ln[k])]
 
 
+_PHI_ROWS = ("QQ", "VQ", "QK")  # the Φ bounds printed one by one (the rest "by symmetry": thm6.Phi.sym)
+
+
+@_terms(*(f"thm6.Phi.{kl}{v}" for kl in _PHI_ROWS for v in ("", ".no_loss_factor")))
+def _thm6_phi(q, cid):
+    """A printed Φ bound (App. C.6, :func:`.formulas.phi_bounds`) against ``‖Φ_kl‖ = ‖∂²F/∂W_k∂W_l‖``; the
+    ``.no_loss_factor`` variant multiplies the bound by ``L d_V/2`` (removes the loss factor 2/(L d_V))."""
+    kl = cid.split(".")[2]
+    b = fm.phi_bounds(q["norm_X"], q["norm_Q"], q["norm_K"], q["norm_V"], q["L"], q["d_V"], q["d_K"])[kl]
+    if cid.endswith(".no_loss_factor"):
+        b = q["L"] * q["d_V"] / 2 * b
+    return [(kl, b, q[f"Phi_{kl}"])]
+
+
 @_terms("thm6.GV", "thm6.GQ", "thm6.GK")
 def _thm6_jacobian(q, cid):
     k = cid[-1]
@@ -328,10 +349,12 @@ def records_block(q: dict, tensors: bool = True) -> list[dict]:
         M, _ = fm.theorem6_full(q, L, d_V)
         _rec(out, "thm6.full.exact", "", M, q["H"])
     unfactor = L * d_V / 2  # removes the loss factor 2/(L d_V) the printed Φ bounds carry
-    for kl in ("QQ", "VQ", "QK", "KK", "QV", "VK", "KV", "KQ"):
-        cid = f"thm6.Phi.{kl}" if kl in ("QQ", "VQ", "QK") else "thm6.Phi.sym"
-        _rec(out, cid, kl, expl[f"Phi_{kl}"], q[f"Phi_{kl}"])
-        _rec(out, cid + ".no_loss_factor", kl, unfactor * expl[f"Phi_{kl}"], q[f"Phi_{kl}"])
+    for kl in _PHI_ROWS:
+        _add(out, f"thm6.Phi.{kl}", q)
+        _add(out, f"thm6.Phi.{kl}.no_loss_factor", q)
+    for kl in ("KK", "QV", "VK", "KV", "KQ"):
+        _rec(out, "thm6.Phi.sym", kl, expl[f"Phi_{kl}"], q[f"Phi_{kl}"])
+        _rec(out, "thm6.Phi.sym.no_loss_factor", kl, unfactor * expl[f"Phi_{kl}"], q[f"Phi_{kl}"])
     _rec(out, "thm6.xi12", "d(B_2)/dW_1", math.sqrt(d_V) * q["norm_Y"], q["xi_21"])
     _rec(out, "thm6.xi21", "d(B_1)/dW_2", math.sqrt(d_ff) * q["norm_2"], q["xi_12"])
     for k in fm.ATT:

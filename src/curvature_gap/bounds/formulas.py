@@ -58,7 +58,7 @@ from ..exact.derivatives import ATTENTION_ORDER, BLOCK_ORDER
 
 __all__ = [
     "theorem1", "theorem1_multihead", "MH_PAIRS", "theorem1_terms", "sa_lemmas", "lemma4", "proposition", "theorem6_block",
-    "theorem6_full", "theorem6_explicit", "jacobian_bounds", "PAIRS", "ATT",
+    "theorem6_full", "theorem6_explicit", "jacobian_bounds", "phi_bounds", "PAIRS", "ATT",
 ]
 
 ATT = ATTENTION_ORDER  # ("K", "Q", "V")
@@ -222,7 +222,9 @@ def theorem6_full(q: dict, L: int, d_V: int, out_curv: float | None = None) -> t
     return 5 * max(terms.values()), terms
 
 
-def _phi_bounds(nX, nQ, nK, nV, L, d_V, d_K) -> dict:
+def phi_bounds(nX, nQ, nK, nV, L, d_V, d_K) -> dict:
+    """App. C.6's bounds on ``‖Φ_kl‖ = ‖∂²F/∂W_k∂W_l‖`` as printed (with the loss factor 2/(L d_V) of
+    erratum lemma2-phi-loss-factor), ``{kl: bound}``; floats or tensors."""
     a = 12 / (L * d_V * d_K) * nX ** 5
     b = 2 / (L ** 2 * math.sqrt(d_V * d_K)) * nX ** 3
     return {
@@ -258,7 +260,7 @@ def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: flo
     lZ = lemma4(prop["S"], lnS_sigma, L, d_V)
     b = {"J_Y": lY["J"], "H_Y": lY["H"], "J_Z": lZ["J"], "H_Z": lZ["H"], "J_SY": n2 * n1 + 1,
          **jacobian_bounds(nX, nQ, nK, nV, L, d_K), "R": R}
-    for k, v in _phi_bounds(nX, nQ, nK, nV, L, d_V, d_K).items():
+    for k, v in phi_bounds(nX, nQ, nK, nV, L, d_V, d_K).items():
         b[f"Phi_{k}"] = v
     b["B_1"], b["B_2"] = n2 * nY, nrelu
     for k in ATT:

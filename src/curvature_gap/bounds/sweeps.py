@@ -284,10 +284,28 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
         rs = by.get(cid, [])
         if not rs:
             continue
+        # a search record at a degenerate shape (the repaired Theorem 1 at L = 1, where A ≡ 1) is reported apart
+        degenerate = [r for r in rs if r.get("degenerate") is True]
+        rs = [r for r in rs if r.get("degenerate") is not True] or rs
         natural = [r for r in rs if r["sweep"] != "adversarial"]
         finite = [r["ratio"] for r in natural if math.isfinite(r["ratio"])]
         worst = min(rs, key=lambda r: r["ratio"])
         mn = worst["ratio"]
+        apart = {}
+        if degenerate:
+            apart["degenerate"] = {"min_ratio": min(r["ratio"] for r in degenerate),
+                                   "L": sorted({int(r["L"]) for r in degenerate})}
+        at_min = [r for r in rs if r.get("minimiser") is True]
+        if at_min:
+            apart["at_minimiser"] = {"min_ratio": min(r["ratio"] for r in at_min),
+                                     "by_L": {int(L): min(r["ratio"] for r in at_min if int(r["L"]) == L)
+                                              for L in sorted({int(r["L"]) for r in at_min})}}
+        by_L = {}
+        for r in rs:
+            if r["sweep"] == "adversarial" and r.get("start") is not None and r.get("scaling") != "L":
+                by_L[int(r["L"])] = min(by_L.get(int(r["L"]), math.inf), r["ratio"])
+        if by_L:
+            apart["searched_by_L"] = dict(sorted(by_L.items()))
         meta = ck.CHECKS.get(cid, {})
         sweeps = sorted({r["sweep"] for r in rs})
         sl = [s for s in (slopes(rs, cid, sw) for sw in sweeps) if s]
@@ -300,7 +318,7 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
             "n_records": len(rs), "n_fail": sum(1 for r in rs if not ck.holds(r["ratio"])),
             "n_adversarial": len(rs) - len(natural),
             "worst": {k: worst.get(k) for k in ("sweep", "x", "seed", "sub", "bound", "exact", "L", "d_V", "d_K", "d_ff")},
-            "sweeps": sweeps, "slopes": sl, "scaling": scaling(rs),
+            "sweeps": sweeps, "slopes": sl, "scaling": scaling(rs), **apart,
         })
     return out
 

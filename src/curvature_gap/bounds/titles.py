@@ -63,7 +63,7 @@ INEQUALITIES: dict[str, tuple[str, str]] = {
         _n(r"\partial^2\mathbf P/\partial\mathbf X^2") + r"\le\frac{" + X + r"}{\sqrt n\," + SIGMA + r"^3}+\frac{3"
         + X + r"^2}{n\," + SIGMA + "^5}"),
     "bounds.thm6.block.explicit": (
-        "Theorem 6, proof: the explicit bound on each block",
+        "Theorem 6: the explicit bound on each block (its expressions stated in the proof)",
         r"\begin{aligned}&" + _n(r"\mathbf H_{\rm tr}^{(i,j)}") + r"\le" + _n(r"\mathbf J_Z") + _n(r"\boldsymbol\xi_{ij}") + "+" + _n(r"\mathbf B_i")
         + _n(r"\mathbf H_Z") + _n(r"\mathbf B_j") + r"\\&\text{with every factor replaced by its App. C.6 estimate}\end{aligned}"),
     "bounds.thm6.GQ": (
@@ -72,6 +72,9 @@ INEQUALITIES: dict[str, tuple[str, str]] = {
     "bounds.thm6.GK": (
         "Theorem 6, proof: the bound on G_K",
         _n(r"\mathbf G_K") + r"\le\frac{" + WV + WQ + X + r"^3}{L\sqrt{d_K}}"),
+    "bounds.thm6.Phi.QQ": (
+        "Theorem 6, proof: the bound on Φ_QQ, as printed",
+        _n(r"\boldsymbol\Phi_{QQ}") + r"\le\frac{12}{Ld_Vd_K}" + WV + WK + "^2" + X + r"^5\quad\text{(}\boldsymbol\Phi\text{ with the loss factor }\tfrac{2}{Ld_V}\text{)}"),
     "bounds.thm6.Phi.VQ": (
         "Theorem 6, proof: the bound on Φ_VQ, as printed",
         _n(r"\boldsymbol\Phi_{VQ}") + r"\le\frac{2}{L^2\sqrt{d_Vd_K}}" + WK + X + r"^3\quad\text{(}\boldsymbol\Phi\text{ with the loss factor }\tfrac{2}{Ld_V}\text{)}"),

@@ -86,6 +86,18 @@ def rows_from_summary(summary: list[dict], replayed: list[dict], profile: str = 
         details = {"scaling": s["scaling"]} if s.get("scaling") else {}
         if s["id"] == "thm1.repaired" and s.get("n_adversarial"):
             details["searched"] = adversarial.repaired_search_extent()
+        if w.get("sub") not in (None, ""):
+            details["worst_sub"] = w["sub"]
+        if s["id"] in ck.BY_CONSTRUCTION:
+            details["by_construction"] = ck.BY_CONSTRUCTION[s["id"]]
+        for k in ("degenerate", "at_minimiser", "searched_by_L"):
+            if s.get(k):
+                details[k] = s[k]
+        if s.get("degenerate"):
+            note += (f"; at the degenerate L = {', '.join(map(str, s['degenerate']['L']))} (A ≡ 1), reported apart: "
+                     f"bound/exact {s['degenerate']['min_ratio']:.4g}")
+        if s.get("at_minimiser"):
+            note += f"; at an exact minimiser (loss 0): {s['at_minimiser']['min_ratio']:.4g}"
         out.append(Row(id=prefix + s["id"], result=s["result"], kind="bound", role=s["role"], what=s["what"],
                        verdict=s["verdict"], expected=s["expect"] if expected else None, claim=s["claim"],
                        min_ratio=s["min_ratio"], median_ratio=s["median_ratio"], tolerance=ck.RTOL,
