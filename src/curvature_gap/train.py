@@ -519,6 +519,19 @@ def recipe_first_batch(cfg: RecipeConfig, ds: Datasets) -> tuple[torch.Tensor, t
     return x, y
 
 
+def recipe_pass_batches(cfg: RecipeConfig, ds: Datasets, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The first batch of each of the first ``n`` passes over the authors' training loader: what ``next(iter(
+    loader))`` gives when called ``n`` times on one seeded loader, as their notebooks do once per section (each
+    ``iter`` draws the next permutation of the generator). Pass ``j`` is epoch ``j``'s order, its batch augmented
+    as :func:`train_recipe` sees it at step ``j × batches per epoch``; pass 0 is :func:`recipe_first_batch`."""
+    n_train = len(ds.train)
+    per_epoch = math.ceil(n_train / cfg.batch_size)
+    orders = LoaderOrder(n_train, cfg.batch_size, cfg.seed) if cfg.shuffle == "dataloader" else None
+    fill = zero_pixel(*cfg.normalize)
+    return [recipe_batch(cfg, ds.train, _epoch_order(cfg, n_train, j, orders), 0, j * per_epoch, fill)
+            for j in range(n)]
+
+
 def _epoch_order(cfg: RecipeConfig, n_train: int, epoch: int, orders) -> torch.Tensor:
     """The order of the training images in ``epoch``: the authors' DataLoader's (``orders``, a LoaderOrder),
     else a permutation seeded by (seed, epoch)."""

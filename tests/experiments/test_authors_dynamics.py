@@ -79,3 +79,57 @@ def test_the_claim_rule_reads_every_step_and_both_panels():
     assert not row.details["theirs"]["hessians/step 200"]["holds"] and row.details["theirs"]["parameters/step 200"]["holds"]
     assert ad.keys_values_authors(_fake(others=2.0)).verdict == "not reproduced"
     assert ad.keys_values_authors(None).verdict == "not run"
+
+
+def test_a_lists_hessian_from_its_groups_blocks_is_the_dense_hessians_principal_submatrix():
+    """list_hessian assembles the blocks of the groups holding a list (one group, two, or the closed-form FFN pair)
+    and cuts the list out: equal to the dense Hessian's sub-matrix in float64."""
+    import numpy as np
+    import torch
+
+    from curvature_gap.experiments.authors_dynamics import LISTS, list_hessian
+    from curvature_gap.hessian import hessian
+    from curvature_gap.model import authors_indices, build_model
+
+    model = build_model("authors_mnist", seed=3).double().eval()
+    g = torch.Generator().manual_seed(0)
+    batch = (torch.randn(3, 1, 28, 28, generator=g, dtype=torch.float64), torch.tensor([1, 4, 7]))
+    H = hessian(model, batch).numpy()
+    for name in ("queries", "layernorm", "ffn_weights"):
+        ix = authors_indices(model, LISTS[name][0])
+        np.testing.assert_allclose(list_hessian(model, batch, ix), H[np.ix_(ix, ix)], rtol=0, atol=1e-12 * np.abs(H).max())
+
+
+def test_each_list_gets_the_batch_of_its_section_as_their_notebook_draws_it():
+    """Their notebook calls next(iter(loader)) in each of five sections: section i gets pass i's first batch."""
+    from curvature_gap.experiments.authors_dynamics import LISTS, PLOTTED, SECTION_PASS
+
+    assert [SECTION_PASS[g] for g in PLOTTED] == [0, 1, 2, 3, 4]
+    assert set(LISTS) - set(SECTION_PASS) == {"ffn_weights"}
+
+
+def test_the_fig5_verdict_is_a_count_over_runs_when_there_are_several():
+    """Each run's readings decide its own verdict; several runs give "reproduced" only when every run does."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from curvature_gap.experiments.authors_dynamics import LISTS, PLOTTED, keys_values_authors
+
+    def lines(top):  # keys and values at `top`, every other list at 1
+        return {g: np.full(2, top if g in ("keys", "values") else 1.0) for g in PLOTTED}
+
+    arrays = {"steps": np.array([0, 1000])}
+    for g, v in lines(3.0).items():  # the run of the recipe's seed: holds in every reading
+        arrays[f"param_{g}"] = arrays[f"spec_{g}"] = v
+    arrays["param_ffn_weights"] = arrays["spec_ffn_weights"] = np.full(2, 1.0)
+    good, bad = lines(3.0), lines(0.5)
+    for g in PLOTTED:
+        arrays[f"runs_param_{g}"] = arrays[f"runs_spec_{g}"] = np.stack([good[g], bad[g]])
+    meta = {"lists": {g: {"label": lab} for g, (_, lab) in LISTS.items()}, "run_seed": 37, "run_seeds": [0, 1]}
+    res = SimpleNamespace(arrays=arrays, meta=meta, config={"profile": "paper"}, json_path="x.json")
+    row = keys_values_authors(res)
+    assert row.verdict == "partly reproduced" and row.value == 2 / 3
+    assert "Over 3 runs (seeds 37, 0, 1" in row.note and "2/3 runs" in row.note
+    meta["run_seeds"] = []
+    assert keys_values_authors(res).verdict == "reproduced"

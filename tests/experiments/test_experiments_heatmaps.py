@@ -91,3 +91,21 @@ def test_leads_without_counts_the_statistics_a_block_leads_once_another_is_left_
     assert leads_without(res, None, "W_O") == n and leads_without(res, None) == 0
     assert leads_without(res, "W_O") == n, "without W_O the Values lead"
     assert leads_without(res, "W_V", "W_O") == n and leads_without(res, "W_O", "W_K") == 0
+
+
+def test_the_fig3_verdict_on_the_authors_model_is_a_count_over_initialisations():
+    """Their initialisation is unseeded: the verdict counts the initialisations that reproduce the claim."""
+    from curvature_gap.experiments.heatmaps import AUTHORS_INIT, seed_count
+
+    assert len(AUTHORS_INIT["paper"].init_seeds) >= 10 and AUTHORS_INIT["paper"].init_seeds[0] == 37
+    every = {"weights": 7, "with_layernorm": 7, "block": 7}
+    none = {"weights": 0, "with_layernorm": 0, "block": 0}
+    first_v = {st: "W_V" for st in range(7)}
+    first_o = {st: "W_O" for st in range(7)}
+    yes = dict(seed=1, leads=every, weights_first=first_v, verdict="reproduced")
+    no = dict(seed=2, leads=none, weights_first=first_o, verdict="not reproduced")
+    assert seed_count([yes, yes])[0] == "reproduced"
+    assert seed_count([no, no])[0] == "not reproduced"
+    verdict, sentence, counts = seed_count([yes, no, no])
+    assert verdict == "partly reproduced" and counts["reproduced"] == 1
+    assert "in all 7 statistics in 1/3, in none in 2/3" in sentence and "W_O does (14 of 14 readings)" in sentence

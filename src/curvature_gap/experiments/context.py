@@ -17,7 +17,8 @@ from ..device import resolve_device
 from ..io import state_sha256
 from ..model import ViT, build_model
 from ..precision import precision_of
-from ..train import Datasets, ensure_recipe_step, ensure_trained, load_recipe_datasets, recipe_first_batch, run_dir
+from ..train import (Datasets, ensure_recipe_step, ensure_trained, load_recipe_datasets, recipe_first_batch,
+                     recipe_pass_batches, run_dir)
 from .settings import trajectory_settings
 
 __all__ = ["Context"]
@@ -153,6 +154,12 @@ class Context:
         the device."""
         x, y = recipe_first_batch(self.recipe_cfg(model), self.recipe_datasets(model))
         return x.to(self.torch_device), y.to(self.torch_device)
+
+    def recipe_pass_batches(self, model: str, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The first batch of each of the first ``n`` passes of the authors' training loader (their notebooks'
+        repeated ``next(iter(loader))``: ``train.recipe_pass_batches``), on the device."""
+        dev = self.torch_device
+        return [(x.to(dev), y.to(dev)) for x, y in recipe_pass_batches(self.recipe_cfg(model), self.recipe_datasets(model), n)]
 
     def recipe_model(self, model: str, step: int, seed: int | None = None,
                      arithmetic: str | None = None) -> tuple[ViT, dict]:
