@@ -8,7 +8,7 @@ result, the rows are ``not run`` and name the command that computes them.
 from __future__ import annotations
 
 from ..bounds.checks import RTOL
-from ..landscape.theorem7 import sa_check
+from ..landscape.theorem7 import T0_FLOOR, moved, sa_check
 from ..row import Row
 
 __all__ = ["run_checks", "sa_rows", "vit_rows", "assumption_rows", "IDENTITY_TOL", "ASSUMPTION_TOL"]
@@ -34,7 +34,7 @@ def _cannot_fail(M: float, M_exact: float) -> dict:
 
 
 def _min_ratio(res: dict, name: str) -> float:
-    vals = [p[f"min_ratio_{name}"] for p in res["path"]] + [res["adversarial"][name]["min_ratio"]]
+    vals = [p[f"min_ratio_{name}"] for p in moved(res["path"])] + [res["adversarial"][name]["min_ratio"]]
     return float(min(vals))
 
 
@@ -54,7 +54,8 @@ def sa_rows(res: dict | None = None) -> list[Row]:
             what=f"{_T7} for one self-attention layer (MSE) at an exact minimiser, {label} = {res['M'][name]:.3g}; "
                  "ratio rhs/lhs, min over k, distances along a random direction and an adversarial search over w",
             verdict="holds" if mn >= 1 - RTOL else "fails", min_ratio=mn, tolerance=RTOL, profile="synthetic",
-            details=_cannot_fail(res["M"][name], res["M"]["exact_at_w_star"]) if role != "reference" else {},
+            details=(_cannot_fail(res["M"][name], res["M"]["exact_at_w_star"]) if role != "reference"
+                     else {"floor": T0_FLOOR}),
             instances=inst, note=f"adversarial minimum {adv['min_ratio']:.3g} at t = {adv['t']:.2g}, k = {adv['k']}; "
                                  f"ℓ_max = {res['ell_max']:.3g}. Assumption 1 fails here (min_k<N ‖∇L_k(w*)‖ = "
                                  f"{res['grad_norm_k_min']:.2g}), yet no w found violates the inequality"))
@@ -78,18 +79,18 @@ def vit_rows(result) -> list[Row]:
     m = result.meta
     rows = []
     for n, role, claim, label in specs:
-        vals = [p[f"min_ratio_{n}"] for p in m["paths"]]
-        worst = min(m["paths"], key=lambda p: p[f"min_ratio_{n}"])
-        mn = float(min(vals))
+        away = moved(m["paths"])  # t > 0: at t = 0 rhs/lhs ≥ 2 by construction
+        worst = min(away, key=lambda p: p[f"min_ratio_{n}"])
+        mn = float(worst[f"min_ratio_{n}"])
         rows.append(Row(
             id=f"thm7.vit.{n}", result="thm7", kind="bound", role=role, claim=claim, expected=None,
             what=f"{_T7} on the trained MNIST ViT (cross-entropy, w = w* + t u in block 0's matrices), {label} = "
                  f"{m['M'][n]:.3g}; ratio rhs/lhs, min over k, t and two directions",
             verdict="holds" if mn >= 1 - RTOL else "fails", min_ratio=mn, tolerance=RTOL, profile=result.config["profile"],
-            details=_cannot_fail(m["M"][n], m["M"]["exact"]) if role != "reference" else {},
+            details=_cannot_fail(m["M"][n], m["M"]["exact"]) if role != "reference" else {"floor": T0_FLOOR},
             instances=f"first {m['n']} training images, t ∈ {m['ts']}", evidence=[str(result.json_path)],
-            note=f"worst at direction {worst['direction']}, t = {worst['t']}, k = {worst[f'argmin_k_{n}']}; ℓ_max = "
-                 f"{m['ell_max']:.3g}"))
+            note=f"smallest over t > 0 (at t = 0 rhs/lhs ≥ {T0_FLOOR:g} by construction); worst at direction "
+                 f"{worst['direction']}, t = {worst['t']}, k = {worst[f'argmin_k_{n}']}; ℓ_max = {m['ell_max']:.3g}"))
     resid = max(p["identity_residual"] for p in m["paths"])
     rows.append(Row(id="thm7.vit.identity", result="thm7", kind="identity", role="proof", claim="holds", expected="holds",
                     what="the running-mean identity on the trained ViT's per-sample losses, max |residual|",

@@ -60,6 +60,17 @@ def rhs(k, ell_max: float, M: float, dist2: float):
     return (2.0 * ell_max + M * dist2) / (k + 1.0)
 
 
+# At t = 0 (w = w*) the right-hand side is 2ℓ_max/(k+1) while |L_{k+1} − L_k| = |l_{k+1} − L_k|/(k+1) ≤ ℓ_max/(k+1):
+# rhs/lhs ≥ 2 there by construction, so only t > 0 informs about the curvature term.
+T0_FLOOR = 2.0
+
+
+def moved(paths: list[dict]) -> list[dict]:
+    """The path entries away from w* (``t > 0``), where the curvature term enters and rhs/lhs can fall below
+    :data:`T0_FLOOR`."""
+    return [p for p in paths if p["t"] > 0]
+
+
 def _ratio_over_k(losses, ell_max: float, M: float, dist2: float) -> tuple[float, int, np.ndarray]:
     """(min over k of rhs/lhs, its k, lhs) for per-sample losses at one w."""
     Lk = running_means(losses)
