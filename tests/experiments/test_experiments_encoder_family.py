@@ -15,7 +15,7 @@ def test_the_smoke_result_computes_in_seconds_and_plots_legibly(tmp_path, one_th
     ctx = ex.Context(profile="smoke", results_dir=tmp_path / "results", progress=False)
     r = ex.load_results("encoder_family", ctx=ctx)
     s = SETTINGS["smoke"]
-    assert r.meta["seconds"] < 30
+    assert r.meta["seconds"] < 30  # the first draw
     fro = r.arrays["fro"]
     assert fro.shape == (len(fam.CONFIGS), 2, len(fam.UNITS)) and (fro > 0).all()
     assert r.arrays["losses"].shape == (len(fam.CONFIGS), s.steps + 1)
@@ -26,8 +26,14 @@ def test_the_smoke_result_computes_in_seconds_and_plots_legibly(tmp_path, one_th
     assert ex.find_result("encoder_family", ctx=ctx).config_hash == r.config_hash       # cached
     fig = ex.plot("encoder_family", r, "blocks")
     assert fig.get_figwidth() == WIDTH and min_font_size(fig) >= MIN_FONT
+    # the ranking is stated over every draw (n_draws of the task), under both statistics, with its spread
+    n_cases = s.n_draws * len(fam.CONFIGS) * 2
+    assert r.arrays["fro_draws"].shape == (s.n_draws, *fro.shape) and np.array_equal(r.arrays["fro_draws"][0], fro)
+    for st in ("fro", "fro_sqrt_n"):
+        rk = r.meta["ranking"][st]
+        assert rk["cases"] == n_cases and sum(rk["leads"].values()) == n_cases
     msg = fam.message(r)
-    assert "largest diagonal Hessian block" in msg and "$W_V$'s block is at least" in msg
+    assert f"Over {n_cases} cases" in msg and "per entry" in msg and "exceeds" in msg
     assert ex.spec("encoder_family").profiles == ("smoke", "paper")
 
 

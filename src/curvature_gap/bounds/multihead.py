@@ -194,6 +194,8 @@ def pytorch_hessian(inst: MHInstance, causal: bool = False) -> torch.Tensor:
 # full: every regime of STARTS × L × h × seeds; quick (verify --quick, the pages): fewer, shorter
 SEARCH = dict(L=(4, 8), d=4, h=(1, 2, 4), seeds=(0, 1), steps=80, lr=0.05)
 QUICK_SEARCH = dict(L=(4,), d=4, h=(1, 2), seeds=(0,), steps=25, lr=0.05)
+# the short sequences, searched too in the full run (one seed): L = 2, and L = 1, degenerate (A ≡ 1), reported apart
+SHORT_SEARCH = dict(SEARCH, L=(1, 2), h=(1, 2), seeds=(0,))
 
 
 def search(L: int, d: int, h: int, seed: int, start: str, steps: int, lr: float = 0.05) -> tuple[MHInstance, float]:
@@ -214,30 +216,30 @@ def search(L: int, d: int, h: int, seed: int, start: str, steps: int, lr: float 
 
 def search_extent(quick: bool) -> str:
     """How far the bound was searched, in words (stated on its row and page)."""
-    s = QUICK_SEARCH if quick else SEARCH
-    n = len(STARTS) * len(s["L"]) * len(s["h"]) * len(s["seeds"])
-    return (f"{n} Adam starts of {s['steps']} steps on log(bound/exact) ({', '.join(STARTS)} regimes × "
-            f"L ∈ {{{', '.join(map(str, s['L']))}}} × h ∈ {{{', '.join(map(str, s['h']))}}} × {len(s['seeds'])} "
-            f"seed{'s' if len(s['seeds']) > 1 else ''}, d = {s['d']}), each start also evaluated as drawn")
+    def grid(s):
+        return (f"L ∈ {{{', '.join(map(str, s['L']))}}} × h ∈ {{{', '.join(map(str, s['h']))}}} × {len(s['seeds'])} "
+                f"seed{'s' if len(s['seeds']) > 1 else ''}")
+    grids = [QUICK_SEARCH] if quick else [SEARCH, SHORT_SEARCH]
+    n = sum(len(STARTS) * len(s["L"]) * len(s["h"]) * len(s["seeds"]) for s in grids)
+    return (f"{n} Adam starts of {grids[0]['steps']} steps on log(bound/exact) ({', '.join(STARTS)} regimes × "
+            f"({'; '.join(grid(s) for s in grids)}), d = {grids[0]['d']}), each start also evaluated as drawn")
 
 
 def run(quick: bool = False, log: Callable[[str], None] | None = None) -> list[dict]:
     """Records of :func:`evaluate` at every start (as drawn, ``stage = "start"``) and at the best instance of
     its search (``stage = "searched"``); each record carries L, d, h, seed, start."""
-    s = QUICK_SEARCH if quick else SEARCH
     out = []
-    for start in STARTS:
-        for L in s["L"]:
-            for h in s["h"]:
-                for seed in s["seeds"]:
-                    t0 = time.perf_counter()
-                    tag = dict(L=L, d=s["d"], h=h, seed=seed, start=start)
-                    out += [dict(r, stage="start", **tag) for r in evaluate(instance(L, s["d"], h, seed, start))]
-                    inst, ratio = search(L, s["d"], h, seed, start, s["steps"], s["lr"])
-                    out += [dict(r, stage="searched", **tag) for r in evaluate(inst)]
-                    if log:
-                        log(f"  multi-head bound {start}, L={L}, h={h}, seed={seed}: ratio {ratio:.4g} "
-                            f"({time.perf_counter() - t0:.1f}s)")
+    runs = [(start, L, h, seed, s) for s in ([QUICK_SEARCH] if quick else [SEARCH, SHORT_SEARCH]) for start in STARTS
+            for L in s["L"] for h in s["h"] for seed in s["seeds"]]
+    for start, L, h, seed, s in runs:
+        t0 = time.perf_counter()
+        tag = dict(L=L, d=s["d"], h=h, seed=seed, start=start)
+        out += [dict(r, stage="start", **tag) for r in evaluate(instance(L, s["d"], h, seed, start))]
+        inst, ratio = search(L, s["d"], h, seed, start, s["steps"], s["lr"])
+        out += [dict(r, stage="searched", **tag) for r in evaluate(inst)]
+        if log:
+            log(f"  multi-head bound {start}, L={L}, h={h}, seed={seed}: ratio {ratio:.4g} "
+                f"({time.perf_counter() - t0:.1f}s)")
     return out
 
 

@@ -19,7 +19,7 @@ Parameter groups: ``W_Q, W_K, W_V`` (the three row blocks of ``in_proj_weight``)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import time
 
@@ -50,12 +50,15 @@ class EncoderFamilySettings:
     student_seed: int = 0
     teacher_seed: int = 1
     data_seed: int = 2
+    # more draws of the same task (student seed s, teacher seed s + 1, data seed s + 2 for s = student_seed + 10 k):
+    # a ranking of blocks is stated over all of them, with its spread; the figure shows the first draw
+    n_draws: int = 5
 
 
 SETTINGS = {
     "paper": EncoderFamilySettings(),
     # seconds: width 8 (4 heads of width 2), 2 sequences of 4 tokens, 20 steps
-    "smoke": EncoderFamilySettings(d_model=8, dim_feedforward=16, seq_len=4, n_seq=2, steps=20),
+    "smoke": EncoderFamilySettings(d_model=8, dim_feedforward=16, seq_len=4, n_seq=2, steps=20, n_draws=2),
 }
 
 
@@ -110,6 +113,41 @@ def _stats(H: np.ndarray, units: dict) -> tuple[list, list]:
 
 
 def compute_encoder_family(ctx: Context, s: EncoderFamilySettings) -> tuple[dict, dict]:
+    """The first draw (the figure) and ``n_draws`` draws in all (arrays ``*_draws``: draw × config × time × unit)."""
+    arrays, meta = _one_draw(ctx, s)
+    fro_d, rms_d = [arrays["fro"]], [arrays["fro_sqrt_n"]]
+    for k in range(1, s.n_draws):
+        o = s.student_seed + 10 * k
+        a, m = _one_draw(ctx, replace(s, student_seed=o, teacher_seed=o + 1, data_seed=o + 2))
+        fro_d.append(a["fro"])
+        rms_d.append(a["fro_sqrt_n"])
+    arrays.update(fro_draws=np.stack(fro_d), fro_sqrt_n_draws=np.stack(rms_d))
+    meta["draws"] = [dict(student_seed=s.student_seed + 10 * k, teacher_seed=s.student_seed + 10 * k + 1,
+                          data_seed=s.student_seed + 10 * k + 2) if k else
+                     dict(student_seed=s.student_seed, teacher_seed=s.teacher_seed, data_seed=s.data_seed)
+                     for k in range(s.n_draws)]
+    meta["ranking"] = {st: ranking(arrays[f"{st}_draws"], meta["units"]) for st in ("fro", "fro_sqrt_n")}
+    return arrays, meta
+
+
+def ranking(stat: np.ndarray, units) -> dict:
+    """Over every case (draw × configuration × time) of ``stat`` (draw, config, time, unit): how often each unit
+    leads, how often W_O's block exceeds W_V's and by what factors, W_V's over the larger of W_Q's and W_K's, and
+    the distinct orders of the four attention blocks."""
+    u = list(units)
+    flat = stat.reshape(-1, stat.shape[-1])
+    lead = {x: int((flat.argmax(1) == u.index(x)).sum()) for x in u}
+    second = {x: int((np.argsort(-flat, 1)[:, 1] == u.index(x)).sum()) for x in u}
+    o_v = flat[:, u.index("W_O")] / flat[:, u.index("W_V")]
+    v_qk = flat[:, u.index("W_V")] / np.maximum(flat[:, u.index("W_Q")], flat[:, u.index("W_K")])
+    att = [u.index(x) for x in ("W_Q", "W_K", "W_V", "W_O")]
+    orders = sorted({" > ".join(u[att[k]] for k in np.argsort(-row[att])) for row in flat})
+    return {"cases": int(flat.shape[0]), "leads": lead, "second": second,
+            "O_over_V": [float(o_v.min()), float(o_v.max())], "O_exceeds_V": int((o_v > 1).sum()),
+            "V_over_QK": [float(v_qk.min()), float(v_qk.max())], "attention_orders": orders}
+
+
+def _one_draw(ctx: Context, s: EncoderFamilySettings) -> tuple[dict, dict]:
     g = torch.Generator().manual_seed(s.data_seed)
     X = torch.randn(s.n_seq, s.seq_len, s.d_model, generator=g, dtype=torch.float64)
     fro = np.zeros((len(CONFIGS), len(TIMES), len(UNITS)))
@@ -188,8 +226,31 @@ def _words(unit: str) -> str:
 
 
 def message(result) -> str:
-    """The figure's caption: which block is largest overall, and the order of the four equal-size attention
-    blocks, with the smallest factor by which W_V's block exceeds W_Q's and W_K's — all read off ``result``."""
+    """The figure's caption: the ranking of the blocks over every draw, configuration and time, by Frobenius norm
+    and per entry (Frobenius norm / √size), with its spread — all read off ``result``."""
+    meta = result.meta
+    if "ranking" not in meta:  # a result of one draw (computed before draws were added)
+        return _message_one_draw(result)
+
+    def share(counts: dict, n: int) -> str:
+        return " or ".join(f"{_words(k)} ({v}/{n})" for v, k in sorted(((v, k) for k, v in counts.items() if v),
+                                                                      reverse=True))
+    fro, ent = meta["ranking"]["fro"], meta["ranking"]["fro_sqrt_n"]
+    n = fro["cases"]
+    o_v, v_qk = fro["O_over_V"], fro["V_over_QK"]
+    top2 = {o.split(" > ")[0] + " > " + o.split(" > ")[1] for o in fro["attention_orders"]}
+    att = ("of the four equal-size attention blocks $W_O$'s and then $W_V$'s lead in every case and only $W_Q$ and "
+           "$W_K$ swap" if top2 == {"W_O > W_V"} else
+           f"the four equal-size attention blocks come in {len(fro['attention_orders'])} orders")
+    return (f"Over {n} cases ({len(meta['draws'])} draws × {len(meta['configs'])} configurations × "
+            f"{len(meta['times'])} times), by Frobenius norm the largest block is {share(fro['leads'], n)} and the "
+            f"second {share(fro['second'], n)}; per entry (Frobenius norm / √size, which does not favour $W_2$'s "
+            f"4× larger block) it is {share(ent['leads'], n)}. {att[0].upper() + att[1:]}: $W_O$'s block exceeds "
+            f"$W_V$'s in {fro['O_exceeds_V']}/{n} cases ({o_v[0]:.2f}–{o_v[1]:.2f}×), and $W_V$'s exceeds the "
+            f"larger of $W_Q$'s and $W_K$'s by {v_qk[0]:.1f}–{v_qk[1]:.1f}× depending on the draw.")
+
+
+def _message_one_draw(result) -> str:
     meta, fro = result.meta, result.arrays["fro"]
     units = meta["units"]
     lead = sorted({u for row in meta["leaders"]["fro"] for u in row})
