@@ -97,7 +97,7 @@ def test_the_fig3_verdict_on_the_authors_model_is_a_count_over_initialisations()
     """Their initialisation is unseeded: the verdict counts the initialisations that reproduce the claim."""
     from curvature_gap.experiments.heatmaps import AUTHORS_INIT, seed_count
 
-    assert len(AUTHORS_INIT["paper"].init_seeds) >= 10 and AUTHORS_INIT["paper"].init_seeds[0] == 37
+    assert len(AUTHORS_INIT["paper"].seeds) >= 10 and AUTHORS_INIT["paper"].seeds[0] == 37
     every = {"weights": 7, "with_layernorm": 7, "block": 7}
     none = {"weights": 0, "with_layernorm": 0, "block": 0}
     first_v = {st: "W_V" for st in range(7)}

@@ -73,10 +73,11 @@ class AuthorsHeatmapSettings:
     # (float32). The Hessian is float32 of the checkpoint's weights either way, as their notebook takes it; at
     # step 0 both are the same float32 initialisation.
     arithmetic: str = "authors"
-    # their initialisation is unseeded (no torch.manual_seed in their code): at step 0 the claim is also read on
-    # the initialisations of these seeds, on the same batch, and its verdict is a count over them (empty: the
-    # run's initialisation alone)
-    init_seeds: tuple = ()
+    # their initialisation is unseeded (no torch.manual_seed in their code): the claim is also read on these
+    # seeds, on the same batch, and its verdict is a count over them (empty: the run of the recipe's seed alone).
+    # At step 0 each is an initialisation (seconds); after training each is a run of the recipe to ``step``
+    # (a bf16 run to step 20,000 takes about 9 min on a CPU: the paper profile of Fig. 4 reads one run).
+    seeds: tuple = ()
 
 
 # profile -> settings. Smoke: 4 images (a dense Hessian costs ~ P columns x batch size, 32x less than 128).
@@ -88,13 +89,15 @@ _A_SMOKE = dict(batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=12
 # paper: the figure's initialisation (the recipe's seed, 37) and nine more, seeds 0-8: ten draws of their unseeded
 # initialisation (about 5 s each, the Hessian only); smoke: two, to run the count
 INIT_SEEDS = (37, *range(9))
-AUTHORS_INIT = {"paper": AuthorsHeatmapSettings(step=0, init_seeds=INIT_SEEDS),
-                "smoke": AuthorsHeatmapSettings(step=0, init_seeds=(37, 0), **_A_SMOKE)}
+AUTHORS_INIT = {"paper": AuthorsHeatmapSettings(step=0, seeds=INIT_SEEDS),
+                "smoke": AuthorsHeatmapSettings(step=0, seeds=(37, 0), **_A_SMOKE)}
 AUTHORS_TRAINED = {"paper": AuthorsHeatmapSettings(step=20_000), "smoke": AuthorsHeatmapSettings(step=3, **_A_SMOKE)}
 AUTHORS_TRAINED_EXACT = {p: replace(v, arithmetic="exact") for p, v in AUTHORS_TRAINED.items()}
 
 
 ATTENTION = ("query", "key", "value", "out", "ln1")  # "out": W_O, where the model has one
+# the authors' notebook's second panel, "Hessian (Self-Attention)": the Q, K, V weights only (768 entries)
+THEIR_ATTENTION = ("query", "key", "value")
 
 
 def group_table(model) -> dict:
@@ -139,10 +142,8 @@ def compute_authors_heatmap(ctx: Context, s: AuthorsHeatmapSettings) -> tuple[di
         test_loss, test_acc = evaluate(model, ctx.recipe_datasets(s.model).test, ctx.torch_device)
     info = dict(info, test_accuracy=test_acc, test_loss=test_loss)
     arrays, meta, _ = _heatmap(ctx, s, model, info, batch, f"after {s.step} steps of the authors' recipe",
-                               display=(np.asarray(order), layout))
-    if s.init_seeds:
-        if s.step != 0:
-            raise ValueError("init_seeds reads other initialisations: it needs step 0")
+                               display=(np.asarray(order), layout), attention=THEIR_ATTENTION, clip=True)
+    if s.seeds:
         meta["seed_leads"] = _seed_leads(ctx, s, batch)
     at_one, n_gamma, max_dev = frozen_at_one(model)
     meta.update(arithmetic=s.arithmetic, precision=ctx.recipe_cfg(s.model, arithmetic=s.arithmetic).precision,
@@ -154,13 +155,13 @@ def compute_authors_heatmap(ctx: Context, s: AuthorsHeatmapSettings) -> tuple[di
 
 
 def _seed_leads(ctx: Context, s: AuthorsHeatmapSettings, batch) -> list[dict]:
-    """For each seed of ``s.init_seeds``: the authors' model initialised with it, the exact Hessian on ``batch``,
+    """For each seed of ``s.seeds``: the authors' model of that seed at ``s.step``, the exact Hessian on ``batch``,
     and in how many of the :data:`STATISTICS` W_V's diagonal block leads each set of :data:`SETS` (and which block
     leads the weight matrices where it does not)."""
     out = []
-    for seed in s.init_seeds:
-        model, _ = ctx.recipe_model(s.model, 0, seed=seed)
-        ctx.log(f"initialisation of seed {seed}: exact Hessian, {len(batch[1])} images")
+    for seed in s.seeds:
+        model, _ = ctx.recipe_model(s.model, s.step, seed=seed, arithmetic=s.arithmetic)
+        ctx.log(f"seed {seed}, step {s.step}: exact Hessian, {len(batch[1])} images")
         with ctx.phase("hessian"):
             H, _ = dense(model, batch, s.fast_chunk)
         stats = unit_statistics(H.cpu().numpy().astype(np.float64), units_of(model))
@@ -173,11 +174,14 @@ def _seed_leads(ctx: Context, s: AuthorsHeatmapSettings, batch) -> list[dict]:
     return out
 
 
-def _heatmap(ctx: Context, s, model, info, batch, state: str, display=None) -> tuple[dict, dict, np.ndarray]:
+def _heatmap(ctx: Context, s, model, info, batch, state: str, display=None, attention=None,
+             clip: bool = False) -> tuple[dict, dict, np.ndarray]:
     """What both heatmap results keep: the exact Hessian cross-checked against curvlinops, the image at page
     resolution, the attention block at full resolution, every diagonal block's and group pair's statistics.
     ``display`` = (flat indices, [(group, entries)]) draws the image over those parameters in that order
-    (default: all, in ``param_groups`` order)."""
+    (default: all, in ``param_groups`` order); ``attention``: the groups of the attention image (default
+    :data:`ATTENTION`); ``clip``: images of log10(max(|H|, ε)) on shared colour limits, as the authors' notebook
+    draws them, instead of log10(|H| + ε)."""
     gt = group_table(model)
     ctx.log(f"exact Hessian: {gt['n_parameters']} parameters, {len(batch[1])} images ({state} model)")
     with ctx.phase("hessian"):
@@ -200,16 +204,19 @@ def _heatmap(ctx: Context, s, model, info, batch, state: str, display=None) -> t
         gd = dict(gt, group_names=[g for g, _ in layout], group_starts=[0] + stops[:-1], group_stops=stops,
                   n_parameters=len(idx), n_parameters_model=gt["n_parameters"])
     pairs = group_pair_statistics(shown, gd["group_starts"], gd["group_stops"])
-    img, f = pooled_log_image(shown, s.eps, s.display_cells)
+    img, f = (pooled_log_image(np.maximum(np.abs(shown), s.eps), 0.0, s.display_cells) if clip
+              else pooled_log_image(shown, s.eps, s.display_cells))
     names = gd["group_names"]
-    att = [i for i, n in enumerate(names) if n.startswith("block0.") and n.split(".")[1] in ATTENTION]
+    att = [i for i, n in enumerate(names) if n.startswith("block0.") and n.split(".")[1] in (attention or ATTENTION)]
     a0, a1 = gd["group_starts"][att[0]], gd["group_stops"][att[-1]]
+    block = np.abs(shown[a0:a1, a0:a1])
     arrays = dict(image=img.astype(np.float16),
-                  attention=np.log10(np.abs(shown[a0:a1, a0:a1]) + s.eps).astype(np.float16),
+                  attention=(np.log10(np.maximum(block, s.eps)) if clip else np.log10(block + s.eps)).astype(np.float16),
                   pair_mean=pairs["mean"], pair_max=pairs["max"], pair_fro=pairs["fro"])
     meta = dict(
         profile=ctx.profile, model=s.model, batch_size=len(batch[1]), loss=loss, cross_check=cc, checkpoint=info,
-        pool=f, attention_range=[int(a0), int(a1)], unit_stats=stats, rankings=rankings(stats),
+        pool=f, attention_range=[int(a0), int(a1)], attention_groups=[names[i] for i in att],
+        colour="log10(max(|H|, eps)), shared limits" if clip else "log10(|H| + eps)", unit_stats=stats, rankings=rankings(stats),
         statistics={k: v[0] for k, v in STATISTICS.items()}, **gd)
     return arrays, meta, Hn
 
@@ -223,6 +230,20 @@ def _labels(meta) -> list[str]:
 def _range(a: np.ndarray, eps: float) -> tuple[float, float]:
     a = a.astype(np.float64)
     return max(np.log10(eps), float(np.nanpercentile(a, 1))), float(np.nanmax(a))
+
+
+def _limits(result, own: np.ndarray) -> tuple[float, float]:
+    """The colour limits of the image ``own``: its own range, or (the authors' images) one range over both
+    images, as their notebook shares vmin and vmax between its two panels."""
+    a, eps = result.arrays, result.config["settings"]["eps"]
+    if "shared" in result.meta.get("colour", ""):
+        own = np.concatenate([a["image"].astype(np.float64).ravel(), a["attention"].astype(np.float64).ravel()])
+    return _range(own, eps)
+
+
+def _colour_label(meta) -> str:
+    return (r"$\log_{10}\max(|H_{ij}|, 10^{-6})$" if "max" in meta.get("colour", "")
+            else r"$\log_{10}(|H_{ij}| + 10^{-6})$")
 
 
 def plot_claim_block(ax, meta) -> None:
@@ -245,14 +266,14 @@ def plot_hessian(result):
     meta, img = result.meta, result.arrays["image"].astype(np.float64)
     eps = result.config["settings"]["eps"]
     n = meta["n_parameters"]
-    vmin, vmax = _range(img, eps)
+    vmin, vmax = _limits(result, img)
     fig = new_figure(WIDTH, 6.4)
     ax = fig.subplots()
     im = ax.imshow(img, extent=(0, n, n, 0), cmap="viridis", vmin=vmin, vmax=vmax)
     group_axes(ax, meta["group_starts"], meta["group_stops"], _labels(meta))
     plot_claim_block(ax, meta)
     cb = fig.colorbar(im, ax=ax, shrink=0.85, pad=0.02)
-    cb.set_label(r"$\log_{10}(|H_{ij}| + 10^{-6})$")
+    cb.set_label(_colour_label(meta))
     state = "trained" if meta["trained"] else "at initialisation"
     pool = f", means over {meta['pool']}×{meta['pool']} cells" if meta["pool"] > 1 else ""
     ax.set_title(f"Hessian of the loss, {n:,} parameters, {state}{pool}")
@@ -264,9 +285,11 @@ def plot_attention(result):
     meta, A = result.meta, result.arrays["attention"].astype(np.float64)
     eps = result.config["settings"]["eps"]
     a0, a1 = meta["attention_range"]
-    idx = [i for i, n in enumerate(meta["group_names"]) if n.startswith("block0.") and n.split(".")[1] in ATTENTION]
+    groups = meta.get("attention_groups") or [n for n in meta["group_names"]
+                                              if n.startswith("block0.") and n.split(".")[1] in ATTENTION]
+    idx = [i for i, n in enumerate(meta["group_names"]) if n in groups]
     labels = _labels(meta)
-    vmin, vmax = _range(A, eps)
+    vmin, vmax = _limits(result, A)
     fig = new_figure(WIDTH, 6.4)
     ax = fig.subplots()
     im = ax.imshow(A, extent=(a0, a1, a1, a0), cmap="viridis", vmin=vmin, vmax=vmax)
@@ -274,8 +297,10 @@ def plot_attention(result):
                [labels[i] for i in idx])
     plot_claim_block(ax, meta)
     cb = fig.colorbar(im, ax=ax, shrink=0.85, pad=0.02)
-    cb.set_label(r"$\log_{10}(|H_{ij}| + 10^{-6})$")
-    ax.set_title("Attention parameters and LN1, every entry")
+    cb.set_label(_colour_label(meta))
+    shown = [n.split(".")[-1] for n in meta.get("attention_groups", ())]
+    ax.set_title("Q, K and V weights, every entry (their panel)" if shown == list(THEIR_ATTENTION)
+                 else "Attention parameters and LN1, every entry")
     return fig
 
 
@@ -332,7 +357,7 @@ def leads(stats: dict) -> dict:
     return {s: {st: order[0] == "W_V" for st, order in per.items()} for s, per in ranking_table(stats).items()}
 
 
-def seed_count(seed_leads: list[dict]) -> tuple[str, str, dict]:
+def seed_count(seed_leads: list[dict], what: str = "initialisations") -> tuple[str, str, dict]:
     """(verdict, sentence, counts) of the claim over initialisations: "reproduced" when every initialisation
     reproduces it, "not reproduced" when none supports it in any reading, else "partly reproduced"."""
     n = len(seed_leads)
@@ -348,7 +373,7 @@ def seed_count(seed_leads: list[dict]) -> tuple[str, str, dict]:
     verdict = ("reproduced" if counts["reproduced"] == n else
                "not reproduced" if counts["not reproduced"] == n else "partly reproduced")
     rival = max(rivals, key=rivals.get) if rivals else None
-    sentence = (f"Over {n} initialisations (their code does not seed it): W_V's diagonal block is the largest of the "
+    sentence = (f"Over {n} {what} (their code does not seed the initialisation): W_V's diagonal block is the largest of the "
                 f"weight matrices in all {n_st} statistics in {full}/{n}, in none in {none}/{n}; the claim holds in "
                 f"every reading in {counts['reproduced']}/{n}"
                 + (f"; where W_V does not lead, {rival} does ({rivals[rival]} of {sum(rivals.values())} readings)"
@@ -402,10 +427,11 @@ def values_largest(result, figure: str) -> Row:
     details = {"rankings": table, "leads": lead, "statistics": {k: v[0] for k, v in STATISTICS.items()},
                "sets": {k: v[0] for k, v in SETS.items()}, "values": stats}
     if result.meta.get("seed_leads"):  # a count over initialisations: the verdict is the count's
-        verdict, over, counts = seed_count(result.meta["seed_leads"])
+        verdict, over, counts = seed_count(result.meta["seed_leads"],
+                                           "initialisations" if result.meta.get("step", 0) == 0 else "training runs")
         value = counts["reproduced"] / len(result.meta["seed_leads"])
         seed = ((result.config.get("train") or {}).get(result.meta["model"]) or {}).get("seed", "of the run")
-        sentence = f"{over} The figure's initialisation (seed {seed}): {sentence}"
+        sentence = f"{over} The figure's {'initialisation' if result.meta.get('step', 0) == 0 else 'run'} (seed {seed}): {sentence}"
         details["seeds"] = result.meta["seed_leads"]
     return Row(id=f"{figure}.values_largest", result=figure, kind="claim", claim="reproduced", expected=None,
                what=what, verdict=verdict, value=value,
