@@ -61,9 +61,14 @@ def test_verdict_text_and_html_on_the_quick_rows(quick_rows):
     for key in ("fig6", "fig6_authors"):  # CIFAR-100 on either model
         assert 'data-verdict="not run at paper scale"' in nb.verdict_html(key, "paper", quick_rows)
     # a claim with a verdict per model says which model each verdict is about; others name none
-    for fig in ("fig3", "fig6", "fig12"):
-        assert "</strong> <em>On the authors' model.</em>" in nb.verdict_html(f"{fig}_authors", "paper", quick_rows)
-        assert "</strong> <em>On the theorem's block (the Table 1 model).</em>" in nb.verdict_html(fig, "paper", quick_rows)
+    # and on which dataset: the label "the theorem's block" is the MNIST model on Fig. 3's and Fig. 12's pages,
+    # the CIFAR-100 one on Fig. 6's
+    for fig, authors, block in (("fig3", "MNIST", "MNIST"), ("fig6", "CIFAR-100", "CIFAR-100"),
+                                ("fig12", "CIFAR-100", "MNIST")):
+        assert (f"</strong> <em>On the authors' model ({authors}).</em>"
+                in nb.verdict_html(f"{fig}_authors", "paper", quick_rows))
+        assert (f"</strong> <em>On the theorem's block (the Table 1 model, {block}).</em>"
+                in nb.verdict_html(fig, "paper", quick_rows))
     assert "<em>On the" not in h and "<em>On the" not in nb.verdict_html("thm7", "paper", quick_rows)
 
 

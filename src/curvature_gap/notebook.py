@@ -417,6 +417,15 @@ def verdict_text(key: str, profile: str, rs: list[Row] | None = None) -> str:
     return f"**Verdict: {f.verdict}.** {sentence(f.evidence)}"
 
 
+def _dataset(key: str) -> str:
+    """The dataset a figure's verdict is about at paper scale (its spec's ``needs``): MNIST or CIFAR-100."""
+    try:
+        needs = experiments.spec(key).needs or ""
+    except KeyError:
+        return "MNIST"
+    return "CIFAR-100" if "CIFAR-100" in needs.split(" (smoke)")[0].split("/")[0] else "MNIST"
+
+
 def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     """The verdict line of a result as a marked HTML element (the book's checks find it by its class and
     ``data-verdict``); the same element on a result's page and on the generated pages."""
@@ -428,8 +437,8 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     if not smoke:
         # where a claim has a verdict per model, say which model this one is about
         keys = {k for k, *_ in result_entries()}
-        model = ("On the authors' model." if key.endswith("_authors") else
-                 "On the theorem's block (the Table 1 model)." if f"{key}_authors" in keys else "")
+        model = (f"On the authors' model ({_dataset(key)})." if key.endswith("_authors") else
+                 f"On the theorem's block (the Table 1 model, {_dataset(key)})." if f"{key}_authors" in keys else "")
         body = re.sub(r"^Verdict: ([^.]*)\.", lambda m: f"<strong>Verdict: {m.group(1)}.</strong>"
                       + (f" <em>{model}</em>" if model else ""), body)
     return (f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'

@@ -220,3 +220,25 @@ def test_the_authors_code_table_cites_a_file_for_every_value():
     assert len(body) == len(FROM_AUTHORS_CODE) and all(u["source"] for u in FROM_AUTHORS_CODE)
     assert md.splitlines()[0] == "| choice | the authors' code | read from (code/…) | this companion | why it differs |"
     assert "{" not in md, "no raw TeX-like braces in a reader's table"
+
+
+def test_the_landing_s_first_screen_gives_each_claim_its_verdict_badges(quick_rows):
+    """The paper's claims with badges (not a paragraph): a tally of every verdict colour, then each claim with the
+    verdicts of the results behind it, a figure's per model and dataset, each the verdict its page shows."""
+    keys = {k for k, *_ in RESULTS}
+    assert {k for _, ks in tables.CLAIMS for k in ks} <= keys, "every claim names results that exist"
+    md = tables.claims_md(quick_rows)
+    tally = md.splitlines()[0]
+    fs = findings(quick_rows)
+    counts = [int(n) for n in re.findall(r": (\d+)</span>", tally)]
+    assert sum(counts) == len(fs) and f"{len(fs)} results checked" in tally
+    lines = _table_rows(md)[1:]
+    assert len(lines) == len(tables.CLAIMS) + 1 and "not supported" in lines[-1]
+    for css, key, marked, verdict in BADGE.findall(md):
+        assert marked == verdict == MARK.search(verdict_html(key, "paper", quick_rows)).group(1), key
+    fig6 = next(ln for ln in lines if ln.startswith("| [Fig. 6"))
+    assert "authors&#x27; model, CIFAR-100" in fig6 and "theorem&#x27;s block, CIFAR-100" in fig6
+    fig12 = next(ln for ln in lines if ln.startswith("| [Fig. 12"))
+    assert "authors&#x27; model, CIFAR-100" in fig12 and "theorem&#x27;s block, MNIST" in fig12
+    closed = lines[0]
+    assert "data-result" not in closed and re.search(r"<small>\d+ results?</small>", closed), "counted, not listed"

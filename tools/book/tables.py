@@ -70,6 +70,72 @@ def legend_md() -> str:
     return md_table(["colour", "verdicts", "meaning"], body)
 
 
+# The landing's first screen: the paper's claims, each with the verdicts of the results behind it (keys of
+# curvature_gap.findings.RESULTS; a figure's claim has one verdict per model, the authors' first).
+CLAIMS = [
+    ("Closed forms: the Jacobians and Hessians of LayerNorm, ReLU, attention and the whole block (Theorems 2–5, "
+     "Lemmas 1–2, Appendix B)", ("thm2", "thm3", "sec2", "lem1", "sa_hessian", "thm4", "lem2", "thm5", "gn", "appB")),
+    ("Theorem 1: a spectral-norm bound on the Hessian of self-attention", ("thm1",)),
+    ("Theorem 6 (with Lemma 4 and a Proposition): a bound on the Hessian of the whole block",
+     ("thm6", "lemma4", "prop")),
+    ("§5: the bounds carry over to cross-entropy, “explicitly validated”", ("ce", "ce_validated")),
+    ("Theorem 7 (under Assumption 1): the loss moves like $1/k$ when a $k$-th sample is added",
+     ("thm7", "assumption1")),
+    ("Figs. 3–4: the Values blocks of the Hessian are the largest (MNIST)",
+     ("fig3_authors", "fig3", "fig4_authors", "fig4")),
+    ("Figs. 5, 7–11: Keys and Values have the largest norms, also over training (MNIST)",
+     ("fig5_authors", "fig5", "figs7_11")),
+    ("Fig. 6: the loss difference decays like $1/k$ (CIFAR-100)", ("fig6_authors", "fig6")),
+    ("Fig. 12: Assumption 1 becomes more plausible with more samples", ("fig12_authors", "fig12")),
+]
+SCALING_CLAIM = "The title: implications for scaling laws"
+
+
+def _model_word(key: str) -> str:
+    from curvature_gap.notebook import _dataset  # noqa: PLC0415
+
+    if key.endswith("_authors"):
+        return f"authors' model, {_dataset(key)}"
+    if f"{key}_authors" in {k for k, *_ in RESULTS}:
+        return f"theorem's block, {_dataset(key)}"
+    return ""
+
+
+def claims_md(rows: list[Row]) -> str:
+    """The landing's first screen: a tally of the verdicts (one badge per colour, with its count), then each
+    claim of the paper with the verdict badges of the results behind it (a figure's per model) and a link."""
+    fs = {f.key: f for f in findings(rows)}
+    counts: dict[str, int] = {}
+    for f in fs.values():
+        counts[f.css] = counts.get(f.css, 0) + 1
+    tally = " ".join(f'<span class="cg-badge cg-{css}">{html.escape(name)}: {counts[css]}</span>'
+                     for css, name, _ in LEGEND if counts.get(css))
+    lines = [f'<p class="cg-tally"><strong>{len(fs)} results checked:</strong> {tally}</p>', "",
+             "| the paper claims | verdict |", "|---|---|"]
+    for text, keys in CLAIMS:
+        keys = [k for k in keys if k in fs]
+        if not keys:
+            continue
+        page = fs[keys[0]].page
+        badges = []
+        if len(keys) > 4:  # many results behind one claim: how many have each verdict (each is in the table below)
+            by: dict[tuple, int] = {}
+            for k in keys:
+                by[(fs[k].verdict, fs[k].css)] = by.get((fs[k].verdict, fs[k].css), 0) + 1
+            badges = [f'<span class="cg-badge cg-{css}">{html.escape(v)}</span> <small>{plural(n, "result")}</small>'
+                      for (v, css), n in by.items()]
+            keys = []
+        for k in keys:
+            f = fs[k]
+            who = _model_word(k)
+            label = "" if len(keys) == 1 else (who or f.title.split(":")[0])
+            badges.append(verdict_badge(k, f.verdict, f.css) + (f' <small>{html.escape(label)}</small>' if label else ""))
+        lines.append(f"| {_link(page, md_math(text))} | {'<br>'.join(badges)} |")
+    lines.append(f"| {SCALING_CLAIM} | <span class=\"cg-badge cg-bad\">not supported</span> "
+                 "<small>see below</small> |")
+    return "\n".join(lines) + "\n"
+
+
 def landing_md(rows: list[Row], profile: str) -> str:
     """What holds and what fails (a few sentences), the legend of the colours, and the compact verdict table
     (result, verdict, evidence in words and rendered math, link)."""
