@@ -29,6 +29,7 @@ BENCHMARKS = (
     ("floor", "The exact Hessian against its floor"),
     ("gpu_check", "GPU check"),
     ("encoder_layer_hessian", "Closed-form Hessian of nn.TransformerEncoderLayer vs autograd"),
+    ("layer_hessian", "layer_hessian on PyTorch, timm and Hugging Face layers vs autograd"),
     ("authors_hessian", "Exact Hessian of the authors' ViT: ours vs curvlinops"),
     ("layernorm_versions", "The authors' Hessian through the fused LayerNorm, per curvlinops release"),
     ("training_cost", "What the paper profile of Figs. 6 and 12 costs: the authors' CIFAR-100 model and recipe"),
@@ -422,6 +423,30 @@ def render_encoder_layer_hessian(doc: dict) -> list[str]:
     return out
 
 
+def render_layer_hessian(doc: dict) -> list[str]:
+    """One line per size, layer, task and method; per case the fastest autodiff route against the closed form."""
+    st = doc.get("settings", {})
+    sizes = "; ".join(f"{k}: batch {v['N']}, L = {v['L']}, d = {v['d']}, {v['heads']} head(s), d_ff = {v['d_ff']}"
+                      for k, v in st.get("sizes", {}).items())
+    out = [f"Loss {st.get('loss', '?')}, {st.get('dtype', 'float64')}, random parameters (seed {st.get('seed', 0)}); "
+           f"{sizes}. Every method in {'one process' if doc['mode'] == 'quick' else 'its own process'} with "
+           f"{st.get('threads_per_method', doc['threads'])} thread(s), "
+           f"median of {st.get('repeats', '?')} run(s) after a warm-up (ViT-Tiny block tasks: one run); error "
+           "against the first (autograd) row of its case.", "",
+           "| size | layer | task | parameters | method | seconds | peak MB (base) | max rel err | status |",
+           "|---|---|---|---:|---|---:|---:|---:|---|"]
+    for r in doc["rows"]:
+        peak = "–" if r.get("peak_mb") is None else f"{r['peak_mb']:.0f} ({fmt(r.get('base_mb'), '{:.0f}')})"
+        out.append(f"| {r['size']} | {r['layer']} | {r['task']} | {fmt(r.get('parameters'), '{:,}')} | {r['method']} | "
+                   f"{fmt(r.get('seconds'))} | {peak} | {fmt(r.get('max_rel_err'), '{:.1e}')} | {cell(r['status'])} |")
+    out.append("")
+    for r in doc["rows"]:
+        if r.get("speedup") is not None:
+            out.append(f"- {r['size']}, {r['layer']}, {r['task']}: closed form {secs(r['seconds'])} s vs "
+                       f"{r['fastest_autodiff']} — **{r['speedup']:.1f}×**.")
+    return out
+
+
 def render_authors_hessian(doc: dict) -> list[str]:
     """curvlinops' chunk probes, both dense runs, and the speed-up of ours against curvlinops."""
     st = doc.get("settings", {})
@@ -496,6 +521,7 @@ def render_training_cost(doc: dict) -> list[str]:
 
 RENDERERS = {"training_cost": render_training_cost, "layernorm_versions": render_layernorm_versions, "theory_block_hessian": render_theory_block_hessian, "hessian": render_hessian,
              "floor": render_floor, "gpu_check": render_gpu_check, "encoder_layer_hessian": render_encoder_layer_hessian,
+             "layer_hessian": render_layer_hessian,
              "authors_hessian": render_authors_hessian}
 ABSENT = {
     "training_cost": "`python benchmarks/training_cost.py` (about 8 min on 2 CPU cores) writes it.",

@@ -205,24 +205,31 @@ def _grad(layer, X, target, **kw):
 
 def block_autograd(layer, X, target, pairs, chunk: int | None = None, **kw) -> dict:
     """The blocks ``{(a, b): H[a, b]}`` by reverse-over-reverse autograd *block by block*: one gradient with
-    ``create_graph=True``, then for each pair the batched second backward of the smaller parameter's
-    gradient along its unit vectors, into the other parameter only (``chunk`` vectors per call)."""
+    ``create_graph=True``; each pair is taken from the side of the smaller parameter r, and for each such r one
+    batched second backward of its gradient along its unit vectors (``chunk`` per call) into every parameter
+    it is paired with."""
     named, g = _grad(layer, X, target, **kw)
-    out = {}
+    by_row: dict = {}
+    for a, b in pairs:
+        r, c = (a, b) if named[a].numel() <= named[b].numel() else (b, a)
+        by_row.setdefault(r, [])
+        if c not in by_row[r]:
+            by_row[r].append(c)
+    got = {}
     with math_backend():
-        for a, b in pairs:
-            r, c = (a, b) if named[a].numel() <= named[b].numel() else (b, a)
-            ga = g[r].reshape(-1)
-            n = ga.numel()
+        for r, cs in by_row.items():
+            gr = g[r].reshape(-1)
+            n = gr.numel()
             step = n if chunk is None else chunk
-            rows = []
+            parts = {c: [] for c in cs}
             for c0 in range(0, n, step):
-                E = torch.eye(n, dtype=ga.dtype, device=ga.device)[c0:c0 + step]
-                h, = torch.autograd.grad(ga, [named[c]], E, retain_graph=True, is_grads_batched=True)
-                rows.append(h.reshape(E.shape[0], -1))
-            blk = torch.cat(rows, 0)
-            out[(a, b)] = blk if r == a else blk.T
-    return out
+                E = torch.eye(n, dtype=gr.dtype, device=gr.device)[c0:c0 + step]
+                hs = torch.autograd.grad(gr, [named[c] for c in cs], E, retain_graph=True, is_grads_batched=True)
+                for c, h in zip(cs, hs):
+                    parts[c].append(h.reshape(E.shape[0], -1))
+            for c in cs:
+                got[(r, c)] = torch.cat(parts[c], 0)
+    return {(a, b): got[(a, b)] if (a, b) in got else got[(b, a)].T for a, b in pairs}
 
 
 def hvp_autograd(layer, X, target, v: dict, **kw) -> dict:

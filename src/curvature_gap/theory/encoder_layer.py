@@ -99,7 +99,7 @@ class Linear:
     def vjp(self, ctx, gy):
         return [gy @ ctx["W"]], {"weight": gy.T @ ctx["x"], "bias": gy.sum(0)}, None
 
-    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True):
+    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True, need_p=True):
         dx, = dxs
         dW = dp.get("weight")
         dgx = []
@@ -108,6 +108,8 @@ class Linear:
                 dgx.append(dgy @ ctx["W"])
             if dW is not None:
                 dgx.append(torch.einsum("lo,boi->bli", gy, dW))
+        if not need_p:
+            return [_total(dgx)], {}
         dgW = []
         if dgy is not None:
             dgW.append(dgy.transpose(1, 2) @ ctx["x"])
@@ -158,7 +160,7 @@ class Activation:
     def vjp(self, ctx, gy):
         return [ctx["d1"] * gy], {}, None
 
-    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True):
+    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True, need_p=True):
         parts = []
         if dgy is not None:
             parts.append(ctx["d1"] * dgy)
@@ -230,7 +232,7 @@ class LayerNorm:
         u = gy if ctx["g"] is None else gy * ctx["g"]
         return [layernorm_vjp(ctx["xh"], ctx["r"], u)], {"weight": (gy * ctx["xh"]).sum(0), "bias": gy.sum(0)}, {"u": u}
 
-    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True):
+    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True, need_p=True):
         xh, r, g, u = ctx["xh"], ctx["r"], ctx["g"], gctx["u"]
         dxh, dr = (tctx or {}).get("dxh"), (tctx or {}).get("dr")
         du = []
@@ -245,6 +247,8 @@ class LayerNorm:
             if dxh is not None:
                 dgx.append((dr / r) * layernorm_vjp(xh, r, u)
                            - r * (dxh * (u * xh).mean(-1, keepdim=True) + xh * (u * dxh).mean(-1, keepdim=True)))
+        if not need_p:
+            return [_total(dgx)], {}
         dgg = []
         if dgy is not None:
             dgg.append((dgy * xh).sum(1))
@@ -269,7 +273,7 @@ class Residual:
     def vjp(self, ctx, gy):
         return [gy, gy], {}, None
 
-    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True):
+    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True, need_p=True):
         return [dgy, dgy], {}
 
 
@@ -291,7 +295,7 @@ class Attention:
         gx, gctx = mh.vjp(ctx, gy)
         return [gx], {}, gctx
 
-    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True):
+    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True, need_p=True):
         return [mh.hvp(ctx, gctx, tctx, dgy) if need_dx else None], {}
 
 
@@ -550,10 +554,7 @@ def program_hessian(nodes, params: dict, X: torch.Tensor, loss="mse", target=Non
             want.setdefault(g, [])
             if r not in want[g]:
                 want[g].append(r)
-            if where[a] == where[b] and a != b:      # same primitive: both passes, symmetrised as the dense one
-                want.setdefault(r, [])
-                if g not in want[r]:
-                    want[r].append(g)
+
     cols: dict = {}
     for g in names:
         if g not in want:
@@ -572,10 +573,11 @@ def program_hessian(nodes, params: dict, X: torch.Tensor, loss="mse", target=Non
                         cols[(n, g)][:, sub] = out[n].reshape(sub.numel(), -1).T
 
     def block(a, b):
-        """H[a, b] from the pass of the earlier of the two (same primitive: both, symmetrised)."""
-        if where[a] == where[b]:
+        """H[a, b] from the pass of the one entering first (dense: a same-primitive pair from both passes,
+        symmetrised; blocks: from the one pass, exact too, as no primitive has a parameter-parameter term)."""
+        if pairs is None and where[a] == where[b]:
             return 0.5 * (cols[(a, b)] + cols[(b, a)].T)
-        return cols[(a, b)] if where[a] > where[b] else cols[(b, a)].T
+        return cols[(a, b)] if (a, b) in cols else cols[(b, a)].T
 
     gradient = torch.cat([fb["grad"][n] for n in names])
     if pairs is not None:
@@ -693,12 +695,19 @@ def _pass(nodes, fb: dict, dirs: dict, head, rows: set, to_start: bool = False) 
             tan[node.out], tctx[i] = node.op.jvp(ctxs[i], dxs, dp)
     dadj = {nodes[-1].out: apply_H2(tan[nodes[-1].out])}
     out = {}
-    k0 = 0 if to_start else k
+    # the pull-back ends at the first node whose parameters are asked for (k at the earliest: the rows of the
+    # parameters entering before k come from their own passes), at node 0 with to_start; each primitive forms
+    # its parameters' tangents only where they are asked for
+    asked = [i for i, node in enumerate(nodes) if any(n in rows for n in node.params.values())]
+    if not asked:
+        return {}
+    k0 = 0 if to_start else max(k, min(asked))
     for i in reversed(range(k0, len(nodes))):
         node = nodes[i]
         dxs, dp = dps.get(i, ([None] * len(node.ins), {}))
         tc = tctx.get(i, {"dq": None} if isinstance(node.op, Attention) else None)
-        dgxs, dgp = node.op.hvp(ctxs[i], gctxs[i], tc, gys[i], dadj.get(node.out), dxs, dp, need_dx=i > k0)
+        dgxs, dgp = node.op.hvp(ctxs[i], gctxs[i], tc, gys[i], dadj.get(node.out), dxs, dp, need_dx=i > k0,
+                                need_p=i in asked)
         if i > k0:
             for v, dgx in zip(node.ins, dgxs):
                 if dgx is not None:

@@ -44,7 +44,7 @@ class Scale:
     def vjp(self, ctx, gy):
         return [gy * ctx["g"]], {"weight": (gy * ctx["x"]).sum(0)}, None
 
-    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True):
+    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True, need_p=True):
         dx, = dxs
         dg = dp.get("weight")
         dgx = []
@@ -53,6 +53,8 @@ class Scale:
                 dgx.append(dgy * ctx["g"])
             if dg is not None:
                 dgx.append(gy * dg[:, None, :])
+        if not need_p:
+            return [_total(dgx)], {}
         dgg = []
         if dgy is not None:
             dgg.append((dgy * ctx["x"]).sum(1))
@@ -83,7 +85,7 @@ class Concat:
     def vjp(self, ctx, gy):
         return list(gy.split(ctx["sizes"], dim=-1)), {}, None
 
-    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True):
+    def hvp(self, ctx, gctx, tctx, gy, dgy, dxs, dp, need_dx=True, need_p=True):
         if dgy is None:
             return [None] * len(ctx["sizes"]), {}
         return list(dgy.split(ctx["sizes"], dim=-1)), {}
