@@ -103,3 +103,11 @@ def test_the_search_proposes_and_evaluate_records(one_thread):
     with pytest.raises(ValueError, match="divisible"):
         mhb.instance(4, 6, 4, 0)
     assert "Adam starts" in mhb.search_extent(True) and "h ∈ {1, 2}" in mhb.search_extent(True)
+
+
+def test_the_tied_search_stays_at_an_exact_minimiser_and_the_full_search_covers_short_sequences():
+    inst, ratio = mhb.search(2, 4, 2, 0, "one-hot", steps=3, tie_target=True)
+    assert torch.equal(inst.Target, mhb.forward(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_O, 2))
+    assert inst.meta["tied"] and ratio >= 1
+    ext = mhb.search_extent(quick=False)
+    assert "L ∈ {1, 2}" in ext and "exact minimiser" in ext

@@ -196,21 +196,27 @@ SEARCH = dict(L=(4, 8), d=4, h=(1, 2, 4), seeds=(0, 1), steps=80, lr=0.05)
 QUICK_SEARCH = dict(L=(4,), d=4, h=(1, 2), seeds=(0,), steps=25, lr=0.05)
 # the short sequences, searched too in the full run (one seed): L = 2, and L = 1, degenerate (A ≡ 1), reported apart
 SHORT_SEARCH = dict(SEARCH, L=(1, 2), h=(1, 2), seeds=(0,))
+# searched at an exact minimiser (Target = F kept at every step) in the full run, from one-hot attention
+TIED_SEARCH = dict(SEARCH, L=(2, 4, 8), h=(1, 2), seeds=(0,), start="one-hot")
 
 
-def search(L: int, d: int, h: int, seed: int, start: str, steps: int, lr: float = 0.05) -> tuple[MHInstance, float]:
+def search(L: int, d: int, h: int, seed: int, start: str, steps: int, lr: float = 0.05,
+           tie_target: bool = False) -> tuple[MHInstance, float]:
     """One Adam run on ``log(M/‖H‖_2)`` over every entry of the instance from :func:`instance`; returns the
     instance with the smallest ratio seen, as :func:`evaluate` computes it (the differentiable ratio only
-    proposes)."""
+    proposes). ``tie_target``: ``Target = F`` at every step (an exact global minimiser, loss 0), the returned
+    instance too."""
     base = instance(L, d, h, seed, start)
-    params = [t.clone().requires_grad_(True) for t in base.tensors()]
+    params = [t.clone().requires_grad_(True) for t in base.tensors()[:5 if tie_target else 6]]
 
     def ratio():
-        q = exact(*params, h)
+        q = exact(*params, forward(*params, h), h) if tie_target else exact(*params, h)
         return _bound(q, L, d, h)["M"] / q["norm_H"]
 
     best, _ = descend(params, ratio, steps, lr)
-    inst = MHInstance(*best, h, dict(base.meta, source="adversarial", steps=steps))
+    if tie_target:
+        best = [*best, forward(*best, h)]
+    inst = MHInstance(*best, h, dict(base.meta, source="adversarial", steps=steps, tied=tie_target))
     return inst, min(r["ratio"] for r in evaluate(inst) if r["check"] == "mh")
 
 
@@ -221,8 +227,11 @@ def search_extent(quick: bool) -> str:
                 f"seed{'s' if len(s['seeds']) > 1 else ''}")
     grids = [QUICK_SEARCH] if quick else [SEARCH, SHORT_SEARCH]
     n = sum(len(STARTS) * len(s["L"]) * len(s["h"]) * len(s["seeds"]) for s in grids)
+    t = TIED_SEARCH
+    tied = "" if quick else (f", and {len(t['L']) * len(t['h']) * len(t['seeds'])} kept at an exact minimiser (Target = "
+                             f"F at every step, from {t['start']} attention, {grid(t)})")
     return (f"{n} Adam starts of {grids[0]['steps']} steps on log(bound/exact) ({', '.join(STARTS)} regimes × "
-            f"({'; '.join(grid(s) for s in grids)}), d = {grids[0]['d']}), each start also evaluated as drawn")
+            f"({'; '.join(grid(s) for s in grids)}), d = {grids[0]['d']}), each start also evaluated as drawn{tied}")
 
 
 def run(quick: bool = False, log: Callable[[str], None] | None = None) -> list[dict]:
@@ -231,11 +240,16 @@ def run(quick: bool = False, log: Callable[[str], None] | None = None) -> list[d
     out = []
     runs = [(start, L, h, seed, s) for s in ([QUICK_SEARCH] if quick else [SEARCH, SHORT_SEARCH]) for start in STARTS
             for L in s["L"] for h in s["h"] for seed in s["seeds"]]
+    if not quick:
+        t = TIED_SEARCH
+        runs += [(t["start"], L, h, seed, dict(t, tied=True)) for L in t["L"] for h in t["h"] for seed in t["seeds"]]
     for start, L, h, seed, s in runs:
         t0 = time.perf_counter()
-        tag = dict(L=L, d=s["d"], h=h, seed=seed, start=start)
-        out += [dict(r, stage="start", **tag) for r in evaluate(instance(L, s["d"], h, seed, start))]
-        inst, ratio = search(L, s["d"], h, seed, start, s["steps"], s["lr"])
+        tied = s.get("tied", False)
+        tag = dict(L=L, d=s["d"], h=h, seed=seed, start=start, minimiser=tied)
+        if not tied:
+            out += [dict(r, stage="start", **tag) for r in evaluate(instance(L, s["d"], h, seed, start))]
+        inst, ratio = search(L, s["d"], h, seed, start, s["steps"], s["lr"], tie_target=tied)
         out += [dict(r, stage="searched", **tag) for r in evaluate(inst)]
         if log:
             log(f"  multi-head bound {start}, L={L}, h={h}, seed={seed}: ratio {ratio:.4g} "

@@ -123,6 +123,10 @@ def _mh_rows(quick: bool) -> list[Row]:
     if degenerate:
         details["degenerate"] = {"min_ratio": min(r["ratio"] for r in degenerate), "L": [1]}
         extra += f" (L ≥ 2; {details['degenerate']['min_ratio']:.3g} at the degenerate L = 1, A ≡ 1)"
+    at_min = [r for r in whole if r.get("minimiser")]
+    if at_min:
+        details["at_minimiser"] = {"min_ratio": min(r["ratio"] for r in at_min)}
+        extra += f"; {details['at_minimiser']['min_ratio']:.3g} at an exact minimiser (loss 0)"
     extra += "; by L: " + ", ".join(f"{L}: {v:.3g}" for L, v in by_L.items())
     a = _bound_row(MH, whole, "‖H‖_2 ≤ M_h = 4 max over ten rows 2/(Ld)(g_i g_j + ρ φ_ij): the repaired Theorem 1 "
                    "extended to h heads with W_O (Hessian of (1/(Ld))‖F − Target‖_F² w.r.t. W_Q, W_K, W_V, W_O)",
