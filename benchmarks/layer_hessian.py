@@ -9,22 +9,21 @@ parameters (``curvature_gap.exact.layers.instance(seed=0)``), eval mode. Two siz
 * **the paper's MNIST size** (L = 49 patches, d = 16, one head, d_ff = 64, batch 8), every class
   (``nn.TransformerEncoderLayer``, timm ``Block``, Hugging Face ``ViTLayer``, ``BertLayer``): the dense Hessian;
 * **ViT-Tiny-like** (L = 65, d = 192, 3 heads, d_ff = 768, batch 8; ≈ 445k parameters, whose dense
-  Hessian — 1.6 TB — cannot be formed), timm's ``Block``: blocks by name, in three tasks,
+  Hessian — 1.6 TB — cannot be formed), timm's ``Block``: blocks by name, in two tasks,
   ``columns``: every block ``H[θ, norm1.weight]`` (the 445k × 192 column block of the first LayerNorm's γ),
-  ``mlp × norm1``: ``H[θ, norm1.weight]`` for the MLP's and second LayerNorm's θ only,
-  ``LayerNorm diagonals``: ``H[θ, θ]`` of both LayerNorms' γ and β;
+  ``mlp × norm1``: ``H[θ, norm1.weight]`` for the MLP's and second LayerNorm's θ only;
   and ``hvp``: one Hessian-vector product in every parameter (every class).
 
 Methods: ``closed form`` (``layer_hessian`` / ``layer_hvp``: hand-written derivatives, no autograd) and
 reverse-over-reverse ``torch.autograd`` through the module under the MATH attention backend
 (``torch.func.hessian`` is wrong through LayerNorm and the default CPU attention kernel has no double
-backward: ``curvature_gap.exact.encoder_layer``): dense, ``autograd batched, chunk N`` (all unit vectors in
-calls of N); blocks, ``autograd block by block`` (per pair, the smaller parameter's unit vectors through one
+backward: ``curvature_gap.exact.encoder_layer``): dense, ``autograd batched, chunk all`` (every unit vector in
+one batched call: the fastest route at this size on one sequence, ``benchmarks/encoder_layer_hessian.json``); blocks, ``autograd block by block`` (per pair, the smaller parameter's unit vectors through one
 batched second backward into the other parameters it is paired with); HVPs, ``autograd`` (one double
 backward). Every measurement runs in a fresh subprocess with ``--threads`` intra-op threads (peak resident
 memory VmHWM is its own; ``base_mb`` after imports and building the layer; ``--quick`` runs them in-process,
 so its peak is the process's); the median of ``--repeats``
-timed runs after one untimed warm-up (the ViT-Tiny block tasks: one run, no warm-up). Per row the error
+timed runs after one untimed warm-up (HVPs: of 5; the ViT-Tiny block tasks: one run, no warm-up). Per row the error
 ``max|ours − ref| / max|ref|`` against the case's autograd reference; per case the ratio fastest
 autodiff / closed form.
 """
@@ -48,7 +47,8 @@ TITLES = {"torch": "nn.TransformerEncoderLayer", "timm": "timm Block", "vit": "H
 # size name -> (N, L, d, heads, d_ff)
 FULL_SIZES = {"MNIST size": (8, 49, 16, 1, 64), "ViT-Tiny size": (8, 65, 192, 3, 768)}
 QUICK_SIZES = {"MNIST size": (2, 5, 8, 1, 16), "ViT-Tiny size": (2, 5, 8, 2, 16)}
-BLOCK_TASKS = ("columns", "mlp × norm1", "LayerNorm diagonals")
+BLOCK_TASKS = ("columns", "mlp × norm1")
+HVP_REPEATS = 5     # an HVP takes a fraction of a second: always the median of this many
 
 
 def _layer(kind: str, size: tuple):
@@ -68,8 +68,6 @@ def _pairs(task: str, names: list[str], shapes: dict) -> list[tuple[str, str]]:
         return [("norm1.weight", n) for n in names]
     if task == "mlp × norm1":
         return [("norm1.weight", n) for n in names if n.startswith(("mlp.", "norm2."))]
-    if task == "LayerNorm diagonals":
-        return [(n, n) for n in names if n.startswith(("norm1.", "norm2."))]
     raise ValueError(task)
 
 
@@ -142,8 +140,7 @@ def plan(quick: bool) -> list[tuple]:
     sizes = QUICK_SIZES if quick else FULL_SIZES
     out = []
     for kind in KINDS:
-        dense_auto = [("autograd batched, chunk all", None)] + ([] if quick else [("autograd batched, chunk 256", 256)])
-        out.append(("MNIST size", kind, "dense", dense_auto + [("closed form", 128)]))
+        out.append(("MNIST size", kind, "dense", [("autograd batched, chunk all", None), ("closed form", 128)]))
     for task in BLOCK_TASKS:
         out.append(("ViT-Tiny size", "timm", task, [("autograd block by block", None if quick else 64),
                                                     ("closed form", 32 if not quick else 128)]))
@@ -163,7 +160,8 @@ def run(quick: bool, repeats: int, threads: int, tmp: Path) -> list[dict]:
         for method, chunk in methods:
             path = tmp / f"{len(rows)}-{len(case_rows)}.pt"
             spec = dict(kind=kind, size=list(sizes[size]), task=task, method="closed" if method == "closed form" else "auto",
-                        chunk=chunk, threads=threads, repeats=1 if big_blocks else repeats, warmup=not big_blocks,
+                        chunk=chunk, threads=threads, warmup=not big_blocks,
+                        repeats=1 if big_blocks else max(repeats, HVP_REPEATS) if task == "hvp" else repeats,
                         save=str(path))
             res = _worker(spec) if quick else _run(spec)
             N, L, d, h, dff = sizes[size]

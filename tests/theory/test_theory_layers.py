@@ -202,27 +202,7 @@ def test_columns_equal_central_differences_of_the_module_gradient(kind):
     _need(kind)
     layer, X, T = R.instance(kind, N=2, L=4, heads=2, **({"init_values": 0.3} if kind == "timm" else {}))
     res = layer_hessian(layer, X, target=T)
-    params = dict(layer.named_parameters())
-    off, h = res.offsets(), 1e-5
-
-    def grad():
-        with eref.math_backend():
-            g = torch.autograd.grad(R.layer_loss(layer, X, T), list(params.values()))
-        return torch.cat([x.reshape(-1) for x in g])
-
-    worst = 0.0
-    for n, p in params.items():
-        j = p.numel() // 2
-        with torch.no_grad():
-            p.view(-1)[j] += h
-        gp = grad()
-        with torch.no_grad():
-            p.view(-1)[j] -= 2 * h
-        gm = grad()
-        with torch.no_grad():
-            p.view(-1)[j] += h
-        fd = (gp - gm) / (2 * h)
-        worst = max(worst, float((res.dense[:, off[n] + j] - fd).abs().max() / res.dense.abs().max()))
+    worst = R.fd_column_error(layer, X, T, res.dense)
     assert worst <= FD_TOL
 
 

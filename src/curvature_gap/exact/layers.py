@@ -23,8 +23,8 @@ from torch import nn
 from ..theory.layers import attention_mask
 from .encoder_layer import autograd_hessian, math_backend, random_layer
 
-__all__ = ["GRID", "grid_id", "LIBRARY", "available", "check", "randomize", "torch_layer", "timm_block", "vit_layer", "bert_layer", "BUILDERS", "layer_output",
-           "layer_loss", "hessian_autograd", "block_autograd", "hvp_autograd", "eager_softmax_error", "instance"]
+__all__ = ["GRID", "grid_id", "LIBRARY", "MINIMUM", "available", "check", "randomize", "torch_layer", "timm_block", "vit_layer", "bert_layer", "BUILDERS", "layer_output",
+           "layer_loss", "hessian_autograd", "block_autograd", "hvp_autograd", "fd_column_error", "eager_softmax_error", "instance"]
 
 
 # (kind, configuration, L): the grid the tests and the book page check, each on N = 2 sequences
@@ -50,15 +50,28 @@ def grid_id(kind: str, cfg: dict, L: int) -> str:
     return ".".join(parts)
 
 
+# the oldest release of each library whose layers the adapters read (the ``layers`` extra's lower bounds)
+MINIMUM = {"timm": (1, 0, 20), "transformers": (5, 0, 0)}
+
+
 def available(kind: str) -> bool:
-    """Whether the library of ``kind`` is installed (timm, transformers: the ``layers`` extra)."""
+    """Whether the library of ``kind`` is installed at a release the adapters read (the ``layers`` extra:
+    timm ≥ 1.0.20, transformers ≥ 5, whose ViT attention is ``q_proj/k_proj/v_proj``)."""
+    import importlib.metadata as md
+
     lib = LIBRARY[kind]
-    return lib is None or importlib.util.find_spec(lib) is not None
+    if lib is None:
+        return True
+    if importlib.util.find_spec(lib) is None:
+        return False
+    version = tuple(int(x) for x in md.version(lib).split("+")[0].split(".")[:3] if x.isdigit())
+    return version >= MINIMUM[lib]
 
 
-def check(kind: str, cfg: dict, L: int, N: int = 2, seed: int = 0, **mask) -> dict:
+def check(kind: str, cfg: dict, L: int, N: int = 2, seed: int = 0, fd: bool = False, **mask) -> dict:
     """One point of :data:`GRID`: the closed form (:func:`curvature_gap.layer_hessian`) against
-    :func:`hessian_autograd` through the module; ``{"P", "rel_err", "seconds_closed", "seconds_autograd"}``."""
+    :func:`hessian_autograd` through the module; ``{"P", "rel_err", "seconds_closed", "seconds_autograd"}``,
+    and with ``fd`` also ``"fd_err"`` (:func:`fd_column_error`)."""
     import time
 
     from ..theory.layers import layer_hessian
@@ -69,8 +82,11 @@ def check(kind: str, cfg: dict, L: int, N: int = 2, seed: int = 0, **mask) -> di
     t1 = time.perf_counter()
     H = layer_hessian(layer, X, target=T, **mask).dense
     t2 = time.perf_counter()
-    return dict(P=H.shape[0], rel_err=float((H - H_ref).abs().max() / H_ref.abs().max()),
-                seconds_closed=t2 - t1, seconds_autograd=t1 - t0)
+    out = dict(P=H.shape[0], rel_err=float((H - H_ref).abs().max() / H_ref.abs().max()),
+               seconds_closed=t2 - t1, seconds_autograd=t1 - t0)
+    if fd:
+        out["fd_err"] = fd_column_error(layer, X, T, H, **mask)
+    return out
 
 
 def randomize(layer: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
@@ -240,6 +256,35 @@ def hvp_autograd(layer, X, target, v: dict, **kw) -> dict:
         dot = sum((g[n] * v[n]).sum() for n in names)
         hv = torch.autograd.grad(dot, list(named.values()), allow_unused=True)
     return {n: (torch.zeros_like(p) if h is None else h) for (n, p), h in zip(named.items(), hv)}
+
+
+def fd_column_error(layer, X, target, H: torch.Tensor, h: float = 1e-5, **mask) -> float:
+    """Central differences of the module's *first* derivatives against Hessian columns, for the middle entry
+    of every parameter: ``max_j max|H e_j − (∇l(θ + h e_j) − ∇l(θ − h e_j)) / 2h| / max|H|`` with ∇l the
+    module's first-order autograd (no double backward: independent of :func:`hessian_autograd`); ``H`` (P, P)
+    in ``named_parameters()`` order. The parameters are restored."""
+    params = dict(layer.named_parameters())
+
+    def grad():
+        with math_backend():
+            g = torch.autograd.grad(layer_loss(layer, X, target, **mask), list(params.values()))
+        return torch.cat([x.reshape(-1) for x in g])
+
+    worst, o = 0.0, 0
+    for p in params.values():
+        j = p.numel() // 2
+        old = float(p.detach().view(-1)[j])
+        with torch.no_grad():
+            p.view(-1)[j] = old + h
+        gp = grad()
+        with torch.no_grad():
+            p.view(-1)[j] = old - h
+        gm = grad()
+        with torch.no_grad():
+            p.view(-1)[j] = old
+        worst = max(worst, float((H[:, o + j] - (gp - gm) / (2 * h)).abs().max() / H.abs().max()))
+        o += p.numel()
+    return worst
 
 
 def eager_softmax_error(d: int = 8, heads: int = 2, L: int = 5, seed: int = 0) -> float:

@@ -34,7 +34,10 @@ from .primitives import Concat, Scale
 __all__ = ["Layer", "adapt", "SUPPORTED", "library_class"]
 
 SUPPORTED = {
-    "torch.nn.TransformerEncoderLayer": el.SUPPORTED,
+    "torch.nn.TransformerEncoderLayer": (
+        "post- or pre-norm (norm_first); bias on or off; any nhead; activation relu, gelu (erf) or "
+        "nn.GELU('tanh'); batch_first True or False; dropout any in eval mode. Not: kdim/vdim, add_bias_kv, "
+        "add_zero_attn, another norm than nn.LayerNorm, a custom activation"),
     "timm.models.vision_transformer.Block": (
         "pre-norm; qkv_bias and proj_bias on or off; any num_heads (attn_head_dim too); LayerScale (init_values) "
         "or none; scale_attn_norm / scale_mlp_norm LayerNorms; act_layer nn.GELU (erf or tanh), timm GELU / "
