@@ -31,8 +31,9 @@ def test_verdicts_on_the_quick_rows(quick_rows):
     assert _find(quick_rows, "thm2").verdict == "holds"
     assert _find(quick_rows, "thm3").verdict.startswith("holds")
     assert _find(quick_rows, "figs7_11").verdict == "no claim made"
-    assert _find(quick_rows, "fig6").verdict == "not run at paper scale"
-    for key in ("fig3", "fig4", "fig5", "fig12", "assumption1"):
+    for key in ("fig6", "fig12"):  # CIFAR-100 at paper scale: the MNIST stand-ins carry no verdict
+        assert _find(quick_rows, key).verdict == "not run at paper scale", key
+    for key in ("fig3", "fig4", "fig5", "assumption1"):
         f = _find(quick_rows, key)
         assert f.verdict == "not run" and "curvature-gap reproduce --only" in f.evidence, key
     assert [f.key for f in fd.findings(quick_rows)] == [k for k, *_ in fd.RESULTS]

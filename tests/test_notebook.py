@@ -63,8 +63,8 @@ def test_verdict_text_and_html_on_the_quick_rows(quick_rows):
     # a claim with a verdict per model says which model each verdict is about; others name none
     # and on which dataset: the label "the theorem's block" is the MNIST model on Fig. 3's and Fig. 12's pages,
     # the CIFAR-100 one on Fig. 6's
-    for fig, authors, block in (("fig3", "MNIST", "MNIST"), ("fig6", "CIFAR-100", "CIFAR-100"),
-                                ("fig12", "CIFAR-100", "MNIST")):
+    for fig, authors, block in (("fig3", "MNIST, at initialisation", "MNIST"), ("fig6", "CIFAR-100, bf16 runs", "CIFAR-100"),
+                                ("fig12", "CIFAR-100, bf16 runs", "CIFAR-100")):
         assert (f"</strong> <em>On the authors' model ({authors}).</em>"
                 in nb.verdict_html(f"{fig}_authors", "paper", quick_rows))
         assert (f"</strong> <em>On the theorem's block (the Table 1 model, {block}).</em>"

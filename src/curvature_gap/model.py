@@ -14,7 +14,7 @@ an output projection W_O, no FFN/patch/head biases, sinusoidal or no positional 
 Weights are stored in the paper's orientation (``X @ W``), so vec_r of a parameter is its
 row-major flattening and Hessian blocks map one-to-one onto the theory's formulas.
 Attention is written out (no fused kernel: curvlinops needs forward-mode AD) and LayerNorm is
-hand-written (the fused kernel gives wrong second derivatives, see ``tests/hessian/test_hessian_generic.py``).
+hand-written (forward-over-reverse through the fused kernel gives wrong second derivatives, see ``tests/hessian/test_hessian_generic.py``).
 """
 from __future__ import annotations
 

@@ -172,18 +172,20 @@ def load(name: str, profile: str = "smoke", device: str = "auto", seed: int | No
 
 
 def show_provenance(res) -> None:
-    """Where a result's numbers come from: file, config hash, how, where and when they were computed."""
+    """Where a result's numbers come from: file, profile, how long, on which device and when they were computed."""
     prov = res.provenance or {}
-    sw, git, h = prov.get("software") or {}, prov.get("git") or {}, prov.get("host") or {}
+    sw, git = prov.get("software") or {}, prov.get("git") or {}
     where = res.json_path
     root = _root()
     if root is not None and where is not None:
         where = Path(where).resolve()
         where = where.relative_to(root) if where.is_relative_to(root) else where
-    parts = [f"Numbers: `{where}` (config `{res.config_hash}`, profile `{res.config.get('profile')}`)"]
+    # the configuration hash and the machine's CPU string are for maintainers (in the JSON itself)
+    parts = [f"Numbers: `{where}` (profile `{res.config.get('profile')}`)"]
     if prov.get("compute_seconds") is not None:
-        parts.append(f"computed in {float(prov['compute_seconds']):.0f} s on `{prov.get('device', '?')}`"
-                     + (f" ({h.get('cpu')})" if h.get("cpu") else ""))
+        secs = float(prov["compute_seconds"])
+        took = "under a second (it reads what an earlier computation saved)" if secs < 0.5 else f"{secs:.0f} s"
+        parts.append(f"computed in {took} on the {prov.get('device', '?').upper()}")
     if prov.get("created"):
         parts.append(f"on {prov['created']}")
     if sw.get("torch"):
@@ -426,6 +428,19 @@ def _dataset(key: str) -> str:
     return "CIFAR-100" if "CIFAR-100" in needs.split(" (smoke)")[0].split("/")[0] else "MNIST"
 
 
+def _arithmetic(key: str) -> str:
+    """How the run behind an authors' result was computed, for its verdict's label: ", at initialisation" (no
+    training), ", bf16 runs" (their arithmetic, ``precision.ARITHMETICS``) or ", float32 runs"."""
+    try:
+        s = experiments.spec(key).settings.get("paper")
+    except KeyError:
+        return ""
+    if getattr(s, "step", None) == 0:
+        return ", at initialisation"
+    arithmetic = getattr(s, "arithmetic", None)
+    return "" if arithmetic is None else ", bf16 runs" if arithmetic == "authors" else ", float32 runs"
+
+
 def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     """The verdict line of a result as a marked HTML element (the book's checks find it by its class and
     ``data-verdict``); the same element on a result's page and on the generated pages."""
@@ -437,7 +452,7 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     if not smoke:
         # where a claim has a verdict per model, say which model this one is about
         keys = {k for k, *_ in result_entries()}
-        model = (f"On the authors' model ({_dataset(key)})." if key.endswith("_authors") else
+        model = (f"On the authors' model ({_dataset(key)}{_arithmetic(key)})." if key.endswith("_authors") else
                  f"On the theorem's block (the Table 1 model, {_dataset(key)})." if f"{key}_authors" in keys else "")
         body = re.sub(r"^Verdict: ([^.]*)\.", lambda m: f"<strong>Verdict: {m.group(1)}.</strong>"
                       + (f" <em>{model}</em>" if model else ""), body)

@@ -146,6 +146,12 @@ def _runs_to_train(names: list[str], ctx: ex.Context, allow_long: bool) -> list[
         job = jobs.setdefault(cfg.hash(), [s.model, cfg.seed, getattr(s, "arithmetic", None), step])
         if recipe:
             job[3] = max(job[3], step)
+            # the other runs a result counts over (Figs. 4, 5 on the authors' model: their init is unseeded)
+            for seed in (*getattr(s, "run_seeds", ()), *getattr(s, "seeds", ())):
+                other = ctx.train_cfg(s.model, seed, getattr(s, "arithmetic", None))
+                if seed != cfg.seed and load_snapshot(run_dir(other, ctx.runs_dir), step, other.hash()) is None:
+                    j = jobs.setdefault(other.hash(), [s.model, seed, getattr(s, "arithmetic", None), step])
+                    j[3] = max(j[3], step)
     return [tuple(j) for j in jobs.values()]
 
 

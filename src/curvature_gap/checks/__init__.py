@@ -88,7 +88,7 @@ def run(quick: bool = False, results_dir="results", published_dir=None, log=None
     res = res if res is not None else _found(_context(results_dir, published_dir, profile))
     rows = theory.run_checks(quick)
     rows += bounds.run_checks(quick, res["trained_bounds"], log=log)
-    rows += landscape.run_checks(res["fig12"], res["theorem7"])
+    rows += landscape.run_checks(res["fig12"], res["theorem7"], res.get("fig12_mnist"))
     rows += figures.run_checks(res)
     rows += encoder_layer.run_checks(quick)
     _link_errata(rows)

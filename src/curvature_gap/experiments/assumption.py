@@ -1,4 +1,5 @@
-"""Fig. 12: how well Assumption 1 (∇L_k(w*) = 0) holds at the trained MNIST model, against k
+"""Fig. 12: how well Assumption 1 (∇L_k(w*) = 0) holds at the trained model of Table 1, against k (the CIFAR-100
+model at paper scale, the MNIST model as its stand-in)
 (:mod:`curvature_gap.landscape.assumption1` computes it)."""
 from __future__ import annotations
 
@@ -19,14 +20,18 @@ __all__ = ["compute_assumption", "plot_assumption", "AssumptionSettings", "SPECS
 class AssumptionSettings:
     """Fig. 12: ||grad L_k(w*)|| against the number of samples k (Assumption 1 says it is 0)."""
 
-    model: str = "mnist"  # the CPU model; the paper does not say which model App. A.2 used
+    # the paper's Fig. 12 is on the 8-block CIFAR-100 model (the authors' assumption_1.yaml), so the paper profile of
+    # the theorem's block is its CIFAR-100 model of Table 1; the MNIST model stands in where CIFAR-100 cannot be had
+    model: str = "cifar100"
     n_permutations: int = 4  # sampled orders drawn (the mean over all orders is computed exactly)
     n_points: int = 30  # log-spaced sample counts from 1 to N
     chunk: int = 512  # samples per backward pass (memory only; does not change the numbers beyond rounding)
     seed: int = 0  # permutation seed
 
 
-SETTINGS = {"paper": AssumptionSettings(), "smoke": AssumptionSettings(n_points=20, n_permutations=4)}
+SETTINGS = {"paper": AssumptionSettings(), "smoke": AssumptionSettings(model="mnist", n_points=20, n_permutations=4)}
+# the stand-in (as fig6_mnist is Fig. 6's): the trained MNIST model of Table 1, without a verdict on the figure
+MNIST_SETTINGS = {"paper": AssumptionSettings(model="mnist")}
 
 
 def compute_assumption(ctx: Context, s: AssumptionSettings) -> tuple[dict, dict]:
@@ -71,7 +76,12 @@ def key_numbers(r) -> dict:
 SPECS = (
     FigureSpec("fig12", "Fig. 12", "fig12_assumption_1", "validation of Assumption 1", SETTINGS,
                lambda j: compute_assumption(j.ctx, j.settings), {"assumption": plot_assumption},
-               {"assumption": captions.fig12},
+               {"assumption": captions.fig12}, needs="CIFAR-100 (paper) / MNIST (smoke)",
                override_key="assumption", verify_reads=True, key_numbers=key_numbers,
-               finding=Finding("fig12", "Fig. 12: Assumption 1 improves with more samples", "notebooks/fig12_assumption1")),
+               finding=Finding("fig12", "Fig. 12: Assumption 1 improves with more samples (CIFAR-100)",
+                               "notebooks/fig12_assumption1")),
+    FigureSpec("fig12_mnist", "Fig. 12 (MNIST stand-in)", "fig12_assumption_1_mnist", "validation of Assumption 1, "
+               "MNIST model (stand-in)", MNIST_SETTINGS, lambda j: compute_assumption(j.ctx, j.settings),
+               {"assumption": plot_assumption}, {"assumption": captions.fig12}, override_key="assumption_mnist",
+               verify_reads=True, key_numbers=key_numbers),
 )
