@@ -63,9 +63,19 @@ INEQUALITIES: dict[str, tuple[str, str]] = {
         _n(r"\partial^2\mathbf P/\partial\mathbf X^2") + r"\le\frac{" + X + r"}{\sqrt n\," + SIGMA + r"^3}+\frac{3"
         + X + r"^2}{n\," + SIGMA + "^5}"),
     "bounds.thm6.block.explicit": (
-        "Theorem 6: the explicit bound on each block (its expressions stated in the proof)",
+        "Theorem 6: the explicit bound on each block, as the proof states it",
         r"\begin{aligned}&" + _n(r"\mathbf H_{\rm tr}^{(i,j)}") + r"\le" + _n(r"\mathbf J_Z") + _n(r"\boldsymbol\xi_{ij}") + "+" + _n(r"\mathbf B_i")
         + _n(r"\mathbf H_Z") + _n(r"\mathbf B_j") + r"\\&\text{with every factor replaced by its App. C.6 estimate}\end{aligned}"),
+    "bounds.thm6.block.exact": (
+        "Theorem 6: the displayed per-block inequality",
+        _n(r"\mathbf H_{\rm tr}^{(i,j)}") + r"\le" + _n(r"\mathbf J_Z") + _n(r"\boldsymbol\xi_{ij}") + "+" + _n(r"\mathbf B_i")
+        + _n(r"\mathbf H_Z") + _n(r"\mathbf B_j")),
+    "bounds.thm6.full.exact": (
+        "Theorem 6: the displayed whole-Hessian inequality",
+        _n(r"\mathbf H") + r"\le M_{\rm tr}\quad\text{(exact ingredient norms)}"),
+    "bounds.thm6.full.explicit": (
+        "Theorem 6: the explicit whole-Hessian bound",
+        _n(r"\mathbf H") + r"\le M_{\rm tr}\quad\text{(every ingredient replaced by its App. C.6 estimate)}"),
     "bounds.thm6.GQ": (
         "Theorem 6, proof: the bound on G_Q",
         _n(r"\mathbf G_Q") + r"\le\frac{" + WV + WK + X + r"^3}{L\sqrt{d_K}}"),
