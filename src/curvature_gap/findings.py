@@ -303,6 +303,18 @@ def _experiment(key: str, rows: list[Row]) -> tuple[str, str]:
     return r.verdict, r.note.split(" — ")[0] if r.note else ""
 
 
+def model_words(name: str) -> str:
+    """The dataset of a result's paper profile and, for the authors' model, how its run was computed: "MNIST",
+    "CIFAR-100, bf16 runs", "MNIST, at initialisation" (what a verdict about an experiment names)."""
+    s = SPECS[name]
+    data = "CIFAR-100" if "CIFAR-100" in (s.needs or "").split(" (smoke)")[0].split("/")[0] else "MNIST"
+    paper = s.settings.get("paper")
+    if getattr(paper, "step", None) == 0:
+        return f"{data}, at initialisation"
+    arithmetic = getattr(paper, "arithmetic", None)
+    return data if arithmetic is None else f"{data}, {'bf16' if arithmetic == 'authors' else 'float32'} runs"
+
+
 def findings(rows: list[Row]) -> list[Finding]:
     """One :class:`Finding` per result of :data:`RESULTS`, in book order."""
     out = []
@@ -382,11 +394,11 @@ def summary_sentences(rows: list[Row]) -> list[str]:
     if ce and ce.verdict != "not run":
         out.append(f"§5: the companion's cross-entropy version of Theorem 6 {ce.verdict.replace('holds, ', 'holds but is ')}; "
                    f"the paper's \"explicitly validated\" is {cev.verdict}.")
-    def per_model(k):  # "Fig. 3: not reproduced on the authors' model, partly reproduced on the theorem's block"
+    def per_model(k):  # "Fig. 3: not reproduced on the authors' model (MNIST, at initialisation), partly … (MNIST)"
         name = f[k].title.split(":")[0].split(" on the ")[0]
         a = f.get(f"{k}_authors")
-        return (f"{name}: {a.verdict} on the authors' model, {f[k].verdict} on the theorem's block" if a is not None
-                else f"{name}: {f[k].verdict}")
+        return (f"{name}: {a.verdict} on the authors' model ({model_words(f'{k}_authors')}), {f[k].verdict} on the "
+                f"theorem's block ({model_words(k)})" if a is not None else f"{name}: {f[k].verdict}")
     out.append("The figures' claims, from the paper-profile results: " + "; ".join(
         per_model(k) for k in ("fig3", "fig4", "fig5", "fig6", "fig12")) + ".")
     f12 = by.get("fig12.validity_increases")

@@ -33,7 +33,7 @@ import math  # noqa: E402
 from .captions import ordinal, plural, readable, unit_tex  # noqa: E402
 from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
-from .findings import Finding, finding_of, result_entries  # noqa: E402
+from .findings import Finding, finding_of, model_words, result_entries  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "published_rows", "RECOMPUTE", "show_markdown", "show_figure", "figure", "rows", "show_rows",
            "scaling_md", "show_scaling",
@@ -419,28 +419,6 @@ def verdict_text(key: str, profile: str, rs: list[Row] | None = None) -> str:
     return f"**Verdict: {f.verdict}.** {sentence(f.evidence)}"
 
 
-def _dataset(key: str) -> str:
-    """The dataset a figure's verdict is about at paper scale (its spec's ``needs``): MNIST or CIFAR-100."""
-    try:
-        needs = experiments.spec(key).needs or ""
-    except KeyError:
-        return "MNIST"
-    return "CIFAR-100" if "CIFAR-100" in needs.split(" (smoke)")[0].split("/")[0] else "MNIST"
-
-
-def _arithmetic(key: str) -> str:
-    """How the run behind an authors' result was computed, for its verdict's label: ", at initialisation" (no
-    training), ", bf16 runs" (their arithmetic, ``precision.ARITHMETICS``) or ", float32 runs"."""
-    try:
-        s = experiments.spec(key).settings.get("paper")
-    except KeyError:
-        return ""
-    if getattr(s, "step", None) == 0:
-        return ", at initialisation"
-    arithmetic = getattr(s, "arithmetic", None)
-    return "" if arithmetic is None else ", bf16 runs" if arithmetic == "authors" else ", float32 runs"
-
-
 def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     """The verdict line of a result as a marked HTML element (the book's checks find it by its class and
     ``data-verdict``); the same element on a result's page and on the generated pages."""
@@ -452,8 +430,8 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     if not smoke:
         # where a claim has a verdict per model, say which model this one is about
         keys = {k for k, *_ in result_entries()}
-        model = (f"On the authors' model ({_dataset(key)}{_arithmetic(key)})." if key.endswith("_authors") else
-                 f"On the theorem's block (the Table 1 model, {_dataset(key)})." if f"{key}_authors" in keys else "")
+        model = (f"On the authors' model ({model_words(key)})." if key.endswith("_authors") else
+                 f"On the theorem's block (the Table 1 model, {model_words(key)})." if f"{key}_authors" in keys else "")
         body = re.sub(r"^Verdict: ([^.]*)\.", lambda m: f"<strong>Verdict: {m.group(1)}.</strong>"
                       + (f" <em>{model}</em>" if model else ""), body)
     return (f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'

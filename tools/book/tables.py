@@ -86,18 +86,18 @@ CLAIMS = [
     ("Figs. 5, 7–11: Keys and Values have the largest norms, also over training (MNIST)",
      ("fig5_authors", "fig5", "figs7_11")),
     ("Fig. 6: the loss difference decays like $1/k$ (CIFAR-100)", ("fig6_authors", "fig6")),
-    ("Fig. 12: Assumption 1 becomes more plausible with more samples", ("fig12_authors", "fig12")),
+    ("Fig. 12: Assumption 1 becomes more plausible with more samples (CIFAR-100)", ("fig12_authors", "fig12")),
 ]
 SCALING_CLAIM = "The title: implications for scaling laws"
 
 
 def _model_word(key: str) -> str:
-    from curvature_gap.notebook import _dataset  # noqa: PLC0415
+    from curvature_gap.findings import model_words  # noqa: PLC0415
 
     if key.endswith("_authors"):
-        return f"authors' model, {_dataset(key)}"
+        return f"authors' model, {model_words(key)}"
     if f"{key}_authors" in {k for k, *_ in RESULTS}:
-        return f"theorem's block, {_dataset(key)}"
+        return f"theorem's block, {model_words(key)}"
     return ""
 
 
@@ -316,8 +316,11 @@ def verdict_md(rows: list[Row], key: str, profile: str) -> str:
 
 
 def notation_md() -> str:
-    body = [[n["paper"], "`" + n["code"].replace("|", "\\|") + "`", n["meaning"], n.get("clash") or ""] for n in NOTATION]
-    return md_table(["paper", "code", "meaning", "clash resolved"], body) + "\n"
+    """The one notation table: the paper's symbol, the code's name, its meaning (and the clash it resolves, where
+    the paper uses one symbol twice): three columns, so that the formulas get the width they need."""
+    body = [[n["paper"], "`" + n["code"].replace("|", "\\|") + "`",
+             n["meaning"] + (f" *Clash resolved:* {n['clash']}" if n.get("clash") else "")] for n in NOTATION]
+    return md_table(["paper", "code", "meaning"], body) + "\n"
 
 
 def from_authors_md() -> str:
@@ -333,6 +336,17 @@ def unstated_md() -> str:
     return md_table(["choice", "value used here", "reason"], body) + "\n"
 
 
+def _setting(v) -> str:
+    """A setting as a reader writes it: yes / no / none (not Python's True / False / None), 0 (not 0.0)."""
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
 def profiles_md() -> str:
     """Model and training settings per profile, transposed so that it fits a phone: one column per profile
     (their configuration hashes are for maintainers: ``docs/maintainers.md``)."""
@@ -342,7 +356,7 @@ def profiles_md() -> str:
     body = [["blocks"] + [str(PROFILE_CONFIGS[c].model_config().n_blocks) for c in cols],
             ["width d_V / d_ff"] + [f"{PROFILE_CONFIGS[c].model_config().d_model} / {PROFILE_CONFIGS[c].model_config().d_ff}"
                                     for c in cols]]
-    body += [[k] + [md_escape(getattr(PROFILE_CONFIGS[c], k)) for c in cols] for k in keys]
+    body += [[k.replace("_", " ")] + [md_escape(_setting(getattr(PROFILE_CONFIGS[c], k))) for c in cols] for k in keys]
     return md_table(["setting"] + [f"{m} {p}" for m, p in cols], body) + "\n"
 
 
@@ -373,7 +387,7 @@ def versions_md(root) -> str:
 
 def hardware_md(device: str) -> str:
     h = host()
-    body = [["operating system", md_escape(platform.platform())], ["CPU", md_escape(h["cpu"])],
+    body = [["CPU", md_escape(h["cpu"]) + (" (a virtual machine)" if h.get("virtual") else "")],
             ["CPUs", f"{h['cpus']} (torch threads: {torch.get_num_threads()})"],
             ["memory", f"{h['memory_gib']:.1f} GiB" if h["memory_gib"] else "unknown"],
             ["GPU", md_escape(h["gpu"] or "none")], ["device requested for this build", f"`{device}`"]]
@@ -407,10 +421,13 @@ def published_md(root, profile: str) -> str:
         h = prov.get("host") or {}
         secs = prov.get("compute_seconds")
         cpu = f", {h['cpu']}" if h.get("cpu") else ""
-        body.append([f"`{name}`", what, "—" if secs is None else f"{float(secs):.0f}",
+        took = "—" if secs is None else "under 1 †" if float(secs) < 0.5 else f"{float(secs):.0f}"
+        body.append([f"`{name}`", what, took,
                      md_escape(f"{prov.get('device', '?')}{cpu}"), md_escape(str(doc.get("created", ""))[:10] or "—")])
     return ("The results it renders, how long each took to compute and on what; a result that was left out "
-            "says what it needs:\n\n" + md_table(["result", "what", "compute (s)", "computed on", "date"], body) + "\n")
+            "says what it needs:\n\n" + md_table(["result", "what", "compute (s)", "computed on", "date"], body)
+            + "\n\n† Under a second: the result only reads what an earlier computation saved (its training run's "
+            "snapshots, or the shared pass of the results it is drawn with), whose time is counted there.\n")
 
 
 def costs_md(root) -> str:
@@ -461,6 +478,11 @@ def costs_md(root) -> str:
 
 
 def runtimes_md(timings: dict, verify_source: str) -> str:
-    body = [[f"`{verify_source}`", "—"]]
-    body += [[f"notebook `{name}`", f"{sec:.1f}"] for name, sec in timings.items()]
+    """How long this build took, for readers: the rows it read and, in one line, its notebooks (each page's
+    time is in ``_build/book-report.json``, for maintainers)."""
+    total = sum(timings.values())
+    slow = max(timings, key=timings.get) if timings else None
+    body = [[f"`{verify_source}`", "—"],
+            [f"executing the {plural(len(timings), 'notebook')}", f"{total:.0f}"
+             + (f" (the slowest, `{slow}`: {timings[slow]:.0f})" if slow else "")]]
     return md_table(["step", "wall time (s)"], body) + "\n"
