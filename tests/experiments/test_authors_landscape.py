@@ -148,3 +148,4 @@ def test_the_accumulation_rows_say_whether_the_plotted_curve_is_the_quantity():
                                        "grad_norm_theirs": np.array([[1.0, 0.5, 0.25], [1.0, 0.5, 0.26]])})
     assert summary["theirs_over_exact"] == pytest.approx(0.5) and summary["drift_from_samples"] == 60_032
     assert summary["exact_drift"] == pytest.approx(1.02) and summary["n_passes"] == 2
+    assert summary["bites_at_samples"] == 120_064, "the first logged k where the sums part by more than ACCUM_TOL"

@@ -219,7 +219,10 @@ def accumulation_summary(arrays: dict) -> dict:
     ratio = theirs[:, -1] / exact[:, -1]
     i0 = int(np.searchsorted(g, DRIFT_FROM)) if g[-1] >= DRIFT_FROM else 0
     drift = exact[:, -1] / exact[:, i0]
-    return dict(theirs_over_exact=float(ratio.mean()), theirs_over_exact_spread=[float(ratio.min()), float(ratio.max())],
+    mean_ratio = (theirs / exact).mean(axis=0)
+    off = np.flatnonzero(np.abs(mean_ratio - 1) > ACCUM_TOL)  # where the two sums first part by more than ACCUM_TOL
+    return dict(bites_at_samples=int(g[off[0]]) if len(off) else None,
+                theirs_over_exact=float(ratio.mean()), theirs_over_exact_spread=[float(ratio.min()), float(ratio.max())],
                 exact_drift=float(drift.mean()), exact_drift_spread=[float(drift.min()), float(drift.max())],
                 drift_from_samples=int(g[i0]), largest_k=int(g[-1]), n_passes=int(exact.shape[0]))
 
@@ -347,8 +350,11 @@ def _mechanism(standin) -> str:
     m = standin.meta
     dtype = "bf16" if m.get("precision") == "bf16" else "float32"
     batches = -(-m["largest_k"] // m["batch_size"])
+    bites = m.get("bites_at_samples")
+    when = (f" (the two part by more than {ACCUM_TOL:.0%} after {-(-bites // m['batch_size']):,} batches)"
+            if bites else "")
     return (f"On their MNIST model at step {m['step']:,} ({dtype} run, {m['n_passes']} passes of {batches:,} "
-            f"batches), the {dtype} sum of the same gradients ends at {m['theirs_over_exact']:.2f} of the float64 sum, "
+            f"batches), the {dtype} sum of the same gradients ends at {m['theirs_over_exact']:.2f} of the float64 sum{when}, "
             f"while the float64 norm at k = {m['largest_k']:,} is {m['exact_drift']:.2f} of its value at "
             f"k = {m['drift_from_samples']:,}: the decline their code plots comes from summing in {dtype} (each new "
             f"batch gradient falls below half an ulp of the sum), not from the quantity. Their CIFAR-100 pass sums "
