@@ -33,6 +33,7 @@ BENCHMARKS = (
     ("authors_hessian", "Exact Hessian of the authors' ViT: ours vs curvlinops"),
     ("layernorm_versions", "The authors' Hessian through the fused LayerNorm, per curvlinops release"),
     ("training_cost", "What the paper profile of Figs. 6 and 12 costs: the authors' CIFAR-100 model and recipe"),
+    ("bf16_cpu", "What the authors' bf16 arithmetic costs on a CPU"),
 )
 REQUIRED = ("benchmark", "mode", "machine", "load_average", "threads", "software", "git", "started", "rows")
 
@@ -519,7 +520,31 @@ def render_training_cost(doc: dict) -> list[str]:
     return lines
 
 
-RENDERERS = {"training_cost": render_training_cost, "layernorm_versions": render_layernorm_versions, "theory_block_hessian": render_theory_block_hessian, "hessian": render_hessian,
+def render_bf16_cpu(doc: dict) -> list[str]:
+    """Step and pass times per arithmetic, and what the paper profile's runs cost from them."""
+    rows = doc["rows"]
+    step = {r["variant"]: r["seconds"] for r in rows if r["what"] == "step"}
+    pas = {r["variant"]: r["seconds"] for r in rows if r["what"] == "fig12_pass"}
+    f32 = step.get("float32")
+    lines = ["| the authors' MNIST recipe, one step | ms | against float32 |", "|---|---|---|"]
+    lines += [f"| {v} | {fmt(s * 1e3)} | {fmt(s / f32, '{:.2f}')}× |" for v, s in step.items()]
+    lines += ["", "| one batch of the Fig. 12 pass | ms |", "|---|---|"]
+    lines += [f"| {'their bf16 arithmetic' if v == 'authors' else 'float32, float64 sums'} | {fmt(s * 1e3)} |"
+              for v, s in pas.items()]
+    emu = step.get("bf16, emulated GEMM")
+    if emu and f32:
+        lines += ["", "What the paper profile's runs cost at these rates (one process, one thread each; `make reproduce` "
+                  "runs them side by side, one per core):", "",
+                  "| run | time |", "|---|---|",
+                  f"| the authors' run to step 20,000 in bf16 (Fig. 4; the Figs. 6 and 12 stand-ins) | {secs(20_000 * emu)} s |",
+                  f"| the same in float32 (the *_exact results) | {secs(20_000 * f32)} s |",
+                  f"| two more bf16 runs to step 1,000 (Fig. 5 counts three runs) | {secs(2_000 * emu)} s |",
+                  f"| two more bf16 runs to step 20,000 (Fig. 4 counting three runs: not in the paper profile) | "
+                  f"{secs(40_000 * emu)} s |"]
+    return lines
+
+
+RENDERERS = {"training_cost": render_training_cost, "bf16_cpu": render_bf16_cpu, "layernorm_versions": render_layernorm_versions, "theory_block_hessian": render_theory_block_hessian, "hessian": render_hessian,
              "floor": render_floor, "gpu_check": render_gpu_check, "encoder_layer_hessian": render_encoder_layer_hessian,
              "layer_hessian": render_layer_hessian,
              "authors_hessian": render_authors_hessian}

@@ -1,0 +1,104 @@
+"""What the authors' bf16 arithmetic costs on a CPU: one step of their MNIST recipe in float32, in bf16 with
+PyTorch's own bf16 matrix kernels, and in bf16 with the matrix products emulated (``precision.EmulatedBF16Gemm``,
+what the package runs on a CPU), and one batch of the Fig. 12 pass in each arithmetic.
+
+On a CPU without bf16 matrix units (AVX2 only, as here) PyTorch's bf16 GEMM is several times slower than
+float32; the emulation computes the same products (float32 GEMM of the bf16 operands, rounded once) at close to
+float32 speed. From the step times the report derives what the paper profile's runs cost: the authors' run to
+step 20,000 (Fig. 4; Figs. 6 and 12 stand-ins) in each arithmetic, and the two extra bf16 runs that Fig. 4's
+verdict would need to count three runs, as Fig. 5's does (three runs to step 1,000). Usage::
+
+    python benchmarks/bf16_cpu.py [--steps 60] [--threads 1]
+    python benchmarks/bf16_cpu.py --quick
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import sys
+import tempfile
+import time
+
+import torch
+
+from _bench import Run, add_switches, out_path
+from curvature_gap.config import recipe_config
+from curvature_gap.cost import random_datasets
+from curvature_gap.experiments.authors_landscape import loader_pass
+from curvature_gap.model import build_model
+from curvature_gap.train import load_recipe_datasets, train_recipe
+
+NAME = "bf16_cpu"
+MODEL = "authors_mnist"
+VARIANTS = (("float32", "float32", False), ("bf16, PyTorch's kernels", "bf16", False), ("bf16, emulated GEMM", "bf16", True))
+
+
+def _step_seconds(cfg, ds, warmup: int, steps: int) -> float:
+    """Seconds per step of ``train_recipe`` (``warmup`` untimed steps first), on the CPU."""
+    with tempfile.TemporaryDirectory() as d:
+        train_recipe(cfg, d, "cpu", datasets=ds, max_steps=warmup, progress=False)
+        t0 = time.perf_counter()
+        train_recipe(cfg, d, "cpu", datasets=ds, max_steps=warmup + steps, progress=False)
+        return (time.perf_counter() - t0) / steps
+
+
+def measure(steps: int, warmup: int, pass_batches: int, quick: bool) -> list[dict]:
+    cfg = recipe_config(MODEL, "paper")
+    if quick:
+        cfg = dataclasses.replace(cfg, model_overrides=(("d_ff", 8), ("d_k", 4), ("d_model", 4), ("patch_size", 7)))
+    # one epoch longer than the timed steps: no end-of-epoch evaluation inside the timing
+    raw = random_datasets(cfg, (warmup + steps + 2) * cfg.batch_size, cfg.batch_size, seed=1)
+    ds = raw
+    rows = []
+    import curvature_gap.train as tr
+    for label, precision, emulated in VARIANTS:
+        run = dataclasses.replace(cfg, precision=precision, snapshot_every=0)
+        # PyTorch's own kernels: the step without the emulation (the package always emulates on a CPU)
+        patch = contextlib.nullcontext() if emulated or precision == "float32" else _no_emulation(tr)
+        with patch:
+            s = _step_seconds(run, ds, warmup, steps)
+        rows.append(dict(what="step", variant=label, precision=precision, emulated=emulated, seconds=s, steps=steps))
+        print(f"{label}: {s * 1e3:.1f} ms per step", flush=True)
+    model = build_model(cfg.model, seed=0, **dict(cfg.model_overrides)).eval()
+    rds = load_recipe_datasets(cfg, datasets=raw)
+    for arithmetic in ("exact", "authors"):
+        t0 = time.perf_counter()
+        loader_pass(model, cfg, rds, 1_000, 16, True, "cpu", max_batches=pass_batches, arithmetic=arithmetic)
+        s = (time.perf_counter() - t0) / pass_batches
+        rows.append(dict(what="fig12_pass", variant=arithmetic, seconds=s, batches=pass_batches))
+        print(f"Fig. 12 pass, {arithmetic}: {s * 1e3:.1f} ms per batch", flush=True)
+    return rows
+
+
+@contextlib.contextmanager
+def _no_emulation(tr):
+    """train_recipe with PyTorch's own bf16 kernels: gemm_for returns no emulation for the duration."""
+    orig = tr.gemm_for
+    tr.gemm_for = lambda precision, device: contextlib.nullcontext
+    try:
+        yield
+    finally:
+        tr.gemm_for = orig
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=60, help="timed steps per variant")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    ap.add_argument("--pass-batches", type=int, default=60, help="timed batches of the Fig. 12 pass per arithmetic")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: as reproduce's side-by-side runs)")
+    add_switches(ap)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.steps, args.warmup, args.pass_batches = 2, 1, 2
+    torch.set_num_threads(args.threads)
+    bench = Run(NAME, args.quick, argv)
+    rows = measure(args.steps, args.warmup, args.pass_batches, args.quick)
+    bench.write(out_path(NAME, args), rows, dict(model=MODEL, steps=args.steps, warmup=args.warmup,
+                                                 pass_batches=args.pass_batches, threads=args.threads))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
