@@ -114,6 +114,7 @@ def _stats(H: np.ndarray, units: dict) -> tuple[list, list]:
 
 def compute_encoder_family(ctx: Context, s: EncoderFamilySettings) -> tuple[dict, dict]:
     """The first draw (the figure) and ``n_draws`` draws in all (arrays ``*_draws``: draw × config × time × unit)."""
+    t0 = time.perf_counter()
     arrays, meta = _one_draw(ctx, s)
     fro_d, rms_d = [arrays["fro"]], [arrays["fro_sqrt_n"]]
     for k in range(1, s.n_draws):
@@ -127,6 +128,10 @@ def compute_encoder_family(ctx: Context, s: EncoderFamilySettings) -> tuple[dict
                      dict(student_seed=s.student_seed, teacher_seed=s.teacher_seed, data_seed=s.data_seed)
                      for k in range(s.n_draws)]
     meta["ranking"] = {st: ranking(arrays[f"{st}_draws"], meta["units"]) for st in ("fro", "fro_sqrt_n")}
+    for st in ("fro", "fro_sqrt_n"):  # the same, per configuration (its draws and times)
+        meta["ranking"][st]["by_config"] = {c: ranking(arrays[f"{st}_draws"][:, [i]], meta["units"])["leads"]
+                                            for i, c in enumerate(meta["configs"])}
+    meta["seconds_first_draw"], meta["seconds"] = meta["seconds"], round(time.perf_counter() - t0, 2)
     return arrays, meta
 
 
@@ -227,7 +232,7 @@ def _words(unit: str) -> str:
 
 def message(result) -> str:
     """The figure's caption: the ranking of the blocks over every draw, configuration and time, by Frobenius norm
-    and per entry (Frobenius norm / √size), with its spread — all read off ``result``."""
+    and per entry (Frobenius norm / √size), with its spread and what decides it — all read off ``result``."""
     meta = result.meta
     if "ranking" not in meta:  # a result of one draw (computed before draws were added)
         return _message_one_draw(result)
@@ -235,19 +240,37 @@ def message(result) -> str:
     def share(counts: dict, n: int) -> str:
         return " or ".join(f"{_words(k)} ({v}/{n})" for v, k in sorted(((v, k) for k, v in counts.items() if v),
                                                                       reverse=True))
+
+    def by_norm(st: str) -> str:
+        """"the LayerNorms' in post-norm, the biases' in pre-norm" where each placement has one leader."""
+        per = {}
+        for c, counts in meta["ranking"][st]["by_config"].items():
+            per.setdefault(c.split(",")[0], set()).update(k for k, v in counts.items() if v)
+        if all(len(v) == 1 for v in per.values()):
+            return " (" + ", ".join(f"{_words(next(iter(v)))} in {k}" for k, v in per.items()) + ")"
+        return ""
+    def bigger(counts: dict) -> str:
+        """", whose weight has 4× the entries of an attention weight" for a single leader larger than W_V."""
+        lead = [k for k, v in counts.items() if v]
+        size = meta["unit_sizes"]
+        if len(lead) == 1 and size[lead[0]] > size["W_V"]:
+            return f", whose weight has {size[lead[0]] / size['W_V']:.0f}× the entries of an attention weight"
+        return ""
     fro, ent = meta["ranking"]["fro"], meta["ranking"]["fro_sqrt_n"]
     n = fro["cases"]
     o_v, v_qk = fro["O_over_V"], fro["V_over_QK"]
-    top2 = {o.split(" > ")[0] + " > " + o.split(" > ")[1] for o in fro["attention_orders"]}
-    att = ("of the four equal-size attention blocks $W_O$'s and then $W_V$'s lead in every case and only $W_Q$ and "
-           "$W_K$ swap" if top2 == {"W_O > W_V"} else
-           f"the four equal-size attention blocks come in {len(fro['attention_orders'])} orders")
+    top2 = {" > ".join(o.split(" > ")[:2]) for o in fro["attention_orders"]}
+    att = ("Of the four equal-size attention blocks $W_O$'s and then $W_V$'s lead in every case; only $W_Q$ and $W_K$ "
+           "swap, which enter the scores symmetrically ($XW_QW_K^\\top X^\\top$), so which is larger is the draw's"
+           if top2 == {"W_O > W_V"} else
+           f"The four equal-size attention blocks come in {len(fro['attention_orders'])} orders")
     return (f"Over {n} cases ({len(meta['draws'])} draws × {len(meta['configs'])} configurations × "
-            f"{len(meta['times'])} times), by Frobenius norm the largest block is {share(fro['leads'], n)} and the "
-            f"second {share(fro['second'], n)}; per entry (Frobenius norm / √size, which does not favour $W_2$'s "
-            f"4× larger block) it is {share(ent['leads'], n)}. {att[0].upper() + att[1:]}: $W_O$'s block exceeds "
-            f"$W_V$'s in {fro['O_exceeds_V']}/{n} cases ({o_v[0]:.2f}–{o_v[1]:.2f}×), and $W_V$'s exceeds the "
-            f"larger of $W_Q$'s and $W_K$'s by {v_qk[0]:.1f}–{v_qk[1]:.1f}× depending on the draw.")
+            f"{len(meta['times'])} times), by Frobenius norm (which grows with a block's size) the largest block is "
+            f"{share(fro['leads'], n)}{bigger(fro['leads'])}, and the second "
+            f"{share(fro['second'], n)}; per entry (Frobenius norm / √size) the largest is {share(ent['leads'], n)}"
+            f"{by_norm('fro_sqrt_n')}. {att}: $W_O$'s block exceeds $W_V$'s in {fro['O_exceeds_V']}/{n} cases "
+            f"({o_v[0]:.2f}–{o_v[1]:.2f}×), and $W_V$'s exceeds the larger of $W_Q$'s and $W_K$'s by "
+            f"{v_qk[0]:.1f}–{v_qk[1]:.1f}× depending on the draw.")
 
 
 def _message_one_draw(result) -> str:
