@@ -32,8 +32,9 @@ def test_the_smoke_result_computes_in_seconds_and_plots_legibly(tmp_path, one_th
     for st in ("fro", "fro_sqrt_n"):
         rk = r.meta["ranking"][st]
         assert rk["cases"] == n_cases and sum(rk["leads"].values()) == n_cases
-    msg = fam.message(r)
-    assert f"Over {n_cases} cases" in msg and "per entry" in msg and "exceeds" in msg
+    msg, text = fam.message(r), fam.ranking_text(r)
+    assert len(msg) < 320 and "per entry" in msg and f"/{n_cases}" in msg
+    assert f"Over {n_cases} cases" in text and "the second" in text and "per entry" in text
     assert ex.spec("encoder_family").profiles == ("smoke", "paper")
 
 

@@ -32,7 +32,7 @@ from .context import Context
 from ..plotting import WIDTH, new_figure
 from .spec import FigureSpec
 
-__all__ = ["compute_encoder_family", "plot_encoder_family", "UNITS", "CONFIGS", "unit_indices", "leaders", "EncoderFamilySettings", "SETTINGS", "SPECS"]
+__all__ = ["compute_encoder_family", "plot_encoder_family", "UNITS", "CONFIGS", "unit_indices", "leaders", "ranking", "ranking_text", "EncoderFamilySettings", "SETTINGS", "SPECS"]
 
 
 @dataclass(frozen=True)
@@ -230,47 +230,59 @@ def _words(unit: str) -> str:
     return _LABELS[unit] if unit in ("LN", "biases") else f"${unit}$"
 
 
+def _share(counts: dict, n: int) -> str:
+    return " or ".join(f"{_words(k)} ({v}/{n})" for v, k in sorted(((v, k) for k, v in counts.items() if v), reverse=True))
+
+
 def message(result) -> str:
-    """The figure's caption: the ranking of the blocks over every draw, configuration and time, by Frobenius norm
-    and per entry (Frobenius norm / √size), with its spread and what decides it — all read off ``result``."""
+    """The figure's caption, one sentence: which block leads under each statistic over every draw, configuration and
+    time, and W_O against W_V against W_Q, W_K with the spread (:func:`ranking_text` says the rest)."""
     meta = result.meta
     if "ranking" not in meta:  # a result of one draw (computed before draws were added)
         return _message_one_draw(result)
+    fro, ent = meta["ranking"]["fro"], meta["ranking"]["fro_sqrt_n"]
+    n = fro["cases"]
+    lead = [k for k, v in fro["leads"].items() if v]
+    lead_t = f"{_words(lead[0])} leads by Frobenius norm in {fro['leads'][lead[0]]}/{n} cases" if len(lead) == 1 else \
+        f"By Frobenius norm {_share(fro['leads'], n)} lead"
+    ent_t = " or ".join(_words(k) for k, v in sorted(ent["leads"].items(), key=lambda kv: -kv[1]) if v)
+    o_v, v_qk = fro["O_over_V"], fro["V_over_QK"]
+    return (f"{lead_t}, {ent_t} per entry; $W_O$'s block exceeds $W_V$'s in {fro['O_exceeds_V']}/{n} "
+            f"({o_v[0]:.2f}–{o_v[1]:.2f}×), and $W_V$'s exceeds $W_Q$'s and $W_K$'s by {v_qk[0]:.1f}–{v_qk[1]:.1f}×.")
 
-    def share(counts: dict, n: int) -> str:
-        return " or ".join(f"{_words(k)} ({v}/{n})" for v, k in sorted(((v, k) for k, v in counts.items() if v),
-                                                                      reverse=True))
+
+def ranking_text(result) -> str:
+    """The ranking of the blocks over every draw, configuration and time, in words for the page: the largest and the
+    second by Frobenius norm (and why the largest: its size), the largest per entry by norm placement, and the order
+    of the four attention blocks with what varies and why — all read off ``result``."""
+    meta = result.meta
+    if "ranking" not in meta:
+        return ""
 
     def by_norm(st: str) -> str:
-        """"the LayerNorms' in post-norm, the biases' in pre-norm" where each placement has one leader."""
         per = {}
         for c, counts in meta["ranking"][st]["by_config"].items():
             per.setdefault(c.split(",")[0], set()).update(k for k, v in counts.items() if v)
         if all(len(v) == 1 for v in per.values()):
             return " (" + ", ".join(f"{_words(next(iter(v)))} in {k}" for k, v in per.items()) + ")"
         return ""
-    def bigger(counts: dict) -> str:
-        """", whose weight has 4× the entries of an attention weight" for a single leader larger than W_V."""
-        lead = [k for k, v in counts.items() if v]
-        size = meta["unit_sizes"]
-        if len(lead) == 1 and size[lead[0]] > size["W_V"]:
-            return f", whose weight has {size[lead[0]] / size['W_V']:.0f}× the entries of an attention weight"
-        return ""
     fro, ent = meta["ranking"]["fro"], meta["ranking"]["fro_sqrt_n"]
-    n = fro["cases"]
-    o_v, v_qk = fro["O_over_V"], fro["V_over_QK"]
+    n, size = fro["cases"], meta["unit_sizes"]
+    lead = [k for k, v in fro["leads"].items() if v]
+    why = (f", whose weight has {size[lead[0]] / size['W_V']:.0f}× the entries of an attention weight"
+           if len(lead) == 1 and size[lead[0]] > size["W_V"] else "")
     top2 = {" > ".join(o.split(" > ")[:2]) for o in fro["attention_orders"]}
-    att = ("Of the four equal-size attention blocks $W_O$'s and then $W_V$'s lead in every case; only $W_Q$ and $W_K$ "
-           "swap, which enter the scores symmetrically ($XW_QW_K^\\top X^\\top$), so which is larger is the draw's"
+    att = ("of the four equal-size attention blocks $W_O$'s and then $W_V$'s lead in every case; only $W_Q$ and $W_K$ "
+           "swap: they enter the scores symmetrically ($XW_QW_K^\\top X^\\top$), so which is larger is the draw's"
            if top2 == {"W_O > W_V"} else
-           f"The four equal-size attention blocks come in {len(fro['attention_orders'])} orders")
-    return (f"Over {n} cases ({len(meta['draws'])} draws × {len(meta['configs'])} configurations × "
-            f"{len(meta['times'])} times), by Frobenius norm (which grows with a block's size) the largest block is "
-            f"{share(fro['leads'], n)}{bigger(fro['leads'])}, and the second "
-            f"{share(fro['second'], n)}; per entry (Frobenius norm / √size) the largest is {share(ent['leads'], n)}"
-            f"{by_norm('fro_sqrt_n')}. {att}: $W_O$'s block exceeds $W_V$'s in {fro['O_exceeds_V']}/{n} cases "
-            f"({o_v[0]:.2f}–{o_v[1]:.2f}×), and $W_V$'s exceeds the larger of $W_Q$'s and $W_K$'s by "
-            f"{v_qk[0]:.1f}–{v_qk[1]:.1f}× depending on the draw.")
+           f"the four equal-size attention blocks come in {len(fro['attention_orders'])} orders")
+    o_v, v_qk = fro["O_over_V"], fro["V_over_QK"]
+    return (f"Over {n} cases ({len(meta['draws'])} draws × {len(meta['configs'])} configurations × {len(meta['times'])} "
+            f"times): by Frobenius norm, which grows with a block's size, the largest block is {_share(fro['leads'], n)}"
+            f"{why}, and the second {_share(fro['second'], n)}; per entry (Frobenius norm / √size) the largest is "
+            f"{_share(ent['leads'], n)}{by_norm('fro_sqrt_n')}. And {att}: $W_O$'s block exceeds $W_V$'s in "
+            f"{fro['O_exceeds_V']}/{n} cases ({o_v[0]:.2f}–{o_v[1]:.2f}×), and $W_V$'s exceeds the larger of $W_Q$'s "
+            f"and $W_K$'s by {v_qk[0]:.1f}–{v_qk[1]:.1f}× depending on the draw.")
 
 
 def _message_one_draw(result) -> str:
