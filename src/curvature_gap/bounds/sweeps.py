@@ -268,6 +268,9 @@ def scaling(rs: list[dict]) -> list[dict]:
             law = "→ 0 as ‖W₂‖ → 0 (∝ " + ("s)" if abs(slope - 1) <= 0.2 else f"s^{slope:.2g})")
         else:
             law = f"∝ {'L' if var == 'L' else 's'}^{slope:.2f}"
+        widths = {r.get("d_V") for r in rs if var == "L" and r.get("scaling") == "L"}
+        if var == "L" and len(widths) == 1 and None not in widths:  # the law holds at this width: say which
+            label = f"L (d_V = {widths.pop()})"
         out.append({"var": label, "points": [[x, y] for x, y in zip(xs, ys)], "slope": slope, "law": law})
     return out
 
