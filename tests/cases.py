@@ -171,6 +171,8 @@ def fake_project(root: Path, notebooks: dict, bad_link: bool = False) -> None:
     shutil.copy(REPO / "book" / "references.bib", root / "book" / "references.bib")
     shutil.copytree(REPO / "book" / "_ext", root / "book" / "_ext", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))  # _config.yml's local Sphinx extension
+    (root / "book" / "_static").mkdir(exist_ok=True)
+    shutil.copy(REPO / "book" / "_static" / "favicon.svg", root / "book" / "_static")  # _config.yml's html.favicon
     link = "{doc}`missing-page`" if bad_link else "a page"
     (root / "book" / "intro.md").write_text(f"# Intro\n\nProfile {{{{ profile }}}}; $x^2$; {link}.\n")
     (root / "notebooks").mkdir(exist_ok=True)

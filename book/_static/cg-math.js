@@ -17,6 +17,18 @@
       var p = t.parentElement;
       if (p && !t.classList.contains("cg-fixed") && t.getBoundingClientRect().width > p.clientWidth + 1) {
         t.classList.add("cg-fixed");
+        // not equal widths: a column of formulas gets twice the share of a column of words
+        var rows = t.querySelectorAll("tr"), heads = t.querySelectorAll("thead th");
+        if (heads.length) {
+          var weight = Array.prototype.map.call(heads, function (th, i) {
+            return Array.prototype.some.call(rows, function (tr) {
+              var c = tr.children[i];
+              return c && c.querySelector("mjx-container");
+            }) ? 2 : 1;
+          });
+          var total = weight.reduce(function (a, b) { return a + b; }, 0);
+          heads.forEach(function (th, i) { th.style.width = (100 * weight[i] / total).toFixed(1) + "%"; });
+        }
       }
     });
     // an inline formula longer than its line becomes its own scroll box (it cannot wrap)

@@ -50,6 +50,10 @@ def test_notebook_is_thin_parametrised_and_clean(path):
             assert not c.outputs and c.execution_count is None, "only checked cells keep outputs in the repository"
     assert any(build.CHECKED_TAG in c.metadata.get("tags", []) for c in code), "at least one cell nbval checks"
     names = [line.split("=")[0].strip() for line in src.splitlines() if "=" in line.split("#")[0]]
+    # `recompute` (what a page reads outside the build) is read by nb.setup from the cell that calls it, and checked
+    assert "recompute" in names, "every page can recompute, or read the committed results (the default)"
+    assert "recompute = None " in src, "by default a page shows the committed results, as the book does"
+    names.remove("recompute")
     setup = ".setup(" + ", ".join(f"{n}={n}" for n in names) + ")"
     assert setup in "".join(c.source for c in code).replace("\n           ", " "), f"setup checks every parameter: {setup}"
 
@@ -161,7 +165,7 @@ def test_generated_pages_are_inlined_in_place_of_their_includes(tmp_path):
     (tmp_path / "book" / "p.md").write_text("# P\n\n```{include} _generated/runtimes.md\n```\nafter\n")
     build.inline_generated(tmp_path, pages)
     text = (tmp_path / "book" / "p.md").read_text()
-    assert "{include}" not in text and "| notebook `a.ipynb` | 1.5 |" in text and text.endswith("after\n")
+    assert "{include}" not in text and "| executing the 1 notebook | 2 (the slowest, `a.ipynb`: 2) |" in text and text.endswith("after\n")
     (tmp_path / "book" / "q.md").write_text("```{include} _generated/nothing.md\n```\n")
     with pytest.raises(KeyError):
         build.inline_generated(tmp_path, pages)

@@ -104,6 +104,12 @@ def test_package_tables():
     assert "| torch |" in tables.versions_md(ROOT)
     assert "device requested for this build" in tables.hardware_md("cpu")
     assert "| `curvature-gap verify --quick` | — |" in tables.runtimes_md({"a.ipynb": 2.0}, "curvature-gap verify --quick")
+    rt = tables.runtimes_md({"a.ipynb": 2.0, "b.ipynb": 7.4}, "x")
+    assert "| executing the 2 notebooks | 9 (the slowest, `b.ipynb`: 7) |" in rt, "per-page times are for maintainers"
+    hw = tables.hardware_md("cpu")
+    assert "glibc" not in hw and "operating system" not in hw
+    cells = {c.strip() for ln in pr.splitlines()[2:] for c in ln.split("|")[2:]}
+    assert not cells & {"None", "True", "False", "0.0"}, "settings in words: none, yes, no, 0"
     assert "nothing was read from `published/`" in tables.published_md(ROOT / "nonexistent", "smoke")
 
 
@@ -118,9 +124,12 @@ def test_the_readers_table_of_published_results_says_how_long_where_and_what_was
     assert md.startswith("The results it renders, how long each took")
     assert "\n| result | what | compute (s) | computed on | date |\n" in md
     assert "| `fig3` | Hessian entries at initialisation | 24 | cpu, Xeon | 2026-11-30 |" in md
+    (d / "fig4.json").write_text('{"created": "2026-11-30", "provenance": {"compute_seconds": 0.02, "device": "cpu"}}')
+    md = tables.published_md(tmp_path, "paper")
+    assert "| `fig4` | " in md and "| under 1 † |" in md and "† Under a second: the result only reads" in md
     assert "abcdef123456" not in md and "ee7ebe927b" not in md, "hashes and commits are for maintainers"
     left = [ln for ln in md.splitlines() if "| left out |" in ln]
-    assert len(left) == sum("paper" in s.profiles for s in SPECS.values()) - 1
+    assert len(left) == sum("paper" in s.profiles for s in SPECS.values()) - 2  # fig3 and fig4 published
     assert any(ln.startswith("| `fig6` |") and "needs CIFAR-100" in ln for ln in left)
 
 

@@ -106,13 +106,12 @@ def launch_urls(url: str, branch: str, notebook: str, path_to_book: str = "") ->
 
 def footer_html(url: str | None, branch: str, text: str = "") -> str:
     """The footer of every page: the paper (its arXiv abstract and LaTeX source), this companion's repository
-    and its maintainers' notes, then ``text`` (``html.extra_footer`` of ``_config.yml``)."""
+    (its maintainers' notes are linked from the reproducibility chapter, not from every reader's page), then ``text`` (``html.extra_footer`` of ``_config.yml``)."""
     paper = (f'The paper: <a href="{ARXIV_ABS}">arXiv:{ARXIV_ID}</a> (<a href="{ARXIV_SOURCE}">its LaTeX '
              "source</a>, where the formulas quoted here are printed).")
     if url:
         u = html.escape(url)
-        repo = (f' This companion: <a href="{u}">{html.escape(url.split("://", 1)[1])}</a> (<a '
-                f'href="{u}/blob/{quote(branch)}/docs/maintainers.md">maintainers\' notes</a>).')
+        repo = f' This companion: <a href="{u}">{html.escape(url.split("://", 1)[1])}</a>.'
     else:
         repo = " This build names no repository: the README says how to set one."
     return f'<p class="cg-footer">{paper}{repo}</p>' + (f'<p class="cg-footer">{text.strip()}</p>' if text.strip() else "")
