@@ -248,6 +248,6 @@ def test_the_landing_s_first_screen_gives_each_claim_its_verdict_badges(quick_ro
     fig6 = next(ln for ln in lines if ln.startswith("| [Fig. 6"))
     assert "authors&#x27; model, CIFAR-100" in fig6 and "theorem&#x27;s block, CIFAR-100" in fig6
     fig12 = next(ln for ln in lines if ln.startswith("| [Fig. 12"))
-    assert "authors&#x27; model, CIFAR-100" in fig12 and "theorem&#x27;s block, MNIST" in fig12
+    assert "authors&#x27; model, CIFAR-100" in fig12 and "theorem&#x27;s block, CIFAR-100" in fig12
     closed = lines[0]
     assert "data-result" not in closed and re.search(r"<small>\d+ results?</small>", closed), "counted, not listed"
