@@ -31,7 +31,8 @@ def check(browser: bool = True, shots=None, html_dir=None, root=None, rerun: boo
     problems = (html.check_links(html_dir, parsed) + html.check_offline(html_dir, parsed)
                 + html.check_downloads(html_dir, parsed, root) + html.check_companion_links(html_dir, parsed, root)
                 + html.check_verdicts(html_dir, rows, profile, parsed) + html.check_raw_latex(html_dir, parsed)
-                + html.check_figure_messages(html_dir, parsed))
+                + html.check_figure_messages(html_dir, parsed) + html.check_reader_words(html_dir, rows, parsed)
+                + html.check_page_weight(html_dir, parsed) + html.check_labels(html_dir, parsed))
     if rerun and profile == "paper":  # the paper book's downloads read the committed results, as its pages do
         problems += downloads.check_reproduced(html_dir, root)
     if browser:

@@ -16,7 +16,8 @@ from . import repository
 from .build import PAPERMILL_MACHINE_KEYS, PARAMS_CLASS, machine_paths, parameter_names
 
 __all__ = ["Page", "pages", "check_links", "check_offline", "check_downloads", "check_download", "check_verdicts",
-           "check_figure_messages", "check_raw_latex", "check_companion_links", "RAW_LATEX"]
+           "check_figure_messages", "check_raw_latex", "check_companion_links", "RAW_LATEX", "check_reader_words",
+           "check_page_weight", "check_labels", "READER_EXEMPT", "MAX_PAGE_BYTES", "MAX_HTML_BYTES"]
 
 # TeX that must never reach a reader as text (outside rendered math, code and scripts)
 RAW_LATEX = re.compile(r"\$[^$\s][^$]*\$|\\(frac|mathbf|otimes|operatorname|sqrt|lVert|sum)\b|[_^]\{")
@@ -36,6 +37,10 @@ class Page(HTMLParser):
         self.tables: list[list[list[str]]] = []
         self.text: list[str] = []
         self.figures: list[dict] = []  # each figure.cg-figure: its id and whether its caption has a message
+        self.reader: list[str] = []  # what a reader reads, code included, but no math, script, code block or .cg-id
+        self.boxes: list[tuple[str, str]] = []  # each numbered proof box: (its id, "Theorem T1")
+        self._box: list | None = None
+        self._hidden = 0
         self._figure: dict | None = None
         self._skip = 0
         self._math = 0
@@ -61,11 +66,17 @@ class Page(HTMLParser):
         elif self._figure is not None and "cg-message" in cls.split():
             self._figure["message"] = True
         is_math = tag in ("span", "div") and ("math" in cls.split() or "MathJax" in cls)
+        hidden = tag in ("script", "style", "pre", "textarea") or "cg-id" in cls.split()
+        if tag == "div" and "proof" in cls.split() and a.get("id"):
+            self._box = [a["id"], None]
+        elif self._box is not None and self._box[1] is None and "caption-number" in cls.split():
+            self._box[1] = ""
         void = tag in ("img", "br", "hr", "meta", "link", "input", "source", "wbr", "col", "area", "base")
         if not void:
-            self._stack.append((tag, is_math))
+            self._stack.append((tag, is_math, hidden))
             self._math += is_math
             self._skip += tag in _SKIP
+            self._hidden += hidden
         if tag == "table":
             self.tables.append([])
         elif tag == "tr" and self.tables:
@@ -80,18 +91,26 @@ class Page(HTMLParser):
         if tag in ("td", "th") and self._cell is not None and self._row is not None:
             self._row.append(" ".join("".join(self._cell).split()))
             self._cell = None
+        if self._box is not None and self._box[1] and tag == "span":
+            self.boxes.append((self._box[0], " ".join(self._box[1].split())))
+            self._box = None
         while self._stack:
-            t, m = self._stack.pop()
+            t, m, h = self._stack.pop()
             self._math -= m
             self._skip -= t in _SKIP
+            self._hidden -= h
             if t == tag:
                 break
 
     def handle_data(self, data):
         if self._cell is not None:
             self._cell.append(data)
+        if self._box is not None and self._box[1] is not None:
+            self._box[1] += data
         if not self._skip and not self._math:
             self.text.append(data)
+        if not self._hidden and not self._math:
+            self.reader.append(data)
 
 
 def pages(html_dir: Path) -> dict[Path, Page]:
@@ -297,4 +316,102 @@ def check_raw_latex(html_dir: Path, parsed: dict | None = None) -> list[str]:
             a = max(0, m.start() - 40)
             problems.append(f"{page.relative_to(html_dir)}: raw TeX in the text: …{text[a:m.end() + 40]}…")
             break
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- reader's words
+READER_EXEMPT = ("book/all_checks.html", "genindex.html", "search.html")  # the every-check chapter lists the ids
+_REPR = re.compile(r"\('[\w ]+', '[\w ]+'\)|(?<![\w.])\d\.\d{9,}|(?<![\w.])\d+(?:\.\d+)?e[+-]\d{2}\b")
+_CASE = re.compile(r"\b\w+(?:\.\w+)*@\w[\w=,.-]*")
+
+
+def check_reader_words(html_dir: Path, rows: list[Row], parsed: dict | None = None) -> list[str]:
+    """No check id (a row id of ``curvature-gap verify``, a counter-example name such as
+    ``thm1.printed@admissible``) and no Python repr (``('K', 'K')``, ``3.1622776601683795``, ``1.4e+05``) in what
+    a reader reads: outside the every-check chapter, an id lives only in a hover or a small ``.cg-id``."""
+    html_dir = Path(html_dir)
+    ids = sorted({r.id for r in rows if "." in r.id}, key=len, reverse=True)
+    id_re = re.compile(r"(?<![\w.])(" + "|".join(re.escape(i) for i in ids) + r")(?![\w])") if ids else None
+    problems = []
+    for page, pg in (parsed or pages(html_dir)).items():
+        rel = page.relative_to(html_dir).as_posix()
+        if rel.startswith("_sources") or rel in READER_EXEMPT:
+            continue
+        text = " ".join(" ".join(pg.reader).split())
+        found = []
+        for pat, what in ((id_re, "check id"), (_CASE, "counter-example name"), (_REPR, "Python repr")):
+            if pat is None:
+                continue
+            for m in pat.finditer(text):
+                found.append(f"{what} {m.group(0)!r}")
+        if found:
+            more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+            problems.append(f"{rel}: a reader reads {', '.join(found[:3])}{more}: say it in words (the id in a "
+                            "hover or a small .cg-id)")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- page weight
+MAX_PAGE_BYTES = 3_000_000  # a page's first load: its HTML, the CSS and scripts it loads, its eager images
+MAX_HTML_BYTES = 1_000_000  # the HTML alone (an inline figure made one 10.5 MB)
+
+
+def page_weight(html_dir: Path, page: Path, pg: Page) -> tuple[int, int]:
+    """(bytes of the HTML, bytes of the first load): the HTML plus every local stylesheet, script and image it
+    loads (images marked ``loading="lazy"`` count only when scrolled to, so not here)."""
+    html_dir = Path(html_dir)
+    text = page.read_text(encoding="utf-8", errors="replace")
+    lazy = set(re.findall(r'<img[^>]*\bsrc="([^"]+)"[^>]*\bloading="lazy"', text))
+    total, seen = page.stat().st_size, set()
+    for tag, target in pg.links:
+        if tag not in ("img", "script", "link") or target in lazy:
+            continue
+        parts = urlsplit(target)
+        if parts.scheme or parts.netloc or not parts.path:
+            continue
+        f = (page.parent / unquote(parts.path)).resolve()
+        if f in seen or not f.is_file() or f.suffix in (".html",):
+            continue
+        seen.add(f)
+        total += f.stat().st_size
+    return page.stat().st_size, total
+
+
+def check_page_weight(html_dir: Path, parsed: dict | None = None) -> list[str]:
+    """Every page's HTML ≤ :data:`MAX_HTML_BYTES` and its first load ≤ :data:`MAX_PAGE_BYTES`."""
+    html_dir = Path(html_dir)
+    problems = []
+    for page, pg in (parsed or pages(html_dir)).items():
+        rel = page.relative_to(html_dir).as_posix()
+        if rel.startswith("_sources"):
+            continue
+        h, total = page_weight(html_dir, page, pg)
+        if h > MAX_HTML_BYTES:
+            problems.append(f"{rel}: the HTML weighs {h / 1e6:.1f} MB (at most {MAX_HTML_BYTES / 1e6:.0f} MB: figures "
+                            "are files, curvature_gap.notebook.show_figure)")
+        if total > MAX_PAGE_BYTES:
+            problems.append(f"{rel}: its first load weighs {total / 1e6:.1f} MB (at most {MAX_PAGE_BYTES / 1e6:.0f} MB)")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- labels
+def check_labels(html_dir: Path, parsed: dict | None = None) -> list[str]:
+    """One meaning per label: no two proof boxes of the book with different labels show the same companion
+    number ("Lemma L2" twice), and no box takes the errata's letters (E…, C…)."""
+    html_dir = Path(html_dir)
+    seen: dict[str, str] = {}
+    problems = []
+    for page, pg in (parsed or pages(html_dir)).items():
+        if page.relative_to(html_dir).parts[0] == "_sources":
+            continue
+        for box_id, caption in pg.boxes:
+            m = re.match(r"(\w+) ([A-Z]?)(\d+)", caption)
+            if not m:
+                continue
+            if m.group(2) in ("C", "E"):
+                problems.append(f"{page.relative_to(html_dir)}: the box {box_id!r} is numbered {caption!r}, a letter of "
+                                "the errata's series")
+            if m.group(2) and seen.setdefault(caption, box_id) != box_id:
+                problems.append(f"{page.relative_to(html_dir)}: {caption!r} names two boxes ({seen[caption]!r} and "
+                                f"{box_id!r})")
     return problems
