@@ -66,7 +66,7 @@ class Page(HTMLParser):
         elif self._figure is not None and "cg-message" in cls.split():
             self._figure["message"] = True
         is_math = tag in ("span", "div") and ("math" in cls.split() or "MathJax" in cls)
-        hidden = tag in ("script", "style", "pre", "textarea") or "cg-id" in cls.split()
+        hidden = tag in ("script", "style", "pre", "textarea") or bool({"cg-id", "cg-ref"} & set(cls.split()))
         if tag == "div" and "proof" in cls.split() and a.get("id"):
             self._box = [a["id"], None]
         elif self._box is not None and self._box[1] is None and "caption-number" in cls.split():
@@ -328,7 +328,7 @@ _CASE = re.compile(r"\b\w+(?:\.\w+)*@\w[\w=,.-]*")
 def check_reader_words(html_dir: Path, rows: list[Row], parsed: dict | None = None) -> list[str]:
     """No check id (a row id of ``curvature-gap verify``, a counter-example name such as
     ``thm1.printed@admissible``) and no Python repr (``('K', 'K')``, ``3.1622776601683795``, ``1.4e+05``) in what
-    a reader reads: outside the every-check chapter, an id lives only in a hover or a small ``.cg-id``."""
+    a reader reads: outside the every-check chapter, an id lives only in a hover or a small ``.cg-id`` or ``.cg-ref``."""
     html_dir = Path(html_dir)
     ids = sorted({r.id for r in rows if "." in r.id}, key=len, reverse=True)
     id_re = re.compile(r"(?<![\w.])(" + "|".join(re.escape(i) for i in ids) + r")(?![\w])") if ids else None
