@@ -192,7 +192,8 @@ def check_download(path: Path, root: Path, original: Path | None = None) -> list
         orig = json.loads(original.read_text())
         want = [n for c in orig.get("cells") or [] if "parameters" in ((c.get("metadata") or {}).get("tags") or [])
                 for n in parameter_names(src(c))]
-        missing = [n for n in want if n not in parameter_names(src(params[0]))]
+        # `recompute` may be missing: nb.setup then reads the committed results, the default
+        missing = [n for n in want if n not in parameter_names(src(params[0])) and n != "recompute"]
         if missing:
             problems.append(f"{name}: its parameters cell does not define {', '.join(missing)}, which "
                             f"{original.name}'s does: the download would stop with a NameError")
