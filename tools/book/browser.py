@@ -379,6 +379,26 @@ def _layout_problems(page, rel: str, width: int) -> list[str]:
     return problems
 
 
+LANDING = "book/intro.html"
+# the landing's first screen: the verdict tally and the top of the claims table (tools/book/tables.claims_md)
+_FIRST_SCREEN_JS = """() => {
+  const top = (sel) => { const e = document.querySelector(sel);
+    return e ? e.getBoundingClientRect().top + window.scrollY : -1; };
+  return {tally: top('p.cg-tally'), claims: top('p.cg-tally ~ * table, p.cg-tally + * table, table')};
+}"""
+
+
+def _first_screen_problems(page, viewport: dict) -> list[str]:
+    """The landing answers in one screen: its verdict tally starts within the first screen."""
+    got = page.evaluate(_FIRST_SCREEN_JS)
+    if got["tally"] < 0:
+        return [f"{LANDING}: no verdict tally (p.cg-tally) at {viewport['width']} px"]
+    if got["tally"] > viewport["height"] * 0.75:
+        return [f"{LANDING}: the verdict tally starts at y = {got['tally']:.0f} px at {viewport['width']} px, below "
+                f"the first screen ({viewport['height']} px tall)"]
+    return []
+
+
 def _desktop_problems(page, base: str, rel: str, profile: str) -> list[str]:
     problems = []
     state = _open(page, base, rel)
@@ -469,6 +489,8 @@ def browser_check(html_dir: Path, profile: str, shots_dir: Path) -> list[str]:
                         problems += _figure_problems(page, rel, viewport["width"])
                         problems += _layout_problems(page, rel, viewport["width"])
                         problems += _chrome_problems(page, rel, viewport["width"], console)
+                        if rel == LANDING:
+                            problems += _first_screen_problems(page, viewport)
                         if rel in SCREENSHOTS:
                             shots_dir.mkdir(parents=True, exist_ok=True)
                             shot = shots_dir / f"{SCREENSHOTS[rel]}-{viewport['width']}.png"
