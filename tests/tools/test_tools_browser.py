@@ -104,7 +104,8 @@ def _badge(verdict: str, css: str) -> str:
     return f'<span class="cg-badge cg-{css}">{verdict}</span>'
 
 
-LANDING = _table(["result", "verdict", "evidence"], [
+LANDING = ('<p class="cg-tally"><strong>4 results checked:</strong> ' + _badge("holds", "ok") + "</p>") + _table(
+    ["result", "verdict", "evidence"], [
     ['<a href="../notebooks/self_attention.html">Theorem 1: Hessian bound for self-attention</a>',
      _badge("fails; repaired version holds", "repaired"),
      "the printed bound is below the exact norm on 3 of 40 random instances; with the missing factor restored "
