@@ -26,3 +26,23 @@ def test_a_kernel_that_logs_a_warning_stops_the_build_with_it(tmp_path):
     src = _notebook(tmp_path / "loud.ipynb", "get_ipython().kernel.log.warning('something new')")
     with pytest.raises(build.BookError, match=r"wrote to its log:\n  \[IPKernelApp\] WARNING \| something new"):
         build.execute_notebook(src, tmp_path / "out.ipynb", {}, tmp_path)
+
+
+def test_a_finished_kernel_is_shut_down_without_an_interrupt(monkeypatch):
+    """jupyter_client interrupts before every shutdown; a kernel busy with its last message then logs
+    "KeyboardInterrupt caught in kernel", which would stop the build for nothing."""
+    import asyncio
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    sent = []
+
+    async def interrupt(self):
+        sent.append(self.shutting_down)
+
+    monkeypatch.setattr(AsyncKernelManager, "_async_interrupt_kernel", interrupt)
+    km = build.book_kernel_manager()()
+    asyncio.run(km._async_interrupt_kernel())
+    km.shutting_down = True
+    asyncio.run(km._async_interrupt_kernel())
+    assert sent == [False], "an interrupt while running is passed on; at shutdown none is sent"

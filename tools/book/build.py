@@ -141,7 +141,9 @@ def book_kernel_manager(stderr_path: Path | None = None):
     """The kernel manager the build runs notebooks with: CurveZMQ transport encryption provisioned by the
     manager (``transport_encryption="required"``: the kernelspec ipykernel writes declares it; without it every
     kernel warns "Kernel is running over TCP without encryption", once per page), and with ``stderr_path`` the
-    kernel process's own stderr (its log, never a cell's output) written there, for the build to report."""
+    kernel process's own stderr (its log, never a cell's output) written there, for the build to report; no
+    interrupt at shutdown (jupyter_client sends one before every shutdown, and a kernel busy with its last
+    message then logs a KeyboardInterrupt)."""
     from jupyter_client.manager import AsyncKernelManager  # noqa: PLC0415
     from traitlets import default  # noqa: PLC0415
 
@@ -149,6 +151,14 @@ def book_kernel_manager(stderr_path: Path | None = None):
         @default("transport_encryption")
         def _encrypted(self):
             return "required"
+
+        async def _async_interrupt_kernel(self):
+            # jupyter_client interrupts a kernel before every shutdown, also one that has finished its notebook;
+            # a kernel then busy with a last message logs "KeyboardInterrupt caught in kernel" (a race, seen once
+            # in a build on fig04). A finished notebook has nothing to interrupt: no SIGINT at shutdown.
+            if self.shutting_down:
+                return None
+            return await super()._async_interrupt_kernel()
 
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             if stderr_path is not None:
