@@ -170,3 +170,26 @@ def test_each_results_misprint_count_is_the_errata_pages_count(quick_rows):
         assert got == mc.of(f.key).formulas, f.key
         total += got
     assert total == mc.formulas
+
+
+def test_a_statement_that_fails_in_one_part_says_what_holds_and_what_is_not_proved():
+    """Theorem 6: the explicit per-block bound fails; the displayed inequalities hold by construction; the explicit
+    whole-Hessian bound holds but a step of its proof fails; a misprint-only step gives its corrected minimum."""
+    scaling = [{"var": "L (d_V = 3)", "points": [[4, 0.5], [8, 0.25]], "slope": -1.0, "law": "≈ 2/L"}]
+    rows = [_bound("bounds.thm6.block.explicit", "fails", res="thm6", ratio=0.068),
+            _bound("bounds.thm6.block.exact", "holds", res="thm6", ratio=1.01),
+            _bound("bounds.thm6.full.explicit", "holds", res="thm6", ratio=8.6e7),
+            _bound("bounds.thm6.GQ", "fails", role="proof", res="thm6", ratio=0.125, scaling=scaling),
+            _bound("bounds.thm6.Phi.QK", "fails", role="proof", res="thm6", ratio=0.04),
+            _bound("bounds.thm6.Phi.QK.no_loss_factor", "holds", role="proof", res="thm6", ratio=1.004)]
+    rows[0].details["worst_sub"] = "21"
+    rows[1].details["by_construction"] = "the triangle inequality"
+    f = _find(rows, "thm6")
+    assert f.verdict == "fails" and f.numbers["worst"] == ("bounds.thm6.block.explicit", 0.068)
+    assert "for block (2,1)" in f.evidence and "hold, as they must (the triangle inequality)" in f.evidence
+    assert "the explicit whole-Hessian bound holds on every instance tried (smallest bound/exact 8.6e+07) but is not " \
+           "proved" in f.evidence
+    assert "≈ 2/L at d_V = 3" in f.evidence and "without it smallest bound/exact 1.004, attained" in f.evidence
+    assert f.numbers["misprint_failures"] == 1
+    landing = " ".join(fd.summary_sentences(rows))
+    assert "Theorem 6 fails as stated" in landing and "for block (2,1)" in landing and "→ 0" not in landing
