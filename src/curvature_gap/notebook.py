@@ -395,9 +395,10 @@ def show_rows(rs: list[Row], caption: str = "") -> None:
 
 def check_cell(r: Row) -> str:
     """A check in a reader's table: what it compares, in its own words (up to " vs ", the reference it is
-    compared with), its id only in a hover (the every-check chapter lists them)."""
+    compared with), its id only in a hover (the every-check chapter lists them); code notation (``L_{k+1}``), so
+    shown as text in a ``code.cg-text``, never as would-be math."""
     what = readable(re.split(r" vs |; |: ", r.what, maxsplit=1)[0]).strip()
-    return f'<span class="cg-check" title="check {html.escape(r.id, quote=True)}">{md_escape(what)}</span>'
+    return (f'<code class="cg-text cg-check" title="check {html.escape(r.id, quote=True)}">{md_escape(what)}</code>')
 
 
 def sentence(text: str) -> str:
@@ -516,8 +517,9 @@ def show_cross_check(result) -> None:
     show_markdown(
         f"The Hessian shown is exact ({cc['method']}, {cc['method_seconds']:.0f} s). On {f32['columns']} sampled "
         f"columns covering every parameter group it agrees with curvlinops' `HessianLinearOperator` to "
-        f"{f32['max_relative_difference']:.1e} relative in float32 ({f32['batch']} images, worst group "
-        f"`{f32['worst_group']}`), and to {f64['max_relative_difference']:.1e} in float64 on {f64['batch']} images.")
+        + readable(f"{f32['max_relative_difference']:.1e} relative in float32 ({f32['batch']} images, worst group ")
+        + f"`{f32['worst_group']}`), and to "
+        + readable(f"{f64['max_relative_difference']:.1e} in float64 on {f64['batch']} images."))
 
 
 def find(name: str, profile: str = "smoke"):

@@ -44,9 +44,11 @@ def test_a_page_with_an_inline_figure_is_too_heavy_and_lazy_figure_files_are_not
     problems = html.check_page_weight(site)
     assert problems == ["notebooks/heavy.html: the HTML weighs 1.1 MB (at most 1 MB: figures are files, "
                         "curvature_gap.notebook.show_figure)"]
-    pg = html.pages(site)[site / "notebooks" / "light.html"]
-    size, first = html.page_weight(site, site / "notebooks" / "light.html", pg)
-    assert first == size + 1000, "the lazy figure is loaded when scrolled to, the other at once"
+    light = site / "notebooks" / "light.html"
+    size, first = html.page_weight(site, light, html.pages(site)[light])
+    assert size == light.stat().st_size and first == html._transferred(light) + 1000, (
+        "the lazy figure is loaded when scrolled to, the other at once; text is sent compressed, images as they are")
+    assert html._transferred(light) < size
 
 
 def _box(box_id, caption):
