@@ -311,3 +311,13 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
     for arithmetic in ("authors", "exact"):
         model, info = ctx.recipe_model("authors_mnist", 3, arithmetic=arithmetic)
         assert info["step"] == 3
+
+
+def test_the_guard_costs_a_trajectory_to_its_last_step_not_the_whole_recipe(monkeypatch):
+    """Figs. 5 and 7-11 read steps 0-1000 of the authors' run: the long-run guard prices 1,000 steps, not 100 epochs
+    (a slow machine once skipped them as 'about 0.9 h')."""
+    monkeypatch.setattr(reproduce, "training_cost", _cost(2.0))  # 2 s a step: 1,000 steps 33 min, over the limit
+    ctx = ex.Context(profile="paper", runs_dir="/nonexistent-runs", progress=False)
+    assert reproduce._furthest_step(ex.settings_of(ex.spec("trajectory_authors"), ctx)) == 1000
+    why = reproduce._long_run("trajectory_authors", ctx)
+    assert "for 1,000 steps" in why, why

@@ -85,6 +85,12 @@ def _run_cost(ctx: ex.Context, cfg, step) -> RunCost:
     return dataclasses.replace(measured, seed=cfg.seed, steps=steps)
 
 
+def _furthest_step(settings) -> int:
+    """The furthest step of an authors' run a result reads: its ``step``, or the last of its ``steps``
+    (Figs. 5, 7-11 read steps 0-1000, not the recipe's 100 epochs)."""
+    return max([getattr(settings, "step", 0) or 0, *getattr(settings, "steps", ())])
+
+
 def _long_run(name: str, ctx: ex.Context) -> str:
     """A message when computing ``name`` would start a training run longer than LONG_RUN_S, else "". A run whose
     dataset is missing raises DataUnavailable ("blocked"), its message naming the run and its measured cost."""
@@ -92,7 +98,7 @@ def _long_run(name: str, ctx: ex.Context) -> str:
     cfg = ctx.run_cfg(s)
     if cfg is None:
         return ""
-    step = getattr(s, "step", None) if isinstance(cfg, RecipeConfig) else None  # the authors' runs stop at a step
+    step = _furthest_step(s) if isinstance(cfg, RecipeConfig) else None  # the authors' runs stop at a step
     if step == 0:
         return ""
     if step is not None and load_snapshot(run_dir(cfg, ctx.runs_dir), step, cfg.hash()) is not None:
@@ -136,7 +142,7 @@ def _runs_to_train(names: list[str], ctx: ex.Context, allow_long: bool) -> list[
         except DataUnavailable:
             continue
         recipe = isinstance(cfg, RecipeConfig)
-        step = max([getattr(s, "step", 0) or 0, *getattr(s, "steps", ())]) if recipe else None
+        step = _furthest_step(s) if recipe else None
         if recipe and step == 0:
             continue
         if recipe and load_snapshot(run_dir(cfg, ctx.runs_dir), step, cfg.hash()) is not None:

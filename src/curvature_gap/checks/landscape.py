@@ -116,7 +116,7 @@ def assumption_rows(result, standin=None) -> list[Row]:
     m = measured.meta
     rel = m["grad_norm_full"] / m["rms_per_sample_grad_norm"]
     prof = measured.config["profile"]
-    data = "CIFAR-100" if m["model"] == "cifar100" else "MNIST"
+    data = "CIFAR-100" if m.get("model") == "cifar100" else "MNIST"
     averaging = (f"slope {m['slope_small_k']:.3f}: the decrease is the k^-1/2 (slope -0.5) that averaging alone "
                  f"produces; it would level off at ‖∇L_N(w*)‖ near k = {m['k_floor']:.3g}" if m.get("k_floor") else
                  f"slope {m['slope_small_k']:.3f}")
