@@ -470,8 +470,14 @@ def show_agreement(key: str, profile: str, why: str = "") -> None:
 def show_ranking(result) -> None:
     """Figs. 3/4: the diagonal blocks ranked by each statistic, over each parameter set (largest first),
     with W_V's place — the table the claim's verdict is derived from."""
-    table = ranking_table(result.meta["unit_stats"])
-    head = ["statistic"] + [md_escape(SETS[s][0].split(" (")[0]) for s in table]
+    stats = result.meta["unit_stats"]
+    table = ranking_table(stats)
+    head, prev = ["statistic"], []
+    for s in table:  # each reading names the blocks it ranks: the weight matrices, then what each adds
+        members = [u for u in SETS[s][1] if u in stats]
+        added = [u for u in members if u not in prev]
+        head.append(("among $" if not prev else "adding $") + ", ".join(unit_tex(u) for u in added) + "$")
+        prev = members
     body = []
     for st, (label, _) in STATISTICS.items():
         cells = [md_escape(label)]
