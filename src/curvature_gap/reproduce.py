@@ -145,19 +145,19 @@ def _runs_to_train(names: list[str], ctx: ex.Context, allow_long: bool) -> list[
         step = _furthest_step(s) if recipe else None
         if recipe and step == 0:
             continue
-        if recipe and load_snapshot(run_dir(cfg, ctx.runs_dir), step, cfg.hash()) is not None:
-            continue
-        if not recipe and verify_checkpoint(run_dir(cfg, ctx.runs_dir), cfg.hash())[0] is not None:
-            continue
-        job = jobs.setdefault(cfg.hash(), [s.model, cfg.seed, getattr(s, "arithmetic", None), step])
-        if recipe:
-            job[3] = max(job[3], step)
-            # the other runs a result counts over (Figs. 4, 5 on the authors' model: their init is unseeded)
-            for seed in (*getattr(s, "run_seeds", ()), *getattr(s, "seeds", ())):
-                other = ctx.train_cfg(s.model, seed, getattr(s, "arithmetic", None))
-                if seed != cfg.seed and load_snapshot(run_dir(other, ctx.runs_dir), step, other.hash()) is None:
-                    j = jobs.setdefault(other.hash(), [s.model, seed, getattr(s, "arithmetic", None), step])
-                    j[3] = max(j[3], step)
+        arithmetic = getattr(s, "arithmetic", None)
+        runs = [(cfg, cfg.seed)]
+        if recipe:  # the other runs a result counts over (Figs. 4, 5 on the authors' model: their init is unseeded)
+            runs += [(ctx.train_cfg(s.model, seed, arithmetic), seed)
+                     for seed in (*getattr(s, "run_seeds", ()), *getattr(s, "seeds", ())) if seed != cfg.seed]
+        for c, seed in runs:
+            if recipe and load_snapshot(run_dir(c, ctx.runs_dir), step, c.hash()) is not None:
+                continue
+            if not recipe and verify_checkpoint(run_dir(c, ctx.runs_dir), c.hash())[0] is not None:
+                continue
+            job = jobs.setdefault(c.hash(), [s.model, seed, arithmetic, step])
+            if recipe:
+                job[3] = max(job[3], step)
     return [tuple(j) for j in jobs.values()]
 
 
