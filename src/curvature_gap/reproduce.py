@@ -228,6 +228,10 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
     load0 = load_average()
     outcomes: list[Outcome] = []
     print(f"reproducing {len(names)} result(s), profile {profile}, device {dev}: {', '.join(names)}", file=out, flush=True)
+    # every result's configuration hash now, before anything is computed: the code hash reads the source files,
+    # so a file edited during a long run would otherwise stamp results computed by the old code with the new hash
+    for name in names:
+        ex.config_hash_of(name, ctx=ctx)
     if train_workers is None:
         # the paper profile on a CPU: its runs take minutes each; the smoke profile's take seconds
         train_workers = (os.cpu_count() or 1) if dev == "cpu" and profile == "paper" and not ctx_kwargs else 1
