@@ -60,7 +60,9 @@ def _register(monkeypatch, tmp_path, behaviours: dict, keep=()):
                 f.write(name + "\n")
             return {"x": np.arange(4.0) * len(name)}, {"profile": job.ctx.profile}
 
-        return ex.FigureSpec(name, "test", f"test_{name}", f"stand-in {how}", ex.spec("fig12").settings, compute,
+        # the MNIST settings of Fig. 12 under both profiles (its paper profile is the CIFAR-100 model)
+        settings = {"paper": ex.spec("fig12_mnist").settings["paper"], "smoke": ex.spec("fig12").settings["smoke"]}
+        return ex.FigureSpec(name, "test", f"test_{name}", f"stand-in {how}", settings, compute,
                              {"main": _plot}, key_numbers=lambda r: {"sum of x": float(r["x"].sum())})
 
     for name, how in behaviours.items():
@@ -292,8 +294,11 @@ def test_publish_copies_the_cached_results_of_the_current_configuration(tmp_path
 def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsys):
     """train_in_parallel: each run once at the furthest step any result reads (fig5's trajectory and fig4's
     checkpoint share the authors' bf16 run), in worker processes; the results then find them on disk."""
-    from conftest import write_mnist_idx
-    root = write_mnist_idx(tmp_path / "data", n_train=512)  # the smoke recipe's 384 images: 3 steps
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tests_conftest", Path(__file__).with_name("conftest.py"))
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    root = conftest.write_mnist_idx(tmp_path / "data", n_train=512)  # the smoke recipe's 384 images: 3 steps
     ctx = ex.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
                      progress=False)
     names = ["fig3_authors", "fig4_authors", "fig5_authors", "fig4_authors_exact"]

@@ -137,7 +137,7 @@ def test_fig6_paper_path_runs_on_a_cifar100_format_set(tmp_path, cifar_root):
 
 @pytest.mark.fault("unknown-figure")
 def test_unknown_figure_lists_the_valid_names():
-    with pytest.raises(ConfigError, match="valid names: fig3_authors, fig3, fig4_authors, fig4, fig5_authors, fig5, fig6_authors, fig6_authors_mnist, fig6, fig6_mnist, fig7_authors, fig7"):
+    with pytest.raises(ConfigError, match="valid names: fig3_authors, fig3, fig4_authors, fig4_authors_exact, fig4, fig5_authors, fig5_authors_exact, fig5, fig6_authors, fig6_authors_mnist, fig6_authors_mnist_exact, fig6, fig6_mnist, fig7_authors, fig7"):
         ex.load_results("fig99", "smoke")
 
 
