@@ -13,15 +13,7 @@ from torch import nn
 from curvature_gap.exact import encoder_layer as eref
 from curvature_gap.exact import layers as R
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("one_thread")]
 
 
 def test_randomize_leaves_no_default_initialisation():

@@ -29,15 +29,7 @@ FD_TOL = 1e-7
 # (seed, sharp, x_scale): a generic instance, near-one-hot attention, large inputs
 INSTANCES = ((0, 1.0, 1.0), (1, 8.0, 2.0), (2, 1.0, 30.0))
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("one_thread")]
 
 
 def _layer(cfg, seed, sharp, x_scale, **kw):

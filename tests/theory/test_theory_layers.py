@@ -23,15 +23,7 @@ from curvature_gap.theory.layers import attention_mask, describe, layer_hessian,
 TOL = 1e-10
 FD_TOL = 1e-7
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("one_thread")]
 
 
 def _need(kind: str):
