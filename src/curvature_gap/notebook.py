@@ -35,7 +35,7 @@ from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
 from .findings import Finding, finding_of, model_words, result_entries  # noqa: E402
 
-__all__ = ["setup", "check_parameters", "load", "published_rows", "RECOMPUTE", "show_markdown", "show_figure", "figure", "rows", "show_rows",
+__all__ = ["setup", "check_parameters", "load", "published_rows", "RECOMPUTE", "show_markdown", "show_seed_leads", "show_figure", "figure", "rows", "show_rows",
            "scaling_md", "show_scaling",
            "verdict_text", "verdict_html", "show_verdict", "agreement_text", "show_agreement", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES", "find",
            "show_ranking", "show_cross_check", "md_escape", "text_html"]
@@ -489,6 +489,28 @@ def show_ranking(result) -> None:
         body.append(cells)
     show_markdown("Place of $W_V$'s block among the diagonal blocks (the three largest in brackets):\n\n"
                   + md_table(head, body))
+
+
+def show_seed_leads(result) -> None:
+    """Figs. 3/4 on the authors' model: the reading of :func:`show_ranking` on each initialisation or training run
+    the verdict counts over (``meta["seed_leads"]``): in how many statistics W_V's diagonal block is the largest
+    weight matrix, which block leads otherwise, and that draw's verdict. Nothing when the result has one draw."""
+    seeds = result.meta.get("seed_leads") or []
+    if not seeds:
+        return
+    n_st = len(seeds[0]["weights_first"])
+    draws = "initialisations" if result.meta.get("step", 0) == 0 else "training runs"
+
+    def otherwise(d):
+        firsts = list(d["weights_first"].values())
+        rivals = set(firsts) - {"W_V"}
+        return "$" + unit_tex(max(rivals, key=firsts.count)) + "$" if rivals else "—"
+
+    show_markdown(f"The same reading on each of the {len(seeds)} {draws} (statistics, of {n_st}, in which "
+                  "$W_V$'s diagonal block is the largest among the weight matrices; the block that leads most often "
+                  "otherwise):\n\n" + md_table(["seed", "$W_V$ largest", "leads otherwise", "verdict"],
+                                                 [[str(d["seed"]), f"{d['leads']['weights']}/{n_st}", otherwise(d),
+                                                   d["verdict"]] for d in seeds]))
 
 
 def show_dynamics_summary(results: dict, figures: dict, profile: str) -> None:

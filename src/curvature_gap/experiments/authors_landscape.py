@@ -35,6 +35,7 @@ from ..train import recipe_loader
 from .claims import not_run
 from .context import Context
 from .convergence import SLOPE_TOL, fit_loglog
+from .settings import AUTHORS_RUN_SEEDS
 from .spec import FigureSpec, Finding
 
 __all__ = ["AuthorsRunningSettings", "GradientSums", "loader_pass", "accumulation_rows", "compute_running_authors", "slope_row", "validity_row", "SPECS"]
@@ -66,9 +67,10 @@ class AuthorsRunningSettings:
     # precision.ARITHMETICS: "authors" = their bf16 run, bf16 forward, gradients summed into bf16 buffers (beside a
     # float64 sum of the same gradients); "exact" = the float32 run, float32 forward, float64 sums
     arithmetic: str = "authors"
-    # seeds of the loader passes over the one checkpoint (empty: the run's own seed). Their Fig. 12 notebook
-    # (notebooks/assumption_1.ipynb) draws the mean ± std of three runs, seeds 307, 42 and 21.
-    pass_seeds: tuple = ()
+    # the trained runs (seeds of the recipe, each at ``step``), one loader pass each, its loader seeded by the run's
+    # seed as their assumption_1.yaml seeds both with common.seed (empty: the run of ``run_seed`` alone). Their
+    # Fig. 12 notebook (notebooks/assumption_1.ipynb) draws the mean ± std of three runs, seeds 307, 42 and 21.
+    run_seeds: tuple = ()
 
 
 # Fig. 6: loss_landscape_convergence.yaml (common.seed 42: the run and the loader of seed 42); Fig. 12:
@@ -81,13 +83,13 @@ FIG12_SETTINGS = {"paper": AuthorsRunningSettings(), "smoke": _SMOKE}
 # the stand-ins where CIFAR-100 cannot be had: their MNIST model at Fig. 4's checkpoint (step 20,000; their
 # MNIST configuration has no Fig. 6/12 experiment), with the recipe's own seed (37); 2 epochs are 938
 # batches, three decades of k, in about 20 s on a CPU. One pass (``authors_mnist_pass``) serves both.
-# The passes: their Fig. 12 notebook's three seeds (42 first: the seed of their Fig. 6) over the one checkpoint of
-# the recipe's seed; three bf16 runs to step 20,000 would cost 3 × 8 min on this CPU (benchmarks/RESULTS.md), so
-# the spread here is over loader orders and augmentations, not over trained runs. 5 epochs (2,345 batches, k up to
-# 300,000) show the bf16 sum's stall at a quarter of their CIFAR pass's 10,166 batches, at ~1 min a pass.
+# The runs: the three bf16 runs Fig. 4's verdict counts over (settings.AUTHORS_RUN_SEEDS: the recipe's seed 37,
+# then 0 and 1), so the mean ± std is over trained runs, as their notebook's, at no training of its own. 5 epochs (2,345
+# batches, k up to 300,000) show the bf16 sum's stall at a quarter of their CIFAR pass's 10,166 batches, at ~1 min
+# a pass. The float32 twin: the one float32 run (seed 37), one pass.
 MNIST_SETTINGS = {"paper": AuthorsRunningSettings(model="authors_mnist", run_seed=None, step=20_000, epochs=5,
-                                                  pass_seeds=(42, 21, 307))}
-MNIST_EXACT_SETTINGS = {p: replace(v, arithmetic="exact") for p, v in MNIST_SETTINGS.items()}
+                                                  run_seeds=AUTHORS_RUN_SEEDS)}
+MNIST_EXACT_SETTINGS = {p: replace(v, arithmetic="exact", run_seeds=()) for p, v in MNIST_SETTINGS.items()}
 
 
 class GradientSums:
@@ -162,20 +164,22 @@ def loader_pass(model, cfg, ds, epochs: int, log_every: int, gradients: bool, de
 
 
 def compute_running_authors(ctx: Context, s: AuthorsRunningSettings) -> tuple[dict, dict]:
-    """The passes of :func:`loader_pass` (one per seed of ``s.pass_seeds``; none given: the run's) at step ``s.step``
-    of the authors' run of seed ``s.run_seed`` trained in ``s.arithmetic``, with Fig. 6's |L_{k+1} − L_k| and its
-    log-log trend (the first pass), and (``s.gradients``) Fig. 12's gradient norms of every pass, both sums."""
-    model, info = ctx.recipe_model(s.model, s.step, s.run_seed, s.arithmetic)
-    cfg = ctx.recipe_cfg(s.model, s.run_seed, s.arithmetic)
+    """The passes of :func:`loader_pass`, one per run of ``s.run_seeds`` (none given: the run of ``s.run_seed``), each
+    at step ``s.step`` of its run trained in ``s.arithmetic`` and over its run's loader, with Fig. 6's
+    |L_{k+1} − L_k| and its log-log trend (the first run), and (``s.gradients``) Fig. 12's gradient norms of every
+    pass, both sums."""
     ds = ctx.recipe_datasets(s.model)
-    seeds = tuple(s.pass_seeds) or (cfg.seed,)
-    n_batches = -(-len(ds.train) // cfg.batch_size) * s.epochs
-    passes = []
-    for seed in seeds:
-        ctx.log(f"{n_batches} batches of the authors' loader (seed {seed}) at step {s.step} of the run of seed "
-                f"{cfg.seed}, {s.arithmetic} arithmetic: running mean loss" + (" and gradient" if s.gradients else ""))
-        passes.append(loader_pass(model, replace(cfg, seed=seed), ds, s.epochs, s.log_every, s.gradients,
-                                  ctx.torch_device, ctx.progress, arithmetic=s.arithmetic))
+    passes, runs = [], []
+    for run_seed in tuple(s.run_seeds) or (s.run_seed,):
+        m, i = ctx.recipe_model(s.model, s.step, run_seed, s.arithmetic)
+        c = ctx.recipe_cfg(s.model, run_seed, s.arithmetic)
+        runs.append((m, i, c))
+        n_batches = -(-len(ds.train) // c.batch_size) * s.epochs
+        ctx.log(f"{n_batches} batches of the authors' loader (seed {c.seed}) at step {s.step} of the run of seed "
+                f"{c.seed}, {s.arithmetic} arithmetic: running mean loss" + (" and gradient" if s.gradients else ""))
+        passes.append(loader_pass(m, c, ds, s.epochs, s.log_every, s.gradients, ctx.torch_device, ctx.progress,
+                                  arithmetic=s.arithmetic))
+    model, info, cfg = runs[0]
     p = passes[0]
     running = p["running_loss"]
     delta = np.abs(np.diff(running))  # |L_{k+1} − L_k|, k = 1 .. batches − 1 (their first batch has no L_k)
@@ -184,7 +188,7 @@ def compute_running_authors(ctx: Context, s: AuthorsRunningSettings) -> tuple[di
     fit = fit_loglog(k, positive, s.fit_k_min, s.fit_points)
     arrays = dict(n_samples=p["n_seen"][1:], k=k, delta=delta, running_loss=running, ewm=ewm(delta, s.ewm_alpha))
     at_one, n_gamma, max_dev = frozen_at_one(model)
-    meta = dict(profile=ctx.profile, model=s.model, seed=cfg.seed, pass_seeds=list(seeds), step=s.step,
+    meta = dict(profile=ctx.profile, model=s.model, seed=cfg.seed, run_seeds=[c.seed for _, _, c in runs], step=s.step,
                 epochs=s.epochs, arithmetic=s.arithmetic, precision=cfg.precision,
                 batch_size=cfg.batch_size, log_every=s.log_every if s.gradients else None, n_blocks=cfg.model_config().n_blocks, n_train=len(ds.train),
                 n_batches=len(running), checkpoint=info, fit=fit, ewm_alpha=s.ewm_alpha,
@@ -213,8 +217,8 @@ DRIFT_FROM = 60_000
 
 
 def accumulation_summary(arrays: dict) -> dict:
-    """What the two sums of the same gradients say, over the passes: the ratio of their norms at the largest k
-    (mean and spread over passes) and the exact norm's drift from k ≈ :data:`DRIFT_FROM` to the largest k."""
+    """What the two sums of the same gradients say, over the runs' passes: the ratio of their norms at the largest
+    k (mean and spread over the passes) and the exact norm's drift from k ≈ :data:`DRIFT_FROM` to the largest k."""
     g, exact, theirs = arrays["grad_samples"], arrays["grad_norm"], arrays["grad_norm_theirs"]
     ratio = theirs[:, -1] / exact[:, -1]
     i0 = int(np.searchsorted(g, DRIFT_FROM)) if g[-1] >= DRIFT_FROM else 0
@@ -272,7 +276,7 @@ def plot_convergence_authors(result):
 
 def plot_gradient_authors(result):
     """‖∇ of the running mean loss‖ at w* against the samples seen (their Fig. 12's quantity): the mean over the
-    passes with a ±1 std band, summed as their code sums it (the parameters' dtype) and in float64, over the same
+    runs (one loader pass each) with a ±1 std band, summed as their code sums it (the parameters' dtype) and in float64, over the same
     gradients; log x, linear y, as their notebook draws it."""
     a, meta = result.arrays, result.meta
     fig = new_figure(WIDTH, 4.6)
@@ -292,7 +296,8 @@ def plot_gradient_authors(result):
     ax.set_xlabel("training samples seen")
     ax.set_ylabel(r"$\|\nabla\mathcal{L}_k(w^*)\|_2$")
     n = len(a["grad_norm"])
-    ax.set_title(f"{_title(meta)}\nmean ± std over {n} passes of their loader; Assumption 1 says this is 0")
+    runs = f"mean ± std over {n} runs, one pass of its loader each" if n > 1 else "one pass of its loader"
+    ax.set_title(f"{_title(meta)}\n{runs}; Assumption 1 says this is 0")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     return fig
 
@@ -337,7 +342,8 @@ def slope_row(result, standin=None) -> Row:
 
 
 # the two sums of the same gradients "agree" within this relative difference: the float64 curve's spread over
-# the three passes is about 1 % (published fig12_authors_mnist: exact_drift_spread), so 5 % is well outside it
+# three loader passes of one run was about 1 % (fig12_authors_mnist before it counted runs: exact_drift_spread),
+# so 5 % is well outside it
 ACCUM_TOL = 0.05
 # "falls": the float64 norm at the largest k below (1 − FALL_TOL) × its value at k ≈ DRIFT_FROM; averaging alone
 # would give a fall like k^(−1/2) (a factor 2 over the 5 epochs here) for a zero-mean gradient
@@ -353,7 +359,7 @@ def _mechanism(standin) -> str:
     bites = m.get("bites_at_samples")
     when = (f" (the two part by more than {ACCUM_TOL:.0%} after {-(-bites // m['batch_size']):,} batches)"
             if bites else "")
-    return (f"On their MNIST model at step {m['step']:,} ({dtype} run, {m['n_passes']} passes of {batches:,} "
+    return (f"On their MNIST model at step {m['step']:,} ({m['n_passes']} {dtype} runs, a pass of {batches:,} "
             f"batches), the {dtype} sum of the same gradients ends at {m['theirs_over_exact']:.2f} of the float64 sum{when}, "
             f"while the float64 norm at k = {m['largest_k']:,} is {m['exact_drift']:.2f} of its value at "
             f"k = {m['drift_from_samples']:,}: the decline their code plots comes from summing in {dtype} (each new "
@@ -385,26 +391,26 @@ def accumulation_rows(standin) -> list[Row]:
     (``bf16_over_exact``), and does the quantity itself fall (``exact_drift``)?"""
     ids = ("fig12_authors_mnist.bf16_over_exact", "fig12_authors_mnist.exact_drift")
     whats = (f"the running-mean gradient norm summed in bf16 (their assumption_1.py) over the same norm summed in "
-             f"float64, at the largest k, mean over the passes: within {ACCUM_TOL:g} of 1 (the authors' MNIST model, "
+             f"float64, at the largest k, mean over the runs: within {ACCUM_TOL:g} of 1 (the authors' MNIST model, "
              "bf16 run, step 20,000)",
              f"'its validity increases with … a larger number of samples' on the float64 sum: the norm at the largest "
-             f"k over its value at k ≈ {DRIFT_FROM:,}, below {1 - FALL_TOL:g} (the same passes)")
+             f"k over its value at k ≈ {DRIFT_FROM:,}, below {1 - FALL_TOL:g} (the same runs)")
     if standin is None:
         return [not_run(i, "fig12_authors", w, "fig12_authors_mnist", _MNIST_NEEDS) for i, w in zip(ids, whats)]
     m = standin.meta
     common = dict(result="fig12_authors", kind="identity", claim="holds", expected=None, role="detail",
                   profile=standin.config["profile"], evidence=[str(standin.json_path)],
-                  instances=f"{m['n_passes']} passes (seeds {', '.join(map(str, m['pass_seeds']))}), "
+                  instances=f"{m['n_passes']} runs (seeds {', '.join(map(str, m['run_seeds']))}), one loader pass each, "
                             f"k up to {m['largest_k']:,}")
     lo, hi = m["theirs_over_exact_spread"]
     ratio = Row(id=ids[0], what=whats[0], verdict="holds" if abs(m["theirs_over_exact"] - 1) <= ACCUM_TOL else "fails",
                 value=m["theirs_over_exact"], tolerance=ACCUM_TOL,
-                note=f"ratio {m['theirs_over_exact']:.3f} (passes {lo:.3f}–{hi:.3f}). {_mechanism(standin)}", **common)
+                note=f"ratio {m['theirs_over_exact']:.3f} (runs {lo:.3f}–{hi:.3f}). {_mechanism(standin)}", **common)
     lo, hi = m["exact_drift_spread"]
     drift = Row(id=ids[1], what=whats[1], verdict="holds" if m["exact_drift"] < 1 - FALL_TOL else "fails",
                 value=m["exact_drift"], tolerance=FALL_TOL,
                 note=f"float64 norm at k = {m['largest_k']:,} over its value at k = {m['drift_from_samples']:,}: "
-                     f"{m['exact_drift']:.3f} (passes {lo:.3f}–{hi:.3f})", **common)
+                     f"{m['exact_drift']:.3f} (runs {lo:.3f}–{hi:.3f})", **common)
     for r in (ratio, drift):
         r.finding = r.verdict != r.claim
     return [ratio, drift]
@@ -415,7 +421,7 @@ def _numbers6(r) -> dict:
 
 
 def _numbers12(r) -> dict:
-    return {"‖∇L_k(w*)‖ at the last k (float64 sum, mean over passes)": float(r.arrays["grad_norm"][:, -1].mean()),
+    return {"‖∇L_k(w*)‖ at the last k (float64 sum, mean over runs)": float(r.arrays["grad_norm"][:, -1].mean()),
             "their sum over the float64 sum at the last k": r.meta["theirs_over_exact"],
             "float64 norm at the last k over k ≈ 60,000": r.meta["exact_drift"]}
 
