@@ -25,7 +25,7 @@ FAULTS: tuple[Fault, ...] = (
           'the same command is run twice with the same seed',
           'bit-identical checkpoints (sha256 of the weights) and identical result arrays; another seed gives other weights'),
     Fault('training-killed', 'interruption',
-          'training is killed (SIGKILL) at a random step',
+          'training is killed (SIGKILL) between two checkpoints or while writing one',
           'the rerun resumes from the last checkpoint (weights, optimiser, RNG, data order) and ends bit-identical to an uninterrupted run'),
     Fault('reproduce-killed', 'interruption',
           '`curvature-gap reproduce` is killed (SIGKILL) half-way',

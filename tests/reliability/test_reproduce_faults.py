@@ -1,5 +1,6 @@
 """`curvature-gap reproduce` as a user runs it (real smoke figures on real MNIST, in subprocesses):
-determinism, SIGKILL half-way and rerun, two runs at once on the same directories.
+determinism, SIGKILL half-way (at a point the worker announces, tests/reliability/hold.py, not after a timer)
+and rerun, two runs at once on the same directories.
 
 Figures: fig4 (trains the smoke model, then its exact Hessian) and fig12 (gradients at the trained
 model), about 10 s each on two cores.
@@ -9,11 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +19,12 @@ import pytest
 
 from cases import subprocess_env
 from curvature_gap.data import check_mnist_files
+from hold import kill_at_hold
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("CURVATURE_GAP_DATA") or ROOT / "data").resolve()
 FIGS = "fig4,fig12"
+WORKER = Path(__file__).with_name("reproduce_worker.py")
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(bool(check_mnist_files(DATA)),
@@ -82,14 +82,15 @@ def test_same_command_gives_identical_checkpoints_and_results(reference, tmp_pat
 
 @pytest.mark.fault("reproduce-killed", "killed-while-writing")
 def test_sigkill_mid_reproduce_then_rerun_recomputes_only_what_is_missing(reference, tmp_path):
-    proc = subprocess.Popen(_cmd(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
-    deadline = time.time() + 600
-    while not list((tmp_path / "results" / "fig4").glob("*.json")) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    time.sleep(random.uniform(0.0, 1.0))  # somewhere inside fig12
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
-    assert not list((tmp_path / "results").glob("fig12/*.json")), "fig12 finished before the kill; nothing was tested"
+    # killed at the point the worker announces: fig4 finished, fig12's arrays (.npz) written, its record (.json)
+    # in a temporary file, not yet renamed into place
+    held, out = kill_at_hold([sys.executable, str(WORKER), "fig12", *_cmd(tmp_path)[3:]], _env(),
+                             tmp_path / "stderr.txt", timeout_s=900)
+    fig12 = tmp_path / "results" / "fig12"
+    assert held.startswith(f"writing {fig12}") and held.endswith(".json"), held
+    assert "[2/2] fig12" in out
+    assert not list(fig12.glob("*.json")) and len(list(fig12.glob("*.npz"))) == 1
+    assert len(list(fig12.glob(".*.json.*.tmp"))) == 1, "killed with fig12's record half-way to disk"
     fig4 = {p: p.read_bytes() for p in (tmp_path / "results" / "fig4").iterdir() if not p.name.startswith(".")}
     assert len(fig4) == 2
 

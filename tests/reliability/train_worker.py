@@ -1,15 +1,23 @@
-"""Worker for the kill-and-resume test: trains on test-made data into the directory argv[1]."""
+"""Worker for the kill-and-resume test: trains on test-made data into the directory argv[1].
+
+argv[2], optional, is where it holds to be killed (tests/reliability/hold.py): ``step:N`` right after the N-th
+optimiser step, ``write:N`` while writing the checkpoint of step N (its bytes in the temporary file, not yet
+renamed into ``last.pt``). Without it the run trains to its end and prints the sha256 of its weights.
+"""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from cases import learnable_images  # noqa: E402
+from hold import hold_after_step, holding_in_fsync  # noqa: E402
 
+import curvature_gap.train as train_mod  # noqa: E402
 from curvature_gap.config import train_config  # noqa: E402
 from curvature_gap.data import TensorDataset  # noqa: E402
-from curvature_gap.train import Datasets, train  # noqa: E402
+from curvature_gap.train import CKPT_NAME, Datasets, train  # noqa: E402
 
 
 def datasets():
@@ -20,9 +28,25 @@ def datasets():
     return Datasets(make(512, 0), make(64, 1))
 
 
+# 512 images in batches of 16: 32 steps an epoch, 128 in all; last.pt every 5 steps and at each epoch's end
 CFG = train_config("mnist", "smoke", epochs=4, train_subset=None, test_subset=None, batch_size=16, ckpt_every=5)
+
+
+def hold_while_writing_checkpoint(step: int) -> None:
+    real = train_mod.save_torch
+
+    def save_torch(path, obj):
+        with holding_in_fsync(f"writing {CKPT_NAME} of step {step}",
+                              when=Path(path).name == CKPT_NAME and obj.get("step") == step):
+            real(path, obj)
+
+    train_mod.save_torch = save_torch
+
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
+    if len(sys.argv) > 2:
+        kind, n = sys.argv[2].split(":")
+        {"step": hold_after_step, "write": hold_while_writing_checkpoint}[kind](int(n))
     m = train(CFG, sys.argv[1], datasets=datasets(), device="cpu", progress=False)
     print(m["weights_sha256"])
