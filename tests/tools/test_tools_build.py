@@ -188,6 +188,34 @@ def test_execute_notebook_raises_on_an_error(tmp_path):
 
 
 @pytest.mark.slow
+def test_notebooks_run_side_by_side_return_every_time_in_book_order_and_stop_at_a_failure(tmp_path):
+    """execute_all with two jobs (worker processes): every notebook executed and tidied, timings in the order
+    given; a broken notebook raises its BookError from the worker."""
+    for name, cells in (("a", GOOD), ("b", GOOD), ("c", BROKEN)):
+        nbformat.write(notebook(cells), tmp_path / f"{name}.ipynb")
+    stage = tmp_path / "stage"
+    times = build.execute_all([Path("b.ipynb"), Path("a.ipynb")], tmp_path, stage, {"profile": "smoke"}, None, 2,
+                              log=lambda s: None)
+    assert list(times) == ["b.ipynb", "a.ipynb"] and all(t > 0 for t in times.values())
+    ran = nbformat.read(stage / "a.ipynb", as_version=4)
+    assert any("fine 2" in o.get("text", "") for c in ran.cells if c.cell_type == "code" for o in c.outputs)
+    with pytest.raises(build.BookError, match="deliberately broken"):
+        build.execute_all([Path("a.ipynb"), Path("c.ipynb")], tmp_path, stage, {"profile": "smoke"}, None, 2,
+                          log=lambda s: None)
+
+
+def test_book_jobs_reads_the_setting_and_refuses_nonsense(monkeypatch):
+    monkeypatch.setenv("BOOK_JOBS", "3")
+    assert build.book_jobs() == 3
+    monkeypatch.delenv("BOOK_JOBS")
+    assert 1 <= build.book_jobs() <= 2
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("BOOK_JOBS", bad)
+        with pytest.raises(build.BookError, match="BOOK_JOBS"):
+            build.book_jobs()
+
+
+@pytest.mark.slow
 @pytest.mark.fault("notebook-raises")
 def test_pipeline_exits_nonzero_on_a_broken_notebook_and_zero_on_a_good_one(tmp_path):
     good, bad = tmp_path / "good", tmp_path / "bad"
