@@ -291,6 +291,7 @@ def test_publish_copies_the_cached_results_of_the_current_configuration(tmp_path
     assert ex.published_check("a", ctx).config_hash == ex.config_hash_of("a", ctx=ctx)
 
 
+@pytest.mark.slow
 def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsys):
     """train_in_parallel: each run once at the furthest step any result reads (fig5's trajectory and fig4's
     checkpoint share the authors' bf16 run), in worker processes; the results then find them on disk."""
@@ -318,6 +319,10 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
     for arithmetic in ("authors", "exact"):
         model, info = ctx.recipe_model("authors_mnist", 3, arithmetic=arithmetic)
         assert info["step"] == 3
+    paper = ex.Context(profile="paper", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
+                       progress=False)
+    assert reproduce._runs_to_train(["fig6_authors", "fig12_authors"], paper, allow_long=True) == [], \
+        "with the long-run guard off, runs whose dataset (CIFAR-100) is missing are still not started"
 
 
 def test_the_guard_costs_a_trajectory_to_its_last_step_not_the_whole_recipe(monkeypatch):

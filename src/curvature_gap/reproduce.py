@@ -139,6 +139,8 @@ def _runs_to_train(names: list[str], ctx: ex.Context, allow_long: bool) -> list[
         try:
             if not allow_long and _long_run(name, ctx):
                 continue
+            if allow_long:  # the guard is off, the data check is not: a run without its dataset is not started
+                ctx.datasets_for(s.model) if not isinstance(cfg, RecipeConfig) else ctx.recipe_datasets(s.model)
         except DataUnavailable:
             continue
         recipe = isinstance(cfg, RecipeConfig)
