@@ -115,7 +115,7 @@ def _long_run(name: str, ctx: ex.Context) -> str:
     cost = _run_cost(ctx, cfg, step)
     if cost.seconds <= LONG_RUN_S:
         return ""
-    return f"{cost.describe()}; pass --allow-long-runs to run it, or use a GPU (--device cuda)"
+    return f"{cost.describe()}; pass --allow-long-runs (make reproduce ALLOW_LONG=1) to run it, or use a GPU (--device cuda)"
 
 
 def _runs_to_train(names: list[str], ctx: ex.Context, allow_long: bool) -> list[tuple]:
