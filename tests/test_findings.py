@@ -193,3 +193,20 @@ def test_a_statement_that_fails_in_one_part_says_what_holds_and_what_is_not_prov
     assert f.numbers["misprint_failures"] == 1
     landing = " ".join(fd.summary_sentences(rows))
     assert "Theorem 6 fails as stated" in landing and "for block (2,1)" in landing and "→ 0" not in landing
+
+
+def test_the_dataset_a_verdict_names_comes_from_the_model_of_its_settings_not_from_prose(monkeypatch):
+    """findings.paper_dataset reads the paper profile's model (config.DATASET_OF); the free-text ``needs`` of a
+    spec cannot change it."""
+    import dataclasses
+
+    from curvature_gap import findings as fd
+    from curvature_gap.experiments import SPECS
+
+    assert fd.paper_dataset("fig12_authors") == "CIFAR-100" and fd.paper_dataset("fig4_authors") == "MNIST"
+    assert fd.paper_dataset("encoder_family") is None and fd.model_words("encoder_family") == "synthetic data"
+    assert fd.model_words("fig3_authors") == "MNIST, at initialisation"
+    assert fd.model_words("fig4_authors_exact") == "MNIST, float32 runs"
+    assert {"fig6", "fig12", "fig6_authors", "fig12_authors"} == fd._cifar()
+    monkeypatch.setitem(SPECS, "fig4_authors", dataclasses.replace(SPECS["fig4_authors"], needs="CIFAR-100 (words)"))
+    assert fd.paper_dataset("fig4_authors") == "MNIST" and "fig4_authors" not in fd._cifar()

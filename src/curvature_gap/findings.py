@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from .bounds.titles import INEQUALITIES, step_title
+from .config import DATASET_OF
 from .experiments import SPECS
 from .row import Row
 from .theory.errata import misprint_counts
@@ -75,9 +76,20 @@ def result_entries(specs=None) -> list[tuple[str, str, str, str]]:
 RESULTS = result_entries()  # as declared at import; findings() reads the registry each time
 
 
+# config.DATASET_OF's datasets as a reader names them
+DATA_NAMES = {"mnist": "MNIST", "cifar100": "CIFAR-100"}
+
+
+def paper_dataset(name: str) -> str | None:
+    """The dataset of result ``name``'s paper profile, read from the model its settings name
+    (config.DATASET_OF): "MNIST", "CIFAR-100", or None for a result of no dataset (synthetic inputs)."""
+    model = getattr(SPECS[name].settings.get("paper"), "model", None)
+    return DATA_NAMES[DATASET_OF[model]] if model in DATASET_OF else None
+
+
 def _cifar() -> set:
-    """The results whose paper profile needs CIFAR-100 (Fig. 6 on either model, Fig. 12 on the authors')."""
-    return {s.finding.key for s in SPECS.values() if s.finding is not None and "CIFAR-100" in s.needs}
+    """The results whose paper profile needs CIFAR-100 (Fig. 6 on either model, Fig. 12 on both)."""
+    return {s.finding.key for n, s in SPECS.items() if s.finding is not None and paper_dataset(n) == "CIFAR-100"}
 
 
 def _no_claim() -> set:
@@ -307,9 +319,8 @@ def _experiment(key: str, rows: list[Row]) -> tuple[str, str]:
 def model_words(name: str) -> str:
     """The dataset of a result's paper profile and, for the authors' model, how its run was computed: "MNIST",
     "CIFAR-100, bf16 runs", "MNIST, at initialisation" (what a verdict about an experiment names)."""
-    s = SPECS[name]
-    data = "CIFAR-100" if "CIFAR-100" in (s.needs or "").split(" (smoke)")[0].split("/")[0] else "MNIST"
-    paper = s.settings.get("paper")
+    data = paper_dataset(name) or "synthetic data"
+    paper = SPECS[name].settings.get("paper")
     if getattr(paper, "step", None) == 0:
         return f"{data}, at initialisation"
     arithmetic = getattr(paper, "arithmetic", None)
