@@ -1,6 +1,10 @@
 """The book's kernels run quietly (tools.book.build.book_kernel_manager): no "Kernel is running over TCP without
-encryption" once per page, and whatever a kernel does write to its own log stops the build with it."""
+encryption" once per page, and whatever a kernel does write to its own log stops the build with it; the ``python3``
+kernel is registered for this interpreter when it is missing or starts another (tools.book.build.ensure_kernel)."""
 from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -46,3 +50,26 @@ def test_a_finished_kernel_is_shut_down_without_an_interrupt(monkeypatch):
     km.shutting_down = True
     asyncio.run(km._async_interrupt_kernel())
     assert sent == [False], "an interrupt while running is passed on; at shutdown none is sent"
+
+
+@pytest.mark.parametrize("specs, registers", [({}, True), ({"python3": [sys.executable]}, False),
+                                              ({"python3": ["{python}"]}, False),
+                                              ({"python3": ["/another/env/bin/python"]}, True),
+                                              ({"python3": ["no-such-python-here"]}, True),
+                                              ({"other": [sys.executable]}, True)])
+def test_the_kernel_is_registered_when_missing_or_for_another_interpreter(monkeypatch, specs, registers):
+    class Specs:  # a KernelSpecManager that holds ``specs`` (name -> argv)
+        def find_kernel_specs(self):
+            return {name: f"/kernels/{name}" for name in specs}
+
+        def get_kernel_spec(self, name):
+            return SimpleNamespace(argv=specs[name])
+
+    ran = []
+    monkeypatch.setattr(build, "KernelSpecManager", Specs)
+    monkeypatch.setattr(build.subprocess, "run", lambda cmd, **kw: ran.append(cmd))
+    build.ensure_kernel(log=lambda *a: None)
+    assert bool(ran) == registers
+    if registers:
+        assert ran == [[sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3",
+                        "--display-name", "Python 3 (curvature-gap)"]]

@@ -32,7 +32,7 @@ from pathlib import Path
 import nbformat
 import papermill as pm
 import yaml
-from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+from jupyter_client.kernelspec import KernelSpecManager
 from papermill.translators import PythonTranslator
 
 from curvature_gap import checks
@@ -120,18 +120,22 @@ def toc_notebooks(root: Path) -> list[Path]:
     return out
 
 
+def kernel_runs_this_interpreter() -> bool:
+    """Whether the ``python3`` kernel is registered and starts this interpreter (False when there is none)."""
+    ksm = KernelSpecManager()
+    if KERNEL not in ksm.find_kernel_specs():
+        return False
+    exe = ksm.get_kernel_spec(KERNEL).argv[0]
+    if exe == "{python}":
+        return True
+    found = shutil.which(exe) if os.sep not in exe else exe
+    return bool(found) and os.path.abspath(found) == os.path.abspath(sys.executable)
+
+
 def ensure_kernel(log=print) -> None:
     """Make the ``python3`` kernel resolve to this interpreter (register it in this environment if not)."""
-    try:
-        spec = KernelSpecManager().get_kernel_spec(KERNEL)
-        exe = spec.argv[0]
-        if exe == "{python}":
-            return
-        found = shutil.which(exe) if os.sep not in exe else exe
-        if found and os.path.abspath(found) == os.path.abspath(sys.executable):
-            return
-    except NoSuchKernel:
-        pass
+    if kernel_runs_this_interpreter():
+        return
     log(f"[book] registering the {KERNEL} kernel for {sys.executable}")
     subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL,
                     "--display-name", "Python 3 (curvature-gap)"], check=True, capture_output=True)
@@ -243,17 +247,17 @@ def execute_all(notebooks: list[Path], root: Path, stage: Path, parameters: dict
             timings[nb.name] = _execute_one((root / nb, stage / nb, parameters, root, timeout))
             log(f"[book]   done in {timings[nb.name]:.1f} s")
         return timings
-    import concurrent.futures as cf  # noqa: PLC0415
+    import concurrent.futures  # noqa: PLC0415
     import multiprocessing as mp  # noqa: PLC0415
 
     old = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"  # the kernels inherit it: jobs kernels on jobs cores
     try:
         log(f"[book] executing {len(notebooks)} notebooks, {jobs} at a time (BOOK_JOBS)")
-        with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
             running = {pool.submit(_execute_one, (root / nb, stage / nb, parameters, root, timeout)): nb
                        for nb in notebooks}
-            for fut in cf.as_completed(running):
+            for fut in concurrent.futures.as_completed(running):
                 nb = running[fut]
                 try:
                     timings[nb.name] = fut.result()
