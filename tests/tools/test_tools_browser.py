@@ -25,7 +25,7 @@ for _p in (str(ROOT / "src"), str(ROOT)):
 
 from curvature_gap.notebook import figure_html  # noqa: E402
 from curvature_gap.plotting import new_figure, png_bytes  # noqa: E402
-from tools.book import browser, html as static, png, server  # noqa: E402
+from tools.book import browser, html as static, page_checks, png, server  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------- the sites
@@ -224,6 +224,7 @@ def test_a_broken_site_gives_exactly_the_expected_problems(checked):
     assert table.startswith("book/intro.html:") and "'a wide column'" in table
 
 
+@pytest.mark.slow
 def test_broken_images_math_errors_and_figures_without_metadata(tmp_path):
     """A paper build: a missing image, a MathJax error and a figure without metadata are problems; a verdict
     about an experiment is not."""
@@ -271,25 +272,25 @@ def test_legibility_arithmetic():
     src = "data:image/png;base64," + base64.b64encode(png_bytes(new_figure(20.0, 6.0))).decode()
     fig = {"i": 0, "id": "fig-x", "alt": "", "src": src, "shown": True, "link": "http://h/_static/figures/x.png"}
     # an empty figure's smallest font is +inf: nothing to read, no problem
-    assert browser._figure_problem("p.html", dict(fig, width=600)) is None
+    assert page_checks.figure_problem("p.html", dict(fig, width=600)) is None
     f = new_figure(20.0, 6.0)
     f.add_subplot().set_xlabel("x", fontsize=9)
     fig["src"] = "data:image/png;base64," + base64.b64encode(png_bytes(f)).decode()
-    assert browser._figure_problem("p.html", dict(fig, width=20 * 96)) is None            # natural size: 9 pt
-    assert "drawn at 2.8 pt" in browser._figure_problem("p.html", dict(fig, width=600))  # 9 × 600 / 1920
-    assert browser._figure_problem("p.html", dict(fig, width=600, shown=False)) is None
+    assert page_checks.figure_problem("p.html", dict(fig, width=20 * 96)) is None            # natural size: 9 pt
+    assert "drawn at 2.8 pt" in page_checks.figure_problem("p.html", dict(fig, width=600))  # 9 × 600 / 1920
+    assert page_checks.figure_problem("p.html", dict(fig, width=600, shown=False)) is None
     # on the phone the floor is 7 pt: 7/9 of the natural width is enough, a few pixels less are not
-    assert browser._figure_problem("p.html", dict(fig, width=20 * 96 * 7 / 9), 390) is None
-    assert "at 390 px" in browser._figure_problem("p.html", dict(fig, width=20 * 96 * 7 / 9 - 5), 390)
-    assert "at 1440 px" in browser._figure_problem("p.html", dict(fig, width=20 * 96 * 7 / 9), 1440)
-    assert "full-size PNG" in browser._figure_problem("p.html", dict(fig, width=20 * 96, link=""))
-    assert "cut off at 390 px with no cue" in browser._figure_problem("p.html", dict(fig, width=20 * 96, cut=True), 390)
-    assert browser._figure_problem("p.html", dict(fig, width=20 * 96, cut=True, cue=True), 390) is None
+    assert page_checks.figure_problem("p.html", dict(fig, width=20 * 96 * 7 / 9), 390) is None
+    assert "at 390 px" in page_checks.figure_problem("p.html", dict(fig, width=20 * 96 * 7 / 9 - 5), 390)
+    assert "at 1440 px" in page_checks.figure_problem("p.html", dict(fig, width=20 * 96 * 7 / 9), 1440)
+    assert "full-size PNG" in page_checks.figure_problem("p.html", dict(fig, width=20 * 96, link=""))
+    assert "cut off at 390 px with no cue" in page_checks.figure_problem("p.html", dict(fig, width=20 * 96, cut=True), 390)
+    assert page_checks.figure_problem("p.html", dict(fig, width=20 * 96, cut=True, cue=True), 390) is None
     # a figure file (the book's pages since they stopped inlining): the image element carries the metadata
     filed = dict(fig, src="../_static/figures/x-page.png", widthIn="20.000", minPt="9.00")
-    assert browser._figure_problem("p.html", dict(filed, width=20 * 96)) is None
-    assert "drawn at 2.8 pt" in browser._figure_problem("p.html", dict(filed, width=600))
-    assert "data-width-in" in browser._figure_problem("p.html", dict(filed, widthIn="", width=600))
+    assert page_checks.figure_problem("p.html", dict(filed, width=20 * 96)) is None
+    assert "drawn at 2.8 pt" in page_checks.figure_problem("p.html", dict(filed, width=600))
+    assert "data-width-in" in page_checks.figure_problem("p.html", dict(filed, widthIn="", width=600))
 
 
 def test_inside_the_build_a_figure_is_a_file_at_page_resolution_with_its_full_size_beside_it(tmp_path, monkeypatch):
@@ -407,6 +408,7 @@ def test_console_errors_two_search_boxes_and_a_missing_footer_are_problems(tmp_p
 LONG_TEX = r"\sum_{i=1}^{L}" + r"+\frac{\lVert\mathbf W_K\rVert_2^2\lVert\mathbf X\rVert_2^6}{L^3d_Vd_K}" * 14
 
 
+@pytest.mark.slow
 def test_a_formula_wider_than_its_box_scrolls_with_the_cue_or_is_a_problem(tmp_path):
     """A display formula wider than the column scrolls in its own box and cg-math.js shows the cue: no problem,
     listed among the scrolling formulas. The same formula in a box that clips it (no scroll box of its own,
@@ -429,6 +431,7 @@ def test_a_formula_wider_than_its_box_scrolls_with_the_cue_or_is_a_problem(tmp_p
     assert "1440 px" in problems[0] and "390 px" in problems[1] and "W_K" in problems[0]
 
 
+@pytest.mark.slow
 def test_badges_on_more_than_two_lines_cards_without_labels_and_ids_broken_mid_word_are_problems(tmp_path):
     """The book's landing table passes; a badge squeezed into a narrow column, a phone card whose label is hidden
     and an id forced to break anywhere are one problem each, naming what to fix."""

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import browser, server
+from . import chromium_js, server
 from .build import BookError, _jupyter_book, project_root
 
 __all__ = ["build_pdf", "PDF"]
@@ -54,7 +54,7 @@ def build_pdf(root: Path | None = None, log=print) -> Path:
         try:
             page = chromium.new_page()
             page.goto(base + whole.name, wait_until="load", timeout=300_000)
-            state = page.evaluate(browser._SETTLE_JS, 300_000)
+            state = page.evaluate(chromium_js.SETTLE_JS, 300_000)
             if state not in ("ok", "none"):
                 raise BookError(f"MathJax did not typeset the whole book ({state}): no PDF written")
             page.pdf(path=str(pdf), format="A4", print_background=True, margin=_MARGIN)
