@@ -7,17 +7,12 @@ from curvature_gap.theory import calculus as cc
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-g = torch.Generator()
-
-
-@pytest.fixture(autouse=True)
-def _draws_of_this_test_alone():
-    """Every test draws from a generator seeded afresh, so its numbers do not depend on which tests ran before."""
-    g.manual_seed(0)
-
-
-def r(*s):
-    return torch.randn(*s, generator=g, dtype=torch.float64)
+@pytest.fixture
+def r():
+    """``r(*shape)``: standard normal float64 draws from a generator of this test alone, seeded afresh, so its
+    numbers do not depend on which tests ran before."""
+    g = torch.Generator().manual_seed(0)
+    return lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)
 
 
 def jac(f, x):
@@ -35,7 +30,7 @@ def test_vec_r_is_row_major_flatten():
     assert cc.vec(A).tolist() == [0, 3, 1, 4, 2, 5]
 
 
-def test_commutation_definition_and_inverse():
+def test_commutation_definition_and_inverse(r):
     A = r(3, 4)
     K = cc.commutation(3, 4)
     close(K @ cc.vec(A), cc.vec(A.T))
@@ -50,25 +45,25 @@ def test_commutation_is_not_symmetric_in_indices():
     assert float((cc.commutation(3, 4) - cc.commutation(4, 3)).abs().max()) == 1.0
 
 
-def test_vec_r_product_and_hadamard():
+def test_vec_r_product_and_hadamard(r):
     A, X, B = r(2, 3), r(3, 4), r(4, 5)
     close(cc.vec_r_product(A, X, B), cc.vec_r(A @ X @ B))
     P, Q = r(3, 4), r(3, 4)
     close(cc.vec_r_hadamard(P, Q), cc.vec_r(P * Q))
 
 
-def test_matrix_product_derivative():
+def test_matrix_product_derivative(r):
     A, X, B = r(2, 3), r(3, 4), r(4, 5)
     close(cc.d_matrix_product(A, B), jac(lambda X_: A @ X_ @ B, X))
 
 
-def test_kron_derivatives():
+def test_kron_derivatives(r):
     X, Y = r(2, 3), r(4, 2)
     close(cc.d_kron_wrt_first(X, Y), jac(lambda X_: cc.kron(X_, Y), X))
     close(cc.d_kron_wrt_second(X, Y), jac(lambda Y_: cc.kron(X, Y_), Y))
 
 
-def test_product_and_kron_rules():
+def test_product_and_kron_rules(r):
     C, E, F, H, X = r(2, 3), r(4, 2), r(2, 4), r(3, 5), r(3, 4)
     fA = lambda X_: C @ X_ @ E           # (2, 2)
     fB = lambda X_: F @ X_.T @ H         # (2, 5)
@@ -78,7 +73,7 @@ def test_product_and_kron_rules():
     close(cc.kron_rule(fA(X), fB(X), dA, dB), jac(lambda X_: cc.kron(fA(X_), fB(X_)), X))
 
 
-def test_inverse_diag_hadamard_transpose():
+def test_inverse_diag_hadamard_transpose(r):
     D = r(4, 4) + 4 * torch.eye(4, dtype=torch.float64)
     close(cc.d_inverse(D), jac(torch.linalg.inv, D))
     v = r(5)
@@ -89,7 +84,7 @@ def test_inverse_diag_hadamard_transpose():
     close(cc.d_transpose(3, 2), jac(lambda A_: A_.T, A))
 
 
-def test_partial_transpose_swaps_derivative_order():
+def test_partial_transpose_swaps_derivative_order(r):
     W1, C, W2 = r(2, 3), r(3, 4), r(4, 2)
     f = lambda a, b: torch.tanh(a @ C @ b)
     H12 = jacrev(jacrev(f, argnums=0), argnums=1)(W1, W2).reshape(-1, W2.numel())
