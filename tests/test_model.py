@@ -3,7 +3,8 @@ import pytest
 import torch
 
 import curvature_gap as cg
-from curvature_gap.model import BlockParts, attention_matrix, block_forward, count_parameters, layer_norm_parts, patchify
+from curvature_gap.model import (BlockParts, attention_matrix, block_forward, count_parameters, layer_norm_parts,
+                                 param_slices, patchify)
 
 
 @pytest.mark.parametrize(
@@ -44,6 +45,18 @@ def test_param_groups_are_named_ordered_and_slice_the_flat_vector():
     assert groups[-1].stop == flat.numel()
     g = next(g for g in groups if g.name == "block1.value")
     assert torch.equal(flat[g.slice], m.blocks[1].value.reshape(-1))
+
+
+@pytest.mark.parametrize("name", ["mnist", "authors_mnist"])
+def test_param_slices_cut_the_flat_vector_in_parameter_order(name):
+    m = cg.build_model(name, seed=0)
+    flat = torch.nn.utils.parameters_to_vector(m.parameters())
+    sl = param_slices(m)
+    assert list(sl) == [n for n, _ in m.named_parameters()]
+    assert [s.start for s in sl.values()] == [0] + [s.stop for s in sl.values()][:-1], "contiguous"
+    assert list(sl.values())[-1].stop == flat.numel()
+    for n, p in m.named_parameters():
+        assert torch.equal(flat[sl[n]], p.detach().reshape(-1)), n
 
 
 def test_patchify_row_major_patches():

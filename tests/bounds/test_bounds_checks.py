@@ -8,7 +8,7 @@ import torch
 
 from cases import randn
 from curvature_gap.bounds import checks as ck
-from curvature_gap.bounds import quantities as ex
+from curvature_gap.bounds import quantities as qt
 from curvature_gap.exact.instances import random_instance
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -40,7 +40,7 @@ def test_lemma4_stated_reading_fails_on_one_centred_row():
     n = 16
     x = randn(1, n, seed=0)
     x = x - x.mean()
-    q = ex.layernorm_exact(x)
+    q = qt.layernorm_exact(x)
     assert q["J"] == pytest.approx(math.sqrt(n) / float(x.norm()), rel=1e-12)
     recs = {r["check"]: r for r in ck.records_ln(q, "X")}
     assert recs["lemma4.J.stated"]["ratio"] == pytest.approx(1 / math.sqrt(n) + 1 / n, rel=1e-12)

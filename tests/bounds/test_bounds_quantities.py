@@ -8,7 +8,7 @@ import torch
 from torch.func import hessian, jacfwd, jacrev
 
 from cases import randn, tiny_instance
-from curvature_gap.bounds import quantities as ex
+from curvature_gap.bounds import quantities as qt
 from curvature_gap.theory import attention as at
 from curvature_gap.exact import derivatives as ad
 from curvature_gap.exact.forward import layernorm, sa_forward, sa_loss, softmax_rows
@@ -48,7 +48,7 @@ def test_Z1_Z2_and_softmax_derivatives_match_definitions():
 
 def test_layernorm_norms_match_dense_autograd():
     U = randn(3, 4, seed=1) + 0.3
-    q = ex.layernorm_exact(U)
+    q = qt.layernorm_exact(U)
     J = jacrev(layernorm)(U).reshape(12, 12)
     H = jacfwd(jacrev(layernorm))(U).reshape(144, 12)
     assert q["J"] == pytest.approx(float(torch.linalg.matrix_norm(J, ord=2)), rel=1e-10)
@@ -62,11 +62,14 @@ def test_layernorm_norms_match_dense_autograd():
     assert q["row_norm_min"] == pytest.approx(float(M.norm(dim=1).min())) and q["std_min"] == pytest.approx(
         q["row_norm_min"] / 2)
     assert (q["m"], q["n"]) == (3, 4)
+    # what Lemma 4's right-hand side reads: ‖U‖_2 and the smallest centred row norm
+    assert qt.layernorm_inputs(U) == {"norm": float(torch.linalg.matrix_norm(U, ord=2)),
+                                      "row_norm_min": float(M.norm(dim=1).min()), "m": 3, "n": 4}
 
 
 def test_sa_hessian_and_split_match_autograd():
     inst = tiny_instance(L=3, d=2, sharpness=2.0)
-    q = ex.sa_exact(inst)
+    q = qt.sa_exact(inst)
     H = hessian(sa_loss, argnums=(1, 2, 3))(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.Target)
     full = torch.cat([torch.cat([H[a][b].reshape(4, 4) for b in range(3)], 1) for a in range(3)], 0)
     assert q["H"] == pytest.approx(float(torch.linalg.eigvalsh(full).abs().max()), rel=1e-12)
@@ -76,21 +79,21 @@ def test_sa_hessian_and_split_match_autograd():
     F = sa_forward(inst.X, inst.W_Q, inst.W_K, inst.W_V)
     assert q["rank_FT"] == int(torch.linalg.matrix_rank(F - inst.Target)) == 2
     assert q["R"] == pytest.approx(float((F - inst.Target).norm()), rel=1e-14)
-    assert "H" not in ex.sa_exact(inst, hessian=False)
+    assert "H" not in qt.sa_exact(inst, hessian=False)
 
 
 def test_block_exact_norms_match_autograd():
     inst = tiny_instance(L=3, d=3, seed=2, sharpness=2.0, away_from_kinks=True)
-    q = ex.block_exact(inst)
+    q = qt.block_exact(inst)
     H = ad.loss_hessian_autograd(inst)
     assert q["H"] == pytest.approx(float(torch.linalg.eigvalsh(H).abs().max()), rel=1e-10)
     args = [inst.X, *inst.weights]
-    dZ1 = ad.jacobian(ex._block_Z, args, 4)
+    dZ1 = ad.jacobian(qt._block_Z, args, 4)
     assert q["dZ_1"] == pytest.approx(float(torch.linalg.matrix_norm(dZ1, ord=2)), rel=1e-10)
-    Htr = ad.second_derivative(ex._block_Z, args, 3, 2)      # ∂²Z/∂W_V∂W_K
+    Htr = ad.second_derivative(qt._block_Z, args, 3, 2)      # ∂²Z/∂W_V∂W_K
     assert q["Htr_VK"] == pytest.approx(float(torch.linalg.matrix_norm(Htr, ord=2)), rel=1e-10)
-    xi = ad.second_derivative(ex._block_S, args, 5, 4)       # ∂B_2/∂W_1 = ∂²S/∂W_2∂W_1
+    xi = ad.second_derivative(qt._block_S, args, 5, 4)       # ∂B_2/∂W_1 = ∂²S/∂W_2∂W_1
     assert q["xi_21"] == pytest.approx(float(torch.linalg.matrix_norm(xi, ord=2)), rel=1e-10)
     assert q["ln_U"]["J"] == q["J_Y"] and q["ln_S"]["H"] == q["H_Z"]
-    lean = ex.block_exact(inst, hessian=False, tensors=False)
+    lean = qt.block_exact(inst, hessian=False, tensors=False)
     assert "H" not in lean and "xi_11" not in lean and lean["J_SY"] == pytest.approx(q["J_SY"])

@@ -56,6 +56,15 @@ def test_flat_loss_orders_the_weights_as_asked():
     torch.testing.assert_close(blocks[("V", "K")], blocks[("K", "V")].T, rtol=0, atol=1e-14)
 
 
+def test_block_slices_are_contiguous_in_order_and_split_blocks_cuts_at_them():
+    assert ad.block_slices(("a", "b", "c"), (2, 4, 1)) == {"a": slice(0, 2), "b": slice(2, 6), "c": slice(6, 7)}
+    H = torch.arange(49.0).reshape(7, 7)
+    blocks = ad.split_blocks(H, ("a", "b", "c"), (2, 4, 1))
+    assert list(blocks) == [(p, q) for p in "abc" for q in "abc"]
+    assert torch.equal(blocks[("b", "c")], H[2:6, 6:7]) and torch.equal(blocks[("a", "b")], H[0:2, 2:6])
+    assert torch.equal(torch.cat([torch.cat([blocks[(p, q)] for q in "abc"], 1) for p in "abc"], 0), H)
+
+
 def test_dense_hessian_and_hessian_norm_dense_and_lanczos_agree():
     A = randn(70, 70, seed=7)
     A = A + A.T

@@ -33,6 +33,13 @@ def test_block_forward_is_the_papers_equation():
     torch.testing.assert_close(fw.attention_matrix(X, WQ, WK), A, rtol=1e-14, atol=1e-14)
     torch.testing.assert_close(fw.softmax_rows(T), A, rtol=1e-14, atol=1e-14)
     torch.testing.assert_close(fw.sa_forward(X, WQ, WK, WV), F, rtol=1e-14, atol=1e-14)
+    parts = fw.sa_parts(X, WQ, WK, WV)
+    for name, ref in dict(T=T, A=A, F=F).items():
+        torch.testing.assert_close(parts[name], ref, rtol=1e-13, atol=1e-14, msg=name)
+    assert torch.equal(parts["F"], fw.sa_forward(X, WQ, WK, WV)), "one forward: bit for bit"
+    torch.testing.assert_close(fw.ffn_residual(Y, W1, W2), S, rtol=1e-14, atol=1e-14)
+    M = U - U.mean(1, keepdim=True)
+    torch.testing.assert_close(fw.inv_std(U), 1 / M.pow(2).mean(1).sqrt(), rtol=1e-14, atol=0)  # diag of P, Thm 2
     for k in ("U", "Y", "S", "Z"):
         assert torch.equal(fw.block_output(X, *inst.weights, out=k), out[k])
 

@@ -1,14 +1,16 @@
 """curvature_gap.exact.instances: seeded problem instances and what each knob does to them."""
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
 import torch
 
+from cases import perturbed_model, random_batch
 from curvature_gap.config import MODEL_CONFIGS
 from curvature_gap.exact import forward as fw
-from curvature_gap.exact.instances import MNIST_SHAPE, Instance, from_block, random_instance
+from curvature_gap.exact.instances import MNIST_SHAPE, Instance, from_block, from_model, random_instance
 from curvature_gap.model import build_model
 
 
@@ -88,3 +90,18 @@ def test_from_block_takes_the_five_matrices_and_drops_biases():
     cfg = MODEL_CONFIGS["mnist"]
     assert MNIST_SHAPE == (cfg.n_tokens, cfg.d_model, cfg.d_k, cfg.d_ff)
     assert "biases" in inst.meta["dropped"] and inst.meta["source"] == "model-block"
+
+
+def test_from_model_is_from_block_at_each_images_tokens():
+    model = perturbed_model(seed=1, dtype=torch.float32)
+    images, _ = random_batch(3, seed=2)
+    got = from_model(model, images, target="zero")
+    m = copy.deepcopy(model).double()
+    with torch.no_grad():
+        X = m.tokens(images.double())
+    assert len(got) == 3
+    for i, inst in enumerate(got):
+        ref = from_block(m.blocks[0], X[i], target="zero", seed=i)
+        for f in ("X", "W_Q", "W_K", "W_V", "W_1", "W_2", "Target"):
+            assert torch.equal(getattr(inst, f), getattr(ref, f)), f
+        assert inst.meta["sample"] == i
