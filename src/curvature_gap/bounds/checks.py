@@ -1,7 +1,7 @@
 """The registry of checks: one entry per bound or intermediate lemma, and their evaluation.
 
 Every check compares a right-hand side ("bound", :mod:`.formulas`) with the exact left-hand side
-("exact", :mod:`.exact`) on an :class:`~.instance.Instance`; ``ratio = bound / exact`` (≥ 1 means the
+("exact", :mod:`.quantities`) on an :class:`~curvature_gap.exact.instances.Instance`; ``ratio = bound / exact`` (≥ 1 means the
 inequality holds there).  A check holds on a set of instances when its smallest ratio is at least
 ``1 − RTOL``; ``RTOL = 1e-9`` absorbs floating-point rounding in inequalities that are equalities
 (e.g. ``‖S‖ = √d_V``, ``‖∂A/∂T‖ = 1/L`` at uniform attention) and is not a change of any constant.
