@@ -1,4 +1,6 @@
-"""What every benchmark records about its run, and the two switches every benchmark has.
+"""What every benchmark records about its run, the two switches every benchmark has, and what the benchmarks
+that time each method in its own process share (:func:`run_worker`, :func:`timed`, :func:`max_rel_err`,
+:func:`mark_speedup`).
 
 Each script under ``benchmarks/`` writes one JSON document (``--out``; for a full run the default is
 ``benchmarks/<name>.json``, which ``benchmarks/report.py`` renders into ``benchmarks/RESULTS.md``)::
@@ -17,8 +19,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
+import os
 import resource
 import shlex
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -101,3 +107,84 @@ class Run:
         atomic_write_json(path, doc)
         print(f"wrote {path} ({len(rows)} rows, {doc['mode']} mode, {doc['wall_s']:.1f} s)", flush=True)
         return doc
+
+
+# ----------------------------------------------------------------------------- one method, one process
+def add_worker_switch(ap: argparse.ArgumentParser) -> None:
+    """``--worker SPEC`` (hidden): the script measures one method (the JSON ``SPEC``) and prints its result."""
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+
+
+def answer_worker(args: argparse.Namespace, worker) -> bool:
+    """With ``--worker``: print ``RESULT <json of worker(spec)>`` (what :func:`run_worker` reads) and return True."""
+    if args.worker is None:
+        return False
+    print("RESULT " + json.dumps(worker(json.loads(args.worker))), flush=True)
+    return True
+
+
+def per_process_args(ap: argparse.ArgumentParser, argv: list[str] | None, worker, repeats_help: str):
+    """Add ``--repeats`` (``repeats_help``), ``--threads``, ``--worker``, ``--quick`` and ``--out`` to ``ap`` and parse
+    ``argv`` (None: ``sys.argv[1:]``). Returns None after answering ``--worker`` (:func:`answer_worker`), else
+    ``(args, argv)``."""
+    ap.add_argument("--repeats", type=int, default=3, help=repeats_help)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of every measurement (default 1)")
+    add_worker_switch(ap)
+    add_switches(ap)
+    argv = sys.argv[1:] if argv is None else argv
+    args = ap.parse_args(argv)
+    return None if answer_worker(args, worker) else (args, argv)
+
+
+def run_worker(script: str | Path, spec: dict, scratch: str | None = None, error_chars: int = 300) -> dict:
+    """Run ``script --worker spec`` in a fresh interpreter with ``spec["threads"]`` OpenMP threads (so the peak
+    resident memory is that method's alone) and return its ``RESULT``; ``{"status": "error", "error": the last
+    lines of its stderr}`` when it printed none. ``scratch``: a directory put first on its ``PYTHONPATH``."""
+    cmd = [sys.executable, str(Path(script).resolve()), "--worker", json.dumps(spec)]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(spec["threads"]))
+    if scratch:
+        env["PYTHONPATH"] = scratch + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    tail = " | ".join((p.stderr or "").strip().splitlines()[-3:])
+    return {"status": "error", "error": tail[:error_chars]}
+
+
+def timed(fn, repeats: int, warmup: bool = True):
+    """``(the last result, {"seconds": median wall seconds, "times": each call's, "cpu_seconds": median CPU
+    seconds})`` of ``repeats`` calls of ``fn``, after one untimed call when ``warmup`` (first-call setup of vmap,
+    the allocator). The previous result is dropped before each call, so the peak memory is that of one."""
+    if warmup:
+        fn()
+    out, times, cpu = None, [], []
+    for _ in range(repeats):
+        out = None
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return out, {"seconds": statistics.median(times), "times": times, "cpu_seconds": statistics.median(cpu)}
+
+
+def max_rel_err(a, b) -> float:
+    """``max|a − b| / max|b|`` of two tensors, or over the blocks of two dicts of tensors (one scale: the largest
+    entry of ``b``'s blocks); NaN when ``b`` is neither."""
+    import torch
+
+    if isinstance(b, dict):
+        scale = max(float(t.abs().max()) for t in b.values())
+        return max(float((a[k] - b[k]).abs().max()) for k in b) / scale
+    return float((a - b).abs().max() / b.abs().max()) if isinstance(b, torch.Tensor) else float("nan")
+
+
+def mark_speedup(case_rows: list[dict], closed: str = "closed form", autodiff: str = "autograd") -> None:
+    """On the ``closed`` row of a case: the fastest of its ``autodiff`` rows (``fastest_autodiff``) and
+    ``speedup`` = its seconds / the closed form's (rows that did not run are left out)."""
+    auto = [r for r in case_rows if r["method"].startswith(autodiff) and r["status"] == "ok"]
+    row = next((r for r in case_rows if r["method"] == closed and r["status"] == "ok"), None)
+    if auto and row:
+        best = min(auto, key=lambda r: r["seconds"])
+        row["fastest_autodiff"] = best["method"]
+        row["speedup"] = best["seconds"] / row["seconds"]

@@ -24,16 +24,12 @@ Every measurement runs in a fresh subprocess with ``--threads`` intra-op threads
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _bench import Run, add_switches, out_path, peak_mb
+from _bench import Run, max_rel_err, out_path, peak_mb, per_process_args, run_worker, timed
 
 NAME = "authors_hessian"
 QUICK_MODEL = dict(d_model=4, d_k=4, d_ff=8, patch_size=7)
@@ -84,15 +80,8 @@ def _worker(spec: dict) -> dict:
     base = peak_mb()
     out = dict(parameters=P, data=data, base_mb=base)
     if spec["method"] == "ours":
-        hessian(model, (X, y), method="vit")  # untimed warm-up (allocator, first-call setup)
-        times, cpu, H = [], [], None
-        for _ in range(spec["repeats"]):
-            H = None
-            t0, c0 = time.perf_counter(), time.process_time()
-            H = hessian(model, (X, y), method="vit")
-            times.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
-        out.update(seconds=statistics.median(times), cpu_seconds=statistics.median(cpu), times=times)
+        H, t = timed(lambda: hessian(model, (X, y), method="vit"), spec["repeats"])
+        out.update(seconds=t["seconds"], cpu_seconds=t["cpu_seconds"], times=t["times"])
         torch.save(H, spec["save"])
     elif spec["method"] == "curvlinops":
         t0, c0 = time.perf_counter(), time.process_time()
@@ -119,17 +108,6 @@ def _worker(spec: dict) -> dict:
     return out
 
 
-def _run(spec: dict) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(spec["threads"]))
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    tail = " | ".join((p.stderr or "").strip().splitlines()[-3:])
-    return {"status": "error", "error": tail[:300]}
-
-
 def _row(kind: str, method: str, spec: dict, res: dict, **extra) -> dict:
     r = dict(kind=kind, method=method, batch=spec["batch"], dtype="float32", chunk=spec.get("chunk"),
              seconds=res.get("seconds"), cpu_seconds=res.get("cpu_seconds"), times=res.get("times"),
@@ -148,7 +126,7 @@ def run(batch: int, model: dict, chunks, probe_cols: int, repeats: int, threads:
     rows, data = [], None
     for ch in chunks:
         spec = dict(common, method="probe", chunk=ch, cols=probe_cols)
-        res = _run(spec)
+        res = run_worker(__file__, spec)
         data = data or res.get("data")
         rows.append(_row("probe", f"curvlinops chunk={ch} (extrapolated)", spec, res,
                          note=f"{res.get('timed_cols')} of {res.get('parameters')} columns timed, scaled to all"
@@ -156,9 +134,9 @@ def run(batch: int, model: dict, chunks, probe_cols: int, repeats: int, threads:
     probes = [r for r in rows if r["status"] == "ok"]
     best = min(probes, key=lambda r: r["seconds"])["chunk"] if probes else chunks[0]
     spec_c = dict(common, method="curvlinops", chunk=best, save=str(tmp / "curvlinops.pt"))
-    cl = _row("dense", f"curvlinops chunk={best} (reference)", spec_c, _run(spec_c), note="one run")
+    cl = _row("dense", f"curvlinops chunk={best} (reference)", spec_c, run_worker(__file__, spec_c), note="one run")
     spec_o = dict(common, method="ours", repeats=repeats, save=str(tmp / "ours.pt"))
-    res_o = _run(spec_o)
+    res_o = run_worker(__file__, spec_o)
     data = data or res_o.get("data")
     ours = _row("dense", "ours (method='vit', hand-written forward-over-reverse)", spec_o, res_o,
                 note=f"median of {repeats}")
@@ -166,7 +144,7 @@ def run(batch: int, model: dict, chunks, probe_cols: int, repeats: int, threads:
     if cl["status"] == "ok" and ours["status"] == "ok":
         R, H = torch.load(spec_c["save"]), torch.load(spec_o["save"])
         cl["max_rel_err"] = 0.0
-        ours["max_rel_err"] = float((H - R).abs().max() / R.abs().max())
+        ours["max_rel_err"] = max_rel_err(H, R)
         ours["speedup"] = cl["seconds"] / ours["seconds"]
         ours["speedup_cpu"] = cl["cpu_seconds"] / ours["cpu_seconds"]
     return rows, best, data
@@ -175,16 +153,11 @@ def run(batch: int, model: dict, chunks, probe_cols: int, repeats: int, threads:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=128, help="images in the batch (default 128; 4 with --quick)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs of ours, median taken (default 3; 1 with --quick)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads of every measurement (default 1)")
     ap.add_argument("--probe-cols", type=int, default=128, help="curvlinops columns timed per chunk candidate")
-    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    add_switches(ap)
-    argv = sys.argv[1:] if argv is None else argv
-    a = ap.parse_args(argv)
-    if a.worker is not None:
-        print("RESULT " + json.dumps(_worker(json.loads(a.worker))), flush=True)
+    parsed = per_process_args(ap, argv, _worker, "timed runs of ours, median taken (default 3; 1 with --quick)")
+    if parsed is None:
         return 0
+    a, argv = parsed
     bench = Run(NAME, a.quick, argv)
     batch = 4 if a.quick else a.batch
     repeats = 1 if a.quick else a.repeats

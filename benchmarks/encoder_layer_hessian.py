@@ -26,16 +26,11 @@ against ``autograd batched, chunk all``. Per case the ratio fastest autodiff / c
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _bench import Run, add_switches, out_path, peak_mb
+from _bench import Run, mark_speedup, max_rel_err, out_path, peak_mb, per_process_args, run_worker, timed
 
 NAME = "encoder_layer_hessian"
 # (case, L, d_model, dim_feedforward, nhead)
@@ -69,28 +64,10 @@ def _worker(spec: dict) -> dict:
           "batched": lambda: ref.hessian_autograd(layer, X, chunk=spec["chunk"], target=T),
           "loop": lambda: ref.hessian_autograd_loop(layer, X, target=T)}[spec["method"]]
     base = peak_mb()
-    if spec["method"] != "loop":
-        fn()                      # untimed warm-up (first-call setup of vmap / the allocator)
-    times, H = [], None
-    for _ in range(spec["repeats"]):
-        H = None
-        t0 = time.perf_counter()
-        H = fn()
-        times.append(time.perf_counter() - t0)
+    H, t = timed(fn, spec["repeats"], warmup=spec["method"] != "loop")  # the loop has no warm-up
     torch.save(H, spec["save"])
-    return {"seconds": statistics.median(times), "times": times, "base_mb": base, "peak_mb": peak_mb(),
+    return {"seconds": t["seconds"], "times": t["times"], "base_mb": base, "peak_mb": peak_mb(),
             "parameters": H.shape[0], "status": "ok"}
-
-
-def _run(spec: dict) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(spec["threads"]))
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    tail = " | ".join((p.stderr or "").strip().splitlines()[-3:])
-    return {"status": "error", "error": tail[:300]}
 
 
 def run(cases, chunks, repeats: int, threads: int, tmp: Path) -> list[dict]:
@@ -106,7 +83,7 @@ def run(cases, chunks, repeats: int, threads: int, tmp: Path) -> list[dict]:
             path = tmp / f"{len(rows)}-{len(case_rows)}.pt"
             spec = dict(L=L, d_model=d, dim_feedforward=dff, nhead=h, method=method, chunk=chunk, threads=threads,
                         repeats=1 if method == "loop" else repeats, save=str(path))
-            res = _run(spec)
+            res = run_worker(__file__, spec)
             r = dict(case=case, L=L, d_model=d, dim_feedforward=dff, nhead=h, method=name, chunk=chunk,
                      repeats=spec["repeats"], seconds=res.get("seconds"), times=res.get("times"),
                      peak_mb=res.get("peak_mb"), base_mb=res.get("base_mb"), parameters=res.get("parameters"),
@@ -121,29 +98,18 @@ def run(cases, chunks, repeats: int, threads: int, tmp: Path) -> list[dict]:
             R = torch.load(saved[REFERENCE])
             for r in case_rows:
                 if r["method"] in saved:
-                    H = torch.load(saved[r["method"]])
-                    r["max_rel_err"] = float((H - R).abs().max() / R.abs().max())
-        auto = [r for r in case_rows if r["method"].startswith("autograd") and r["status"] == "ok"]
-        closed = next((r for r in case_rows if r["method"] == "closed form" and r["status"] == "ok"), None)
-        if auto and closed:
-            best = min(auto, key=lambda r: r["seconds"])
-            closed["fastest_autodiff"] = best["method"]
-            closed["speedup"] = best["seconds"] / closed["seconds"]
+                    r["max_rel_err"] = max_rel_err(torch.load(saved[r["method"]]), R)
+        mark_speedup(case_rows)
         rows += case_rows
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="runs per method, median taken (default 3; 1 with --quick)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads of every measurement (default 1)")
-    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    add_switches(ap)
-    argv = sys.argv[1:] if argv is None else argv
-    a = ap.parse_args(argv)
-    if a.worker is not None:
-        print("RESULT " + json.dumps(_worker(json.loads(a.worker))), flush=True)
+    parsed = per_process_args(ap, argv, _worker, "runs per method, median taken (default 3; 1 with --quick)")
+    if parsed is None:
         return 0
+    a, argv = parsed
     bench = Run(NAME, a.quick, argv)
     repeats = 1 if a.quick else a.repeats
     cases, chunks = (QUICK_CASES, QUICK_CHUNKS) if a.quick else (FULL_CASES, FULL_CHUNKS)

@@ -30,16 +30,11 @@ autodiff / closed form.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _bench import Run, add_switches, out_path, peak_mb
+from _bench import Run, mark_speedup, max_rel_err, out_path, peak_mb, per_process_args, run_worker, timed
 
 NAME = "layer_hessian"
 KINDS = ("torch", "timm", "vit", "bert")
@@ -98,41 +93,14 @@ def _worker(spec: dict) -> dict:
         fn = (lambda: layer_hessian(layer, X, target=T, blocks=pairs, chunk=spec["chunk"]).blocks) \
             if method == "closed" else (lambda: R.block_autograd(layer, X, T, pairs, chunk=spec["chunk"]))
     base = peak_mb()
-    if spec["warmup"]:
-        fn()
-    times, out = [], None
-    for _ in range(spec["repeats"]):
-        out = None
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
+    out, t = timed(fn, spec["repeats"], warmup=spec["warmup"])
     if isinstance(out, dict):
         out = {str(k): v.detach() for k, v in out.items()}
     else:
         out = out.detach()
     torch.save(out, spec["save"])
-    return {"seconds": statistics.median(times), "times": times, "base_mb": base, "peak_mb": peak_mb(),
+    return {"seconds": t["seconds"], "times": t["times"], "base_mb": base, "peak_mb": peak_mb(),
             "parameters": sum(p.numel() for p in layer.parameters()), "status": "ok"}
-
-
-def _run(spec: dict) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(spec["threads"]))
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    tail = " | ".join((p.stderr or "").strip().splitlines()[-3:])
-    return {"status": "error", "error": tail[:300]}
-
-
-def _error(a, b) -> float:
-    import torch
-
-    if isinstance(b, dict):
-        scale = max(float(t.abs().max()) for t in b.values())
-        return max(float((a[k] - b[k]).abs().max()) for k in b) / scale
-    return float((a - b).abs().max() / b.abs().max()) if isinstance(b, torch.Tensor) else float("nan")
 
 
 def plan(quick: bool) -> list[tuple]:
@@ -163,7 +131,7 @@ def run(quick: bool, repeats: int, threads: int, tmp: Path) -> list[dict]:
                         chunk=chunk, threads=threads, warmup=not big_blocks,
                         repeats=1 if big_blocks else max(repeats, HVP_REPEATS) if task == "hvp" else repeats,
                         save=str(path))
-            res = _worker(spec) if quick else _run(spec)
+            res = _worker(spec) if quick else run_worker(__file__, spec)
             N, L, d, h, dff = sizes[size]
             r = dict(size=size, layer=TITLES[kind], kind=kind, task=task, N=N, L=L, d=d, heads=h, d_ff=dff,
                      method=method, chunk=chunk, repeats=spec["repeats"], seconds=res.get("seconds"),
@@ -180,13 +148,8 @@ def run(quick: bool, repeats: int, threads: int, tmp: Path) -> list[dict]:
             R = torch.load(saved[ref])
             for r in case_rows:
                 if r["method"] in saved:
-                    r["max_rel_err"] = _error(torch.load(saved[r["method"]]), R)
-        auto = [r for r in case_rows if r["method"].startswith("autograd") and r["status"] == "ok"]
-        closed = next((r for r in case_rows if r["method"] == "closed form" and r["status"] == "ok"), None)
-        if auto and closed:
-            best = min(auto, key=lambda r: r["seconds"])
-            closed["fastest_autodiff"] = best["method"]
-            closed["speedup"] = best["seconds"] / closed["seconds"]
+                    r["max_rel_err"] = max_rel_err(torch.load(saved[r["method"]]), R)
+        mark_speedup(case_rows)
         for p in tmp.glob("*.pt"):
             p.unlink()
         rows += case_rows
@@ -195,15 +158,10 @@ def run(quick: bool, repeats: int, threads: int, tmp: Path) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs per method, median taken (default 3; 1 with --quick)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads of every measurement (default 1)")
-    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    add_switches(ap)
-    argv = sys.argv[1:] if argv is None else argv
-    a = ap.parse_args(argv)
-    if a.worker is not None:
-        print("RESULT " + json.dumps(_worker(json.loads(a.worker))), flush=True)
+    parsed = per_process_args(ap, argv, _worker, "timed runs per method, median taken (default 3; 1 with --quick)")
+    if parsed is None:
         return 0
+    a, argv = parsed
     bench = Run(NAME, a.quick, argv)
     repeats = 1 if a.quick else a.repeats
     with tempfile.TemporaryDirectory() as tmp:

@@ -37,16 +37,13 @@ W_1, W_2), with each Hessian. Without ``--scratch`` the other release's rows are
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from _bench import ROOT, Run, add_switches, out_path, peak_mb
+from _bench import ROOT, Run, add_switches, add_worker_switch, answer_worker, out_path, peak_mb, run_worker
 
 NAME = "layernorm_versions"
 QUICK_MODEL = dict(d_model=4, d_k=4, d_ff=8, patch_size=7)
@@ -290,19 +287,6 @@ def _worker(spec: dict) -> dict:
     return out
 
 
-def _run(spec: dict, scratch: str | None = None) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(spec["threads"]))
-    if scratch:
-        env["PYTHONPATH"] = scratch + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    tail = " | ".join((p.stderr or "").strip().splitlines()[-3:])
-    return {"status": "error", "error": tail[:400]}
-
-
 # ----------------------------------------------------------------------------- comparisons
 def block_stats(H, sizes, labels) -> dict:
     """Per diagonal block: Frobenius norm, largest |entry|, mean |entry|; and the largest block by each,
@@ -387,7 +371,7 @@ def run(args, log=print) -> tuple[list[dict], dict]:
         def job(task):
             ck, key, spec, scratch = task
             log(f"[{ck}] start {'exact' if key == 'exact' else 'curvlinops ' + (scratch or 'installed')}")
-            return _run(spec, scratch)
+            return run_worker(__file__, spec, scratch, error_chars=400)
 
         # the longest first: the scratch releases (one product per column), the installed one, the exact
         tasks = ([t for t in tasks if t[1] not in ("exact", 0)] + [t for t in tasks if t[1] == 0]
@@ -449,10 +433,9 @@ def main(argv=None) -> int:
                     help="a directory holding another curvlinops release (pip install --no-deps --target DIR), "
                          "put first on PYTHONPATH of its worker; repeatable")
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs", help="where the trained model is cached")
-    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    add_worker_switch(ap)
     args = ap.parse_args(argv)
-    if args.worker:
-        print("RESULT " + json.dumps(_worker(json.loads(args.worker))), flush=True)
+    if answer_worker(args, _worker):
         return 0
     args.batch = args.batch or (8 if args.quick else 128)
     import torch

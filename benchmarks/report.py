@@ -403,25 +403,38 @@ def render_gpu_check(doc: dict) -> list[str]:
     return out
 
 
+def peak_cell(r: dict) -> str:
+    """``peak (base)`` MB of a row, – when it did not run."""
+    return "–" if r.get("peak_mb") is None else f"{r['peak_mb']:.0f} ({fmt(r.get('base_mb'), '{:.0f}')})"
+
+
+def closed_form_table(doc: dict, intro: str, case: list[tuple[str, str]], case_cells, speedup_line) -> list[str]:
+    """A closed form against autodiff routes: ``intro``; one table line per case and method (the case's columns
+    ``case``, (header, alignment) pairs, filled by ``case_cells(row)``; then method, seconds, peak MB, error,
+    status); then ``speedup_line(row)`` for each closed-form row with its speed-up (``_bench.mark_speedup``)."""
+    head = [h for h, _ in case] + ["method", "seconds", "peak MB (base)", "max rel err", "status"]
+    align = [a for _, a in case] + ["---", "---:", "---:", "---:", "---"]
+    out = [intro, "", "| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    for r in doc["rows"]:
+        cells = case_cells(r) + [r["method"], fmt(r.get("seconds")), peak_cell(r), fmt(r.get("max_rel_err"), "{:.1e}"),
+                                 cell(r["status"])]
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    return out + [speedup_line(r) for r in doc["rows"] if r.get("speedup") is not None]
+
+
 def render_encoder_layer_hessian(doc: dict) -> list[str]:
     """One line per case and method; per case the fastest autodiff route against the closed form."""
     st = doc.get("settings", {})
-    out = [f"Layer: {st.get('layer', '?')}, {st.get('dtype', 'float64')}; every method in its own process with "
-           f"{st.get('threads_per_method', doc['threads'])} thread(s), median of {st.get('repeats', '?')} run(s) "
-           f"(the loop: one); error against `{st.get('reference', '?')}`.", "",
-           "| case | L, d_model, d_ff, heads | parameters | method | seconds | peak MB (base) | max rel err | status |",
-           "|---|---|---:|---|---:|---:|---:|---|"]
-    for r in doc["rows"]:
-        shape = f"{r['L']}, {r['d_model']}, {r['dim_feedforward']}, {r['nhead']}"
-        peak = "–" if r.get("peak_mb") is None else f"{r['peak_mb']:.0f} ({fmt(r.get('base_mb'), '{:.0f}')})"
-        out.append(f"| {r['case']} | {shape} | {fmt(r.get('parameters'), '{}')} | {r['method']} | "
-                   f"{fmt(r.get('seconds'))} | {peak} | {fmt(r.get('max_rel_err'), '{:.1e}')} | {cell(r['status'])} |")
-    out.append("")
-    for r in doc["rows"]:
-        if r.get("speedup") is not None:
-            out.append(f"- {r['case']}: closed form {secs(r['seconds'])} s vs the fastest autodiff route "
-                       f"({r['fastest_autodiff']}) — **{r['speedup']:.1f}×** faster (goal ≥ 2×).")
-    return out
+    intro = (f"Layer: {st.get('layer', '?')}, {st.get('dtype', 'float64')}; every method in its own process with "
+             f"{st.get('threads_per_method', doc['threads'])} thread(s), median of {st.get('repeats', '?')} run(s) "
+             f"(the loop: one); error against `{st.get('reference', '?')}`.")
+    return closed_form_table(
+        doc, intro, [("case", "---"), ("L, d_model, d_ff, heads", "---"), ("parameters", "---:")],
+        lambda r: [r["case"], f"{r['L']}, {r['d_model']}, {r['dim_feedforward']}, {r['nhead']}",
+                   fmt(r.get("parameters"), "{}")],
+        lambda r: (f"- {r['case']}: closed form {secs(r['seconds'])} s vs the fastest autodiff route "
+                   f"({r['fastest_autodiff']}) — **{r['speedup']:.1f}×** faster (goal ≥ 2×)."))
 
 
 def render_layer_hessian(doc: dict) -> list[str]:
@@ -429,23 +442,16 @@ def render_layer_hessian(doc: dict) -> list[str]:
     st = doc.get("settings", {})
     sizes = "; ".join(f"{k}: batch {v['N']}, L = {v['L']}, d = {v['d']}, {v['heads']} head(s), d_ff = {v['d_ff']}"
                       for k, v in st.get("sizes", {}).items())
-    out = [f"Loss {st.get('loss', '?')}, {st.get('dtype', 'float64')}, random parameters (seed {st.get('seed', 0)}); "
-           f"{sizes}. Every method in {'one process' if doc['mode'] == 'quick' else 'its own process'} with "
-           f"{st.get('threads_per_method', doc['threads'])} thread(s), "
-           f"median of {st.get('repeats', '?')} run(s) after a warm-up (ViT-Tiny block tasks: one run); error "
-           "against the first (autograd) row of its case.", "",
-           "| size | layer | task | parameters | method | seconds | peak MB (base) | max rel err | status |",
-           "|---|---|---|---:|---|---:|---:|---:|---|"]
-    for r in doc["rows"]:
-        peak = "–" if r.get("peak_mb") is None else f"{r['peak_mb']:.0f} ({fmt(r.get('base_mb'), '{:.0f}')})"
-        out.append(f"| {r['size']} | {r['layer']} | {r['task']} | {fmt(r.get('parameters'), '{:,}')} | {r['method']} | "
-                   f"{fmt(r.get('seconds'))} | {peak} | {fmt(r.get('max_rel_err'), '{:.1e}')} | {cell(r['status'])} |")
-    out.append("")
-    for r in doc["rows"]:
-        if r.get("speedup") is not None:
-            out.append(f"- {r['size']}, {r['layer']}, {r['task']}: closed form {secs(r['seconds'])} s vs "
-                       f"{r['fastest_autodiff']} — **{r['speedup']:.1f}×**.")
-    return out
+    intro = (f"Loss {st.get('loss', '?')}, {st.get('dtype', 'float64')}, random parameters (seed {st.get('seed', 0)}); "
+             f"{sizes}. Every method in {'one process' if doc['mode'] == 'quick' else 'its own process'} with "
+             f"{st.get('threads_per_method', doc['threads'])} thread(s), "
+             f"median of {st.get('repeats', '?')} run(s) after a warm-up (ViT-Tiny block tasks: one run); error "
+             "against the first (autograd) row of its case.")
+    return closed_form_table(
+        doc, intro, [("size", "---"), ("layer", "---"), ("task", "---"), ("parameters", "---:")],
+        lambda r: [r["size"], r["layer"], r["task"], fmt(r.get("parameters"), "{:,}")],
+        lambda r: (f"- {r['size']}, {r['layer']}, {r['task']}: closed form {secs(r['seconds'])} s vs "
+                   f"{r['fastest_autodiff']} — **{r['speedup']:.1f}×**."))
 
 
 def render_authors_hessian(doc: dict) -> list[str]:
@@ -458,9 +464,8 @@ def render_authors_hessian(doc: dict) -> list[str]:
            "| method | batch | dtype | seconds | CPU s | peak MB (base) | max rel err | status | note |",
            "|---|---:|---|---:|---:|---:|---:|---|---|"]
     for r in doc["rows"]:
-        peak = "–" if r.get("peak_mb") is None else f"{r['peak_mb']:.0f} ({fmt(r.get('base_mb'), '{:.0f}')})"
         out.append(f"| {r['method']} | {fmt(r.get('batch'), '{}')} | {r.get('dtype', '?')} | {fmt(r.get('seconds'))} | "
-                   f"{fmt(r.get('cpu_seconds'))} | {peak} | {fmt(r.get('max_rel_err'), '{:.1e}')} | "
+                   f"{fmt(r.get('cpu_seconds'))} | {peak_cell(r)} | {fmt(r.get('max_rel_err'), '{:.1e}')} | "
                    f"{cell(r['status'])} | {cell(r.get('note', ''))} |")
     out.append("")
     for r in doc["rows"]:
