@@ -12,11 +12,12 @@ BOOK_DEVICE ?= cpu
 DATA    ?= data
 export CURVATURE_GAP_DATA ?= $(abspath $(DATA))
 
-.PHONY: install reproduce publish test book book-check book-pdf kernel data bench bench-all bench-quick gpu-check lab clean help
+.PHONY: install reproduce publish test test-fast book book-check book-pdf kernel data bench bench-all bench-quick gpu-check lab clean help
 
 help:
 	@echo "make reproduce [PROFILE=paper|smoke] [DEVICE=auto|cpu|cuda] [ALLOW_LONG=1]  recompute every result, reproduction report"
 	@echo "make test                                                  run the test suite"
+	@echo "make test-fast                                             the tests not marked slow, no notebooks (< 2 min on 2 cores)"
 	@echo "make book [PROFILE=paper|smoke]                            build the Jupyter Book (_build/html); paper: from published/"
 	@echo "make book-check                                            check the built book (links, verdicts, raw TeX, Chromium)"
 	@echo "make book-pdf                                              the whole built book as one PDF (_build/pdf/book.pdf)"
@@ -73,6 +74,16 @@ $(KERNEL): $(STAMP)
 TEST_JOBS ?= 2
 test: install kernel data
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
+
+# While working: tests/ without the tests marked `slow` (those over a few seconds: training runs, subprocesses,
+# book builds, the rows of `verify --quick` (tests/conftest.py: SLOW_FIXTURES), the freshness of the published
+# results, all but a share of the long grids (cases.slow_but)) and without the notebooks; every module of the
+# package is still exercised. Under 2 minutes on 2 cores. `make test` runs everything.
+test-fast: install kernel $(DATA)/MNIST
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not slow" tests
+
+$(DATA)/MNIST:
+	$(CG) data --data-dir $(DATA)
 
 # Benchmarks: each benchmarks/NAME.py writes benchmarks/NAME.json (machine, load average, threads,
 # versions, commit and its rows); benchmarks/report.py renders RESULTS.md's tables from them (--check:

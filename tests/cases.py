@@ -15,6 +15,20 @@ from curvature_gap.data import TensorDataset
 REPO = Path(__file__).resolve().parents[1]
 
 
+def slow_but(values, keep, ids=None) -> list:
+    """``values`` as ``pytest.param``s, each marked ``slow`` unless ``keep(i, value)`` (``i`` its index): ``make
+    test-fast`` runs the kept share of a long grid, ``make test`` all of it. ``ids``: as pytest's (a list or a
+    function of the value)."""
+    import pytest
+
+    out = []
+    for i, v in enumerate(values):
+        pid = (ids(v) if callable(ids) else ids[i]) if ids is not None else None
+        out.append(pytest.param(*(v if isinstance(v, tuple) else (v,)), id=pid,
+                                marks=() if keep(i, v) else pytest.mark.slow))
+    return out
+
+
 def subprocess_env(**extra) -> dict:
     """The environment for a Python subprocess of a test: this checkout's package, ``tools`` and these cases
     first on ``PYTHONPATH`` (absolute: a subprocess may run elsewhere, and an installed copy must not win)."""

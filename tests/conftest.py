@@ -85,14 +85,21 @@ def small_run(tmp_path_factory):
     return tmp, experiments_context(tmp, **SMALL_RUN_SETTINGS)
 
 
+# session fixtures that take more than a few seconds: a test that uses one is ``slow`` (``make test-fast``
+# deselects it)
+SLOW_FIXTURES = ("quick_rows",)  # every row of `curvature-gap verify --quick`: about a minute on two cores
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark every test that declares a fault (``@pytest.mark.fault("<id>")``, ids of
     ``curvature_gap.faults``) and everything under tests/reliability as ``reliability``:
     ``pytest -m reliability`` runs exactly the tests of the fault table (docs/maintainers.md). A marker
-    naming an unknown fault fails the collection."""
+    naming an unknown fault fails the collection. A test using one of :data:`SLOW_FIXTURES` is ``slow``."""
     from curvature_gap.faults import FAULT_IDS
 
     for item in items:
+        if any(f in getattr(item, "fixturenames", ()) for f in SLOW_FIXTURES):
+            item.add_marker(pytest.mark.slow)
         for m in item.iter_markers("fault"):
             unknown = [a for a in m.args if a not in FAULT_IDS]
             if unknown or not m.args:

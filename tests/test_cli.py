@@ -1,5 +1,6 @@
 """curvature_gap.cli: help on every verb, one-line errors with exit code 2 for bad input, the verbs' arguments."""
 import json
+import runpy
 import subprocess
 import sys
 
@@ -40,11 +41,21 @@ def test_bad_choice_is_one_line_exit_2(args, needle, capsys):
     assert needle in err and "choose from" in err and len(err.strip().splitlines()) == 1
 
 
+def test_the_module_is_the_command_line(monkeypatch, capsys):
+    """``python -m curvature_gap`` runs :func:`main`, in this process (the subprocess test below is slow)."""
+    monkeypatch.setattr(sys, "argv", ["curvature-gap", "--help"])
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_module("curvature_gap", run_name="__main__")
+    assert exc.value.code == 0 and "usage: curvature-gap" in capsys.readouterr().out
+
+
+@pytest.mark.slow
 def test_console_entry_point_and_module_agree():
     r = run("--help")
     assert r.returncode == 0 and "train" in r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.fault("cuda-without-cuda")
 def test_cuda_requested_without_cuda_is_clear(tmp_path, mnist_root):
     import torch
@@ -56,6 +67,7 @@ def test_cuda_requested_without_cuda_is_clear(tmp_path, mnist_root):
     assert "CUDA is not available" in r.stderr and "--device cpu" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.fault("dataset-missing")
 def test_missing_dataset_fails_fast_with_instructions(tmp_path):
     r = run("train", "--model", "cifar100", "--profile", "smoke", "--device", "cpu", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "o"))

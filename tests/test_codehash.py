@@ -70,6 +70,7 @@ UNCHANGED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(UNCHANGED))
 def test_edits_that_cannot_change_a_number_stale_nothing(kind, copy):
     before = _hashes()
@@ -91,6 +92,7 @@ CHANGED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(CHANGED))
 def test_a_changed_computation_stales_what_it_computes(kind, copy):
     edit, stale, fresh = CHANGED[kind]
@@ -102,6 +104,7 @@ def test_a_changed_computation_stales_what_it_computes(kind, copy):
     assert not (fresh & moved), f"{kind}: {sorted(fresh & moved)} should not be stale"
 
 
+@pytest.mark.slow
 def test_a_changed_bound_stales_the_rows_and_results_that_use_it(copy):
     before = _hashes()
     copy("bounds/formulas.py", "return L * nX * nV + nT", "return L * nX * nV + 1.0 * nT")

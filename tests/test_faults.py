@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cases import subprocess_env
 from curvature_gap.faults import FAULT_IDS, FAULTS, Fault
 from tools.book.build import fault_tests
@@ -40,6 +42,7 @@ def _pytest_on(tmp_path, marker: str):
                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env=subprocess_env())
 
 
+@pytest.mark.slow
 def test_a_marker_naming_an_unknown_fault_fails_the_collection(tmp_path):
     bad = _pytest_on(tmp_path, '@pytest.mark.fault("no-such-fault")')
     assert bad.returncode not in (0, 1), bad.stdout[-2000:] + bad.stderr[-2000:]     # a usage error, not a test failure
@@ -49,6 +52,7 @@ def test_a_marker_naming_an_unknown_fault_fails_the_collection(tmp_path):
     assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_the_reliability_marker_selects_exactly_the_marked_tests_and_the_reliability_folder():
     r = subprocess.run([*PYTEST, "--collect-only", "-q", "-m", "reliability", "tests"], cwd=ROOT, capture_output=True,
                        text=True, timeout=600, env=subprocess_env())

@@ -52,6 +52,7 @@ def _no_cuda_env() -> dict:
     return env
 
 
+@pytest.mark.slow
 def test_without_cuda_it_prints_one_line_writes_nothing_and_exits_0(tmp_path):
     out = tmp_path / "out" / "gpu_check.json"
     (tmp_path / "kept").write_text("kept\n")
@@ -69,6 +70,7 @@ def test_without_cuda_it_prints_one_line_writes_nothing_and_exits_0(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == listing  # no temporary files either
 
 
+@pytest.mark.slow
 def test_device_tests_with_cuda_requested_but_absent_fail_loudly(gc, env, tmp_path):
     """The command of step a, where CUDA is missing: every test errors with the reason; none passes."""
     proc = subprocess.run(

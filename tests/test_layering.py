@@ -121,6 +121,7 @@ def _loaded_after_import(*modules: str) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the probe forks a fresh child per module")
 def test_importing_math_modules_loads_no_plotting():
     """Each math module imported in its own fresh child process (one module's imports cannot hide another's)."""
@@ -128,6 +129,7 @@ def test_importing_math_modules_loads_no_plotting():
     assert not offenders, f"importing these math modules loads plotting: {offenders}"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the probe forks a fresh child per module")
 def test_probe_can_fail():
     """The probe sees plotting where a module loads it, and only there (children are fresh)."""

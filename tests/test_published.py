@@ -22,6 +22,7 @@ CIFAR = tuple(n for n in E.RESULT_NAMES if "paper" in E.spec(n).profiles and "CI
 NEEDED = tuple(n for n in E.RESULT_NAMES if "paper" in E.spec(n).profiles and n not in CIFAR)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NEEDED)
 def test_published_result_is_fresh(name):
     ctx = E.Context(profile="paper", progress=False, published_dir=PUBLISHED.parent)
@@ -31,6 +32,7 @@ def test_published_result_is_fresh(name):
         pytest.fail(f"stale at this commit: {exc}; refresh: {REFRESH}")
 
 
+@pytest.mark.slow
 def test_published_rows_are_fresh():
     try:
         checks.published_rows(PUBLISHED / "verify.json")
@@ -47,6 +49,7 @@ def test_published_results_name_the_commit_that_computed_them():
         assert git["dirty"] is False, f"{name} was computed from uncommitted code: its commit does not name its code"
 
 
+@pytest.mark.slow
 def test_a_checkout_without_results_computes_every_data_row_from_the_published_results(tmp_path):
     """What `curvature-gap verify` reads in a fresh clone (no results/): every result of the trained models
     is found among the published ones, and only the CIFAR-100 results (Figs. 6 and 12 at paper scale) are not run."""

@@ -85,6 +85,7 @@ def _computed(counter: Path) -> list[str]:
     return counter.read_text().split() if counter.exists() else []
 
 
+@pytest.mark.slow
 @pytest.mark.fault("one-figure-fails")
 def test_keeps_going_past_failures_and_exits_non_zero(tmp_path, monkeypatch, capsys):
     counter = _register(monkeypatch, tmp_path, {"a": "ok", "b": "fail", "c": "blocked", "d": "ok"})
@@ -115,6 +116,7 @@ def test_keeps_going_past_failures_and_exits_non_zero(tmp_path, monkeypatch, cap
     assert [e["status"] for e in report["entries"]] == ["ok", "failed", "blocked", "ok"]
 
 
+@pytest.mark.slow
 @pytest.mark.fault("reproduce-killed")
 def test_all_ok_exits_zero_and_a_restart_recomputes_only_what_is_missing(tmp_path, monkeypatch):
     counter = _register(monkeypatch, tmp_path, {"a": "ok", "b": "ok"})
@@ -149,6 +151,7 @@ def test_missing_cifar100_blocks_fig6_only_and_the_run_exits_zero(tmp_path, monk
     assert next(ln for ln in md.splitlines() if ln.startswith("| a |")).startswith("| a | ok | nothing published")
 
 
+@pytest.mark.slow
 @pytest.mark.fault("long-run")
 def test_a_long_training_run_is_skipped_unless_allowed(tmp_path, monkeypatch, capsys):
     counter = _register(monkeypatch, tmp_path, {"a": "ok", "b": "ok"})
@@ -229,6 +232,7 @@ def test_parse_only_keeps_canonical_order_and_the_profile():
         reproduce.parse_only("a,b")
 
 
+@pytest.mark.slow
 @pytest.mark.fault("one-figure-fails")
 def test_a_failed_rerun_says_where_the_files_on_disk_come_from(tmp_path, monkeypatch):
     _register(monkeypatch, tmp_path, {"a": "ok"})
@@ -247,6 +251,7 @@ def _child(tmp_path, q):
     q.put((code, outcomes[0].config_hash))
 
 
+@pytest.mark.slow
 @pytest.mark.fault("concurrent-runs")
 def test_two_concurrent_runs_compute_once_and_keep_the_manifest_valid(tmp_path, monkeypatch):
     counter = _register(monkeypatch, tmp_path, {"s": "slow"})
@@ -279,6 +284,7 @@ def test_summary_table_columns():
     assert "\033[32m" in reproduce.summary_table(o, color=True)
 
 
+@pytest.mark.slow
 def test_publish_copies_the_cached_results_of_the_current_configuration(tmp_path, monkeypatch, capsys):
     _register(monkeypatch, tmp_path, {"a": "ok", "b": "ok"})
     _run(tmp_path, "a")
@@ -325,6 +331,7 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
         "with the long-run guard off, runs whose dataset (CIFAR-100) is missing are still not started"
 
 
+@pytest.mark.slow
 def test_the_guard_costs_a_trajectory_to_its_last_step_not_the_whole_recipe(monkeypatch):
     """Figs. 5 and 7-11 read steps 0-1000 of the authors' run: the long-run guard prices 1,000 steps, not 100 epochs
     (a slow machine once skipped them as 'about 0.9 h')."""

@@ -107,6 +107,7 @@ def test_step_20000_is_kept_by_both_recipes():
         assert total >= 20000 and c.snapshot_every and 20000 % c.snapshot_every == 0, model
 
 
+@pytest.mark.slow
 def test_snapshots_every_n_steps_and_on_request(tmp_path):
     ds = smooth_datasets(128, 64)
     cfg = _recipe(epochs=2, batch_size=32, snapshot_every=3, model_overrides=tuple(sorted(TINY_MODEL.items())))
@@ -236,6 +237,7 @@ def test_crop_offsets_are_uniform_within_two_pixels_as_torchvision_random_crop()
     assert _tv(offsets, theirs) < 0.08
 
 
+@pytest.mark.slow
 def test_rotation_stays_within_ten_degrees_and_matches_torchvision():
     from torchvision import transforms
     n = 3000
@@ -265,9 +267,9 @@ def test_rotation_stays_within_ten_degrees_and_matches_torchvision():
 @pytest.mark.parametrize("angle", [-10.0, -3.3, 7.0, 10.0])
 def test_rotate_nearest_is_torchvisions_rotate(angle):
     from torchvision.transforms import InterpolationMode
-    from torchvision.transforms import functional as F
+    from torchvision.transforms import functional as TF
     x = torch.rand(3, 1, 28, 28, generator=torch.Generator().manual_seed(2))
-    ref = F.rotate(x, angle, interpolation=InterpolationMode.NEAREST, fill=[float(MNIST_FILL)])
+    ref = TF.rotate(x, angle, interpolation=InterpolationMode.NEAREST, fill=[float(MNIST_FILL)])
     assert torch.equal(tr.rotate_nearest(x, torch.full((3,), angle), MNIST_FILL), ref)
 
 
@@ -301,10 +303,10 @@ def test_the_loop_augments_each_epoch_afresh_and_never_the_test_split(tmp_path, 
 
 
 def test_renormalised_is_torchvisions_to_tensor_then_normalize():
-    from torchvision.transforms import functional as F
+    from torchvision.transforms import functional as TF
     u = torch.arange(256, dtype=torch.uint8).view(1, 1, 16, 16).repeat(2, 1, 1, 1)
     ours = renormalised(TensorDataset(u.float().div(255).sub(0.5).div(0.5), torch.zeros(2)), (0.1307,), (0.3081,))
-    ref = torch.stack([F.normalize(F.to_tensor(img.permute(1, 2, 0).numpy()), (0.1307,), (0.3081,)) for img in u])
+    ref = torch.stack([TF.normalize(TF.to_tensor(img.permute(1, 2, 0).numpy()), (0.1307,), (0.3081,)) for img in u])
     assert torch.equal(ours.images, ref)
     same = TensorDataset(u.float(), torch.zeros(2))
     assert renormalised(same, (0.5,), (0.5,)) is same
@@ -357,6 +359,7 @@ def test_bf16_trains_bf16_weights_and_keeps_them_widened(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- smoke runs
+@pytest.mark.slow
 def test_a_short_run_of_the_recipe_lowers_the_loss(tmp_path):
     """The full authors_mnist model and recipe (warm-up, clipping, augmentation) on 512 images, 200 steps."""
     cfg = _recipe(epochs=50)

@@ -58,6 +58,7 @@ def test_rows_meta_reads_the_profile(monkeypatch):
     assert smoke["results"]["fig3"] == "smoke:fig3" and smoke["code"] == paper["code"]
 
 
+@pytest.mark.slow
 def test_a_result_absent_from_the_profile_is_not_looked_up(monkeypatch):
     """fig6_mnist exists only under "paper": under "smoke" its hash is None and it is never looked up
     (``find_result`` would raise ConfigError), so its rows are ``not run``."""

@@ -41,6 +41,7 @@ def test_every_committed_document_is_complete(report):
         report.validate(json.loads(p.read_text()), p.stem)
 
 
+@pytest.mark.slow
 def test_a_tampered_table_is_detected_and_regenerated(tmp_path):
     text = RESULTS.read_text()
     blocks = re.findall(r"<!-- begin: (\w+) -->.*?<!-- end: \1 -->", text, flags=re.S)

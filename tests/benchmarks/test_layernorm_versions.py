@@ -41,6 +41,7 @@ def quick_doc(bench_env, tmp_path_factory):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_quick_document_is_complete(quick_doc, report):
     doc = report.validate(quick_doc, NAME)
     assert doc["mode"] == "quick" and doc["command"].startswith(f"python benchmarks/{NAME}.py --quick")
@@ -53,6 +54,7 @@ def test_quick_document_is_complete(quick_doc, report):
     assert s["installed_curvlinops"]["curvlinops_version"] and isinstance(s["installed_curvlinops"]["torch_func"], bool)
 
 
+@pytest.mark.slow
 def test_rows_exact_installed_and_a_skipped_scratch(quick_doc):
     rows = quick_doc["rows"]
     assert [(r["method"], r.get("environment")) for r in rows] == [
@@ -73,12 +75,14 @@ def test_rows_exact_installed_and_a_skipped_scratch(quick_doc):
     assert skipped["status"].startswith("skipped: no scratch environment") and "max_rel_err" not in skipped
 
 
+@pytest.mark.slow
 def test_the_document_s_exact_hessian_agrees_with_finite_differences(quick_doc):
     exact = quick_doc["rows"][0]
     assert len(exact["fd_columns"]) == 12
     assert exact["fd_max_rel_err"] <= 1e-6
 
 
+@pytest.mark.slow
 def test_exact_hessian_columns_against_our_own_finite_differences(script):
     """Independently of the script's finite differences: perturb each of a few parameters of the quick
     model by ±h, take the gradient with plain autograd, and compare with the exact Hessian's column."""

@@ -22,7 +22,10 @@ def _tiny_sweeps(quick=False, mini=False):
 
 def test_run_all_writes_tables_summary_and_replayable_counterexamples(tmp_path, monkeypatch):
     monkeypatch.setattr(sw, "definitions", _tiny_sweeps)
+    # the searches have their own tests (test_bounds_adversarial.py, test_bounds_search.py): here, what run_all
+    # does with the records
     monkeypatch.setattr(adversarial, "run", lambda quick=False, log=None: ([], {}))
+    monkeypatch.setattr(adversarial, "run_searches", lambda quick=False, log=None: ([], {}))
     out, committed = tmp_path / "bounds", tmp_path / "committed"
     res = br.run_all(out, quick=True, save_counterexamples=committed, log=None)
     assert {p.name for p in out.glob("*.csv")} == {"sweep_balance.csv", "sweep_minimiser.csv",

@@ -18,6 +18,7 @@ def _sweep(name, quick=True):
     return s
 
 
+@pytest.mark.slow
 def test_the_G_Q_step_fails_like_2_over_L_under_search():
     got = {L: adv.row_ratio("thm6.GQ", adv.search("thm6.GQ", L, 3, 0, steps=150)) for L in (4, 16)}
     assert got[16] <= 0.15 and got[4] <= 0.55
@@ -71,6 +72,7 @@ def test_rows_comparing_a_proof_step_carry_the_proof_role():
         assert ck.CHECKS[cid]["role"] == "statement", cid
 
 
+@pytest.mark.slow
 def test_every_theorem6_step_and_variant_is_searched_at_every_length():
     assert {c for c in ck.CHECKS if ".no_" in c} <= set(adv.THM6_STEPS)
     rows, _ = adv.run_searches(quick=True, evals=4)
@@ -87,6 +89,7 @@ def test_every_theorem6_step_and_variant_is_searched_at_every_length():
     assert {s for _, s in phi} == set(adv.PHI_STARTS)
 
 
+@pytest.mark.slow
 def test_the_evolution_strategy_only_ever_lowers_the_rows_own_ratio():
     start = adv.row_ratio("thm6.xi21", adv.start_instance(8, 3, 0))
     inst, best = adv.es_search("thm6.xi21", 8, 3, 0, evals=12)
@@ -95,6 +98,7 @@ def test_the_evolution_strategy_only_ever_lowers_the_rows_own_ratio():
         adv.start_instance(4, 3, 0, "sideways")
 
 
+@pytest.mark.slow
 def test_the_phi_QK_bound_is_attained_at_uniform_attention_and_fails_as_2_over_L_d_V():
     """At W_Q = W_K = 0 (the "uniform" start) the printed Φ_QK bound is 2/(L d_V) times the exact norm, and
     without the loss factor the bound is attained (ratio → 1): the construction behind the law."""

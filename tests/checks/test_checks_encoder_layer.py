@@ -2,23 +2,37 @@
 finding on the quick rows."""
 from __future__ import annotations
 
+import pytest
+
 from curvature_gap import findings
-from curvature_gap.checks import encoder_layer as el
+from curvature_gap.checks import encoder_layer as el_rows
 from curvature_gap.checks.theory import _quiet_single_thread
+from curvature_gap.exact import encoder_layer as ref
 
 
+def test_configuration_rows_and_the_exact_quantity_against_pytorch():
+    """Two configuration rows (the family's first and last) and ``.exact_vs_pytorch``: seconds (``make test-fast``)."""
+    with _quiet_single_thread():
+        rows = [el_rows._config_row(c, True) for c in (ref.CONFIGS[0], ref.CONFIGS[-1])] + [el_rows._pytorch_row()]
+    assert [r.id for r in rows] == [f"{el_rows.RESULT}.{ref.config_id(c)}" for c in (ref.CONFIGS[0], ref.CONFIGS[-1])] + [
+        f"{el_rows.MH}.exact_vs_pytorch"]
+    for r in rows:
+        assert r.result == el_rows.RESULT and r.verdict == r.expected == "verified" and r.rel_err <= r.tolerance, r
+
+
+@pytest.mark.slow
 def test_the_multihead_bound_rows_quick():
     with _quiet_single_thread():
-        rows = {r.id: r for r in el._mh_rows(quick=True)}
-    assert set(rows) == {el.MH, f"{el.MH}.blocks", f"{el.MH}.softmax_d2", f"{el.MH}.exact_vs_pytorch"}
+        rows = {r.id: r for r in el_rows._mh_rows(quick=True)}
+    assert set(rows) == {el_rows.MH, f"{el_rows.MH}.blocks", f"{el_rows.MH}.softmax_d2", f"{el_rows.MH}.exact_vs_pytorch"}
     for r in rows.values():
-        assert r.result == el.RESULT and r.verdict == r.expected, r
-    top = rows[el.MH]
+        assert r.result == el_rows.RESULT and r.verdict == r.expected, r
+    top = rows[el_rows.MH]
     assert top.kind == "bound" and top.role == "statement" and top.claim is None and top.min_ratio >= 1
     assert top.details["min_ratio_searched"] <= top.details["min_ratio_start"], "the search lowers the ratio"
     assert "Adam starts" in top.details["searched"] and "worst at" in top.note
-    assert rows[f"{el.MH}.blocks"].role == "proof" and rows[f"{el.MH}.blocks"].min_ratio >= 1
-    assert rows[f"{el.MH}.exact_vs_pytorch"].rel_err < 1e-12
+    assert rows[f"{el_rows.MH}.blocks"].role == "proof" and rows[f"{el_rows.MH}.blocks"].min_ratio >= 1
+    assert rows[f"{el_rows.MH}.exact_vs_pytorch"].rel_err < 1e-12
 
 
 def test_the_finding_of_the_page(quick_rows):

@@ -72,6 +72,7 @@ def test_errata_are_linked_to_their_rows(quick_rows):
     assert "xi12-is-xi21" in by["thm5.xi12_naming"].errata and "loss-normalisation" in by["gn.loss_normalisation"].errata
 
 
+@pytest.mark.slow
 def test_rows_meta_names_what_determines_the_rows():
     a = checks.rows_meta(True)
     assert a == checks.rows_meta(True) and a != checks.rows_meta(False)

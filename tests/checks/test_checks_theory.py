@@ -54,6 +54,16 @@ def test_every_section2_result_is_listed(quick_rows):
     assert set(th.GROUPS) == {"calculus", "layernorm", "ffn", "attention", "phi", "block", "gauss_newton", "mnist"}
 
 
+@pytest.mark.parametrize("group", ["calculus", "layernorm", "ffn", "attention", "phi", "gauss_newton"])
+def test_each_quick_group_has_its_expected_verdicts(group):
+    """The groups of a second or less, alone (``make test-fast``; block and mnist are in the quick rows above)."""
+    rows = th.run_group(group, quick=True)
+    assert rows
+    for r in rows:
+        assert r.verdict == r.expected and r.result == th.result_of(r.id), r
+        assert r.rel_err is None or r.rel_err <= r.tolerance, r
+
+
 def test_checks_detect_a_wrong_formula(monkeypatch):
     """A 1 % error injected into ∂P/∂X must turn the Theorem 2 Jacobian row into 'fails'."""
     good = {r.id: r for r in th.run_group("layernorm", quick=True)}

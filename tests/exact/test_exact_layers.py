@@ -54,6 +54,7 @@ def test_the_finite_difference_check_can_fail():
     assert R.fd_column_error(layer, X, T, H) < 1e-7          # the parameters were restored
 
 
+@pytest.mark.slow
 def test_available_names_the_libraries():
     assert R.available("torch")
     assert set(R.LIBRARY) == {k for k, _, _ in R.GRID}
@@ -62,6 +63,7 @@ def test_available_names_the_libraries():
             assert __import__(lib).__name__ == lib
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["timm", "vit", "bert"])
 def test_library_layers_are_built_from_configs_in_eval_mode_and_take_masks(kind):
     pytest.importorskip(R.LIBRARY[kind])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from curvature_gap.config import ConfigError
-from curvature_gap.experiments import authors_dynamics as ad
+from curvature_gap.experiments import authors_dynamics
 from curvature_gap.hessian import hessian
 from curvature_gap.model import authors_hessian_order, authors_indices, authors_parameter_names, build_model, param_slices
 
@@ -19,16 +19,17 @@ def test_the_lists_are_the_authors_names_in_their_flattening():
     m = _model()
     order, layout = authors_hessian_order(m)
     starts = dict(zip([g for g, _ in layout], np.cumsum([0] + [n for _, n in layout])[:-1]))
-    q = authors_indices(m, ad.LISTS["queries"][0])
+    q = authors_indices(m, authors_dynamics.LISTS["queries"][0])
     assert q == order[starts["block0.query"]:starts["block0.query"] + len(q)]
     # their Linear weight is (out, in) = the transpose of ours: entry (o, i) of theirs is ours (i, o)
     sl = param_slices(m)["blocks.0.query"]
     d = m.cfg.d_model
     assert q[1] == sl.start + d and len(q) == d * m.cfg.d_k
-    ln = authors_indices(m, ad.LISTS["layernorm"][0])
-    assert authors_indices(m, ad.LISTS["feedforward"][0]) == ln[-2 * d:], "their FeedForward list is LN2's gamma, beta"
+    ln = authors_indices(m, authors_dynamics.LISTS["layernorm"][0])
+    assert authors_indices(m, authors_dynamics.LISTS["feedforward"][0]) == ln[-2 * d:], (
+        "their FeedForward list is LN2's gamma, beta")
     names = authors_parameter_names(m.cfg)
-    assert all(n in names for lst, _ in ad.LISTS.values() for n in lst)
+    assert all(n in names for lst, _ in authors_dynamics.LISTS.values() for n in lst)
     with pytest.raises(ConfigError, match="not a parameter of the authors' model: nope; theirs are: embeddings"):
         authors_indices(m, ["nope"])
 
@@ -40,7 +41,7 @@ def test_a_lists_hessian_is_the_cut_of_the_whole_one_and_matches_autograd():
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(3, 1, 8, 8, generator=g, dtype=torch.float64), torch.tensor([1, 4, 7])
     H = hessian(m, (x, y)).numpy()
-    ix = authors_indices(m, ad.LISTS["keys"][0])
+    ix = authors_indices(m, authors_dynamics.LISTS["keys"][0])
     p = dict(m.named_parameters())["blocks.0.key"]
     base = p.detach().clone()
 
@@ -62,25 +63,26 @@ class _Res:
 def _fake(keys_values=1.0, others=0.1, bad_step=None):
     steps = np.array([0, 200, 400])
     a = {"steps": steps}
-    for g in ad.LISTS:
+    for g in authors_dynamics.LISTS:
         v = keys_values if g in ("keys", "values") else others
         for k in ("param", "spec"):
             a[f"{k}_{g}"] = np.full(3, v)
     if bad_step is not None:
         a["spec_queries"][bad_step] = 0.9  # within a factor 2 of Keys/Values: not "much smaller"
-    meta = {"lists": {g: {"label": lab} for g, (_, lab) in ad.LISTS.items()}}
+    meta = {"lists": {g: {"label": lab} for g, (_, lab) in authors_dynamics.LISTS.items()}}
     return _Res(a, meta)
 
 
 def test_the_claim_rule_reads_every_step_and_both_panels():
-    assert ad.keys_values_authors(_fake()).verdict == "reproduced"
-    row = ad.keys_values_authors(_fake(bad_step=1))
+    assert authors_dynamics.keys_values_authors(_fake()).verdict == "reproduced"
+    row = authors_dynamics.keys_values_authors(_fake(bad_step=1))
     assert row.verdict == "partly reproduced" and row.value == pytest.approx(5 / 6)
     assert not row.details["theirs"]["hessians/step 200"]["holds"] and row.details["theirs"]["parameters/step 200"]["holds"]
-    assert ad.keys_values_authors(_fake(others=2.0)).verdict == "not reproduced"
-    assert ad.keys_values_authors(None).verdict == "not run"
+    assert authors_dynamics.keys_values_authors(_fake(others=2.0)).verdict == "not reproduced"
+    assert authors_dynamics.keys_values_authors(None).verdict == "not run"
 
 
+@pytest.mark.slow
 def test_a_lists_hessian_from_its_groups_blocks_is_the_dense_hessians_principal_submatrix():
     """list_hessian assembles the blocks of the groups holding a list (one group, two, or the closed-form FFN pair)
     and cuts the list out: equal to the dense Hessian's sub-matrix in float64."""

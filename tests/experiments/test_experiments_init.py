@@ -34,6 +34,7 @@ def _boom(*a, **k):
     raise AssertionError("recomputed")
 
 
+@pytest.mark.slow
 @pytest.mark.fault("replotting")
 def test_plot_reads_results_and_never_recomputes(tmp_path, shared_runs, monkeypatch):
     r = ex.load_results("fig6", ctx=_ctx(tmp_path, shared_runs))

@@ -26,6 +26,7 @@ def test_theorem7_on_the_trained_model(ctx):
     assert set(ex.plot("theorem7", r)) == {"ratios"}
 
 
+@pytest.mark.slow
 def test_trained_bounds_records(ctx):
     r = ex.load_results("trained_bounds", ctx=ctx)
     recs = r["records"]

@@ -55,6 +55,7 @@ def test_the_authors_models_take_the_fast_route():
                                                     "block0.ln1", "block0.ffn1", "block0.ffn2", "block0.ln2", "head"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", list(VARIANTS.values()), ids=list(VARIANTS))
 def test_dense_and_every_block_pair_equal_reverse_over_reverse_float64(overrides):
     m = _authors(3, **SMALL, **overrides)
@@ -86,6 +87,7 @@ def test_dense_and_every_block_pair_equal_reverse_over_reverse_float64(overrides
     assert rel(torch.cat([res[n] for n in groups], 1), v @ ref) <= 1e-10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [{}, dict(ffn_bias=True)], ids=["no FFN biases", "FFN biases"])
 def test_gelu_last_ffn_closed_form_equals_its_hessian_vector_columns(overrides):
     """The closed form's GELU curvature term against the route's own GELU rule, and both against autograd."""
@@ -105,6 +107,7 @@ def test_gelu_last_ffn_closed_form_equals_its_hessian_vector_columns(overrides):
     assert rel(so.last_ffn_hessian(), ref[s, s]) > 1e-4
 
 
+@pytest.mark.slow
 def test_the_theorem_variant_keeps_its_path_and_its_hessian():
     """The theorem's block still goes through model.block_forward, keeps the closed form where it had it (ReLU with
     FFN biases) and not where it had none, and agrees with the generic route to 1e-12 in float64."""
@@ -146,6 +149,7 @@ def test_the_authors_mnist_model_equals_curvlinops_on_sampled_columns():
             assert (H[:, cols[inside]] - ref[:, inside]).abs().max() <= tol * ref.abs().max(), (dtype, gr.name)
 
 
+@pytest.mark.slow
 def test_columns_equal_central_differences_of_the_gradient():
     m = _authors(9, dtype=torch.float64)
     x, y = _batch(6, seed=10)

@@ -63,6 +63,7 @@ def test_float32_within_1e5_of_float64_reference():
                hessian(copy.deepcopy(m32).double(), (x.float().double(), y))) < 1e-12
 
 
+@pytest.mark.slow
 def test_other_methods_and_sample_chunks_agree():
     m, x, y = _setup(n=5, **TWO_BLOCKS)
     H = hessian(m, (x, y))

@@ -68,6 +68,7 @@ GENERAL = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", list(GENERAL.values()), ids=["authors", "prenorm-2heads"])
 def test_general_routes_agree_with_reverse_over_reverse_float64(overrides):
     m = perturbed_model(3, torch.float64, **TINY, **overrides)

@@ -36,6 +36,7 @@ def test_path_check_identity_and_the_first_term_alone_at_w_star():
         t7.path_check(m, x, y, {"exact": 1.0}, ts=(0.1,), directions=("sideways",))
 
 
+@pytest.mark.slow
 def test_per_sample_hessian_norms_against_dense_hessians():
     m = build_model("mnist", seed=0, **TINY_MODEL).double()
     x, y = random_batch(3, seed=1, dtype=torch.float64)

@@ -45,6 +45,7 @@ def test_check_parameters_accepts_the_defaults_and_valid_values():
     nb.check_parameters(dict(profile="smoke", device="cuda", seed=0, shape=[12, 6, 4, 16]))
 
 
+@pytest.mark.slow
 @pytest.mark.fault("bad-notebook-parameter")
 def test_papermill_parameter_of_the_wrong_type_stops_the_notebook(tmp_path):
     """What a re-executor types: `papermill nb.ipynb out.ipynb -p seed abc` fails at the first code cell."""

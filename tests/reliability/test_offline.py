@@ -46,6 +46,7 @@ def run_offline(args: list[str], cwd: Path, data: Path, timeout: float = OFFLINE
     return r, time.perf_counter() - t0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verb", ["data", "train", "reproduce"])
 @pytest.mark.fault("offline")
 def test_without_network_each_command_fails_fast_with_instructions(verb, tmp_path):

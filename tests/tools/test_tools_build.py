@@ -86,6 +86,7 @@ def _book_root(tmp_path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 @pytest.mark.fault("stale-published")
 def test_the_paper_book_refuses_published_rows_of_other_code_or_results(tmp_path, monkeypatch):
     root = _book_root(tmp_path)
@@ -106,6 +107,7 @@ def test_the_paper_book_refuses_published_rows_of_other_code_or_results(tmp_path
     assert p == path and [r.id for r in rows] == ["thm2.layernorm.jacobian"] and source == "published/paper/verify.json"
 
 
+@pytest.mark.slow
 def test_the_smoke_book_caches_its_quick_rows_by_their_meta(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(checks, "run", lambda quick=False, **k: calls.append(quick) or _rows())

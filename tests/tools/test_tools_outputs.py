@@ -25,6 +25,7 @@ def test_strip_outputs_keeps_only_the_checked_cells_outputs(tmp_path):
     assert "papermill" not in back.metadata and not outputs.is_checked(back.cells[0])
 
 
+@pytest.mark.slow
 def test_refresh_stores_the_stdout_of_the_checked_cells(tmp_path, monkeypatch):
     fake_project(tmp_path, {"page": notebook(GOOD, checked_output="stale\n")})
     monkeypatch.chdir(tmp_path)
@@ -38,6 +39,7 @@ def test_refresh_stores_the_stdout_of_the_checked_cells(tmp_path, monkeypatch):
         outputs.refresh_checked_outputs(["notebooks/page.ipynb"], log=lambda *a: None)
 
 
+@pytest.mark.slow
 @pytest.mark.fault("notebook-raises")
 def test_nbval_fails_on_a_broken_notebook_and_on_a_changed_checked_output(tmp_path):
     nbformat.write(notebook(BROKEN), tmp_path / "broken.ipynb")

@@ -159,6 +159,7 @@ def _no_network_prefix() -> list[str]:
     return [unshare, "-rn"]
 
 
+@pytest.mark.slow
 def test_the_lints_need_no_network():
     """Every lint above, in a network namespace with no interface but loopback."""
     prefix = _no_network_prefix()
