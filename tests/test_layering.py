@@ -1,5 +1,6 @@
 """The math layers never import plotting (tracker issue 21, item 4); eigenvalue calls live in exact/linalg.py
-only (item 1).
+only (item 1); the package's imports form no cycle and the math layers import nothing above them (issue 35,
+item 8).
 
 theory/, exact/, hessian/, bounds/ and landscape/ compute; figures live in :mod:`curvature_gap.plotting` or
 with the experiment that draws them. Two checks: statically, no module of a math layer names matplotlib or
@@ -151,3 +152,96 @@ def test_eigenvalue_calls_live_only_in_exact_linalg():
             if calls.search(code) and '"' not in code.split("(")[0]:
                 offenders.append(f"{f.relative_to(PKG)}:{i}: {line.strip()}")
     assert not offenders, "call exact.linalg instead:\n" + "\n".join(offenders)
+
+
+# ------------------------------------------------------------------------------------ the import graph
+# what the math layers may import besides each other: the package's leaves below them
+BELOW_MATH = ("config", "model", "io", "provenance", "precision", "row", "device", "codehash")
+ALL_MODULES = {}
+for _f in sorted(PKG.rglob("*.py")):
+    _rel = _f.relative_to(PKG).with_suffix("")
+    ALL_MODULES[".".join(("curvature_gap",) + (_rel.parts[:-1] if _rel.name == "__init__" else _rel.parts))] = _f
+
+
+def _package_imports(path: Path, module: str) -> set[str]:
+    """The modules of the package that ``path`` (module ``module``) imports, at module level or inside a function
+    (a lazy import is a dependency too); an import of one of its own parent packages (whose ``__init__`` runs
+    first anyway) is not counted."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                target = ".".join(base[:len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names += [target] + [f"{target}.{a.name}" for a in node.names]
+    out = set()
+    for name in names:
+        parts = name.split(".")
+        found = next((".".join(parts[:k]) for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in ALL_MODULES), None)
+        if found and found != module and not module.startswith(found + "."):
+            out.add(found)
+    return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of ``graph`` with more than one node (Tarjan), each sorted."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _room(module: str) -> str:
+    """The top-level module or subpackage of the package that ``module`` belongs to."""
+    return module.split(".")[1] if "." in module else module
+
+
+def test_the_package_imports_form_no_cycle():
+    graph = {m: _package_imports(f, m) for m, f in ALL_MODULES.items()}
+    assert sum(map(len, graph.values())) > 100, "the graph was read"
+    assert not _cycles(graph), f"import cycles: {_cycles(graph)}"
+
+
+def test_the_cycle_check_can_fail():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_math_layers_import_nothing_above_them():
+    """theory, exact, hessian, bounds and landscape import each other and :data:`BELOW_MATH` only: never the
+    experiments, the checks, the findings, plotting, the notebooks' helpers or the command line."""
+    allowed = set(MATH_LAYERS) | set(BELOW_MATH)
+    up = sorted(f"{m} imports {t}" for m, f in ALL_MODULES.items() if _room(m) in MATH_LAYERS
+                for t in _package_imports(f, m) if _room(t) not in allowed)
+    assert not up, "a math layer imports a module above it:\n" + "\n".join(up)
+    assert "curvature_gap.exact.forward" in _package_imports(ALL_MODULES["curvature_gap.bounds.quantities"],
+                                                             "curvature_gap.bounds.quantities"), "imports are read"
