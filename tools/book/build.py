@@ -47,7 +47,7 @@ from . import plain, repository, tables
 
 __all__ = ["BookError", "project_root", "build", "toc_notebooks", "execute_notebook", "execute_all", "book_jobs", "tidy_notebook", "book_rows",
            "KERNEL", "book_kernel_manager", "kernel_log_lines", "fault_tests", "merged_parameters", "parameters_line", "parameter_names", "machine_paths",
-           "relative_paths", "PARAMS_CLASS", "PAPERMILL_MACHINE_KEYS"]
+           "relative_paths", "PARAMS_CLASS", "PAPERMILL_MACHINE_KEYS", "jupyter_book_executable"]
 
 KERNEL = "python3"
 CHECKED_TAG = "nbval-check-output"  # nbval compares these cells' outputs (pytest --nbval-lax)
@@ -455,7 +455,8 @@ def _stage(root: Path, stage: Path, substitutions: dict) -> None:
     (stage / "notebooks").mkdir()
 
 
-def _jupyter_book() -> str:
+def jupyter_book_executable() -> str:
+    """The ``jupyter-book`` of this environment (beside this interpreter), else the one on PATH; BookError without."""
     exe = Path(sys.executable).parent / "jupyter-book"
     found = str(exe) if exe.is_file() else shutil.which("jupyter-book")
     if not found:
@@ -468,7 +469,7 @@ def render(root: Path, stage: Path, log=print) -> tuple[int, list[str]]:
     html = root / "_build" / "html"
     if html.exists():
         shutil.rmtree(html)
-    cmd = [_jupyter_book(), "build", str(stage), "--path-output", str(root), "--builder", "html", "-W", "-n",
+    cmd = [jupyter_book_executable(), "build", str(stage), "--path-output", str(root), "--builder", "html", "-W", "-n",
            "--keep-going", "--all"]
     log("[book] " + " ".join(["jupyter-book"] + cmd[1:]))
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)

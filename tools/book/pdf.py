@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from . import chromium_js, server
-from .build import BookError, _jupyter_book, project_root
+from .build import BookError, jupyter_book_executable, project_root
 
 __all__ = ["build_pdf", "PDF"]
 
@@ -35,7 +35,7 @@ def build_pdf(root: Path | None = None, log=print) -> Path:
     if out.exists():
         shutil.rmtree(out)
     t0 = time.perf_counter()
-    cmd = [_jupyter_book(), "build", str(stage), "--path-output", str(out), "--builder", "singlehtml", "--keep-going"]
+    cmd = [jupyter_book_executable(), "build", str(stage), "--path-output", str(out), "--builder", "singlehtml", "--keep-going"]
     log("[book-pdf] " + " ".join(["jupyter-book"] + cmd[1:]))
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     (out / "singlehtml.log").write_text(proc.stdout + proc.stderr)
