@@ -27,7 +27,7 @@ def test_verdicts_on_the_quick_rows(quick_rows):
     assert "the explicit bound on each block" in t6.evidence and "block (2,1)" in t6.evidence
     assert "hold, as they must" in t6.evidence and "but is not proved" in t6.evidence
     assert "of the proof fail" in t6.evidence and "fail only through a misprint" in t6.evidence
-    assert "bound on Φ_QQ" in t6.evidence and "bound on Φ_QK" in t6.evidence
+    assert r"bound on $\boldsymbol\Phi_{QQ}$" in t6.evidence and r"bound on $\boldsymbol\Phi_{QK}$" in t6.evidence
     assert _find(quick_rows, "thm2").verdict == "holds"
     assert _find(quick_rows, "thm3").verdict.startswith("holds")
     assert _find(quick_rows, "figs7_11").verdict == "no claim made"
@@ -137,7 +137,7 @@ def test_a_failing_step_reports_how_it_scales():
     scaling = [{"var": "L", "points": [[4, 0.5], [8, 0.25], [16, 0.125]], "slope": -1.0, "law": "≈ 2/L"}]
     rows = [_bound("bounds.thm6.full.exact", "holds", res="thm6", ratio=20.0),
             _bound("bounds.thm6.GQ", "fails", role="proof", res="thm6", ratio=0.125, scaling=scaling)]
-    assert "the bound on G_Q (bound/exact ≈ 2/L)" in _find(rows, "thm6").evidence
+    assert "1 step of the proof fails: the bound on $\\mathbf G_{Q}$ (bound/exact ≈ 2/L)" in _find(rows, "thm6").evidence
 
 
 def test_every_verdict_has_its_own_class():

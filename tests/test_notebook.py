@@ -11,6 +11,7 @@ import pytest
 
 from curvature_gap import experiments as ex
 from curvature_gap import notebook as nb
+from curvature_gap.captions import code_tex, readable
 from curvature_gap.row import Row
 from curvature_gap.config import ConfigError
 from curvature_gap.experiments.store import PublishedStore
@@ -108,7 +109,46 @@ def test_markdown_helpers_escape_math_bars_and_html():
     assert cell == "dD/dX \\| with a bar, \\$x\\$ and \\<b\\>\\_a\\_\\</b\\> next"
     t = nb.md_table(["a", "b"], [[cell, "2"]])
     assert t.splitlines()[1] == "|---|---|" and t.splitlines()[2].count(" | ") == 1
-    assert nb.text_html("I_{d_V} ⊗ W<K>") == '<code class="cg-text">I_{d_V} ⊗ W&lt;K&gt;</code>'
+    assert nb.text_html("I_{d_V} ⊗ W<K>") == '<span class="cg-text">I<sub>d<sub>V</sub></sub> ⊗ W&lt;K&gt;</span>'
+
+
+def test_code_notation_reads_with_sub_and_superscripts_and_names_stay_names():
+    """Where a reader reads a check's description (issue 34, item 3): no ASCII ``W_V`` or ``L_(k+1)``, and
+    nothing Markdown would read as emphasis, a cell border or math."""
+    c = nb.code_html
+    assert c("|L_(k+1) − L_k|") == "&#124;L<sub>k+1</sub> − L<sub>k</sub>&#124;"
+    assert c("∂B_1/∂W_2 = ξ_21, W_V^T, A^{∘2}, s^2.2") == ("∂B<sub>1</sub>/∂W<sub>2</sub> = ξ<sub>21</sub>, "
+                                                          "W<sub>V</sub>ᵀ, A<sup>∘2</sup>, s<sup>2.2</sup>")
+    assert c("d²N/dW_1dW_2 and vec_r X") == "d²N/dW<sub>1</sub>dW<sub>2</sub> and vec<sub>r</sub> X"
+    assert c("(I_L⊗W_2^T)D_σ") == "(I<sub>L</sub>⊗W<sub>2</sub>ᵀ)D<sub>σ</sub>"
+    assert c("w2_scale, no_loss_factor, *a* $x$ [b]") == ("w2&#95;scale, no&#95;loss&#95;factor, &#42;a&#42; &#36;x&#36; "
+                                                          "&#91;b&#93;")
+
+
+def test_prose_numbers_are_formatted_outside_code_math_and_tags():
+    assert readable("k = 1.06e+05. Then 2.5e-3.5") == "k = 1.06 × 10⁵. Then 2.5e-3.5"
+    md = nb.readable_md("off by 1.9e-02 (`eps=1e-12`, $10^{-3}$) <span title=\"1e-5\">-0.977</span> and -3e-07\n"
+                        "```\nx = 1e-5\n```")
+    assert md == ("off by 1.9 × 10⁻² (`eps=1e-12`, $10^{-3}$) <span title=\"1e-5\">−0.977</span> and −3 × 10⁻⁷\n"
+                  "```\nx = 1e-5\n```")
+
+
+def test_a_rows_note_names_its_worst_instance_in_words_and_ids_only_small():
+    note = ("Theorem 1 (§3.1); 8/32 instances fail; worst at sweep=replay, x=thm1.printed@uniform, seed=1, sub=KK; "
+            "slope -0.13 | see thm5.xi.21 and bounds.sa.dA_dT; I_{d_V}")
+    got = nb.note_html(note, ["thm5.xi.21", "bounds.sa.dA_dT"])
+    assert "worst in the stored counter-examples at " in got and "(seed 1, block (K,K))" in got
+    for name in ("thm1.printed@uniform", "thm5.xi.21", "bounds.sa.dA_dT"):
+        assert f'<small class="cg-id"><code>{name}</code></small>' in got
+    assert "slope −0.13; see" in got and "I<sub>d<sub>V</sub></sub>" in got and "sweep=" not in got
+    sigma = nb.note_html("worst at sweep=sigma, x=3.1622776601683795, seed=0; ok", [])
+    assert sigma == '<span class="cg-text">worst in the sigma sweep at x = 3.162 (seed 0); ok</span>'
+
+
+def test_symbols_of_code_notation_become_math_in_titles():
+    assert code_tex("the commutation matrix in ∂F/∂W_K") == r"the commutation matrix in $\partial\mathbf F/\partial\mathbf W_{K}$"
+    assert code_tex("the bound on Φ_QK, size d_V, $x_1$") == r"the bound on $\boldsymbol\Phi_{QK}$, size $d_{V}$, $x_1$"
+    assert code_tex("w2_scale and sa_ln") == "w2_scale and sa_ln"
 
 
 # ---------------------------------------------------------------------------------------------- load
@@ -197,3 +237,12 @@ def test_stale_committed_rows_stop_a_page_with_what_to_do(monkeypatch):
     nb.setup(profile="paper", device="cpu", recompute=None)
     with pytest.raises(nb.StaleResults, match=r'other code: the committed rows are stale.*recompute = "quick"'):
         nb.rows()
+
+
+def test_a_figures_message_and_caption_write_numbers_as_a_reader_does():
+    from curvature_gap.plotting import new_figure
+    fig = new_figure(3.0, 2.0)
+    fig.add_subplot().plot([0, 1], [0, 1])
+    out = nb.figure_html(fig, "f", "Errors down to 7e-16, $10^{-3}$ marked.", "a line", "Off by up to 3e-02 of it.",
+                         linked=False)
+    assert "Off by up to 3 × 10⁻² of it." in out and "down to 7 × 10⁻¹⁶," in out and "e-0" not in out.split("<img")[0]

@@ -25,11 +25,12 @@ from .plotting import short_label
 __all__ = ["unit_tex", "u", "ordinal", "heatmap_whole", "heatmap_attention", "heatmap_means", "fig5_parameters",
            "fig5_hessians", "fig5_parameters_over_training", "fig5_hessians_over_training", "dynamics", "fig6", "fig12",
            "theorem7", "fused_ln", "theorem1_sweeps", "layernorm_flattening", "input_scaling", "ffn_kinks", "readable",
-           "plural"]
+           "plural", "code_tex"]
 
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-_E_NOTATION = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)e([+-]?\d+)(?![\w.])")
+# a number in e-notation; a full stop after it ends the sentence ("k = 1.06e+05."), a dot and a digit do not
+_E_NOTATION = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)e([+-]?\d+)(?![\w]|\.\d)")
 _LONG_FLOAT = re.compile(r"(?<![\w.])(\d+\.\d{6,})(?![\w])")
 _MINUS = re.compile(r"(?<![\w)\]}])-(?=\d)")
 
@@ -46,7 +47,7 @@ def _sci(m: re.Match) -> str:
 
 def readable(text: str) -> str:
     """Numbers in prose as a reader writes them, outside ``$…$`` (math is left alone): ``1.4e+05`` as
-    1.4 × 10⁵, ``0e+00`` as 0, ``3.1622776601683795`` to four significant digits, ``-0.00`` as 0.00 and a
+    1.4 × 10⁵ (also at the end of a sentence), ``0e+00`` as 0, ``3.1622776601683795`` to four significant digits, ``-0.00`` as 0.00 and a
     minus sign (−) for a hyphen before a number."""
     parts = str(text).split("$")
     if len(parts) % 2 == 0:  # unpaired $: no math to keep apart
@@ -58,6 +59,32 @@ def readable(text: str) -> str:
         t = re.sub(r"(10[⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+)×", r"\1 times", t)
         parts[i] = _MINUS.sub("−", t)
     return "$".join(parts)
+
+
+# a symbol of code notation in words (titles, evidence): ∂F/∂W_K, Φ_QK, G_Q, H_f, d_V, σ_min
+_TEX_TOKEN = re.compile(r"(?<![\w$\\])(?:∂[A-Za-zΦξ](?:_[A-Za-z0-9]+)?/)?∂?[A-Za-zΦξσ]_(?:\{[^{}$]*\}|[A-Za-z0-9]+)(?![\w])")
+_TEX_GREEK = {"Φ": r"\boldsymbol\Phi", "ξ": r"\boldsymbol\xi", "σ": r"\sigma"}
+
+
+def _tex_symbol(m: re.Match) -> str:
+    def one(sym: str) -> str:
+        base, _, sub = sym.partition("_")
+        d = r"\partial" if base.startswith("∂") else ""
+        b = base.lstrip("∂")
+        b = _TEX_GREEK.get(b, rf"\mathbf {b}" if b.isupper() else b)
+        sub = sub[1:-1] if sub.startswith("{") else sub
+        return d + b + (f"_{{{sub}}}" if sub else "")
+    return "$" + "/".join(one(x) for x in m.group(0).split("/")) + "$"
+
+
+def code_tex(text: str) -> str:
+    r"""Words with symbols of code notation (``∂F/∂W_K``, ``Φ_QK``, ``d_V``) as words with inline math
+    (``$\partial\mathbf F/\partial\mathbf W_{K}$``), for headings, tables (:func:`md_math`) and evidence;
+    math already in ``$…$`` is left alone."""
+    parts = str(text).split("$")
+    if len(parts) % 2 == 0:  # unpaired $: no math to keep apart
+        parts = [str(text)]
+    return "$".join(p if i % 2 else _TEX_TOKEN.sub(_tex_symbol, p) for i, p in enumerate(parts))
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from .bounds.titles import INEQUALITIES, step_title
+from .captions import code_tex
 from .config import DATASET_OF
 from .experiments import SPECS
 from .row import Row
@@ -165,8 +166,8 @@ def _tex_powers(text: str) -> str:
 
 
 def _step(r: Row) -> str:
-    """A proof step in words (its title), never its id."""
-    return step_title(r.id) if r.id in INEQUALITIES else r.what
+    r"""A proof step in words (its title), never its id; its symbols as math (``G_Q`` as $\mathbf G_{Q}$)."""
+    return code_tex(step_title(r.id) if r.id in INEQUALITIES else r.what)
 
 
 def _proof_evidence(ev: list, numbers: dict, pf_fail: list, pf_misprint: list, ran: list) -> None:
@@ -174,7 +175,7 @@ def _proof_evidence(ev: list, numbers: dict, pf_fail: list, pf_misprint: list, r
     smallest ratio of their corrected form (1.00: attained)."""
     if pf_fail:
         numbers["proof_failures"] = len(pf_fail)
-        ev.append(f"{len(pf_fail)} step{'s' if len(pf_fail) > 1 else ''} of the proof fail: "
+        ev.append(f"{len(pf_fail)} step{'s' if len(pf_fail) > 1 else ''} of the proof fail{'' if len(pf_fail) > 1 else 's'}: "
                   + "; ".join(f"{_step(r)} ({_law(r)})" for r in pf_fail))
     if pf_misprint:
         numbers["misprint_failures"] = len(pf_misprint)
@@ -186,7 +187,8 @@ def _proof_evidence(ev: list, numbers: dict, pf_fail: list, pf_misprint: list, r
                 return ""
             tight = ", attained" if c.min_ratio < 1.01 else ""
             return f"; without it smallest bound/exact {c.min_ratio:.4g}{tight}"
-        ev.append(f"{len(pf_misprint)} more fail only through a misprint and survive the same search without it: "
+        ev.append(f"{len(pf_misprint)} more fail{'' if len(pf_misprint) > 1 else 's'} only through a misprint and survive"
+                  " the same search without it: "
                   + "; ".join(f"{_step(r)} ({_law(r)}{fixed(r)})" for r in pf_misprint))
 
 

@@ -30,15 +30,17 @@ from .experiments import Context, UnusableResult, default_published_dir  # noqa:
 from .experiments.hessians import SETS, STATISTICS  # noqa: E402
 import math  # noqa: E402
 
-from .captions import ordinal, plural, readable, unit_tex  # noqa: E402
+from .captions import code_tex, ordinal, plural, readable, unit_tex  # noqa: E402
 from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
-from .findings import Finding, finding_of, model_words, result_entries  # noqa: E402
+from .findings import Finding, _tex_powers, finding_of, model_words, result_entries  # noqa: E402
+from .bounds.titles import INEQUALITIES  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "published_rows", "RECOMPUTE", "show_markdown", "show_seed_leads", "show_figure", "figure", "rows", "show_rows",
            "scaling_md", "show_scaling",
            "verdict_text", "verdict_html", "show_verdict", "agreement_text", "show_agreement", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES", "find",
-           "show_ranking", "show_cross_check", "md_escape", "text_html"]
+           "show_ranking", "show_cross_check", "md_escape", "text_html", "code_html", "note_html", "rows_md",
+           "check_cell", "check_words", "readable_md", "PROVENANCE_CLASS", "code_tex"]
 
 VERIFY_ENV = "CURVATURE_GAP_VERIFY_JSON"
 STATIC_ENV = "CURVATURE_GAP_BOOK_STATIC"
@@ -117,8 +119,25 @@ def setup(**params) -> Path:
     return Path.cwd()
 
 
+# what readable_md leaves as it is: fenced code, code spans, display and inline math, HTML tags
+_MD_KEEP = re.compile(r"```.*?```|`[^`\n]*`|\$\$.*?\$\$|(?<!\\)\$[^$\n]+?(?<!\\)\$|<[^<>\n]+>", re.S)
+
+
+def readable_md(text: str) -> str:
+    """Markdown whose prose numbers read as a reader writes them (:func:`~curvature_gap.captions.readable`:
+    ``1.9e-02`` as 1.9 × 10⁻², one minus sign), leaving code, math and HTML tags as they are."""
+    out, at = [], 0
+    for m in _MD_KEEP.finditer(text):
+        out += [readable(text[at:m.start()].replace("$", "\x00")).replace("\x00", "$"), m.group(0)]
+        at = m.end()
+    out.append(readable(text[at:].replace("$", "\x00")).replace("\x00", "$"))
+    return "".join(out)
+
+
 def show_markdown(text: str) -> None:
-    """Display MyST Markdown in a notebook (printed outside IPython)."""
+    """Display MyST Markdown in a notebook (printed outside IPython), its prose numbers formatted
+    (:func:`readable_md`)."""
+    text = readable_md(text)
     try:
         from IPython.display import Markdown, display  # noqa: PLC0415 - IPython only exists inside a kernel
     except ModuleNotFoundError:  # pragma: no cover
@@ -171,6 +190,9 @@ def load(name: str, profile: str = "smoke", device: str = "auto", seed: int | No
     return experiments.load_results(name, ctx=ctx)
 
 
+PROVENANCE_CLASS = "cg-provenance"
+
+
 def show_provenance(res) -> None:
     """Where a result's numbers come from: file, profile, how long, on which device and when they were computed."""
     prov = res.provenance or {}
@@ -192,7 +214,10 @@ def show_provenance(res) -> None:
         parts.append(f"torch {sw['torch']}")
     if git.get("commit"):
         parts.append(f"commit `{str(git['commit'])[:10]}`{' (with uncommitted changes)' if git.get('dirty') else ''}")
-    show_markdown("```{admonition} Provenance\n:class: note dropdown\n" + ", ".join(parts) + ".\n```")
+    # folded HTML, not a MyST admonition: a downloaded notebook shows it as the page does (plain Jupyter would
+    # show a directive as its raw source)
+    show_markdown(f'<details class="{PROVENANCE_CLASS}"><summary>Provenance</summary>\n\n' + ", ".join(parts)
+                  + ".\n\n</details>")
 
 
 # ---------------------------------------------------------------------------------------------- figures
@@ -218,7 +243,8 @@ def figure_html(fig, name: str, caption: str, alt: str, message: str, linked: bo
     """A figure as a page element: the PNG (``png``, else drawn with its legibility metadata) inline in a
     box that scrolls sideways below :func:`phone_min_width` (``cg-figure-scroll``; cg-figures.js adds the
     cue, so the text stays at ≥ 7 pt on a phone), the caption opening with the figure's ``message`` in bold
-    (``strong.cg-message``: what to see, :mod:`curvature_gap.captions`), and with ``linked`` a click on the figure,
+    (``strong.cg-message``: what to see, :mod:`curvature_gap.captions`; numbers as a reader writes them,
+    :func:`~curvature_gap.captions.readable`), and with ``linked`` a click on the figure,
     and links in the caption, that open ``../_static/figures/<name>.png`` at full size and its PDF."""
     if src is None:
         png = png if png is not None else png_bytes(fig)
@@ -241,7 +267,8 @@ def figure_html(fig, name: str, caption: str, alt: str, message: str, linked: bo
     if not message.strip():
         raise ValueError(f"figure {name} has no message: its caption must say what to see (curvature_gap.captions)")
     return (f'<figure class="cg-figure" id="fig-{name}"><div class="cg-figure-scroll">{img}</div>'
-            f'<figcaption><strong class="cg-message">{html_math(message)}</strong> {html_math(caption)}{links}'
+            f'<figcaption><strong class="cg-message">{html_math(readable(message))}</strong> '
+            f'{html_math(readable(caption))}{links}'
             "</figcaption></figure>")
 
 
@@ -342,10 +369,41 @@ def html_math(text: str) -> str:
                    else html.escape(p) for i, p in enumerate(parts))
 
 
+# Code notation (the rows' ``what`` and ``note``: ``I_{d_V} ⊗ W_V^T``, ``|L_(k+1) − L_k|``, ``∂B_1/∂W_2``) as text
+# with sub- and superscripts. A subscript follows a one-letter symbol (Latin or Greek, not inside a word, so that
+# ``w2_scale`` or ``no_loss_factor`` stay names; after a differential's d: ``dW_1``) or vec/diag/max/min; a
+# superscript follows anything.
+_SYMBOL = r"(?:(?:(?<![\w])|(?<=(?<![A-Za-z])d))[A-Za-zΑ-Ωα-ωϕϵ]|\b(?:vec|diag|max|min))"
+_GROUP = r"\{(?:[^{}]|\{[^{}]*\})*\}|\((?:[^()]|\([^()]*\))*\)"
+_SUB = re.compile(rf"({_SYMBOL})_({_GROUP}|[0-9]+(?:[A-Za-z](?![A-Za-z]))?|[A-Za-zΑ-Ωα-ω]+[0-9]*)")
+_SUP = re.compile(rf"\^({_GROUP}|-?[0-9.]*[0-9](?:/[0-9]+)?|[A-Za-z](?![A-Za-z]))")
+_TAGS = {"\ue000": "<sub>", "\ue001": "</sub>", "\ue002": "<sup>", "\ue003": "</sup>"}
+_MD_ENTITIES = {c: f"&#{ord(c)};" for c in "\\`*_|[]$"}
+
+
+def _marked(text: str) -> str:
+    """``text`` with its sub- and superscripts between the private marks of :data:`_TAGS` (braces dropped)."""
+    def body(g: str) -> str:
+        return _marked(g[1:-1] if g[:1] == "{" else g)
+
+    text = _SUB.sub(lambda m: f"{m.group(1)}\ue000{body(m.group(2)) if m.group(2)[:1] != '(' else body(m.group(2)[1:-1])}\ue001", text)
+    return _SUP.sub(lambda m: "ᵀ" if m.group(1) == "T" else f"\ue002{body(m.group(1))}\ue003", text)
+
+
+def code_html(text: str) -> str:
+    """Code notation as HTML text a reader reads: ``W_V`` as W<sub>V</sub>, ``I_{d_V}`` as I<sub>d<sub>V</sub></sub>,
+    ``L_(k+1)`` as L<sub>k+1</sub>, ``A^T`` as Aᵀ, ``s^2.2`` with a superscript; the characters HTML and Markdown
+    read written as entities, so that it shows the same in a Markdown table cell, in HTML and in Jupyter."""
+    esc = "".join(_MD_ENTITIES.get(c, c) for c in html.escape(_marked(str(text)), quote=False))
+    for mark, tag in _TAGS.items():
+        esc = esc.replace(mark, tag)
+    return esc
+
+
 def text_html(text: str) -> str:
     """A row's description (``what``, ``note``) as HTML: these texts write formulas in code notation
-    (``I_{d_V} ⊗ W_K``), so they are shown as code, never as would-be math."""
-    return f'<code class="cg-text">{html.escape(str(text))}</code>'
+    (``I_{d_V} ⊗ W_K``), shown as text with sub- and superscripts (:func:`code_html`), never as would-be math."""
+    return f'<span class="cg-text">{code_html(text)}</span>'
 
 
 def md_table(header: list[str], body: list[list[str]]) -> str:
@@ -364,41 +422,97 @@ def _number(r: Row) -> str:
 
 def scaling_md(r: Row) -> str:
     """How a bound row's smallest ratio moves (its ``details["scaling"]``: the searches at each L, the W₂
-    sweep) as a Markdown table: the swept value, bound/exact found there, and the law read off them."""
+    sweep) as a Markdown table: the swept value, bound/exact found there, and the law read off them (numbers
+    as a reader writes them, powers as rendered math)."""
     tabs = r.details.get("scaling") or []
-    body = [[md_escape(t["var"]), ", ".join(f"{x:g}: {y:.3g}" for x, y in t["points"]), md_escape(t["law"])]
-            for t in tabs]
+    body = [[code_html(t["var"]), readable(", ".join(f"{x:g}: {y:.3g}" for x, y in t["points"])),
+             md_math(_tex_powers(readable(t["law"])))] for t in tabs]
     return md_table(["as it grows", "smallest bound/exact found", "law"], body) if body else ""
 
 
+def _row_title(r: Row) -> str:
+    """A bound row in words: its title (:data:`curvature_gap.bounds.titles.INEQUALITIES`), else what it compares."""
+    return INEQUALITIES[r.id][0] if r.id in INEQUALITIES else re.split(r" vs |; ", r.what, maxsplit=1)[0]
+
+
 def show_scaling(rs: list[Row], caption: str = "") -> None:
-    """For each failing row of ``rs`` that has one, its scaling table (:func:`scaling_md`)."""
-    parts = [f"`{r.id}`\n\n{scaling_md(r)}" for r in rs if r.verdict == "fails" and scaling_md(r)]
+    """For each failing row of ``rs`` that has one, its scaling table (:func:`scaling_md`), headed by the
+    inequality in words (its id in a hover)."""
+    parts = [f"{check_words(_row_title(r), r.id, strong=True)}\n\n{scaling_md(r)}" for r in rs
+             if r.verdict == "fails" and scaling_md(r)]
     show_markdown((f"{caption}\n\n" if caption else "") + ("\n\n".join(parts) or "*No failing step has a scaling table.*"))
 
 
-def show_rows(rs: list[Row], caption: str = "") -> None:
-    """A compact table of rows (check, verdict, number) with the details of each row folded below it."""
+# in a row's note: how the worst instance of a bound row's sweeps is named ("worst at sweep=adversarial,
+# x=thm6.GQ@L=16,d=3,seed=0, seed=0, sub=QK"), and a stored counter-example's name (thm1.printed@uniform)
+_WORST = re.compile(r"worst at sweep=(?P<sweep>[\w-]+), x=(?P<x>.*?), seed=(?P<seed>\d+)(?:, sub=(?P<sub>\w+))?(?=;|$)")
+_CASE_NAME = re.compile(r"(?<![\w.])[A-Za-z]\w*(?:\.\w+)*@[\w=,.+-]*\w|(?<![\w.])(?:\w+\.)+\w*@[^,;\s]+")
+
+
+def _id_html(text: str) -> str:
+    return f'<small class="cg-id"><code>{html.escape(text)}</code></small>'
+
+
+def note_html(note: str, ids=()) -> str:
+    """A row's note as a reader's text (:func:`text_html`): numbers readable, the worst instance of its sweeps
+    in words, and the check ids (``ids``) and stored counter-examples it names as small references (``.cg-id``:
+    for those who look them up in the every-check chapter)."""
+    def worst(m):
+        sweep = "the adversarial search" if m["sweep"] == "adversarial" else (
+            "the stored counter-examples" if m["sweep"] == "replay" else f"the {m['sweep'].replace('_', ' ')} sweep")
+        x = m["x"]
+        at = "" if x == m["sweep"] else f" at \x02{x}\x03" if "@" in x or "." in x and not re.fullmatch(r"[\d.e+-]+", x) \
+            else f" at x = {x}"
+        block = f", block ({m['sub'][0]},{m['sub'][1:]})" if m["sub"] else ""
+        return f"worst in {sweep}{at} (seed {m['seed']}{block})"
+
+    text = _WORST.sub(worst, readable(note)).replace(" | ", "; ")  # the parts of a note, one sentence
+    names = sorted({i for i in ids if i in text} | {i.split(".", 1)[1] for i in ids if i.startswith("bounds.")
+                                                   and re.search(rf"(?<![\w.]){re.escape(i.split('.', 1)[1])}(?![\w])", text)},
+                   key=len, reverse=True)
+    pat = "|".join([r"\x02.*?\x03", _CASE_NAME.pattern] + [rf"(?<![\w.]){re.escape(i)}(?![\w])" for i in names])
+    out, at = [], 0
+    for m in re.finditer(pat, text):
+        out += [text_html(text[at:m.start()]), _id_html(m.group(0).strip("\x02\x03"))]
+        at = m.end()
+    return "".join(out + [text_html(text[at:])]).replace('<span class="cg-text"></span>', "")
+
+
+def rows_md(rs: list[Row], caption: str = "", ids=None) -> str:
+    """A compact table of rows (what is compared, verdict, number), the details of each row folded below it
+    (what it compares in full, its note, its id small); ``ids``: the check ids a note may name (all of ``rs``'s
+    by default)."""
     if not rs:
-        show_markdown("*No row of `curvature-gap verify` matches this result.*")
-        return
+        return "*No row of `curvature-gap verify` matches this result.*"
+    ids = [r.id for r in rs] if ids is None else list(ids)
     kind = {r.kind for r in rs}
     num = "smallest bound/exact" if kind == {"bound"} else "max rel. error" if kind == {"formula"} else "number"
     body = [[check_cell(r), f"**{r.verdict}**" if r.verdict in ("fails", "corrected") else r.verdict, _number(r)]
             for r in rs]
     text = (f"{caption}\n\n" if caption else "") + md_table(["what is compared", "verdict", num], body)
-    details = "".join(f"<p>{text_html(readable(r.what))}" + (f"<br>{html.escape(readable(r.note))}" if r.note else "")
+    details = "".join(f"<p>{text_html(readable(r.what))}" + (f"<br>{note_html(r.note, ids)}" if r.note else "")
                       + f' <small class="cg-id">(check <code>{html.escape(r.id)}</code>)</small></p>' for r in rs)
-    show_markdown(text + f"\n\n<details><summary>What each check compares, in full ({plural(len(rs), 'check')})"
-                  f"</summary>{details}</details>")
+    return (text + f"\n\n<details><summary>What each check compares, in full ({plural(len(rs), 'check')})"
+            f"</summary>{details}</details>")
+
+
+def show_rows(rs: list[Row], caption: str = "") -> None:
+    """Show :func:`rows_md` (a note may name any check of the build's rows)."""
+    show_markdown(rows_md(rs, caption, ids=[r.id for r in rows()] if rs else ()))
+
+
+def check_words(words: str, check_id: str, strong: bool = False) -> str:
+    """Words about a check, in code notation (:func:`code_html`), with its id in a hover only."""
+    body = code_html(words)
+    return (f'<span class="cg-text cg-check" title="check {html.escape(check_id, quote=True)}">'
+            + (f"<strong>{body}</strong>" if strong else body) + "</span>")
 
 
 def check_cell(r: Row) -> str:
     """A check in a reader's table: what it compares, in its own words (up to " vs ", the reference it is
-    compared with), its id only in a hover (the every-check chapter lists them); code notation (``L_{k+1}``), so
-    shown as text in a ``code.cg-text``, never as would-be math."""
-    what = readable(re.split(r" vs |; |: ", r.what, maxsplit=1)[0]).strip()
-    return (f'<code class="cg-text cg-check" title="check {html.escape(r.id, quote=True)}">{md_escape(what)}</code>')
+    compared with), its id only in a hover (the every-check chapter lists them); code notation (``L_{k+1}``)
+    written with sub- and superscripts (:func:`check_words`), never as would-be math."""
+    return check_words(readable(re.split(r" vs |; |: ", r.what, maxsplit=1)[0]).strip(), r.id)
 
 
 def sentence(text: str) -> str:
@@ -503,7 +617,7 @@ def show_seed_leads(result) -> None:
 
     def otherwise(d):
         firsts = list(d["weights_first"].values())
-        rivals = set(firsts) - {"W_V"}
+        rivals = sorted(set(firsts) - {"W_V"}, key=firsts.index)  # a tie goes to the first statistic's, every run
         return "$" + unit_tex(max(rivals, key=firsts.count)) + "$" if rivals else "—"
 
     show_markdown(f"The same reading on each of the {len(seeds)} {draws} (statistics, of {n_st}, in which "
