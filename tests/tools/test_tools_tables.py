@@ -11,7 +11,8 @@ import pytest
 from curvature_gap.config import PROFILE_CONFIGS, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings
-from curvature_gap.notebook import md_escape, verdict_html
+from curvature_gap.captions import code_tex
+from curvature_gap.notebook import md_math, verdict_html
 from curvature_gap.theory.errata import ERRATA, misprint_counts
 from curvature_gap.theory.notation import NOTATION
 from tools.book import tables
@@ -59,9 +60,11 @@ def test_errata_page_lists_every_erratum_with_its_evidence_and_every_counterexam
     summary = md[md.index("## Summary"):md.index("## Misprinted formulas")]
     for k, e in enumerate(ERRATA, 1):
         # titled in words, the id a small reference; one summary row each
-        assert f"### E{k}. {md_escape(e['title'])}\n" in md and f"erratum <code>{e['id']}</code>" in md
-        assert f"| {{ref}}`E{k} <errata-e{k}>` | {md_escape(e['title'])} | {md_escape(e['wrong'])} |" in summary
-        assert f"| `{e['evidence']}` |" in md
+        # symbols of code notation in the titles rendered as math (∂F/∂W_K as $\partial\mathbf F/…$)
+        assert f"### E{k}. {md_math(code_tex(e['title']))}\n" in md and f"erratum <code>{e['id']}</code>" in md
+        assert (f"| {{ref}}`E{k} <errata-e{k}>` | {md_math(code_tex(e['title']))} | {md_math(code_tex(e['wrong']))} |"
+                in summary)
+        assert f'title="check {e["evidence"]}"' in md, "the check in words, its id in a hover"
     failing = [r for r in quick_rows if r.kind == "bound" and r.verdict == "fails" and r.claim is not None]
     assert md.count("### C") == len(failing) and summary.count("| {ref}`C") == len(failing)
     first = md[md.index("### C1."):md.index("### C2.")]
@@ -69,7 +72,11 @@ def test_errata_page_lists_every_erratum_with_its_evidence_and_every_counterexam
     # the heading is words, the inequality rendered math, the check id a reference below
     assert first.startswith(f"### C1. {title}\n") and f"$$\n{tex}\n$$" in first
     assert "check <code>bounds.thm1.printed</code>" in first and "### C1. `" not in md
-    assert "`curvature_gap/bounds/counterexamples/thm1.printed@minimiser.json`" in md
+    # the stored counter-examples counted in words, their files in the small reference with the check id
+    assert "Counter-examples: 4 stored instances" in first
+    assert '<p class="cg-ref">check <code>bounds.thm1.printed</code>, ' in first
+    assert "<code>curvature_gap/bounds/counterexamples/thm1.printed@minimiser.json</code>" in first
+    assert "e-0" not in md and "e+0" not in md, "numbers as a reader writes them (4.9 × 10⁻⁵)"
 
 
 def test_a_failing_bound_without_words_stops_the_errata_page(quick_rows):
@@ -89,7 +96,7 @@ def test_an_ill_dimensioned_printed_form_is_never_shown_as_a_small_error(quick_r
     """E5's printed form fits only when L = d_V, where it coincides with the correction: the page must say
     it is ill-dimensioned, not show its 1e-16 as if the printed formula were right."""
     md = tables.errata_md(quick_rows)
-    row = next(line for line in md.splitlines() if line.startswith("| `thm3.layernorm.d_PkronI_dX` |"))
+    row = next(line for line in md.splitlines() if 'title="check thm3.layernorm.d_PkronI_dX"' in line)
     assert "ill-dimensioned" in row.split("|")[4]
 
 
@@ -194,7 +201,7 @@ def test_the_errata_page_states_the_counts_and_the_labelling_rule(quick_rows):
 def test_an_undefined_symbol_is_not_called_ill_dimensioned(quick_rows):
     """E3's printed 1/n has the right shapes; its n is defined nowhere: the page says so."""
     md = tables.errata_md(quick_rows)
-    row = next(line for line in md.splitlines() if line.startswith("| `noci.uniform_dA_dT` |"))
+    row = next(line for line in md.splitlines() if 'title="check noci.uniform_dA_dT"' in line)
     assert "undefined symbol" in row.split("|")[4] and "ill-dimensioned" not in row
 
 

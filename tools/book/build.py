@@ -412,7 +412,7 @@ def generated_pages(rows: list[Row], profile: str, device: str, timings: dict, s
         "all_checks.md": tables.all_checks_md(rows),
         "errata.md": tables.errata_md(rows),
         "notation.md": tables.notation_md(),
-        "appB_rows.md": tables.all_checks_md([r for r in rows if r.result == "appB"], headings=False),
+        "appB_rows.md": tables.rows_md([r for r in rows if r.result == "appB"], ids=[r.id for r in rows]) + "\n",
         "appB_verdict.md": tables.verdict_md(rows, "appB", profile),
         "unstated.md": tables.unstated_md(),
         "from_authors.md": tables.from_authors_md(),
@@ -448,6 +448,9 @@ def _stage(root: Path, stage: Path, substitutions: dict) -> None:
     subs.update(substitutions)
     cfg["parse"]["myst_substitutions"] = subs
     repository.apply(cfg, root)  # the repository URL, the buttons it allows, the footer with the paper's links
+    sph = (cfg.get("sphinx") or {}).get("config") or {}
+    if sph.get("html_search_scorer"):  # Sphinx opens it from its working directory: the staged copy, by its path
+        sph["html_search_scorer"] = str(stage / sph["html_search_scorer"])
     (stage / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
     shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns("__pycache__", "_static"))
     if (root / "book" / "_static").is_dir():

@@ -17,15 +17,16 @@ from curvature_gap.row import Row
 from curvature_gap.config import FROM_AUTHORS_CODE, PROFILE_CONFIGS, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings, summary_sentences
-from curvature_gap.captions import plural, readable
-from curvature_gap.notebook import md_escape, md_math, md_table, scaling_md, sentence, text_html, verdict_html
+from curvature_gap.captions import code_tex, plural, readable
+from curvature_gap.notebook import (check_cell, code_html, md_escape, md_math, md_table, rows_md, scaling_md,
+                                   sentence, text_html, verdict_html)
 from curvature_gap.provenance import host
 from curvature_gap.theory.errata import ERRATA, label, misprint_counts
 from curvature_gap.theory.notation import NOTATION
 
 from curvature_gap.bounds.titles import shown
 
-__all__ = ["landing_md", "verdict_md", "all_checks_md", "errata_md", "notation_md", "unstated_md", "from_authors_md", "profiles_md", "faults_md",
+__all__ = ["landing_md", "verdict_md", "rows_md", "all_checks_md", "errata_md", "notation_md", "unstated_md", "from_authors_md", "profiles_md", "faults_md",
            "versions_md", "published_md", "hardware_md", "runtimes_md", "costs_md", "verdict_badge"]
 
 
@@ -156,10 +157,11 @@ def landing_md(rows: list[Row], profile: str) -> str:
 
 
 def _num(r: Row) -> str:
+    """A row's number as a reader writes it (1.8 × 10⁻¹⁶, not 1.8e-16)."""
     v = r.number()
     if v is None:
         return "—"
-    return "0" if v == 0 else (f"{v:.3g}" if abs(v) >= 1e-2 else f"{v:.1e}")
+    return "0" if v == 0 else readable(f"{v:.3g}" if abs(v) >= 1e-2 else f"{v:.1e}")
 
 
 def all_checks_md(rows: list[Row], headings: bool = True) -> str:
@@ -198,8 +200,8 @@ def _as_printed(r: Row, erratum: dict | None = None) -> str:
     if "not evaluable as written" in (r.note or ""):
         what = (erratum or {}).get("as_printed", "ill-dimensioned")
         where = "" if r.printed_rel_err is None else f"; {r.printed_rel_err:.2g} where the shapes fit"
-        return f"{what}{where}"
-    return "—" if r.printed_rel_err is None else f"{r.printed_rel_err:.2g}"
+        return readable(f"{what}{where}")
+    return "—" if r.printed_rel_err is None else readable(f"{r.printed_rel_err:.2g}")
 
 
 def _errata_intro(rows: list[Row]) -> str:
@@ -268,13 +270,19 @@ def _errata_entries(rows: list[Row]):
     return out
 
 
+def _erratum_ref(erratum_id: str) -> str:
+    """An erratum named by its number on the errata page, linked ("E8"); its id only in a hover."""
+    lab = label(erratum_id)
+    return f"{{ref}}`{lab} <errata-{lab.lower()}>`"
+
+
 def errata_md(rows: list[Row]) -> str:
     """A summary table of every entry; then the E-list (misprinted formulas, E1…) and the C-list (inequalities
     with a counter-example, C1…), each entry titled in words, its formulas rendered, its check id a small
     reference; after the counts and the labelling rule (:func:`_errata_intro`)."""
     by_id = {r.id: r for r in rows}
     entries = _errata_entries(rows)
-    summary = [[f"{{ref}}`{lab} <{anchor}>`", md_escape(title), md_escape(wrong), md_escape(effect), verdict]
+    summary = [[f"{{ref}}`{lab} <{anchor}>`", md_math(code_tex(title)), md_math(code_tex(wrong)), md_escape(effect), verdict]
                for lab, anchor, title, wrong, effect, verdict, _ in entries]
     parts = ["## Summary\n",
              "Every entry of the two lists below, in one table: where in the paper, what is wrong, what it does to the "
@@ -285,14 +293,14 @@ def errata_md(rows: list[Row]) -> str:
     for lab, anchor, title, _, _, _, e in entries:
         if not lab.startswith("E"):
             continue
-        parts.append(f"({anchor})=\n### {lab}. {md_escape(title)}\n")
+        parts.append(f"({anchor})=\n### {lab}. {md_math(code_tex(title))}\n")
         parts.append(f"**Where.** {e['where']}\n")
         parts.append(f"**Printed.** {e['printed']}\n")
         parts.append(f"**What holds.** {e['holds']}\n")
         ids = [e["evidence"], *e.get("related", [])]
         found = [by_id[i] for i in ids if i in by_id]
         if found:
-            body = [[f"`{r.id}`", r.verdict, _num(r), _as_printed(r, e)] for r in found]
+            body = [[check_cell(r), r.verdict, _num(r), _as_printed(r, e)] for r in found]
             parts.append(md_table(["check", "verdict", "error of the corrected form", "error as printed"], body) + "\n")
         parts.append(f'<p class="cg-ref">erratum <code>{html.escape(e["id"])}</code></p>\n')
     parts.append("## Inequalities that fail, with a counter-example\n")
@@ -300,13 +308,17 @@ def errata_md(rows: list[Row]) -> str:
         if not lab.startswith("C"):
             continue
         _, tex = shown(r.id)
-        ev = ", ".join(f"`{x}`" for x in r.evidence) or "in the sweeps' tables"
-        err = f" Depends on: {', '.join(f'`{e}`' for e in r.errata)}." if r.errata else ""
-        parts.append(f"({anchor})=\n### {lab}. {md_escape(title)}\n\n*{md_escape(effect)}*\n\n$$\n{tex}\n$$\n\n"
-                     f"Smallest bound/exact: **{_num(r)}** ({md_escape(r.instances)}). Counter-example: {ev}.{err}\n")
+        # the stored counter-examples by count (their files in the small reference below, with the check id)
+        ev = (f"s: {len(r.evidence)} stored instances" if len(r.evidence) > 1 else ": one stored instance" if r.evidence
+              else ": in the sweeps' tables")
+        ev += ", replayed by every run of the check" if r.evidence else ""
+        err = (f" Depends on: {', '.join(_erratum_ref(e) for e in r.errata)}." if r.errata else "")
+        parts.append(f"({anchor})=\n### {lab}. {md_math(code_tex(title))}\n\n*{md_escape(effect)}*\n\n$$\n{tex}\n$$\n\n"
+                     f"Smallest bound/exact: **{_num(r)}** ({code_html(r.instances)}). Counter-example{ev}.{err}\n")
         if scaling_md(r):  # how the failure scales, not one minimum
             parts.append(f"How it scales under search:\n\n{scaling_md(r)}\n")
-        parts.append(f'<p class="cg-ref">check <code>{html.escape(r.id)}</code></p>\n')
+        files = "".join(f", <code>{html.escape(x)}</code>" for x in r.evidence)
+        parts.append(f'<p class="cg-ref">check <code>{html.escape(r.id)}</code>{files}</p>\n')
     return "\n".join(parts)
 
 
@@ -325,14 +337,14 @@ def notation_md() -> str:
 
 def from_authors_md() -> str:
     """The values the authors' public experiment code states: theirs, where read, ours, and why we deviate."""
-    body = [[md_escape(u["name"]), md_escape(u["value"]), md_escape(u["source"]), md_escape(u["ours"]),
-             md_escape(u["reason"])] for u in FROM_AUTHORS_CODE]
+    body = [[md_escape(u["name"]), md_escape(readable(u["value"])), md_escape(u["source"]), md_escape(readable(u["ours"])),
+             md_escape(readable(u["reason"]))] for u in FROM_AUTHORS_CODE]
     return md_table(["choice", "the authors' code", "read from (code/…)", "this companion", "why it differs"],
                     body) + "\n"
 
 
 def unstated_md() -> str:
-    body = [[md_escape(u["name"]), md_escape(u["value"]), md_escape(u["reason"])] for u in UNSTATED]
+    body = [[md_escape(u["name"]), md_escape(readable(u["value"])), md_escape(readable(u["reason"]))] for u in UNSTATED]
     return md_table(["choice", "value used here", "reason"], body) + "\n"
 
 
