@@ -447,7 +447,8 @@ def test_badges_on_more_than_two_lines_cards_without_labels_and_ids_broken_mid_w
     cards = (_table(["paper", "meaning"], [[_m(r"\\mathbf W_V"), "the value weights"]])
              + '<style>td[data-label]::before { content: none !important; }</style>')
     anywhere = long_id.replace("<code>", '<code style="overflow-wrap: anywhere; word-break: break-all">')
-    broken = f'<p style="width: 9em">{anywhere}</p>'
+    broken = (f'<p style="width: 9em">{anywhere}</p>'
+              '<style>.cg-nobr { white-space: normal !important; }</style>')  # undo cg-tables.js's whole pieces
     (site / "book" / "errata.html").write_text(_page("Errata", squeezed + cards + broken + ERRATA))
     problems = browser.browser_check(site, "smoke", tmp_path / "shots")
     assert any("the verdict badge 'holds; misprints" in p and "lines at 1440 px" in p for p in problems), problems
@@ -455,3 +456,24 @@ def test_badges_on_more_than_two_lines_cards_without_labels_and_ids_broken_mid_w
         assert any("as cards at 390 px without their column's label ('meaning'" in p for p in problems), problems
     assert any("'sec2.layernorm_definition_with_a_long_tail' breaks inside a word at 1440 px" in p
                for p in problems), problems
+
+
+@pytest.mark.slow
+def test_code_breaks_only_after_its_joins_never_between_brackets_nor_off_a_phone(tmp_path):
+    """The notation table's ``exact.forward.block_forward()['U']``: Chromium may break between ")" and "[";
+    cg-tables.js keeps each piece between the joins whole, so in a narrow column it breaks after "." or "_"; and
+    a long word of an error message in code (your_layer's traps table) breaks at its joins, not off the screen."""
+    _require_browser()
+    site = make_site(tmp_path / "site")
+    call = "<code>exact.forward.block_forward()['U']</code>"
+    cells = _table(["paper", "code", "meaning"], [["U", call, "the residual sum"]])
+    # an error message in code: its one long word breaks at its joins, so that the table fits a phone
+    message = ('<code class="docutils literal notranslate"><span class="pre">derivative</span> <span class="pre">for'
+               '</span> <span class="pre">aten::_scaled_dot_product_flash_attention_for_cpu_backward</span> '
+               '<span class="pre">is</span> <span class="pre">not</span> <span class="pre">implemented</span></code>')
+    traps = _table(["layer", "double backward under the default kernel"], [["nn.TransformerEncoderLayer",
+                                                                             f"raises: {message}"]])
+    (site / "book" / "errata.html").write_text(_page("Errata", f'<p style="width: 8.5em">{call}</p>' + cells + traps
+                                                     + ERRATA))
+    problems = browser.browser_check(site, "smoke", tmp_path / "shots")
+    assert not [p for p in problems if "breaks inside a word" in p or "does not fit" in p], problems
