@@ -187,6 +187,7 @@ def fake_project(root: Path, notebooks: dict, bad_link: bool = False) -> None:
                     ignore=shutil.ignore_patterns("__pycache__"))  # _config.yml's local Sphinx extension
     (root / "book" / "_static").mkdir(exist_ok=True)
     shutil.copy(REPO / "book" / "_static" / "favicon.svg", root / "book" / "_static")  # _config.yml's html.favicon
+    shutil.copytree(REPO / "book" / "_search", root / "book" / "_search", dirs_exist_ok=True)  # html_search_scorer
     link = "{doc}`missing-page`" if bad_link else "a page"
     (root / "book" / "intro.md").write_text(f"# Intro\n\nProfile {{{{ profile }}}}; $x^2$; {link}.\n")
     (root / "notebooks").mkdir(exist_ok=True)
