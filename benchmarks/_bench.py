@@ -75,6 +75,8 @@ class Run:
 
         argv = sys.argv[1:] if argv is None else argv
         self.name, self.quick = name, quick
+        global _IN_PROCESS
+        _IN_PROCESS = quick  # a quick run's numbers only show that the code runs: no interpreter per measurement
         self.command = " ".join(["python", f"benchmarks/{name}.py", *map(shlex.quote, argv)])
         self.started = _now()
         self.load_start = load_average()
@@ -136,10 +138,36 @@ def per_process_args(ap: argparse.ArgumentParser, argv: list[str] | None, worker
     return None if answer_worker(args, worker) else (args, argv)
 
 
+# Set by a quick Run: measurements then run in this process (run_worker), which saves an interpreter start
+# (about 3 s of importing torch) per measurement; a full run keeps one interpreter per measurement.
+_IN_PROCESS = False
+
+
+def _worker_of(script: str | Path):
+    """The ``_worker`` function of benchmark ``script``, imported as a module (its ``__main__`` block does not run)."""
+    import importlib.util
+
+    path = Path(script).resolve()
+    name = f"_bench_worker_{path.stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]._worker
+
+
 def run_worker(script: str | Path, spec: dict, scratch: str | None = None, error_chars: int = 300) -> dict:
     """Run ``script --worker spec`` in a fresh interpreter with ``spec["threads"]`` OpenMP threads (so the peak
     resident memory is that method's alone) and return its ``RESULT``; ``{"status": "error", "error": the last
-    lines of its stderr}`` when it printed none. ``scratch``: a directory put first on its ``PYTHONPATH``."""
+    lines of its stderr}`` when it printed none. ``scratch``: a directory put first on its ``PYTHONPATH``.
+    In a quick run (without ``scratch``, which needs its own interpreter) the script's ``_worker`` runs here
+    instead, and an exception it raises becomes the same ``error`` status."""
+    if _IN_PROCESS and scratch is None:
+        try:
+            return _worker_of(script)(spec)
+        except Exception as exc:  # noqa: BLE001 - reported as the row's status, as a failed subprocess is
+            return {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:error_chars]}
     cmd = [sys.executable, str(Path(script).resolve()), "--worker", json.dumps(spec)]
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(spec["threads"]))
     if scratch:

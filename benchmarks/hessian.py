@@ -170,11 +170,8 @@ def _run_method(spec, model, X, y, dtype):
     raise ValueError(m)
 
 
-def _worker_main(arg: str) -> None:
-    spec = json.loads(arg)
-    if spec.get("mem_limit_gb"):
-        lim = int(spec["mem_limit_gb"] * 2**30)
-        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+def _answer(spec: dict) -> dict:
+    """:func:`_worker`'s result with its status: ``ok``, or ``oom`` / ``error`` from the exception it raised."""
     try:
         res = _worker(spec)
         res["status"] = "ok"
@@ -182,7 +179,15 @@ def _worker_main(arg: str) -> None:
         msg = str(exc)
         oom = isinstance(exc, MemoryError) or "alloc" in msg.lower() or "memory" in msg.lower()
         res = {"status": "oom" if oom else "error", "error": msg[:300], "peak_mb": peak_mb()}
-    print("RESULT " + json.dumps(res), flush=True)
+    return res
+
+
+def _worker_main(arg: str) -> None:
+    spec = json.loads(arg)
+    if spec.get("mem_limit_gb"):
+        lim = int(spec["mem_limit_gb"] * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+    print("RESULT " + json.dumps(_answer(spec)), flush=True)
 
 
 # ====================================================================== driver side
@@ -214,8 +219,21 @@ METHOD_NAMES = {
 
 
 def run(spec: dict, timeout: float) -> dict:
-    """Run one measurement in a fresh interpreter. A failure is returned as the row's status
-    (``oom``, ``skipped`` on timeout, ``error`` with the last lines of stderr), never raised."""
+    """Run one measurement in a fresh interpreter (a quick run: in this one, ``_bench.run_worker``'s rule). A
+    failure is returned as the row's status (``oom``, ``skipped`` on timeout, ``error`` with the last lines of
+    stderr), never raised."""
+    import _bench
+
+    if _bench._IN_PROCESS:
+        import curvature_gap.hessian as chess
+
+        keep = chess.keep_freed_memory  # "ours-no-alloc" switches it off for its own measurement only
+        try:
+            return _answer(spec)
+        except Exception as exc:  # noqa: BLE001 - the row's status, as for a failed subprocess
+            return {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}
+        finally:
+            chess.keep_freed_memory = keep
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(spec["threads"]))
     try:
