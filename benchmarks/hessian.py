@@ -2,7 +2,8 @@
 block spectra of the CIFAR-100-sized model, and the cost of Fig. 6's running-mean losses.
 
 Every measurement runs in a fresh subprocess, so peak memory (VmHWM) belongs to one method and an
-out-of-memory failure (under an address-space limit) cannot take the benchmark down. Measured per row:
+out-of-memory failure (under an address-space limit) cannot take the benchmark down (``--quick``: in-process,
+its numbers only show that the code runs). Measured per row:
 wall seconds (median of ``--repeats`` where stated), CPU seconds of the process, peak resident memory,
 and the error ``max |H − H_ref| / max |H_ref|`` against curvlinops at the same batch and dtype.
 
