@@ -5,8 +5,8 @@ what the package runs on a CPU), and one batch of the Fig. 12 pass in each arith
 On a CPU without bf16 matrix units (AVX2 only, as here) PyTorch's bf16 GEMM is several times slower than
 float32; the emulation computes the same products (float32 GEMM of the bf16 operands, rounded once) at close to
 float32 speed. From the step times the report derives what the paper profile's runs cost: the authors' run to
-step 20,000 (Fig. 4; Figs. 6 and 12 stand-ins) in each arithmetic, and the two extra bf16 runs that Fig. 4's
-verdict would need to count three runs, as Fig. 5's does (three runs to step 1,000). Usage::
+step 20,000 (Fig. 4; Figs. 6 and 12 stand-ins) in each arithmetic, and the two extra bf16 runs that Figs. 4 and
+5 and the Fig. 12 stand-in count over (three runs to step 20,000). Usage::
 
     python benchmarks/bf16_cpu.py [--steps 60] [--threads 1]
     python benchmarks/bf16_cpu.py --quick
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import statistics
 import sys
 import tempfile
 import time
@@ -32,6 +33,7 @@ from curvature_gap.train import load_recipe_datasets, train_recipe
 NAME = "bf16_cpu"
 MODEL = "authors_mnist"
 VARIANTS = (("float32", "float32", False), ("bf16, PyTorch's kernels", "bf16", False), ("bf16, emulated GEMM", "bf16", True))
+ROUNDS = 3  # the step times are measured in this many interleaved rounds (median taken)
 
 
 def _step_seconds(cfg, ds, warmup: int, steps: int) -> float:
@@ -52,14 +54,23 @@ def measure(steps: int, warmup: int, pass_batches: int, quick: bool) -> list[dic
     ds = raw
     rows = []
     import curvature_gap.train as tr
+    # the variants interleaved, ROUNDS rounds of steps/ROUNDS steps each, the order rotated every round, and the
+    # median round taken: a change of the machine's load during the run then falls on every variant alike
+    times: dict[str, list[float]] = {label: [] for label, _, _ in VARIANTS}
+    per_round = max(1, steps // ROUNDS)
+    for r in range(ROUNDS):
+        for label, precision, emulated in VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]:
+            run = dataclasses.replace(cfg, precision=precision, snapshot_every=0)
+            # PyTorch's own kernels: the step without the emulation (the package always emulates on a CPU)
+            patch = contextlib.nullcontext() if emulated or precision == "float32" else _no_emulation(tr)
+            with patch:
+                times[label].append(_step_seconds(run, ds, warmup, per_round))
     for label, precision, emulated in VARIANTS:
-        run = dataclasses.replace(cfg, precision=precision, snapshot_every=0)
-        # PyTorch's own kernels: the step without the emulation (the package always emulates on a CPU)
-        patch = contextlib.nullcontext() if emulated or precision == "float32" else _no_emulation(tr)
-        with patch:
-            s = _step_seconds(run, ds, warmup, steps)
-        rows.append(dict(what="step", variant=label, precision=precision, emulated=emulated, seconds=s, steps=steps))
-        print(f"{label}: {s * 1e3:.1f} ms per step", flush=True)
+        s = statistics.median(times[label])
+        rows.append(dict(what="step", variant=label, precision=precision, emulated=emulated, seconds=s,
+                         steps=per_round * ROUNDS, rounds=[round(t, 5) for t in times[label]]))
+        print(f"{label}: {s * 1e3:.1f} ms per step (rounds: {', '.join(f'{t * 1e3:.1f}' for t in times[label])})",
+              flush=True)
     model = build_model(cfg.model, seed=0, **dict(cfg.model_overrides)).eval()
     rds = load_recipe_datasets(cfg, datasets=raw)
     for arithmetic in ("exact", "authors"):
