@@ -2,9 +2,9 @@
 PyTorch's own bf16 matrix kernels, and in bf16 with the matrix products emulated (``precision.EmulatedBF16Gemm``,
 what the package runs on a CPU), and one batch of the Fig. 12 pass in each arithmetic.
 
-On a CPU without bf16 matrix units (AVX2 only, as here) PyTorch's bf16 GEMM is several times slower than
-float32; the emulation computes the same products (float32 GEMM of the bf16 operands, rounded once) at close to
-float32 speed. From the step times the report derives what the paper profile's runs cost: the authors' run to
+The emulation computes the same products as a bf16 GEMM (float32 GEMM of the bf16 operands, rounded once) so
+that a CPU run does not depend on the CPU's bf16 kernel; this measures what it costs against PyTorch's own bf16
+kernels and against float32, in one run. From the step times the report derives what the paper profile's runs cost: the authors' run to
 step 20,000 (Fig. 4; Figs. 6 and 12 stand-ins) in each arithmetic, and the two extra bf16 runs that Figs. 4 and
 5 and the Fig. 12 stand-in count over (three runs to step 20,000). Usage::
 

@@ -17,12 +17,14 @@ show, and both are arithmetic, not modelling:
   notebooks take them (the bf16 values widen to float32 exactly);
 * ``"exact"``: float32 training, float32 Hessians, sums in float64.
 
-On a CPU without bf16 matrix units, PyTorch's bf16 GEMM is 4–6× slower than float32 (measured here: 106 ms
-against 24 ms per step of the authors' MNIST recipe). :class:`EmulatedBF16Gemm` computes each bf16 matrix
+:class:`EmulatedBF16Gemm` computes each bf16 matrix
 product as the float32 product of the same bf16 operands rounded once to bf16: a bf16 × bf16 product is exact
 in float32, and GPUs' and oneDNN's bf16 GEMMs also accumulate in float32 and round the result once, so
 the two differ only in the order of the float32 sums (``tests/test_precision.py`` bounds the difference by one
-bf16 ulp). It is used on every CPU, so that a CPU run does not depend on which CPU it ran on.
+bf16 ulp). It is used on every CPU, so that a CPU run does not depend on which CPU's bf16 kernel it ran on; it
+is not there for speed: in a same-run comparison (``benchmarks/bf16_cpu.py``, RESULTS.md) a step of the authors'
+MNIST recipe takes 24.7 ms in float32, 28.7 ms with PyTorch's own bf16 kernels and 32.7 ms emulated on a 2-core
+AMD EPYC (an earlier figure of 106 ms for PyTorch's kernels, timed alone on a busy machine, did not hold).
 """
 from __future__ import annotations
 
