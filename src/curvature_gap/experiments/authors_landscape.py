@@ -235,7 +235,9 @@ def accumulation_summary(arrays: dict) -> dict:
 def _title(meta) -> str:
     data = "MNIST" if meta["model"] == "authors_mnist" else "CIFAR-100"
     arith = "bf16 run" if meta.get("precision", "float32") == "bf16" else "float32 run"
-    return f"The authors' {meta['n_blocks']}-block {data} model at step {meta['step']:,} (seed {meta['seed']}, {arith})"
+    runs = meta.get("run_seeds") or [meta["seed"]]
+    seeds = f"seed {runs[0]}, {arith}" if len(runs) == 1 else f"seeds {', '.join(map(str, runs))}, {arith}s"
+    return f"The authors' {meta['n_blocks']}-block {data} model at step {meta['step']:,} ({seeds})"
 
 
 def ewm(x: np.ndarray, alpha: float) -> np.ndarray:
@@ -296,7 +298,7 @@ def plot_gradient_authors(result):
     ax.set_xlabel("training samples seen")
     ax.set_ylabel(r"$\|\nabla\mathcal{L}_k(w^*)\|_2$")
     n = len(a["grad_norm"])
-    runs = f"mean ± std over {n} runs, one pass of its loader each" if n > 1 else "one pass of its loader"
+    runs = f"mean ± std over {n} runs" if n > 1 else "one pass of its loader"
     ax.set_title(f"{_title(meta)}\n{runs}; Assumption 1 says this is 0")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     return fig
