@@ -91,6 +91,12 @@ def _furthest_step(settings) -> int:
     return max([getattr(settings, "step", 0) or 0, *getattr(settings, "steps", ())])
 
 
+def _needs_data(ctx: ex.Context, s, cfg) -> None:
+    """Load the dataset the run ``cfg`` of settings ``s`` trains on (the authors' recipe or Table 1's); raises
+    DataUnavailable when it is missing."""
+    ctx.recipe_datasets(s.model) if isinstance(cfg, RecipeConfig) else ctx.datasets_for(s.model)
+
+
 def _long_run(name: str, ctx: ex.Context) -> str:
     """A message when computing ``name`` would start a training run longer than LONG_RUN_S, else "". A run whose
     dataset is missing raises DataUnavailable ("blocked"), its message naming the run and its measured cost."""
@@ -106,7 +112,7 @@ def _long_run(name: str, ctx: ex.Context) -> str:
     if step is None and verify_checkpoint(run_dir(cfg, ctx.runs_dir), cfg.hash())[0] is not None:
         return ""
     try:
-        ctx.datasets_for(s.model) if step is None else ctx.recipe_datasets(s.model)
+        _needs_data(ctx, s, cfg)
     except DataUnavailable as exc:  # blocked: say what the run would cost once the data is there
         cost = _run_cost(ctx, cfg, step)
         then = (f" (over {LONG_RUN_S // 60} min: pass --allow-long-runs, or use a GPU with --device cuda)"
@@ -140,7 +146,7 @@ def _runs_to_train(names: list[str], ctx: ex.Context, allow_long: bool) -> list[
             if not allow_long and _long_run(name, ctx):
                 continue
             if allow_long:  # the guard is off, the data check is not: a run without its dataset is not started
-                ctx.datasets_for(s.model) if not isinstance(cfg, RecipeConfig) else ctx.recipe_datasets(s.model)
+                _needs_data(ctx, s, cfg)
         except DataUnavailable:
             continue
         recipe = isinstance(cfg, RecipeConfig)
