@@ -6,13 +6,13 @@ import pytest
 
 from curvature_gap import findings
 from curvature_gap.checks import encoder_layer as el_rows
-from curvature_gap.checks.theory import _quiet_single_thread
+from curvature_gap.checks.theory import quiet_single_thread
 from curvature_gap.exact import encoder_layer as ref
 
 
 def test_configuration_rows_and_the_exact_quantity_against_pytorch():
     """Two configuration rows (the family's first and last) and ``.exact_vs_pytorch``: seconds (``make test-fast``)."""
-    with _quiet_single_thread():
+    with quiet_single_thread():
         rows = [el_rows._config_row(c, True) for c in (ref.CONFIGS[0], ref.CONFIGS[-1])] + [el_rows._pytorch_row()]
     assert [r.id for r in rows] == [f"{el_rows.RESULT}.{ref.config_id(c)}" for c in (ref.CONFIGS[0], ref.CONFIGS[-1])] + [
         f"{el_rows.MH}.exact_vs_pytorch"]
@@ -22,7 +22,7 @@ def test_configuration_rows_and_the_exact_quantity_against_pytorch():
 
 @pytest.mark.slow
 def test_the_multihead_bound_rows_quick():
-    with _quiet_single_thread():
+    with quiet_single_thread():
         rows = {r.id: r for r in el_rows._mh_rows(quick=True)}
     assert set(rows) == {el_rows.MH, f"{el_rows.MH}.blocks", f"{el_rows.MH}.softmax_d2", f"{el_rows.MH}.exact_vs_pytorch"}
     for r in rows.values():

@@ -28,7 +28,7 @@ from ..bounds import multihead as mhb
 from ..exact import encoder_layer as ref
 from ..theory.encoder_layer import encoder_layer_hessian
 from ..row import Row
-from .theory import _quiet_single_thread
+from .theory import quiet_single_thread
 
 __all__ = ["run_checks", "TOL", "TRAP_TOL", "RESULT", "SHAPE"]
 
@@ -163,5 +163,5 @@ def _pytorch_row() -> Row:
 def run_checks(quick: bool = False) -> list[Row]:
     """48 configuration rows, 2 trap rows and 4 rows of the multi-head bound (same ids with ``quick``, which uses
     one instance per configuration row and a shorter search)."""
-    with _quiet_single_thread():
+    with quiet_single_thread():
         return [_config_row(cfg, quick) for cfg in ref.CONFIGS] + _trap_rows() + _mh_rows(quick)

@@ -17,34 +17,34 @@ from typing import Callable
 
 from ...row import Row
 from . import attention, block, calculus, ffn, layernorm
-from .common import BAD, FD_TOL, TOL, _instances, _quiet_single_thread, rel_err, result_of
+from .common import BAD, FD_TOL, TOL, checked_instances, quiet_single_thread, rel_err, result_of
 
-__all__ = ["run_checks", "GROUPS", "run_group", "rel_err", "TOL", "FD_TOL", "BAD", "result_of"]
+__all__ = ["run_checks", "GROUPS", "run_group", "rel_err", "TOL", "FD_TOL", "BAD", "result_of", "quiet_single_thread"]
 
 GROUPS: dict[str, Callable[[bool, list], list]] = {
-    "calculus": calculus._calculus,
-    "layernorm": layernorm._layernorm,
-    "ffn": ffn._ffn,
-    "attention": attention._attention,
-    "phi": block._phi,
-    "block": block._block,
-    "gauss_newton": block._gauss_newton,
-    "mnist": block._mnist,
+    "calculus": calculus.calculus_rows,
+    "layernorm": layernorm.layernorm_rows,
+    "ffn": ffn.ffn_rows,
+    "attention": attention.attention_rows,
+    "phi": block.phi_rows,
+    "block": block.block_rows,
+    "gauss_newton": block.gauss_newton_rows,
+    "mnist": block.mnist_rows,
 }
 
 
 
 def run_group(name: str, quick: bool = False) -> list[Row]:
     """Run one group of checks (used by the tests)."""
-    with _quiet_single_thread():
-        return GROUPS[name](quick, _instances(quick))
+    with quiet_single_thread():
+        return GROUPS[name](quick, checked_instances(quick))
 
 
 def run_checks(quick: bool = False) -> list[Row]:
     """Every closed-form row; ``quick`` uses 2 random instances instead of 16 (same row ids)."""
     rows: list[Row] = []
-    with _quiet_single_thread():
-        insts = _instances(quick)
+    with quiet_single_thread():
+        insts = checked_instances(quick)
         for fn in GROUPS.values():
             rows.extend(fn(quick, insts))
     return rows

@@ -13,15 +13,16 @@ from ...theory import attention as at
 from ...theory import block as bk
 from ...theory import calculus as cc
 from ...theory import layernorm as ln
-from .common import FD_TOL, rel_err, _inst, _Acc, _row, _erratum_row, _try_printed, _args, _heavy
+from .common import (FD_TOL, Accumulator, block_args, check_instance, erratum_row, formula_row, heavy_subset, rel_err,
+                     try_printed)
 
 
-def _phi(quick: bool, insts: list[Instance]) -> list:
+def phi_rows(quick: bool, insts: list[Instance]) -> list:
     pairs = [(k, l) for k in "QKV" for l in "QKV"]
-    A = {f"{k}{l}": _Acc() for k, l in pairs}
-    A.update({k: _Acc() for k in ["c", "fd", "l2QQ", "l2VQ", "l2QK", "l2QKid", "uni"]})
-    eqL = _inst(6, 6, 3, 8, seed=4)        # L = d_V: the printed I_{d_V} term is well-shaped
-    uni = _inst(4, 6, 3, 6, seed=3, uniform="zero_query")
+    A = {f"{k}{l}": Accumulator() for k, l in pairs}
+    A.update({k: Accumulator() for k in ["c", "fd", "l2QQ", "l2VQ", "l2QK", "l2QKid", "uni"]})
+    eqL = check_instance(6, 6, 3, 8, seed=4)        # L = d_V: the printed I_{d_V} term is well-shaped
+    uni = check_instance(4, 6, 3, 6, seed=3, uniform="zero_query")
     for k_i, inst in enumerate(insts + [eqL]):
         X, WQ, WK, WV = inst.X, inst.W_Q, inst.W_K, inst.W_V
         L, d_V = X.shape
@@ -46,10 +47,10 @@ def _phi(quick: bool, insts: list[Instance]) -> list:
                                  ("l2VQ", at.phi_VQ_lemma2, refs[("V", "Q")]),
                                  ("l2QK", at.phi_QK_lemma2, refs[("Q", "K")])):
                 A[key].add(rel_err(fn(X, WQ, WK, WV), ref), inst, ref)
-                _try_printed(A[key], lambda: fn(X, WQ, WK, WV, scale_printed=True), ref, inst)
+                try_printed(A[key], lambda: fn(X, WQ, WK, WV, scale_printed=True), ref, inst)
         ref = refs[("Q", "K")]
         A["l2QKid"].add(rel_err(at.phi_QK_lemma2(X, WQ, WK, WV), ref), inst, ref)
-        _try_printed(A["l2QKid"], lambda: at.phi_QK_lemma2(X, WQ, WK, WV, first_identity="dV"), ref, inst)
+        try_printed(A["l2QKid"], lambda: at.phi_QK_lemma2(X, WQ, WK, WV, first_identity="dV"), ref, inst)
     # uniform attention: the proof claims Φ_VQ = Φ_VK = Φ_QQ = Φ_KK = 0
     X, WQ, WK, WV = uni.X, uni.W_Q, uni.W_K, uni.W_V
     args = [X, WQ, WK, WV]
@@ -61,24 +62,24 @@ def _phi(quick: bool, insts: list[Instance]) -> list:
         A["uni"].printed.append(rel_err(torch.zeros_like(ref), ref))
         uni_sizes.append(f"max|Φ_{k}{l}| = {float(ref.abs().max()):.2g}")
     n_i = len(insts)
-    rows = [_row(f"thm5.phi.{k}{l}", f"Φ_{k}{l} = ∂²F/∂W_{k}∂W_{l} (product/Kronecker rules) vs jacfwd(jacrev)",
+    rows = [formula_row(f"thm5.phi.{k}{l}", f"Φ_{k}{l} = ∂²F/∂W_{k}∂W_{l} (product/Kronecker rules) vs jacfwd(jacrev)",
                  A[f"{k}{l}"], n_inst=n_i, note="absolute w.r.t. max|∂F/∂W_V|" if (k, l) == ("V", "V") else "")
             for k, l in pairs]
     rows += [
-        _row("thm5.phi.fd", "all 9 Φ_kl vs central differences of the autograd Jacobian of F", A["fd"],
+        formula_row("thm5.phi.fd", "all 9 Φ_kl vs central differences of the autograd Jacobian of F", A["fd"],
              tol=FD_TOL, n_inst=1),
-        _row("thm5.phi.contracted", "(w^T ⊗ I) Φ_kl closed forms vs contraction of the dense Φ_kl, all 9 pairs",
+        formula_row("thm5.phi.contracted", "(w^T ⊗ I) Φ_kl closed forms vs contraction of the dense Φ_kl, all 9 pairs",
              A["c"], n_inst=n_i),
-        _erratum_row("lem2.phi.QQ", "Φ_QQ = (1/d_K)(I_L⊗W_V^T⊗I⊗W_K^T) Z_2 (I⊗W_K) vs jacfwd(jacrev) of F",
+        erratum_row("lem2.phi.QQ", "Φ_QQ = (1/d_K)(I_L⊗W_V^T⊗I⊗W_K^T) Z_2 (I⊗W_K) vs jacfwd(jacrev) of F",
                      A["l2QQ"], n_inst=n_i, note="printed with the loss factor 2/(L d_V d_K)"),
-        _erratum_row("lem2.phi.VQ", "Φ_VQ = (1/√d_K)(I_L⊗S) Z_1 (I⊗W_K) vs jacfwd(jacrev) of F",
+        erratum_row("lem2.phi.VQ", "Φ_VQ = (1/√d_K)(I_L⊗S) Z_1 (I⊗W_K) vs jacfwd(jacrev) of F",
                      A["l2VQ"], n_inst=n_i, note="printed with the loss factor 2/(L d_V √d_K)"),
-        _erratum_row("lem2.phi.QK", "Φ_QK (Z_2 term / d_K + [(I_L⊗W_V^T⊗I)(Z_1⊗I)S]⊗I_{d_K} / √d_K) vs autograd",
+        erratum_row("lem2.phi.QK", "Φ_QK (Z_2 term / d_K + [(I_L⊗W_V^T⊗I)(Z_1⊗I)S]⊗I_{d_K} / √d_K) vs autograd",
                      A["l2QK"], n_inst=n_i, note="printed with the loss factors 2/(L d_V d_K), 2/(L d_V √d_K)"),
-        _erratum_row("lem2.phi.QK_identity", "Φ_QK second term with I_L (as in H_f(W_Q,W_K)) vs autograd",
+        erratum_row("lem2.phi.QK_identity", "Φ_QK second term with I_L (as in H_f(W_Q,W_K)) vs autograd",
                      A["l2QKid"], n_inst=n_i + 1,
                      note="Lemma 2 prints I_{d_V} ⊗ W_V^T ⊗ I_{d_V}; evaluated at L = d_V where it is well-shaped"),
-        _erratum_row("thm5.phi.uniform_zero", "Φ_VQ, Φ_VK, Φ_QQ, Φ_KK at exactly uniform attention (W_Q = 0) vs "
+        erratum_row("thm5.phi.uniform_zero", "Φ_VQ, Φ_VK, Φ_QQ, Φ_KK at exactly uniform attention (W_Q = 0) vs "
                      "autograd (proof: all four vanish)", A["uni"], n_inst=1,
                      note="printed claim Φ = 0 compared with the autograd Φ; autograd at W_Q = 0: "
                           + ", ".join(uni_sizes)),
@@ -86,16 +87,16 @@ def _phi(quick: bool, insts: list[Instance]) -> list:
     return rows
 
 
-def _block(quick: bool, insts: list[Instance]) -> list:
+def block_rows(quick: bool, insts: list[Instance]) -> list:
     P = bk.BLOCK_PARAMS
     ATT = bk.ATTN
     idx = {"Q": 1, "K": 2, "V": 3, "1": 4, "2": 5}
-    A = {k: _Acc() for k in ["JY", "JZ", "Gi", "B", "dZ", "HY", "HZ", "fd", "xfd", "x12", "x21", "x1k", "w2T", "sym"]}
-    A.update({f"xi{i}{j}": _Acc() for i in P for j in P})
-    A.update({f"H{i}{j}": _Acc() for i in P for j in P})
-    eqff = _inst(3, 6, 3, 6, seed=8)     # d_ff = d_V: n_V = n_1, printed ξ_1V well-shaped
+    A = {k: Accumulator() for k in ["JY", "JZ", "Gi", "B", "dZ", "HY", "HZ", "fd", "xfd", "x12", "x21", "x1k", "w2T", "sym"]}
+    A.update({f"xi{i}{j}": Accumulator() for i in P for j in P})
+    A.update({f"H{i}{j}": Accumulator() for i in P for j in P})
+    eqff = check_instance(3, 6, 3, 6, seed=8)     # d_ff = d_V: n_V = n_1, printed ξ_1V well-shaped
     for k_i, inst in enumerate(insts + [eqff]):
-        args = _args(inst)
+        args = block_args(inst)
         X = inst.X
         L, d_V = X.shape
         d_ff = inst.W_1.shape[1]
@@ -140,13 +141,13 @@ def _block(quick: bool, insts: list[Instance]) -> list:
                         A["xfd"].add(rel_err(x, fd, sc), inst, fd)
                 if (i, j) == ("1", "2"):
                     A["x12"].add(rel_err(x, ref), inst, ref)
-                    _try_printed(A["x12"], lambda: bk.xi_printed("1", "2", *args, fo=fo), ref, inst)
+                    try_printed(A["x12"], lambda: bk.xi_printed("1", "2", *args, fo=fo), ref, inst)
                 if (i, j) == ("2", "1"):
                     A["x21"].add(rel_err(x, ref), inst, ref)
-                    _try_printed(A["x21"], lambda: bk.xi_printed("2", "1", *args, fo=fo), ref, inst)
+                    try_printed(A["x21"], lambda: bk.xi_printed("2", "1", *args, fo=fo), ref, inst)
                 if i == "1" and j in ATT:
                     A["x1k"].add(rel_err(x, ref), inst, ref)
-                    _try_printed(A["x1k"], lambda: bk.xi_printed("1", j, *args, fo=fo), ref, inst)
+                    try_printed(A["x1k"], lambda: bk.xi_printed("1", j, *args, fo=fo), ref, inst)
                 if main:
                     h = bk.H_tr(i, j, *args, fo=fo, H_Z=H_Z, H_Y=H_Y, xi_ij=x)
                     Hs[(i, j)] = h
@@ -155,7 +156,7 @@ def _block(quick: bool, insts: list[Instance]) -> list:
         if main:
             ref = ad.jacobian(lambda W: cc.kron(cc.eye(L, W), W.T), [inst.W_2], 0)
             A["w2T"].add(rel_err(bk.dIkronW2T_dW2(inst.W_2, L), ref), inst, ref)
-            _try_printed(A["w2T"], lambda: bk.dIkronW2T_dW2_printed(inst.W_2, L), ref, inst)
+            try_printed(A["w2T"], lambda: bk.dIkronW2T_dW2_printed(inst.W_2, L), ref, inst)
             for i, j in (("1", "2"), ("Q", "K"), ("1", "V"), ("K", "V")):
                 pt = cc.partial_transpose(Hs[(i, j)], L * d_V, n[i], n[j])
                 A["sym"].add(rel_err(pt, Hs[(j, i)]), inst, pt)
@@ -172,42 +173,42 @@ def _block(quick: bool, insts: list[Instance]) -> list:
                 A["fd"].add(err, inst, Hs[("1", "1")])
     n_i = len(insts)
     rows = [
-        _row("thm4.block.J_Y", "J_Y = Theorem 2 at U = X + F(X) vs jacrev", A["JY"], n_inst=n_i),
-        _row("thm4.block.J_Z", "J_Z = Theorem 2 at S vs jacrev", A["JZ"], n_inst=n_i),
-        _row("thm4.block.G_i", "Theorem 4's G_i = ∂Y/∂W_i = J_Y ∂F/∂W_i, i ∈ {K,Q,V} vs jacrev", A["Gi"], n_inst=n_i),
-        _row("thm4.block.B_i", "B_i = ∂S/∂W_i (B_1, B_2, J_SY J_Y G_k) vs jacrev, i ∈ {1,2,K,Q,V}", A["B"],
+        formula_row("thm4.block.J_Y", "J_Y = Theorem 2 at U = X + F(X) vs jacrev", A["JY"], n_inst=n_i),
+        formula_row("thm4.block.J_Z", "J_Z = Theorem 2 at S vs jacrev", A["JZ"], n_inst=n_i),
+        formula_row("thm4.block.G_i", "Theorem 4's G_i = ∂Y/∂W_i = J_Y ∂F/∂W_i, i ∈ {K,Q,V} vs jacrev", A["Gi"], n_inst=n_i),
+        formula_row("thm4.block.B_i", "B_i = ∂S/∂W_i (B_1, B_2, J_SY J_Y G_k) vs jacrev, i ∈ {1,2,K,Q,V}", A["B"],
              n_inst=n_i),
-        _row("thm4.block.dZ_dW", "∂Z/∂W_i = J_Z B_i vs jacrev, all five matrices", A["dZ"], n_inst=n_i),
-        _row("thm5.H_Y", "H_Y = Theorem 3 at U vs jacfwd(jacrev)", A["HY"], n_inst=n_i),
-        _row("thm5.H_Z", "H_Z = Theorem 3 at S vs jacfwd(jacrev)", A["HZ"], n_inst=n_i),
+        formula_row("thm4.block.dZ_dW", "∂Z/∂W_i = J_Z B_i vs jacrev, all five matrices", A["dZ"], n_inst=n_i),
+        formula_row("thm5.H_Y", "H_Y = Theorem 3 at U vs jacfwd(jacrev)", A["HY"], n_inst=n_i),
+        formula_row("thm5.H_Z", "H_Z = Theorem 3 at S vs jacfwd(jacrev)", A["HZ"], n_inst=n_i),
     ]
     for i in P:
         for j in P:
             note = "absolute w.r.t. max|B_i| (ξ is zero)" if (i, j) in (("1", "1"), ("2", "2")) else ""
-            rows.append(_row(f"thm5.xi.{i}{j}", f"ξ_{i}{j} = ∂B_{i}/∂W_{j} = ∂²S/∂W_{i}∂W_{j} vs jacfwd(jacrev)",
+            rows.append(formula_row(f"thm5.xi.{i}{j}", f"ξ_{i}{j} = ∂B_{i}/∂W_{j} = ∂²S/∂W_{i}∂W_{j} vs jacfwd(jacrev)",
                              A[f"xi{i}{j}"], n_inst=n_i, note=note))
     rows += [
-        _row("thm5.xi.fd", "all 25 ξ_ij vs central differences of the autograd Jacobian of S", A["xfd"], tol=FD_TOL,
+        formula_row("thm5.xi.fd", "all 25 ξ_ij vs central differences of the autograd Jacobian of S", A["xfd"], tol=FD_TOL,
              n_inst=1),
-        _erratum_row("thm5.xi12_naming", "ξ_12 := ∂B_1/∂W_2 (corrected) vs autograd; printed 'ξ_12' formula",
+        erratum_row("thm5.xi12_naming", "ξ_12 := ∂B_1/∂W_2 (corrected) vs autograd; printed 'ξ_12' formula",
                      A["x12"], n_inst=n_i + 1,
                      note="the printed 'ξ_12' is ∂B_2/∂W_1 = ξ_21 (see thm5.xi.21)"),
-        _erratum_row("thm5.xi21_printed", "ξ_21 := ∂B_2/∂W_1 vs autograd; printed 'ξ_21' formula", A["x21"],
+        erratum_row("thm5.xi21_printed", "ξ_21 := ∂B_2/∂W_1 vs autograd; printed 'ξ_21' formula", A["x21"],
                      n_inst=n_i + 1),
-        _erratum_row("thm5.xi1k_identity", "ξ_1k with ((I_L⊗W_2^T)D_σ ⊗ I_{n_1}) vs autograd (printed: ⊗ I_{n_k})",
+        erratum_row("thm5.xi1k_identity", "ξ_1k with ((I_L⊗W_2^T)D_σ ⊗ I_{n_1}) vs autograd (printed: ⊗ I_{n_k})",
                      A["x1k"], n_inst=n_i + 1, note="printed form evaluable only where n_k = n_1"),
-        _erratum_row("thm5.proof.dW2T_commutation",
+        erratum_row("thm5.proof.dW2T_commutation",
                      "∂vec_r(I_L⊗W_2^T)/∂W_2 ending in K_{d_V,d_ff} vs jacrev (printed K_{d_ff,d_V})", A["w2T"],
                      n_inst=n_i),
     ]
     for i in P:
         for j in P:
-            rows.append(_row(f"thm5.H_tr.{i}{j}", f"boxed H_tr^({i},{j}) = (J_Z⊗I)ξ_{i}{j} + (I⊗B_{i}^T)H_Z B_{j} "
+            rows.append(formula_row(f"thm5.H_tr.{i}{j}", f"boxed H_tr^({i},{j}) = (J_Z⊗I)ξ_{i}{j} + (I⊗B_{i}^T)H_Z B_{j} "
                              "vs jacfwd(jacrev) of Z", A[f"H{i}{j}"], n_inst=n_i))
     rows += [
-        _row("thm5.H_tr.fd", "all 25 H_tr blocks vs central differences of the autograd Jacobian of Z", A["fd"],
+        formula_row("thm5.H_tr.fd", "all 25 H_tr blocks vs central differences of the autograd Jacobian of Z", A["fd"],
              tol=FD_TOL, n_inst=1 if quick else 2),
-        _erratum_row("thm5.symmetry", "partial transpose of H_tr^(i,j) vs H_tr^(j,i) (closed forms), "
+        erratum_row("thm5.symmetry", "partial transpose of H_tr^(i,j) vs H_tr^(j,i) (closed forms), "
                      "(i,j) ∈ {(1,2),(Q,K),(1,V),(K,V)}", A["sym"], n_inst=n_i,
                      note="printed claim H_tr^(i,j) = H_tr^(j,i) compared literally where shapes agree: what holds is "
                           "equality up to a partial transpose of the two derivative slots (a notational point)",
@@ -216,11 +217,11 @@ def _block(quick: bool, insts: list[Instance]) -> list:
     return rows
 
 
-def _gauss_newton(quick: bool, insts: list[Instance]) -> list:
-    A = {k: _Acc() for k in ["lit", "con", "fd", "sym", "norm"]}
-    heavy = _heavy(insts, quick)
+def gauss_newton_rows(quick: bool, insts: list[Instance]) -> list:
+    A = {k: Accumulator() for k in ["lit", "con", "fd", "sym", "norm"]}
+    heavy = heavy_subset(insts, quick)
     for inst in insts:
-        args = _args(inst)
+        args = block_args(inst)
         Ha = ad.loss_hessian_autograd(inst)
         Hc = bk.assemble(bk.loss_hessian(*args, inst.Target))
         A["con"].add(rel_err(Hc, Ha), inst, Ha)
@@ -241,32 +242,32 @@ def _gauss_newton(quick: bool, insts: list[Instance]) -> list:
             A["norm"].printed.append(min(rel_err(mixed, Ha), rel_err(mixed, unnorm)))
     n_h = len(heavy)
     return [
-        _row("gn.loss_hessian.literal", "The Gauss–Newton decomposition of the loss Hessian (§3.2) with dense Theorem 5 blocks vs "
+        formula_row("gn.loss_hessian.literal", "The Gauss–Newton decomposition of the loss Hessian (§3.2) with dense Theorem 5 blocks vs "
              "torch.func.hessian of the block loss over (W_1,W_2,W_K,W_Q,W_V)", A["lit"], n_inst=n_h),
-        _row("gn.loss_hessian.literal_symmetry", "dense assembled loss Hessian vs its transpose (25 blocks computed "
+        formula_row("gn.loss_hessian.literal_symmetry", "dense assembled loss Hessian vs its transpose (25 blocks computed "
              "independently)", A["sym"], n_inst=n_h),
-        _row("gn.loss_hessian.contracted", "contracted Theorem 5 + Gauss–Newton assembly vs torch.func.hessian",
+        formula_row("gn.loss_hessian.contracted", "contracted Theorem 5 + Gauss–Newton assembly vs torch.func.hessian",
              A["con"], n_inst=len(insts)),
-        _row("gn.loss_hessian.fd", "contracted assembly vs central differences of the autograd gradient", A["fd"],
+        formula_row("gn.loss_hessian.fd", "contracted assembly vs central differences of the autograd gradient", A["fd"],
              tol=FD_TOL, n_inst=n_h),
-        _erratum_row("gn.loss_normalisation", "loss (1/(L d_V))||Z - Target||_F^2: ∂l/∂Z = 2/(L d_V) vec_r(Z-T), "
+        erratum_row("gn.loss_normalisation", "loss (1/(L d_V))||Z - Target||_F^2: ∂l/∂Z = 2/(L d_V) vec_r(Z-T), "
                      "∂²l/∂Z² = 2/(L d_V) vs autograd", A["norm"], n_inst=n_h,
                      note="printed: L = ||Z - Target||² (gradient 2 vec_r(Z-T)) with second derivative 2/(L d_V); "
                           "compared with the autograd Hessian of either loss"),
     ]
 
 
-def _mnist(quick: bool, insts: list[Instance]) -> list:
-    acc = _Acc()
-    inst = _inst(*MNIST_SHAPE, seed=0)
-    args = _args(inst)
+def mnist_rows(quick: bool, insts: list[Instance]) -> list:
+    acc = Accumulator()
+    inst = check_instance(*MNIST_SHAPE, seed=0)
+    args = block_args(inst)
     t0 = time.perf_counter()
     Hc = bk.assemble(bk.loss_hessian(*args, inst.Target))
     t1 = time.perf_counter()
     Ha = ad.loss_hessian_autograd(inst)
     t2 = time.perf_counter()
     acc.add(rel_err(Hc, Ha), inst, Ha)
-    return [_row("gn.loss_hessian.mnist", "contracted Theorem 5 + Gauss–Newton block loss Hessian at the paper's "
+    return [formula_row("gn.loss_hessian.mnist", "contracted Theorem 5 + Gauss–Newton block loss Hessian at the paper's "
                  "MNIST size vs torch.func.hessian", acc, n_inst=1,
                  note=f"random instance at L=49, d_V=d_K=16, d_ff=64 (2816 weights); closed form {t1 - t0:.1f} s, "
                       f"autograd {t2 - t1:.1f} s")]

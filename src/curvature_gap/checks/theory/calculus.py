@@ -7,17 +7,17 @@ import torch
 from ...exact import derivatives as ad
 from ...exact.instances import Instance
 from ...theory import calculus as cc
-from .common import rel_err, _Acc, _row
+from .common import rel_err, Accumulator, formula_row
 
 
-def _calculus(quick: bool, insts: list[Instance]) -> list:
+def calculus_rows(quick: bool, insts: list[Instance]) -> list:
     rows = []
     g = torch.Generator().manual_seed(123)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)
     dims = [(2, 3, 4, 5), (3, 2, 2, 4), (4, 3, 3, 2)]
     if quick:
         dims = dims[:2]
-    accs = {k: _Acc() for k in ["vec_r", "K", "Kapply", "prod", "had", "div", "dAXB", "dkx", "dky",
+    accs = {k: Accumulator() for k in ["vec_r", "K", "Kapply", "prod", "had", "div", "dAXB", "dkx", "dky",
                                 "prule", "krule", "dinv", "ddiag", "dsq", "droot", "dT", "ptr"]}
     for (m, n, p, q) in dims:
         A = r(m, n)
@@ -94,5 +94,5 @@ def _calculus(quick: bool, insts: list[Instance]) -> list:
         ("appB.partial_transpose", "d²N/dW_1dW_2 partially transposed vs d²N/dW_2dW_1 (autograd)", "ptr"),
     ]
     for rid, what, key in spec:
-        rows.append(_row(rid, what, accs[key], n_inst=len(dims)))
+        rows.append(formula_row(rid, what, accs[key], n_inst=len(dims)))
     return rows

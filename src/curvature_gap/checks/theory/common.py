@@ -18,7 +18,9 @@ import torch
 from ...exact.instances import Instance, random_instance
 from ...row import Row
 
-__all__ = ["TOL", "FD_TOL", "BAD", "SHARPNESS", "RESULT_OF", "ROLE", "result_of", "rel_err"]
+__all__ = ["TOL", "FD_TOL", "BAD", "SHARPNESS", "RESULT_OF", "ROLE", "result_of", "rel_err", "check_instance", "Accumulator",
+           "formula_row", "erratum_row", "try_printed", "block_args", "checked_instances", "heavy_subset",
+           "quiet_single_thread"]
 
 TOL = 1e-10
 FD_TOL = 1e-6
@@ -58,12 +60,12 @@ def rel_err(a: torch.Tensor, b: torch.Tensor, scale: float = 0.0) -> float:
     return diff / den if den > 0 else diff
 
 
-def _inst(L: int, d_V: int, d_K: int, d_ff: int, seed: int, uniform: str | None = None) -> Instance:
+def check_instance(L: int, d_V: int, d_K: int, d_ff: int, seed: int, uniform: str | None = None) -> Instance:
     """A closed-form test instance: attention far from uniform, away from ReLU kinks, Assumption 2."""
     return random_instance(L, d_V, d_K, d_ff, seed=seed, sharpness=SHARPNESS, uniform=uniform, away_from_kinks=True)
 
 
-class _Acc:
+class Accumulator:
     """Accumulates the worst error and the shapes over instances for one row."""
 
     def __init__(self):
@@ -94,14 +96,14 @@ class _Acc:
         return f"{k}{dims}; compared {self.obj}" if self.obj else f"{k}{dims}"
 
 
-def _row(rid: str, what: str, acc: _Acc, tol: float = TOL, note: str = "", n_inst: int | None = None) -> Row:
+def formula_row(rid: str, what: str, acc: Accumulator, tol: float = TOL, note: str = "", n_inst: int | None = None) -> Row:
     verdict = "verified" if acc.err <= tol else "fails"
     return Row(id=rid, result=result_of(rid), kind="formula", role=ROLE.get(rid, "statement"), what=what,
                verdict=verdict, expected="verified", claim="verified", rel_err=acc.err, tolerance=tol,
                instances=acc.shapes(n_inst), note=note)
 
 
-def _erratum_row(rid: str, what: str, acc: _Acc, note: str = "", tol: float = TOL, n_inst: int | None = None,
+def erratum_row(rid: str, what: str, acc: Accumulator, note: str = "", tol: float = TOL, n_inst: int | None = None,
                  wrong_verdict: str = "corrected") -> Row:
     """Row for a formula printed wrongly: ``acc.err`` is the corrected form's error, ``acc.printed``
     the printed form's errors where computable, ``acc.ill`` where it is ill-dimensioned.
@@ -124,7 +126,7 @@ def _erratum_row(rid: str, what: str, acc: _Acc, note: str = "", tol: float = TO
                printed_rel_err=printed, tolerance=tol, instances=acc.shapes(n_inst), note=" | ".join(parts))
 
 
-def _try_printed(acc: _Acc, fn: Callable[[], torch.Tensor], ref: torch.Tensor, inst: Instance | None,
+def try_printed(acc: Accumulator, fn: Callable[[], torch.Tensor], ref: torch.Tensor, inst: Instance | None,
                  scale: float = 0.0):
     """Evaluate a printed form; record its error, or record that it is ill-dimensioned."""
     try:
@@ -134,27 +136,27 @@ def _try_printed(acc: _Acc, fn: Callable[[], torch.Tensor], ref: torch.Tensor, i
         acc.ill.append(("ill-dimensioned at " + inst.shape_str()) if inst is not None else "ill-dimensioned")
 
 
-def _args(inst: Instance) -> list:
+def block_args(inst: Instance) -> list:
     return [inst.X, *inst.weights]
 
 
 # ============================================================== instance sets
-def _instances(quick: bool) -> list:
+def checked_instances(quick: bool) -> list:
     if quick:
         grid = [((3, 4, 3, 6), 0), ((5, 6, 3, 8), 1)]
     else:
         grid = [((L, dV, 3, dff), s) for L in (3, 5) for dV in (4, 6) for dff in (6, 8) for s in (0, 1)]
-    return [_inst(*shape, seed=s) for shape, s in grid]
+    return [check_instance(*shape, seed=s) for shape, s in grid]
 
 
-def _heavy(insts: list[Instance], quick: bool) -> list:
+def heavy_subset(insts: list[Instance], quick: bool) -> list:
     """Subset for dense literal assemblies and finite differences."""
     return insts[:1] if quick else [insts[0], insts[-1]]
 
 
 # ============================================================== running
 @contextlib.contextmanager
-def _quiet_single_thread():
+def quiet_single_thread():
     """The checks are many small dense products: run them on one thread (restored afterwards),
     which is much faster than contended multi-threading, and silence torch's deprecation chatter."""
     n = torch.get_num_threads()

@@ -8,14 +8,14 @@ from ...exact import derivatives as ad
 from ...exact import forward as fw
 from ...exact.instances import Instance
 from ...theory import ffn as ff
-from .common import FD_TOL, rel_err, _inst, _Acc, _row, _erratum_row, _try_printed, _args
+from .common import FD_TOL, rel_err, check_instance, Accumulator, formula_row, erratum_row, try_printed, block_args
 
 
-def _ffn(quick: bool, insts: list[Instance]) -> list:
-    A = {k: _Acc() for k in ["rj", "rh", "rfd", "B1", "B2", "JSY", "mask"]}
-    eq = _inst(3, 6, 3, 6, seed=7)          # d_ff = d_V: printed 1{X>0} is well-shaped
+def ffn_rows(quick: bool, insts: list[Instance]) -> list:
+    A = {k: Accumulator() for k in ["rj", "rh", "rfd", "B1", "B2", "JSY", "mask"]}
+    eq = check_instance(3, 6, 3, 6, seed=7)          # d_ff = d_V: printed 1{X>0} is well-shaped
     for k, inst in enumerate(insts + [eq]):
-        fo = fw.block_forward(*_args(inst))
+        fo = fw.block_forward(*block_args(inst))
         Y, W1, W2, X = fo["Y"], inst.W_1, inst.W_2, inst.X
         Pre = Y @ W1
         ref = ad.jacobian(torch.relu, [Pre], 0)
@@ -29,21 +29,21 @@ def _ffn(quick: bool, insts: list[Instance]) -> list:
         ref = ad.jacobian(S_of, [Y, W1, W2], 1)
         A["B1"].add(rel_err(ff.dS_dW1(Y, W1, W2), ref), inst, ref)
         A["mask"].add(rel_err(ff.dS_dW1(Y, W1, W2), ref), inst, ref)
-        _try_printed(A["mask"], lambda: ff.dS_dW1_printed(X, Y, W1, W2), ref, inst)
+        try_printed(A["mask"], lambda: ff.dS_dW1_printed(X, Y, W1, W2), ref, inst)
         ref = ad.jacobian(S_of, [Y, W1, W2], 2)
         A["B2"].add(rel_err(ff.dS_dW2(Y, W1), ref), inst, ref)
         ref = ad.jacobian(S_of, [Y, W1, W2], 0)
         A["JSY"].add(rel_err(ff.dS_dY(Y, W1, W2), ref), inst, ref)
     n = len(insts) + 1
     return [
-        _row("lem1.relu.jacobian", "diag(vec_r 1{X>0}) vs jacrev of ReLU at Y W_1", A["rj"], n_inst=n),
-        _row("lem1.relu.hessian", "0 vs jacfwd(jacrev) of ReLU (a.e.)", A["rh"], n_inst=n,
+        formula_row("lem1.relu.jacobian", "diag(vec_r 1{X>0}) vs jacrev of ReLU at Y W_1", A["rj"], n_inst=n),
+        formula_row("lem1.relu.hessian", "0 vs jacfwd(jacrev) of ReLU (a.e.)", A["rh"], n_inst=n,
              note="absolute error (reference is exactly zero)"),
-        _row("lem1.relu.hessian.fd", "0 vs central differences of the ReLU Jacobian (h = 1e-6, |pre| > 1e-4)",
+        formula_row("lem1.relu.hessian.fd", "0 vs central differences of the ReLU Jacobian (h = 1e-6, |pre| > 1e-4)",
              A["rfd"], tol=FD_TOL, n_inst=1 if quick else n, note="absolute error"),
-        _row("thm4.ffn.B1", "B_1 = (I_L⊗W_2^T) D_σ (Y⊗I_{d_ff}) vs jacrev of S w.r.t. W_1", A["B1"], n_inst=n),
-        _row("thm4.ffn.B2", "B_2 = ReLU(Y W_1) ⊗ I_{d_V} vs jacrev of S w.r.t. W_2", A["B2"], n_inst=n),
-        _row("thm4.ffn.J_SY", "J_SY = (I_L⊗W_2^T) D_σ (I_L⊗W_1^T) + I vs jacrev of S w.r.t. Y", A["JSY"], n_inst=n),
-        _erratum_row("thm4.relu_mask", "B_1 with mask 1{Y W_1 > 0} vs jacrev (printed mask: 1{X > 0})",
+        formula_row("thm4.ffn.B1", "B_1 = (I_L⊗W_2^T) D_σ (Y⊗I_{d_ff}) vs jacrev of S w.r.t. W_1", A["B1"], n_inst=n),
+        formula_row("thm4.ffn.B2", "B_2 = ReLU(Y W_1) ⊗ I_{d_V} vs jacrev of S w.r.t. W_2", A["B2"], n_inst=n),
+        formula_row("thm4.ffn.J_SY", "J_SY = (I_L⊗W_2^T) D_σ (I_L⊗W_1^T) + I vs jacrev of S w.r.t. Y", A["JSY"], n_inst=n),
+        erratum_row("thm4.relu_mask", "B_1 with mask 1{Y W_1 > 0} vs jacrev (printed mask: 1{X > 0})",
                      A["mask"], n_inst=n, note="printed mask evaluated where d_ff = d_V"),
     ]
