@@ -143,7 +143,7 @@ def test_a_failing_step_reports_how_it_scales():
 def test_every_verdict_has_its_own_class():
     assert set(fd.VERDICT_CLASSES.values()) == {"ok", "corrected", "vacuous", "repaired", "bad", "notrepro", "none"}
     with pytest.raises(KeyError, match="no class"):
-        fd.Finding("x", "t", "p", "theory", "holds mostly", "").css
+        fd.Verdict("x", "t", "p", "theory", "holds mostly", "").css
 
 
 def test_the_landing_counts_misprinted_formulas_as_the_errata_page_does(quick_rows):

@@ -35,7 +35,7 @@ from .experiments import SPECS
 from .row import Row
 from .theory.errata import misprint_counts
 
-__all__ = ["RESULTS", "result_entries", "Finding", "findings", "finding_of", "summary_sentences", "VERDICT_CLASSES"]
+__all__ = ["RESULTS", "result_entries", "Verdict", "findings", "finding_of", "summary_sentences", "VERDICT_CLASSES"]
 
 # key, the result as the paper names it, the book page, kind ("theory", "experiment"). The experiments are
 # declared by their result modules (FigureSpec.finding) and placed after the paper's theory, before the
@@ -120,7 +120,10 @@ VERDICT_CLASSES = {"holds": "ok", "reproduced": "ok", "holds as corrected": "cor
 
 
 @dataclass
-class Finding:
+class Verdict:
+    """The verdict on one result of :data:`RESULTS` (what its rows say about the statement or the figure's
+    claim, declared as an ``experiments.spec.Finding`` for the experiments), with the evidence in words."""
+
     key: str
     title: str
     page: str
@@ -329,8 +332,8 @@ def model_words(name: str) -> str:
     return data if arithmetic is None else f"{data}, {'bf16' if arithmetic == 'authors' else 'float32'} runs"
 
 
-def findings(rows: list[Row]) -> list[Finding]:
-    """One :class:`Finding` per result of :data:`RESULTS`, in book order."""
+def findings(rows: list[Row]) -> list[Verdict]:
+    """One :class:`Verdict` per result of :data:`RESULTS`, in book order."""
     out = []
     for key, title, page, kind in result_entries():
         rs = [r for r in rows if r.result == key or (key == "figs7_11" and r.result in ("fig7", "fig8"))]
@@ -344,11 +347,11 @@ def findings(rows: list[Row]) -> list[Finding]:
         else:
             verdict, ev = "not run", "no row"
         errata = sorted({e for r in rs for e in r.errata})
-        out.append(Finding(key, title, page, kind, verdict, _tex_powers(ev), [r.id for r in rs], errata, numbers))
+        out.append(Verdict(key, title, page, kind, verdict, _tex_powers(ev), [r.id for r in rs], errata, numbers))
     return out
 
 
-def finding_of(key: str, rows: list[Row]) -> Finding:
+def finding_of(key: str, rows: list[Row]) -> Verdict:
     for f in findings(rows):
         if f.key == key:
             return f

@@ -33,7 +33,7 @@ import math  # noqa: E402
 from .captions import code_tex, ordinal, plural, readable, unit_tex  # noqa: E402
 from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
-from .findings import Finding, _tex_powers, finding_of, model_words, result_entries  # noqa: E402
+from .findings import Verdict, _tex_powers, finding_of, model_words, result_entries  # noqa: E402
 from .bounds.titles import INEQUALITIES  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "published_rows", "RECOMPUTE", "show_markdown", "show_seed_leads", "show_figure", "figure", "rows", "show_rows",
@@ -526,7 +526,7 @@ def sentence(text: str) -> str:
 def verdict_text(key: str, profile: str, rs: list[Row] | None = None) -> str:
     """The verdict line of a result's page: ``Verdict: <verdict>. <evidence>`` — or, for an experiment on the
     smoke profile, that the page is a pipeline check at toy scale and states no verdict."""
-    f: Finding = finding_of(key, rs if rs is not None else rows())
+    f: Verdict = finding_of(key, rs if rs is not None else rows())
     if f.kind == "experiment" and profile != "paper":
         return ("This page was built with the smoke profile: a pipeline check at toy scale (a few images, a "
                 "model trained for seconds). Its numbers say nothing about the paper, and it states no verdict; "
