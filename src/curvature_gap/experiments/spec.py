@@ -15,7 +15,18 @@ from typing import Callable
 
 from ..config import PROFILES
 
-__all__ = ["FigureSpec", "Job", "Finding", "sort_key"]
+__all__ = ["FigureSpec", "Job", "Finding", "sort_key", "BEYOND_THE_PAPER", "CHECK", "SECTIONS"]
+
+# the book's sections, in order: the paper's figures (by number), results beyond the paper, checks that need a
+# trained model; ``FigureSpec.paper`` of a result of the last two is exactly their name
+BEYOND_THE_PAPER = "beyond the paper"
+CHECK = "check"
+SECTIONS = ("paper", BEYOND_THE_PAPER, CHECK)
+
+
+# ``FigureSpec.paper`` of a result under a paper figure: "Fig. 12", "Figs. 7–11", "Figs. 5, 7-11",
+# "Fig. 6 (MNIST stand-in)"; group 1 is the figure it is placed under
+_PAPER_LABEL = re.compile(r"Figs?\. (\d+)(?:(?:, ?|[-–])\d+)*(?: \(.+\))?")
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,28 @@ class FigureSpec:
     override_key: str = ""  # a second name under which Context(settings_overrides=...) reaches its settings
     internal: bool = False  # computed for other results only (no figure of its own, not in RESULT_NAMES)
     rank: int = 1  # order among the results of one paper figure (0: first, the authors' model)
+    figure: int | None = None  # the paper's figure the book places it under (None: beyond the paper, a check)
+
+    def __post_init__(self):
+        """``figure`` is the book's order; where a declaration leaves it out, it is the first number of ``paper``,
+        whose form is checked here (an unknown form fails at import, never sorts silently)."""
+        if self.paper in (BEYOND_THE_PAPER, CHECK):
+            if self.figure is not None:
+                raise ValueError(f"{self.name}: figure={self.figure} given for a result {self.paper!r}")
+            return
+        m = _PAPER_LABEL.fullmatch(self.paper)
+        if m is None:
+            raise ValueError(f"{self.name}: paper={self.paper!r} is none of 'Fig. N', 'Figs. N, M-K' (optionally "
+                             f"with a parenthesis), {BEYOND_THE_PAPER!r}, {CHECK!r}")
+        if self.figure is None:
+            object.__setattr__(self, "figure", int(m.group(1)))
+        elif self.figure != int(m.group(1)):
+            raise ValueError(f"{self.name}: figure={self.figure} but paper={self.paper!r}")
+
+    @property
+    def section(self) -> str:
+        """The book's section of the result: one of :data:`SECTIONS`."""
+        return "paper" if self.figure is not None else self.paper
 
     @property
     def profiles(self) -> tuple:
@@ -89,13 +122,7 @@ class FigureSpec:
         return (self.rows_read or (self.name,)) if self.rows is not None else ()
 
 
-_FIG = re.compile(r"Figs?\. (\d+)")
-
-
 def sort_key(s: FigureSpec) -> tuple:
     """Book order: the paper's figures by number (the authors' model first: ``rank``), then results beyond the
-    paper, then checks."""
-    m = _FIG.match(s.paper)
-    if m:
-        return (0, int(m.group(1)), s.rank, s.name)
-    return (1 if s.paper == "beyond the paper" else 2, 0, s.rank, s.name)
+    paper, then checks (:data:`SECTIONS`)."""
+    return (SECTIONS.index(s.section), s.figure or 0, s.rank, s.name)
