@@ -1,6 +1,5 @@
-"""The math layers never import plotting (tracker issue 21, item 4); eigenvalue calls live in exact/linalg.py
-only (item 1); the package's imports form no cycle and the math layers import nothing above them (issue 35,
-item 8).
+"""The math layers never import plotting; eigenvalue calls live in exact/linalg.py only; the package's imports
+form no cycle and the math layers import nothing above them.
 
 theory/, exact/, hessian/, bounds/ and landscape/ compute; figures live in :mod:`curvature_gap.plotting` or
 with the experiment that draws them. Two checks: statically, no module of a math layer names matplotlib or
@@ -140,7 +139,7 @@ def test_probe_can_fail():
 
 
 def test_eigenvalue_calls_live_only_in_exact_linalg():
-    """exact/linalg.py is the one home of spectral norms and extreme eigenvalues (issue 21, item 1): no other
+    """exact/linalg.py is the one home of spectral norms and extreme eigenvalues: no other
     module of the package calls LAPACK's or ARPACK's eigensolvers or the spectral matrix norm itself."""
     calls = re.compile(r"\beigsh\(|\beigvalsh\(|\bsvdvals\(|matrix_norm\([^)]*ord\s*=\s*2|\.eigh\(")
     offenders = []
