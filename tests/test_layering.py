@@ -155,7 +155,7 @@ def test_eigenvalue_calls_live_only_in_exact_linalg():
 
 # ------------------------------------------------------------------------------------ the import graph
 # what the math layers may import besides each other: the package's leaves below them
-BELOW_MATH = ("config", "model", "io", "provenance", "precision", "row", "device", "codehash")
+BELOW_MATH = ("config", "params", "model", "io", "provenance", "precision", "row", "device", "codehash")
 ALL_MODULES = {}
 for _f in sorted(PKG.rglob("*.py")):
     _rel = _f.relative_to(PKG).with_suffix("")

@@ -26,6 +26,9 @@ import torch
 from torch import nn
 
 from .config import MODEL_CONFIGS, ConfigError, ModelConfig, check_choice, describe_support, unsupported_variant
+# parameter groups, flat offsets and the authors' parameter order: curvature_gap.params (re-exported here)
+from .params import (AUTHORS_MODELS, ParamGroup, authors_hessian_order, authors_indices,  # noqa: F401
+                     authors_parameter_names, count_parameters, group_of, param_groups, param_slices)
 
 
 def _matrix(fan_in: int, fan_out: int, init: str = "normal") -> nn.Parameter:
@@ -82,15 +85,25 @@ THEOREM_BLOCK = {"norm": ("post",), "n_heads": (1,), "activation": ("relu",), "q
 # theory (curvature_gap.exact.forward: no biases, γ = 1, β = 0, no ε) and by the hand-written Hessian
 # (curvature_gap.hessian._vit). For that variant Block.forward computes the same operations in the same
 # order, so the two agree bit for bit (tested).
+def scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """T = q kᵀ / √d with d = q.shape[-1]; q, k (..., n, d) -> (..., n, n)."""
+    return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+
+
+def attention_probs(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """A = softmax_rows(q kᵀ / √d) (:func:`scaled_scores`): the package's one attention softmax, used by the
+    model's forward, :func:`block_forward` and the hand-written Hessians; q, k (..., n, d) -> (..., n, n)."""
+    return torch.softmax(scaled_scores(q, k), dim=-1)
+
+
 def attention_scores(x: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
     """T = x W_Q (x W_K)ᵀ / √d_K; x (..., n, d) -> (..., n, n)."""
-    q, k = x @ W_Q, x @ W_K
-    return q @ k.transpose(-1, -2) / math.sqrt(W_Q.shape[-1])
+    return scaled_scores(x @ W_Q, x @ W_K)
 
 
 def attention_matrix(x: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
     """A = softmax_rows(T) with T = :func:`attention_scores`; x (..., n, d) -> (..., n, n)."""
-    return torch.softmax(attention_scores(x, W_Q, W_K), dim=-1)
+    return attention_probs(x @ W_Q, x @ W_K)
 
 
 def layer_norm_parts(u: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,7 +163,7 @@ def block_forward(x, W_Q, W_K, W_V, W_1, W_2, b_1=None, b_2=None, ln1=(None, Non
     ``ln1``/``ln2`` are the (γ, β) of the two LayerNorms (None: γ = 1, β = 0), ``eps`` their ε.
     """
     q, k = x @ W_Q, x @ W_K
-    A = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(W_Q.shape[-1]), dim=-1)
+    A = attention_probs(q, k)
     ax = A @ x
     u1 = x + ax @ W_V
     n1, rstd1 = layer_norm_parts(u1, eps[0])
@@ -223,11 +236,11 @@ class Block(nn.Module):
         k = _linear(x, self.key, self.key_bias)
         h = self.cfg.n_heads
         if h == 1:
-            A = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d_k), dim=-1)  # (..., n, n)
+            A = attention_probs(q, k)  # (..., n, n)
             o = _linear(A @ x, self.value, self.value_bias)
         else:  # head j: softmax(q_j k_jᵀ / √(d_K/h)) x W_V[:, columns of head j]
             q, k = _heads(q, h), _heads(k, h)  # (..., h, n, d_K/h)
-            A = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d_k // h), dim=-1)  # (..., h, n, n)
+            A = attention_probs(q, k)  # (..., h, n, n), scaled by √(d_K/h)
             o = _merge_heads((A @ x.unsqueeze(-3)) @ _heads(self.value, h))
             o = o if self.value_bias is None else o + self.value_bias
         return o if self.out is None else _linear(o, self.out, self.out_bias)
@@ -315,135 +328,6 @@ def build_model(name: str, seed: int | None = 0, fused_ln: bool = False, **overr
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return ViT(cfg, fused_ln)
-
-
-@dataclass(frozen=True)
-class ParamGroup:
-    """A named parameter group and its slice of the flat parameter vector."""
-
-    name: str
-    param_names: tuple[str, ...]
-    start: int
-    stop: int
-
-    @property
-    def size(self) -> int:
-        return self.stop - self.start
-
-    @property
-    def slice(self) -> slice:
-        return slice(self.start, self.stop)
-
-
-def group_of(param_name: str) -> str:
-    """Stable group name of a parameter: embed, pos, block{i}.{query,...,ln2}, ln_f, head.
-
-    A bias stored beside its weight (``query_bias``, ``out_bias``) belongs to the weight's group."""
-    parts = param_name.split(".")
-    if parts[0] == "blocks":
-        return f"block{parts[1]}.{parts[2].removesuffix('_bias')}"
-    return parts[0]
-
-
-def param_slices(model: nn.Module) -> dict[str, slice]:
-    """Parameter name -> its slice of ``parameters_to_vector(model.parameters())``: the one place flat
-    offsets of named parameters are computed (groups: :func:`param_groups`)."""
-    out, start = {}, 0
-    for name, p in model.named_parameters():
-        out[name] = slice(start, start + p.numel())
-        start += p.numel()
-    return out
-
-
-def param_groups(model: nn.Module) -> list[ParamGroup]:
-    """Ordered parameter groups with their slices of ``parameters_to_vector(model.parameters())``."""
-    groups: list[ParamGroup] = []
-    names: dict[str, list[str]] = {}
-    sizes: dict[str, int] = {}
-    order: list[str] = []
-    for pname, p in model.named_parameters():
-        g = group_of(pname)
-        if g not in names:
-            if order and g in order:
-                raise RuntimeError(f"parameter group {g} is not contiguous")
-            names[g], sizes[g] = [], 0
-            order.append(g)
-        names[g].append(pname)
-        sizes[g] += p.numel()
-    start = 0
-    for g in order:
-        groups.append(ParamGroup(g, tuple(names[g]), start, start + sizes[g]))
-        start += sizes[g]
-    return groups
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-# ----------------------------------------------------------------------------- the authors' checkpoints
-AUTHORS_MODELS = {"mnist": "authors_mnist", "cifar100": "authors_cifar100"}
-
-
-def authors_parameter_names(cfg: ModelConfig) -> dict[str, tuple[str, bool]]:
-    """Parameter names of the authors' ``VisionTransformer`` (their ``src/models/vit_classification.py``)
-    -> (our parameter name, transposed). Their ``nn.Linear`` weights are (out, in); ours are (in, out) for
-    the block matrices and (out, in) for the embedding and head (both ``nn.Linear`` here too)."""
-    names = {"embeddings.patch_embeddings.in_layer.weight": ("embed.weight", False),
-             "embeddings.patch_embeddings.in_layer.bias": ("embed.bias", False)}
-    for i in range(cfg.n_blocks):
-        theirs, ours = f"transformer_blocks.{i}.", f"blocks.{i}."
-        for t, o in (("to_query", "query"), ("to_key", "key"), ("to_value", "value"), ("out_layer", "out")):
-            names[f"{theirs}self_attention.{t}.weight"] = (ours + o, True)
-            names[f"{theirs}self_attention.{t}.bias"] = (ours + o + "_bias", False)
-        for t, o in (("self_attention_norm", "ln1"), ("feed_forward_norm", "ln2")):
-            names[f"{theirs}{t}.weight"] = (f"{ours}{o}.weight", False)
-            names[f"{theirs}{t}.bias"] = (f"{ours}{o}.bias", False)
-        names[f"{theirs}feed_forward.in_layer.weight"] = (ours + "ffn1.weight", True)
-        names[f"{theirs}feed_forward.out_layer.weight"] = (ours + "ffn2.weight", True)
-    names["out_layer.weight"] = ("head.weight", False)
-    names["out_layer.bias"] = ("head.bias", False)
-    return names
-
-
-def _their_flat(model: ViT, ours: str, transposed: bool) -> list[int]:
-    """Our flat indices of parameter ``ours``, flattened row-major in the authors' storage (the transpose
-    of ours where ``transposed``)."""
-    sl, p = param_slices(model)[ours], dict(model.named_parameters())[ours]
-    block = torch.arange(sl.start, sl.stop).reshape(p.shape)
-    return (block.T if transposed else block).reshape(-1).tolist()
-
-
-def authors_indices(model: ViT, names) -> list[int]:
-    """Our flat indices of the authors' parameters ``names`` (their names, e.g.
-    ``"transformer_blocks.0.self_attention.to_query.weight"``), in that order and their flattening: the
-    parameter list their notebooks hand to curvlinops. An unknown name raises a ConfigError listing theirs."""
-    table = authors_parameter_names(model.cfg)
-    unknown = [n for n in names if n not in table]
-    if unknown:
-        raise ConfigError(f"not a parameter of the authors' model: {', '.join(unknown)}; theirs are: {', '.join(table)}")
-    return [i for n in names for i in _their_flat(model, *table[n])]
-
-
-def authors_hessian_order(model: ViT) -> tuple[list[int], list[tuple[str, int]]]:
-    """The parameters the authors' Hessian figures differentiate, in their order and flattening: every
-    weight and LayerNorm γ, β, no other bias (their ``notebooks/hessian_visualization.ipynb``), in module
-    order (patch, Q, K, V, O, LN1, FF1, FF2, LN2, head), each flattened row-major in *their* storage (their
-    ``nn.Linear`` weights are the transposes of our block matrices). Returns (our flat indices in that
-    order, [(our group name, entries)] of the consecutive groups)."""
-    inv = {ours: (theirs, t) for theirs, (ours, t) in authors_parameter_names(model.cfg).items()}
-    idx, groups = [], []
-    for name, p in model.named_parameters():
-        theirs, transposed = inv[name]
-        if theirs.endswith(".bias") and "norm" not in theirs:
-            continue
-        idx += _their_flat(model, name, transposed)
-        g = group_of(name)
-        if groups and groups[-1][0] == g:
-            groups[-1] = (g, groups[-1][1] + p.numel())
-        else:
-            groups.append((g, p.numel()))
-    return idx, groups
 
 
 def from_authors_state_dict(state_dict: dict, model: str = "mnist", dtype: torch.dtype = torch.float32,

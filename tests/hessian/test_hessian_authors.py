@@ -109,12 +109,19 @@ def test_gelu_last_ffn_closed_form_equals_its_hessian_vector_columns(overrides):
 
 @pytest.mark.slow
 def test_the_theorem_variant_keeps_its_path_and_its_hessian():
-    """The theorem's block still goes through model.block_forward, keeps the closed form where it had it (ReLU with
-    FFN biases) and not where it had none, and agrees with the generic route to 1e-12 in float64."""
+    """The theorem's block (one primal path, composed from the config) computes model.block_forward's values bit for
+    bit, keeps the closed form where it had it (ReLU with FFN biases) and not where it had none, and agrees with the
+    generic route to 1e-12 in float64."""
     m = perturbed_model(0, torch.float64, **TWO_BLOCKS)
     x, y = _batch(4, seed=1)
     so = ViTSecondOrder(m, x, y)
-    assert so.theorem_block and so.blocks[0].curv is None and so.blocks[0].v is None
+    assert so.blocks[0].curv is None and so.blocks[0].v is None
+    for i, (b, blk) in enumerate(zip(so.blocks, m.blocks)):
+        bp = blk.parts(b.x)
+        for f in ("q", "k", "A", "ax", "n1", "rstd1", "y", "mask", "r", "n2", "rstd2"):
+            assert torch.equal(getattr(b, f), getattr(bp, f)), (i, f)
+        nxt = so.blocks[i + 1].x if i + 1 < len(so.blocks) else so.features
+        assert torch.equal(nxt, bp.out)
     assert _closed_form_groups(so) == ["block1.ffn1", "block1.ffn2"]
     assert rel(hessian(m, (x, y), method="vit"), hessian(m, (x, y), method="functorch")) <= 1e-12
     m2 = perturbed_model(0, torch.float64, ffn_bias=False, **TWO_BLOCKS)

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 import torch
 from torch.func import grad, hessian, jacfwd, jacrev, jvp, vmap
 
+from ..params import flat_view, flatten, offsets
 from . import linalg
 from .forward import block_loss, sa_loss
 
@@ -62,12 +63,8 @@ def fd_second_derivative(f: Callable, args: Sequence[torch.Tensor], i: int, j: i
 
 def block_slices(order, sizes) -> dict:
     """``{name: slice}`` of each weight of ``order`` (sizes ``sizes``) in the flat vector that concatenates
-    them in that order: the one place parameter offsets are computed for the theory's weights."""
-    out, start = {}, 0
-    for p, n in zip(order, sizes):
-        out[p] = slice(start, start + n)
-        start += n
-    return out
+    them in that order (:func:`curvature_gap.params.offsets`, the one home of flat offsets)."""
+    return offsets(order, sizes)
 
 
 def split_blocks(H: torch.Tensor, order, sizes) -> dict:
@@ -78,19 +75,17 @@ def split_blocks(H: torch.Tensor, order, sizes) -> dict:
 
 def flat_loss(inst, order=BLOCK_ORDER, loss: str = "block"):
     """``(f, x, sizes)``: the loss of ``inst`` as a function of the flat vector ``x`` of the weights in
-    ``order`` (``loss`` is ``"block"`` or ``"sa"``)."""
-    shapes = [getattr(inst, _ATTR[p]).shape for p in order]
-    sizes = [s.numel() for s in shapes]
+    ``order`` (``loss`` is ``"block"`` or ``"sa"``); the flattening is :func:`curvature_gap.params.flat_view`."""
+    W0 = {p: getattr(inst, _ATTR[p]) for p in _ATTR}
+    unflat = flat_view(order, [W0[p].shape for p in order])
 
     def f(v):
-        w = {p: t.reshape(s) for p, t, s in zip(order, torch.split(v, sizes), shapes)}
-        W = {p: w.get(p, getattr(inst, _ATTR[p])) for p in _ATTR}
+        W = {**W0, **unflat(v)}
         if loss == "sa":
             return sa_loss(inst.X, W["Q"], W["K"], W["V"], inst.Target)
         return block_loss(inst.X, W["Q"], W["K"], W["V"], W["1"], W["2"], inst.Target)
 
-    x = torch.cat([getattr(inst, _ATTR[p]).reshape(-1) for p in order])
-    return f, x, sizes
+    return f, flatten(W0, order), [W0[p].numel() for p in order]
 
 
 def loss_hessian_autograd(inst, order=BLOCK_ORDER) -> torch.Tensor:

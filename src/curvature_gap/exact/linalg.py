@@ -8,6 +8,8 @@
 * :func:`lanczos` — plain Lanczos with full reorthogonalisation for several operators at once, in
   torch (on the operators' device): the block spectra of large models on a GPU, where a fixed number
   of steps is spent per operator.
+* :func:`power_iteration` — batched power iteration on ``b`` operators at once (one batched product per step):
+  ``‖H_i v‖`` estimates of the per-sample Hessian norms of Theorem 7;
 * :func:`matrix_norms`, :func:`top_eigenvalues`, :func:`sym_abs_max`, :func:`gram_roots` — the same quantities
   as torch tensors, batched over leading dimensions and differentiable (one LAPACK call each: the
   adversarial searches take gradients through them, the bound rows read them as numbers);
@@ -34,7 +36,7 @@ from torch.func import jacfwd, jacrev, jvp, vjp
 __all__ = [
     "spectral_norm", "sym_spectral_norm", "lanczos_sym_norm", "gram_norm", "second_derivative_norm",
     "second_derivative_tensor", "lanczos", "DENSE_LIMIT", "LANCZOS_MIN", "matrix_norms", "top_eigenvalues",
-    "sym_abs_max", "gram_roots", "arpack_extreme",
+    "sym_abs_max", "gram_roots", "arpack_extreme", "power_iteration",
 ]
 
 DENSE_LIMIT = 2.5e7  # entries of a second-derivative tensor formed densely (≈ 200 MB in float64)
@@ -207,3 +209,19 @@ def lanczos(matvec, dims: list[int], iters: int, device, seed: int = 0):
             T += torch.diag(off, 1) + torch.diag(off, -1)
         out.append(torch.linalg.eigvalsh(T))
     return out
+
+
+def power_iteration(matvec: Callable[[torch.Tensor], torch.Tensor], v0: torch.Tensor, iters: int):
+    """Batched power iteration: ``matvec(V)`` applies ``b`` symmetric operators to the rows of V (b, P), one
+    operator per row. From the rows of ``v0``, ``iters`` steps of ``v ← H v / ‖H v‖``; returns (``‖H v‖`` with
+    ``‖v‖ = 1`` after the last step, a lower estimate of ``‖H‖₂`` for each row, (b,); the relative change of
+    that estimate in the last step, (b,), None for one step)."""
+    v, prev, lam, rel = v0, None, None, None
+    for _ in range(iters):
+        v = v / torch.sqrt((v ** 2).sum(1)).unsqueeze(1)
+        Hv = matvec(v)
+        lam = torch.sqrt((Hv ** 2).sum(1))
+        if prev is not None:
+            rel = (lam - prev).abs() / lam.clamp_min(1e-300)
+        prev, v = lam, Hv
+    return lam, rel

@@ -17,7 +17,9 @@ import torch
 
 from .. import captions
 from ..hessian._generic import curvlinops_columns
+from ..hessian.hvp import HessianOperator
 from ..hessian.loss import model_loss
+from ..params import flatten
 from torch.func import grad, jacrev, jvp
 
 from ..model import build_model, param_groups
@@ -114,7 +116,8 @@ def hvp_route_errors(name: str = "mnist", n_images: int = 2, seed: int = 0) -> d
         l = model_loss(model)
         return lambda q: l(q, x, y)
 
-    ref = jvp(grad(loss(exact)), (p,), (v,))[1]
+    op = HessianOperator(exact, (x, y))  # the package's one Hessian-vector product, on the exact model
+    ref = op.unflat(op @ flatten(v, op.names))
     q = {n: t.clone().requires_grad_() for n, t in p.items()}
     g1 = torch.autograd.grad(loss(fused)(q), list(q.values()), create_graph=True)
     dbl = dict(zip(q, torch.autograd.grad(sum((a * v[n]).sum() for a, n in zip(g1, q)), list(q.values()))))

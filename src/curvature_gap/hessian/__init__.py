@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from ..model import ViT
+from ..params import groups_of
 from . import _generic, _vit
 from ._alloc import keep_freed_memory
 from ._vit import ViTSecondOrder
@@ -101,7 +102,7 @@ def _closed_form_groups(so: ViTSecondOrder) -> list[str]:
     The closed form holds for ReLU and GELU, with or without FFN biases; a ReLU model without FFN
     biases keeps its Hessian-vector columns (the route's result for it as before GELU existed).
     """
-    if not so.n_blocks or (so.activation == "relu" and not so.has_ffn_bias):
+    if not so.n_blocks or (so.cfg.activation == "relu" and not so.cfg.ffn_bias):
         return []
     last = so.n_blocks - 1
     return [f"block{last}.ffn1", f"block{last}.ffn2"]
@@ -240,7 +241,7 @@ def hessian(model: nn.Module, data, loss="cross_entropy", blocks=None, method: s
         H = _generic.torch_func_hessian(model, images, labels, loss, dtype)
     if pairs is None:
         return H
-    groups = {g.name: g for g in _generic.groups_of(model)}
+    groups = {g.name: g for g in groups_of(model)}
     res = {(r, c): H[groups[r].slice, groups[c].slice] for r, c in pairs}
     return res[pairs[0]] if single else res
 
@@ -258,7 +259,7 @@ def hessian_block(model: nn.Module, data, row_group: str, col_group: str, loss="
 
 def group_slices(model: nn.Module) -> dict[str, slice]:
     """Group name -> slice of the flat parameter vector (rows/columns of :func:`hessian`)."""
-    return {g.name: g.slice for g in _generic.groups_of(model)}
+    return {g.name: g.slice for g in groups_of(model)}
 
 
 __all__ += ["group_slices"]

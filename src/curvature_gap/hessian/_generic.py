@@ -14,92 +14,46 @@ import copy
 import torch
 from curvlinops import HessianLinearOperator
 from torch import nn
-from torch.func import grad, jvp, vmap
 from tqdm.auto import tqdm
 
-from ..model import ParamGroup, param_groups
-from .loss import flat_view, loss_function, model_loss
+from ..params import groups_of
+from .hvp import HessianOperator
+from .loss import loss_function
 
 __all__ = ["groups_of", "loss_function", "functorch_hessian", "functorch_block", "curvlinops_hessian", "curvlinops_columns",
-           "torch_func_hessian", "flat_loss"]
+           "torch_func_hessian"]
 
 
-def groups_of(model: nn.Module) -> list[ParamGroup]:
-    """``param_groups(model)`` when its naming applies, else one group per parameter."""
-    try:
-        return param_groups(model)
-    except RuntimeError:
-        out, start = [], 0
-        for name, p in model.named_parameters():
-            out.append(ParamGroup(name, (name,), start, start + p.numel()))
-            start += p.numel()
-        return out
-
-
-def _detached(model: nn.Module, dtype, device) -> dict[str, torch.Tensor]:
-    return {n: p.detach().to(device=device, dtype=dtype) for n, p in model.named_parameters()}
-
-
-def _buffers(model: nn.Module, dtype, device) -> dict[str, torch.Tensor]:
-    return {n: (b.to(device=device, dtype=dtype) if b.is_floating_point() else b.to(device)) for n, b in model.named_buffers()}
-
-
-def flat_loss(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss="cross_entropy", dtype=None):
-    """(f, θ₀): the loss as a function of the flat parameter vector (``parameters_to_vector`` order)."""
-    dtype = dtype or next(model.parameters()).dtype
-    params = _detached(model, dtype, X.device)
-    l = model_loss(model, loss, fixed=_buffers(model, dtype, X.device))
-    names = list(params)
-    unflat = flat_view(names, [params[n].shape for n in names])
-    X = X.to(dtype)
-
-    def f(theta):
-        return l(unflat(theta), X, y)
-
-    theta0 = torch.cat([params[n].reshape(-1) for n in names])
-    return f, theta0
-
-
-def _group_columns_fn(model, groups, gi, params, bufs, loss, X, y, rows: list[int]):
-    """vmap'ed function V (c, |g|) -> H[rows, g] V (c, Σ|rows|) for group index gi."""
+def _group_columns_fn(model, groups, gi, loss, X, y, dtype, rows: list[int]):
+    """vmap'ed function V (c, |g|) -> H[rows, g] V (c, Σ|rows|) for group index gi
+    (:meth:`HessianOperator.rows_times` with the tangent on group gi)."""
     g = groups[gi]
-    own = list(g.param_names)
-    row_names = [n for r in rows for n in groups[r].param_names if n not in own]
-    diff = own + row_names
-    const = {n: v for n, v in params.items() if n not in diff}
-    l = model_loss(model, loss, fixed={**const, **bufs})
-    unflat = flat_view(own, [params[n].shape for n in own])
+    op = HessianOperator(model, (X, y), list(g.param_names), loss, dtype)
+    row_names = [n for r in rows for n in groups[r].param_names if n not in g.param_names]
+    fn = op.rows_times(row_names)
 
-    def f(tj, ta):
-        return l({**unflat(tj), **ta}, X, y)
-
-    tj0 = torch.cat([params[n].reshape(-1) for n in own])
-    ta0 = {n: params[n] for n in row_names}
-
-    def col(v):
-        _, (dj, da) = jvp(lambda tj: grad(f, argnums=(0, 1))(tj, ta0), (tj0,), (v,))
+    def cols(V):
+        dj, da = fn(V)
         out = []
         for r in rows:
             if r == gi:
                 out.append(dj)
             else:
-                out.extend(da[n].reshape(-1) for n in groups[r].param_names)
-        return torch.cat(out)
+                out.extend(da[n].flatten(1) for n in groups[r].param_names)
+        return torch.cat(out, 1)
 
-    return vmap(col)
+    return cols
 
 
 def functorch_hessian(model: nn.Module, X, y, loss="cross_entropy", dtype=None, chunk: int = 16) -> torch.Tensor:
     """Dense exact Hessian (P, P) of ``loss(model(X), y)`` by block-triangular ``vmap(jvp(grad))``."""
     dtype = dtype or next(model.parameters()).dtype
     groups = groups_of(model)
-    params, bufs = _detached(model, dtype, X.device), _buffers(model, dtype, X.device)
-    X = X.to(dtype)
     P = groups[-1].stop
     H = torch.zeros(P, P, dtype=dtype, device=X.device)
     for gi, g in enumerate(groups):
         rows = list(range(gi, len(groups)))
-        fn = _group_columns_fn(model, groups, gi, params, bufs, loss, X, y, rows)
+        fn = _group_columns_fn(model, groups, gi, loss, X, y, dtype, rows)
         eye = torch.eye(g.size, dtype=dtype, device=X.device)
         for s in range(0, g.size, chunk):
             H[g.start:, g.start + s:g.start + min(g.size, s + chunk)] = fn(eye[s:s + chunk]).T
@@ -117,8 +71,7 @@ def functorch_block(model: nn.Module, X, y, row: str, col: str, loss="cross_entr
     transpose = ri < ci  # compute H[col, row] with the tangent on row (cheaper), then transpose
     if transpose:
         ri, ci = ci, ri
-    params, bufs = _detached(model, dtype, X.device), _buffers(model, dtype, X.device)
-    fn = _group_columns_fn(model, groups, ci, params, bufs, loss, X.to(dtype), y, [ri])
+    fn = _group_columns_fn(model, groups, ci, loss, X, y, dtype, [ri])
     g = groups[ci]
     eye = torch.eye(g.size, dtype=dtype, device=X.device)
     out = torch.cat([fn(eye[s:s + chunk]) for s in range(0, g.size, chunk)]).T  # (|r|, |c|)
@@ -154,5 +107,5 @@ def curvlinops_hessian(model: nn.Module, X, y, dtype=None, chunk: int = 64) -> t
 
 def torch_func_hessian(model: nn.Module, X, y, loss="cross_entropy", dtype=None) -> torch.Tensor:
     """``torch.func.hessian`` of the flat-parameter loss, in one shot (memory-hungry)."""
-    f, theta0 = flat_loss(model, X, y, loss, dtype)
-    return torch.func.hessian(f)(theta0)
+    op = HessianOperator(model, (X, y), loss=loss, dtype=dtype)
+    return torch.func.hessian(op.flat_loss())(op.theta0)

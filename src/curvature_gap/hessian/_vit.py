@@ -1,41 +1,24 @@
 """Exact Hessian columns of the paper's ViT and of the authors' ViT by hand-written forward-over-reverse
-differentiation.
+differentiation, composed from the per-operation rules of :mod:`curvature_gap.hessian.ops`.
 
 For the empirical risk ``L(w) = (1/B) Σ_n ℓ(z_n(w), y_n)`` (cross-entropy, mean over the batch) a
 Hessian column is the directional derivative of the gradient, ``H e_j = d/dε ∇L(w + ε e_j)``.
 :class:`ViTSecondOrder` runs the forward and backward pass of :class:`curvature_gap.model.ViT` once
 (primal values ``a`` and adjoints ``δa = ∂L/∂a``) and then propagates, for ``c`` tangent directions
 at a time, the forward tangents ``ȧ = (∂a/∂w) v`` and the tangents of the adjoints ``δȧ`` (the
-"forward-over-reverse" Hessian-vector product), written out op by op for this architecture.
+"forward-over-reverse" Hessian-vector product), op by op with each op's rules from :mod:`.ops`.
 
-The block (post-norm, one head; bracketed terms exist only in the variants that have them)::
+The block (post-norm, one head), with the ops as the model's :class:`~curvature_gap.config.ModelConfig`
+names them (``qkv_bias``, ``out_proj``, ``out_proj_bias``, ``ffn_bias``, ``activation``; bracketed terms
+exist only where the config has them)::
 
-    q = x W_Q [+ b_Q],  k = x W_K [+ b_K],  A = softmax(q kᵀ / √d_K),  v = (A x) W_V [+ b_V],
-    o = v [W_O + b_O],  u1 = x + o,  y = LN1(u1),  h = y W_1 [+ b_1],  r = act(h),
+    q = x W_Q [+ b_Q],  k = x W_K [+ b_K],  A = softmax(q kᵀ / √d_K),  v = (A x) W_V [+ b_V],   (linear, attention)
+    o = v [W_O + b_O],  u1 = x + o,  y = LN1(u1),  h = y W_1 [+ b_1],  r = act(h),            (layernorm, activation)
     u2 = y + r W_2 [+ b_2],  out = LN2(u2),
 
-with act = ReLU (the theorem's block) or the exact-erf GELU (the authors' block), and the tokens
+with act = ReLU (the theorem's block) or the exact-erf GELU (the authors' block), the tokens
 ``x0 = X_p Eᵀ + e + pos`` (``pos`` a learned parameter, the fixed sinusoidal table — a buffer, no
-tangent — or absent). The rules, per op:
-
-* linear ``C = X W``: ``Ċ = Ẋ W + X Ẇ``; ``δX = δC Wᵀ`` so ``δẊ = δĊ Wᵀ + δC Ẇᵀ``;
-  ``∇_W = Xᵀ δC`` so the Hessian rows of ``W`` are ``Ẋᵀ δC + Xᵀ δĊ``;
-* bias ``C = X W + b`` (b (o,) broadcast over tokens): ``Ċ`` gains ``ḃ``; ``∇_b = Σ_tokens δC`` so the
-  Hessian rows of ``b`` are ``Σ_tokens δĊ`` (b has no second derivative and does not enter ``δX``);
-* output projection ``o = v W_O + b_O`` after ``v = (A x) W_V + b_V``: two linears in a row, so
-  ``ȯ = v̇ W_O + v Ẇ_O + ḃ_O``; ``δv = δo W_Oᵀ``, ``δv̇ = δȯ W_Oᵀ + δo Ẇ_Oᵀ``; rows of ``W_O``:
-  ``v̇ᵀ δo + vᵀ δȯ``, of ``b_O``: ``Σ δȯ``; rows of ``W_V``: ``(ȧx)ᵀ δv + (ax)ᵀ δv̇``, of ``b_V``: ``Σ δv̇``
-  (without W_O, ``δv = δo = δu1``);
-* softmax ``A = softmax(T)`` (rows): ``Ȧ = A ∘ (Ṫ − rowsum(A ∘ Ṫ))``; ``δT = A ∘ (δA − ρ)`` with
-  ``ρ = rowsum(A ∘ δA)``, so ``δṪ = A ∘ (δȦ − rowsum(A ∘ δȦ)) + Ȧ ∘ (δA − ρ) − A ∘ rowsum(Ȧ ∘ δA)``;
-* LayerNorm ``n̂ = (u − μ) r``, ``r = (σ² + ε)^{-1/2}``: ``n̂̇ = r (u̇ − mean(u̇) − n̂ mean(n̂ u̇))``;
-  ``δu = r w``, ``w = δn̂ − mean(δn̂) − n̂ s``, ``s = mean(n̂ δn̂)``, so
-  ``δu̇ = −r mean(n̂ u̇) δu + r (δn̂̇ − mean(δn̂̇) − n̂̇ s − n̂ mean(n̂̇ δn̂ + n̂ δn̂̇))``;
-* elementwise activation ``r = act(h)``, ``a1 = act'(h)``, ``a2 = act''(h)``: ``ṙ = a1 ∘ ḣ``;
-  ``δh = a1 ∘ δr`` (``δr = δu2 W_2ᵀ``), so ``δḣ = a1 ∘ δṙ + a2 ∘ ḣ ∘ δr``. ReLU: ``a1 = 1[h > 0]``,
-  ``a2 = 0`` almost everywhere (the last term is dropped). GELU ``h Φ(h)`` (Φ, φ the standard normal
-  CDF and density): ``a1 = Φ(h) + h φ(h)``, ``a2 = 2 φ(h) − h² φ(h) = φ(h) (2 − h²)``;
-* cross-entropy on logits ``z``: ``δz = (p − onehot(y))/B`` and ``δż = (p ∘ (ż − ⟨p, ż⟩))/B``.
+tangent — or absent) and the head ``z = mean_tokens(out) W_hᵀ + b_h`` into the cross-entropy.
 
 Savings over generic Hessian-vector products, all exact:
 
@@ -45,8 +28,7 @@ Savings over generic Hessian-vector products, all exact:
 * **batched tangents:** ``c`` directions travel together in the layout (B, n, c, d), so every
   weight product is one GEMM ((B·n·c, d_in) @ (d_in, d_out)) and every Hessian-row contraction
   over tokens is one GEMM with inner dimension B·n; attention tangents use (B, c, n, n);
-* **token-sized row sums:** the softmax adjoint tangent needs ``rowsum(A ∘ δȦ + Ȧ ∘ δA)``, which
-  equals ``⟨δȧx, ax⟩ + ⟨δax, ȧx⟩`` per (token, direction) because ``δA = δax xᵀ``;
+* **token-sized row sums:** the softmax adjoint tangent's row sums are token-sized (:mod:`.ops.attention`);
 * **closed-form last FFN:** :meth:`ViTSecondOrder.last_ffn_hessian` gives the (W1, b1, W2, b2)
   block of the last block from per-token quantities (see its docstring; with GELU it has one more,
   diagonal, term).
@@ -57,13 +39,16 @@ embedding and head); rows are flattened row-major per parameter, in ``param_grou
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from ..config import describe_support, unsupported_variant
-from ..model import THEOREM_BLOCK, ViT, block_forward, layer_norm_parts, param_groups, patchify
+from ..model import ViT, _linear, patchify
+from ..params import param_groups
+from .ops import activation, attention, cross_entropy, layernorm, linear
+from .ops.linear import add
 
 __all__ = ["ViTSecondOrder", "BLOCK_PARTS", "SUPPORTS"]
 
@@ -76,21 +61,6 @@ BLOCK_PARTS = ("query", "key", "value", "out", "ln1", "ffn1", "ffn2", "ln2")
 SUPPORTS = {"norm": ("post",), "n_heads": (1,), "activation": ("relu", "gelu"), "qkv_bias": (False, True),
             "out_proj": (False, True), "patch_bias": (True,), "pos_encoding": ("learned", "sinusoidal", "none"),
             "head_bias": (True,)}
-_SQRT_2PI = math.sqrt(2 * math.pi)
-
-
-def _act_parts(h: torch.Tensor, activation: str):
-    """(act(h), act'(h), act''(h) or None) for ``"relu"`` (None: zero a.e.) or the exact-erf ``"gelu"``.
-
-    GELU(h) = h Φ(h): GELU' = Φ + h φ, GELU'' = 2φ − h² φ = φ (2 − h²), Φ, φ the standard normal CDF
-    and density. The value is ``nn.functional.gelu`` (what the model computes), the derivatives
-    are evaluated from the formulas in the same dtype.
-    """
-    if activation == "relu":
-        return torch.relu(h), (h > 0).to(h.dtype), None
-    phi = torch.exp(-0.5 * h * h) / _SQRT_2PI
-    Phi = 0.5 * (1 + torch.erf(h / math.sqrt(2.0)))
-    return torch.nn.functional.gelu(h), Phi + h * phi, phi * (2 - h * h)
 
 
 def unsupported(model) -> list[str]:
@@ -111,79 +81,6 @@ def unsupported_message(model) -> str:
     name = f" ({model.cfg.name})" if isinstance(model, ViT) else ""
     return (f"method='vit' supports {describe_support(SUPPORTS)}, hand-written LayerNorm; "
             f"this model{name} has {', '.join(reasons)}. Fix: {fix}")
-
-
-def _add(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a + b
-
-
-def _lin(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Tangent-batched activation times a shared matrix: (..., c, i) @ (i, o) -> (..., c, o), one GEMM."""
-    return (x.reshape(-1, x.shape[-1]) @ w).view(*x.shape[:-1], w.shape[-1])
-
-
-def _tok2att(t: torch.Tensor, B: int) -> torch.Tensor:
-    """Token layout (B, n, c, k) -> attention layout (B, c, n, k), contiguous."""
-    return t.expand(B, *t.shape[1:]).permute(0, 2, 1, 3).contiguous()
-
-
-def _att2tok(t: torch.Tensor) -> torch.Tensor:
-    """Attention layout (B, c, n, k) -> token layout (B, n, c, k), contiguous."""
-    return t.permute(0, 2, 1, 3).contiguous()
-
-
-def _act_times_tangent(x: torch.Tensor, dw: torch.Tensor) -> torch.Tensor:
-    """Shared activation times tangent matrices: x (B, n, i), dw (c, i, o) -> (B, n, c, o)."""
-    c, i, o = dw.shape
-    return (x @ dw.permute(1, 0, 2).reshape(i, c * o)).view(*x.shape[:-1], c, o)
-
-
-def _tok_contract(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Σ over (B, n) of aᵀ b for a (B, n, c, i) tangent and b (B, n, o) primal -> (c, i, o).
-
-    Computed as (bᵀ a)ᵀ: (o, B·n) @ (B·n, c·i) is about twice as fast as the transposed-left form.
-    """
-    c, i = a.shape[-2:]
-    o = b.shape[-1]
-    return (b.reshape(-1, o).T @ a.reshape(-1, c * i)).view(o, c, i).permute(1, 2, 0)
-
-
-def _tok_contract_rev(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Σ over (B, n) of aᵀ b for a (B, n, i) primal and b (B, n, c, o) tangent -> (c, i, o)."""
-    c, o = b.shape[-2:]
-    i = a.shape[-1]
-    return (a.reshape(-1, i).T @ b.reshape(-1, c * o)).view(i, c, o).transpose(0, 1)
-
-
-def _ln_tangent(n_hat, rstd, du):
-    """Forward tangent of n̂ = LN(u) without affine: r (u̇ − mean u̇ − n̂ mean(n̂ u̇)); returns (n̂̇, mean(n̂ u̇))."""
-    m_nu = (n_hat * du).mean(-1, keepdim=True)
-    return rstd * (du - du.mean(-1, keepdim=True) - n_hat * m_nu), m_nu
-
-
-def _ln_adjoint_tangent(n_hat, rstd, m_nu, dn_hat, d_n, d_u, s, dd_n):
-    """Tangent of the LayerNorm adjoint δu = r (δn̂ − mean δn̂ − n̂ s) (see module docstring).
-
-    n_hat, rstd, d_n (= δn̂), d_u (= δu), s (= mean(n̂ δn̂)) are primal (broadcast over c);
-    m_nu = mean(n̂ u̇) and dn_hat = n̂̇ are forward tangents (or None), dd_n = δn̂̇ (or None).
-    """
-    out = None
-    if dn_hat is not None:
-        ds = (dn_hat * d_n).mean(-1, keepdim=True)
-        out = -(rstd * m_nu) * d_u - rstd * (dn_hat * s)
-        inner = ds
-    else:
-        inner = None
-    if dd_n is not None:
-        inner = _add(inner, (n_hat * dd_n).mean(-1, keepdim=True))
-        out = _add(out, rstd * (dd_n - dd_n.mean(-1, keepdim=True)))
-    if inner is not None:
-        out = out - rstd * n_hat * inner
-    return out
 
 
 @dataclass
@@ -217,21 +114,25 @@ class _Block:
     d_u1: torch.Tensor | None = None  # = δo
     d_v: torch.Tensor | None = None  # = δo W_Oᵀ (δo itself without W_O)
     d_ax: torch.Tensor | None = None
-    d_A: torch.Tensor | None = None
-    rho: torch.Tensor | None = None  # rowsum(A ∘ δA)
-    d_Ts: torch.Tensor | None = None  # scaled score adjoint (δ w.r.t. q kᵀ)
-    d_q: torch.Tensor | None = None
-    d_k: torch.Tensor | None = None
+    att: attention.Adjoint | None = None  # δA, ρ, δT, δq, δk, Aᵀ δax
 
     def slice(self, sl: slice) -> "_Block":
-        return _Block(**{f: (None if v is None else v[sl]) for f, v in self.__dict__.items()})
+        def cut(v):
+            if v is None:
+                return None
+            if isinstance(v, attention.Adjoint):
+                return attention.Adjoint(**{f: t[sl] for f, t in v.__dict__.items()})
+            return v[sl]
+
+        return _Block(**{f: cut(v) for f, v in self.__dict__.items()})
 
 
 class ViTSecondOrder:
     """Primal pass, adjoint pass and batched Hessian columns of a :class:`ViT` with cross-entropy.
 
     ``images`` (B, C, H, W), ``labels`` (B,). The loss is the batch mean. All computation runs in
-    ``dtype`` (default: the model's) on the images' device; the model itself is not modified.
+    ``dtype`` (default: the model's) on the images' device; the model itself is not modified. The ops and
+    their order come from ``model.cfg`` (:class:`~curvature_gap.config.ModelConfig`).
     """
 
     def __init__(self, model: ViT, images: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype | None = None):
@@ -247,15 +148,9 @@ class ViTSecondOrder:
         self.groups = param_groups(model)
         self.group_index = {g.name: i for i, g in enumerate(self.groups)}
         self.eps = [(b.ln1.eps, b.ln2.eps) for b in model.blocks]
-        self.n_blocks = len(model.blocks)
-        self.has_ffn_bias = "blocks.0.ffn1.bias" in self.p if self.n_blocks else False
-        self.has_out = "blocks.0.out" in self.p if self.n_blocks else False
-        self.activation = self.cfg.activation
-        # the theorem's block is computed by model.block_forward, as before the other variants existed
-        self.theorem_block = not unsupported_variant(self.cfg, THEOREM_BLOCK)
+        self.n_blocks = self.cfg.n_blocks
         pos = self.p.get("pos", model.pos)  # learned (a parameter), sinusoidal (a buffer) or None
         self.pos = None if pos is None else pos.detach().to(device=dev, dtype=dtype)
-        self.scale = 1.0 / math.sqrt(self.cfg.d_k)
         with torch.no_grad():
             self._primal(images.to(dtype), labels)
             self._adjoint()
@@ -272,74 +167,49 @@ class ViTSecondOrder:
             x = x + self.pos
         self.blocks: list[_Block] = []
         for i in range(self.n_blocks):
-            w = lambda name: self._w(i, name)  # noqa: E731
-            if not self.theorem_block:
-                blk, x = self._block_primal(i, x)
-                self.blocks.append(blk)
-                continue
-            bp = block_forward(x, w("query"), w("key"), w("value"), w("ffn1.weight"), w("ffn2.weight"),
-                               w("ffn1.bias"), w("ffn2.bias"), (w("ln1.weight"), w("ln1.bias")),
-                               (w("ln2.weight"), w("ln2.bias")), self.eps[i])
-            self.blocks.append(_Block(x, bp.q, bp.k, bp.A, bp.ax, bp.n1, bp.rstd1, bp.y, bp.mask, bp.r, bp.n2,
-                                      bp.rstd2))
-            x = bp.out
+            blk, x = self._block_primal(i, x)
+            self.blocks.append(blk)
         self.features = x
         self.m = x.mean(1)  # (B, d)
         z = self.m @ p["head.weight"].T + p["head.bias"]
-        self.probs = torch.softmax(z, -1)
-        self.loss = torch.nn.functional.cross_entropy(z, labels)
         self.B = images.shape[0]
-        self.d_z = (self.probs - torch.nn.functional.one_hot(labels, z.shape[-1]).to(z.dtype)) / self.B
+        self.probs, self.loss, self.d_z = cross_entropy.primal(z, labels)
 
     def _block_primal(self, i: int, x: torch.Tensor) -> tuple[_Block, torch.Tensor]:
-        """One block of a variant beyond the theorem's (Q/K/V biases, W_O, GELU), as ``model.Block``
-        computes it; returns its primal values and the block output."""
+        """One block of the config's variant, the arithmetic of ``model.Block``; returns its primal values and
+        the block output."""
         w = lambda name: self._w(i, name)  # noqa: E731
-
-        def lin(t, W, b):
-            return t @ W if b is None else t @ W + b
-
-        q, k = lin(x, w("query"), w("query_bias")), lin(x, w("key"), w("key_bias"))
-        A = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.cfg.d_k), dim=-1)
+        q, k = _linear(x, w("query"), w("query_bias")), _linear(x, w("key"), w("key_bias"))
+        A = attention.primal(q, k)
         ax = A @ x
-        v = lin(ax, w("value"), w("value_bias"))
-        o = v if not self.has_out else lin(v, w("out"), w("out_bias"))
-        n1, rstd1 = layer_norm_parts(x + o, self.eps[i][0])
-        y = n1 * w("ln1.weight") + w("ln1.bias")
-        h = lin(y, w("ffn1.weight"), w("ffn1.bias"))
-        r, a1, a2 = _act_parts(h, self.activation)
-        n2, rstd2 = layer_norm_parts(y + lin(r, w("ffn2.weight"), w("ffn2.bias")), self.eps[i][1])
-        blk = _Block(x, q, k, A, ax, n1, rstd1, y, a1, r, n2, rstd2, v=v if self.has_out else None, curv=a2)
-        return blk, n2 * w("ln2.weight") + w("ln2.bias")
+        v = _linear(ax, w("value"), w("value_bias"))
+        o = _linear(v, w("out"), w("out_bias")) if self.cfg.out_proj else v
+        n1, rstd1, y = layernorm.primal(x + o, self.eps[i][0], w("ln1.weight"), w("ln1.bias"))
+        h = _linear(y, w("ffn1.weight"), w("ffn1.bias"))
+        r, a1, a2 = activation.parts(h, self.cfg.activation)
+        n2, rstd2, out = layernorm.primal(y + _linear(r, w("ffn2.weight"), w("ffn2.bias")), self.eps[i][1],
+                                          w("ln2.weight"), w("ln2.bias"))
+        return _Block(x, q, k, A, ax, n1, rstd1, y, a1, r, n2, rstd2, v=v if self.cfg.out_proj else None,
+                      curv=a2), out
 
     def _adjoint(self):
-        p = self.p
-        d_m = self.d_z @ p["head.weight"]  # (B, d)
+        d_m = self.d_z @ self.p["head.weight"]  # (B, d); the head is nn.Linear: z = m W_hᵀ + b_h
         d_x = (d_m / self.cfg.n_tokens).unsqueeze(1).expand_as(self.features)
         for i in reversed(range(self.n_blocks)):
-            b = self.blocks[i]
+            b, w = self.blocks[i], (lambda name, i=i: self._w(i, name))
             b.d_out = d_x
-            b.d_n2 = d_x * self._w(i, "ln2.weight")
-            b.s2 = (b.n2 * b.d_n2).mean(-1, keepdim=True)
-            b.d_u2 = b.rstd2 * (b.d_n2 - b.d_n2.mean(-1, keepdim=True) - b.n2 * b.s2)
-            if b.curv is None:
-                b.d_h = (b.d_u2 @ self._w(i, "ffn2.weight").T) * b.mask
-            else:
-                b.d_r = b.d_u2 @ self._w(i, "ffn2.weight").T
-                b.d_h = b.d_r * b.mask
-            b.d_y = b.d_u2 + b.d_h @ self._w(i, "ffn1.weight").T
-            b.d_n1 = b.d_y * self._w(i, "ln1.weight")
-            b.s1 = (b.n1 * b.d_n1).mean(-1, keepdim=True)
-            b.d_u1 = b.rstd1 * (b.d_n1 - b.d_n1.mean(-1, keepdim=True) - b.n1 * b.s1)
-            b.d_v = b.d_u1 if not self.has_out else b.d_u1 @ self._w(i, "out").T
-            b.d_ax = b.d_v @ self._w(i, "value").T
-            b.d_A = b.d_ax @ b.x.transpose(-1, -2)
-            b.rho = (b.A * b.d_A).sum(-1, keepdim=True)
-            b.d_Ts = b.A * (b.d_A - b.rho) * self.scale
-            b.d_q = b.d_Ts @ b.k
-            b.d_k = b.d_Ts.transpose(-1, -2) @ b.q
-            d_x = (b.d_u1 + b.A.transpose(-1, -2) @ b.d_ax + b.d_q @ self._w(i, "query").T
-                   + b.d_k @ self._w(i, "key").T)
+            b.d_n2 = layernorm.affine_vjp(d_x, w("ln2.weight"))
+            b.d_u2, b.s2 = layernorm.vjp(b.n2, b.rstd2, b.d_n2)
+            d_r = linear.vjp(b.d_u2, w("ffn2.weight"))
+            b.d_h = activation.vjp(b.mask, d_r)
+            b.d_r = None if b.curv is None else d_r
+            b.d_y = b.d_u2 + linear.vjp(b.d_h, w("ffn1.weight"))
+            b.d_n1 = layernorm.affine_vjp(b.d_y, w("ln1.weight"))
+            b.d_u1, b.s1 = layernorm.vjp(b.n1, b.rstd1, b.d_n1)
+            b.d_v = linear.vjp(b.d_u1, w("out")) if self.cfg.out_proj else b.d_u1
+            b.d_ax = linear.vjp(b.d_v, w("value"))
+            b.att = attention.vjp(b.A, b.x, b.q, b.k, b.d_ax)
+            d_x = b.d_u1 + b.att.d_x + linear.vjp(b.att.d_q, w("query")) + linear.vjp(b.att.d_k, w("key"))
         self.d_x0 = d_x
 
     # ------------------------------------------------------------------ last FFN in closed form
@@ -369,7 +239,7 @@ class ViTSecondOrder:
         ntok = self.cfg.n_tokens
         T = b.y.shape[0] * b.y.shape[1]
         flat = lambda t: t.reshape(T, t.shape[-1])  # noqa: E731
-        if self.has_ffn_bias:
+        if self.cfg.ffn_bias:
             y1 = torch.cat([flat(b.y), torch.ones(T, 1, dtype=dt, device=self.device)], 1)  # (T, d+1)
             r1 = torch.cat([flat(b.r), torch.ones(T, 1, dtype=dt, device=self.device)], 1)  # (T, dff+1)
         else:
@@ -381,8 +251,8 @@ class ViTSecondOrder:
         # LayerNorm Jacobian and curvature per token from the tangent formulas, with u̇ = e_a
         n2, rstd2 = flat(b.n2).unsqueeze(1), flat(b.rstd2).unsqueeze(1)  # (T, 1, d), (T, 1, 1)
         eye = torch.eye(d, dtype=dt, device=self.device).expand(T, d, d)
-        Jln, m_nu = _ln_tangent(n2, rstd2, eye)  # Jln[t, a, k] = ∂n̂_k/∂u_a
-        K = _ln_adjoint_tangent(n2, rstd2, m_nu, Jln, flat(b.d_n2).unsqueeze(1), flat(b.d_u2).unsqueeze(1),
+        Jln, m_nu = layernorm.jvp(n2, rstd2, eye)  # Jln[t, a, k] = ∂n̂_k/∂u_a
+        K = layernorm.vjp_tangent(n2, rstd2, m_nu, Jln, flat(b.d_n2).unsqueeze(1), flat(b.d_u2).unsqueeze(1),
                                 flat(b.s2).unsqueeze(1), None)  # K[t, a, k] = ∂(δu)_k/∂u_a, symmetric
         p1, p2 = e1 * dff, e2 * d
         # Σ_t (a_t ⊗ b_t) ⊗ C_t as one GEMM over tokens: (a ⊗ b)ᵀ (T, |a||b|) @ vec C (T, |C|)
@@ -464,129 +334,58 @@ class ViTSecondOrder:
             total = part if total is None else {k: total[k] + part[k] for k in total}
         return total
 
+
     def _columns(self, tan: dict[str, torch.Tensor], rows: list[str], sl: slice) -> dict[str, torch.Tensor]:
-        p = self.p
+        """H V restricted to the rows of groups ``rows`` for the samples ``sl``: forward tangents to the loss,
+        then adjoint tangents back to the earliest requested group (each op's rules from :mod:`.ops`)."""
         c = next(iter(tan.values())).shape[0]
         ntok = self.cfg.n_tokens
-        want = set(rows)
-        res: dict[str, torch.Tensor] = {}
-
-        def put(group, parts):
-            if group in want:
-                res[group] = torch.cat([t.reshape(c, -1) for t in parts], 1)
-
-        def T(name):
-            return tan.get(name)
-
-        def bias_tangent(db, like):
-            """A bias tangent (c, o) in the token layout (B, n, c, o) of ``like`` (B, n, ·)."""
-            return db[None, None].expand(*like.shape[:2], c, -1)
-
+        p = self.p
         # ---------------- forward tangents
         xp = self.xp[sl]
         dx = None
-        if T("embed.weight") is not None:
-            dx = _act_times_tangent(xp, T("embed.weight").transpose(1, 2))
-        if T("embed.bias") is not None:
-            dx = _add(dx, T("embed.bias")[None, None])
-        if T("pos") is not None:
-            dx = _add(dx, T("pos").transpose(0, 1)[None])
+        if "embed.weight" in tan:  # the embedding is nn.Linear: x0 = X_p Eᵀ + e
+            dx = linear.act_times_tangent(xp, tan["embed.weight"].transpose(1, 2))
+        if "embed.bias" in tan:
+            dx = add(dx, tan["embed.bias"][None, None])
+        if "pos" in tan:
+            dx = add(dx, tan["pos"].transpose(0, 1)[None])
         if dx is not None:
             dx = dx.expand(xp.shape[0], ntok, c, self.cfg.d_model).contiguous()
         blocks = [b.slice(sl) for b in self.blocks]
         fwd = []
         for i, b in enumerate(blocks):
             pre = f"blocks.{i}."
-            Wq, Wk, Wv = self._w(i, "query"), self._w(i, "key"), self._w(i, "value")
-            t = {"dx": dx}
             if dx is None and not any(k.startswith(pre) for k in tan):
-                fwd.append(None)
+                fwd.append({})
                 continue
-            dq = _add(None if dx is None else _lin(dx, Wq), None if T(pre + "query") is None else _act_times_tangent(b.x, T(pre + "query")))
-            dk = _add(None if dx is None else _lin(dx, Wk), None if T(pre + "key") is None else _act_times_tangent(b.x, T(pre + "key")))
-            if T(pre + "query_bias") is not None:
-                dq = _add(dq, bias_tangent(T(pre + "query_bias"), b.x))
-            if T(pre + "key_bias") is not None:
-                dk = _add(dk, bias_tangent(T(pre + "key_bias"), b.x))
-            # attention tangents in the layout (B, c, n, n): Ṫ = (q̇ kᵀ + q k̇ᵀ)/√d_K, Ȧ = softmax'(Ṫ)
-            Bs, n, d = b.x.shape
-            A4 = b.A.unsqueeze(1)  # (B, 1, n, n)
-            dA = dx_a = None
-            if dq is not None or dk is not None:
-                dT = None
-                if dq is not None:
-                    dT = (_tok2att(dq, Bs).view(Bs, c * n, -1) @ b.k.transpose(-1, -2)).view(Bs, c, n, n)
-                if dk is not None:  # q k̇ᵀ as B·c small products (a transposed add would be ~3x slower)
-                    dk_a = _tok2att(dk, Bs)
-                    q_rep = b.q.unsqueeze(1).expand(Bs, c, n, b.q.shape[-1]).reshape(Bs * c, n, -1)
-                    qdk = torch.bmm(q_rep, dk_a.view(Bs * c, n, -1).transpose(1, 2)).view(Bs, c, n, n)
-                    dT = qdk if dT is None else dT.add_(qdk)
-                dT.mul_(self.scale)
-                dA = dT.sub_((A4 * dT).sum(-1, keepdim=True)).mul_(A4)
-            dax = None
-            if dA is not None:  # Ȧ x, back to token layout
-                dax = _att2tok((dA.view(Bs, c * n, n) @ b.x).view(Bs, c, n, d))
-            if dx is not None:  # A ẋ
-                dx_a = _tok2att(dx, Bs)
-                dax = _add(dax, (b.A @ dx.expand(Bs, n, c, d).reshape(Bs, n, c * d)).view(Bs, n, c, d))
-            dv = _add(None if dax is None else _lin(dax, Wv), None if T(pre + "value") is None else _act_times_tangent(b.ax, T(pre + "value")))
-            if T(pre + "value_bias") is not None:
-                dv = _add(dv, bias_tangent(T(pre + "value_bias"), b.x))
-            do = dv
-            if self.has_out:  # ȯ = v̇ W_O + v Ẇ_O + ḃ_O
-                do = _add(None if dv is None else _lin(dv, self._w(i, "out")),
-                          None if T(pre + "out") is None else _act_times_tangent(b.v, T(pre + "out")))
-                if T(pre + "out_bias") is not None:
-                    do = _add(do, bias_tangent(T(pre + "out_bias"), b.x))
-            du1 = _add(dx, do)
-            n1, rstd1 = b.n1.unsqueeze(2), b.rstd1.unsqueeze(2)
-            dn1, m_nu1 = (None, None) if du1 is None else _ln_tangent(n1, rstd1, du1)
-            dy = None if dn1 is None else dn1 * self._w(i, "ln1.weight")
-            if T(pre + "ln1.weight") is not None:
-                dy = _add(dy, n1 * T(pre + "ln1.weight")[None, None])
-            if T(pre + "ln1.bias") is not None:
-                dy = _add(dy, T(pre + "ln1.bias")[None, None].expand(*b.y.shape[:2], c, -1))
-            dh = _add(None if dy is None else _lin(dy, self._w(i, "ffn1.weight")),
-                      None if T(pre + "ffn1.weight") is None else _act_times_tangent(b.y, T(pre + "ffn1.weight")))
-            if T(pre + "ffn1.bias") is not None:
-                dh = _add(dh, T(pre + "ffn1.bias")[None, None].expand(*b.y.shape[:2], c, -1))
-            mask = b.mask.unsqueeze(2)
-            dr = None if dh is None else dh * mask
-            df = _add(None if dr is None else _lin(dr, self._w(i, "ffn2.weight")),
-                      None if T(pre + "ffn2.weight") is None else _act_times_tangent(b.r, T(pre + "ffn2.weight")))
-            if T(pre + "ffn2.bias") is not None:
-                df = _add(df, T(pre + "ffn2.bias")[None, None].expand(*b.y.shape[:2], c, -1))
-            du2 = _add(dy, df)
-            n2, rstd2 = b.n2.unsqueeze(2), b.rstd2.unsqueeze(2)
-            dn2, m_nu2 = (None, None) if du2 is None else _ln_tangent(n2, rstd2, du2)
-            dout = None if dn2 is None else dn2 * self._w(i, "ln2.weight")
-            if T(pre + "ln2.weight") is not None:
-                dout = _add(dout, n2 * T(pre + "ln2.weight")[None, None])
-            if T(pre + "ln2.bias") is not None:
-                dout = _add(dout, T(pre + "ln2.bias")[None, None].expand(*b.y.shape[:2], c, -1))
-            t.update(dq=dq, dk=dk, dA=dA, dx_a=dx_a, dax=dax, dv=dv, dn1=dn1, m_nu1=m_nu1, dy=dy, dh=dh, dr=dr, dn2=dn2,
-                     m_nu2=m_nu2)
+            t = self._block_jvp(i, b, dx, tan, c)
             fwd.append(t)
-            dx = dout
+            dx = t["dout"]
         m = self.m[sl]
         dm = None if dx is None else dx.mean(1)  # (B, c, d)
         Wh = p["head.weight"]
         dz = None if dm is None else dm @ Wh.T
-        if T("head.weight") is not None:
-            dz = _add(dz, torch.einsum("bd,ckd->bck", m, T("head.weight")))
-        if T("head.bias") is not None:
-            dz = _add(dz, T("head.bias")[None].expand(m.shape[0], c, -1))
+        if "head.weight" in tan:
+            dz = add(dz, torch.einsum("bd,ckd->bck", m, tan["head.weight"]))
+        if "head.bias" in tan:
+            dz = add(dz, tan["head.bias"][None].expand(m.shape[0], c, -1))
 
-        # ---------------- backward tangents (adjoint tangents), stopping when all rows are done
-        order = [g.name for g in self.groups]
-        earliest = min(order.index(r) for r in rows)
-        probs, d_z = self.probs[sl], self.d_z[sl]
-        ddz = None
-        if dz is not None:
-            pz = probs.unsqueeze(1)
-            ddz = pz * (dz - (pz * dz).sum(-1, keepdim=True)) / self.B
+        # ---------------- adjoint tangents, stopping when all rows are done
+        res: dict[str, torch.Tensor] = {}
+        want = set(rows)
+        earliest = min(self.group_index[r] for r in rows)
+
+        def put(group, parts):
+            """Store the rows of ``group`` if asked; True when no earlier group is asked for (stop)."""
+            if group in want:
+                res[group] = torch.cat([t.reshape(c, -1) for t in parts], 1)
+            return earliest >= self.group_index[group]
+
+        d_z = self.d_z[sl]
+        ddz = cross_entropy.vjp_tangent(self.probs[sl], dz, self.B)
         if "head" in want:
-            gw = torch.zeros_like(T("head.weight")) if T("head.weight") is not None else torch.zeros(c, *Wh.shape, dtype=self.dtype, device=self.device)
+            gw = torch.zeros(c, *Wh.shape, dtype=self.dtype, device=self.device)
             gb = torch.zeros(c, Wh.shape[0], dtype=self.dtype, device=self.device)
             if ddz is not None:
                 gw = gw + torch.einsum("bck,bd->ckd", ddz, m)
@@ -597,192 +396,96 @@ class ViTSecondOrder:
         if earliest >= self.group_index["head"]:
             return res
         ddm = None if ddz is None else ddz @ Wh
-        if T("head.weight") is not None:
-            ddm = _add(ddm, torch.einsum("bk,ckd->bcd", d_z, T("head.weight")))
+        if "head.weight" in tan:
+            ddm = add(ddm, torch.einsum("bk,ckd->bcd", d_z, tan["head.weight"]))
         ddx = None if ddm is None else (ddm / ntok).unsqueeze(1).expand(m.shape[0], ntok, c, -1)
-        zeros = lambda name: torch.zeros(c, *p[name].shape, dtype=self.dtype, device=self.device)  # noqa: E731
         for i in reversed(range(self.n_blocks)):
-            b, t = blocks[i], fwd[i]
-            pre = f"blocks.{i}."
-            gname = f"block{i}."
-            t = t or {}
-            n2, rstd2 = b.n2.unsqueeze(2), b.rstd2.unsqueeze(2)
-            d_out = b.d_out.unsqueeze(2)
-            dn2 = t.get("dn2")
-            # LN2 affine
-            if gname + "ln2" in want:
-                gw, gb = zeros(pre + "ln2.weight"), zeros(pre + "ln2.bias")
-                if ddx is not None:
-                    gw = gw + (ddx * n2).sum((0, 1))
-                    gb = gb + ddx.sum((0, 1))
-                if dn2 is not None:
-                    gw = gw + (d_out * dn2).sum((0, 1))
-                put(gname + "ln2", [gw, gb])
-            if earliest >= self.group_index[gname + "ln2"]:
+            ddx, stop = self._block_vjp_tangent(i, blocks[i], fwd[i], ddx, tan, c, put)
+            if stop:
                 return res
-            ddn2 = None if ddx is None else ddx * self._w(i, "ln2.weight")
-            if T(pre + "ln2.weight") is not None:
-                ddn2 = _add(ddn2, d_out * T(pre + "ln2.weight")[None, None])
-            ddu2 = _ln_adjoint_tangent(n2, rstd2, t.get("m_nu2"), dn2, b.d_n2.unsqueeze(2), b.d_u2.unsqueeze(2), b.s2.unsqueeze(2), ddn2)
-            dr, dy = t.get("dr"), t.get("dy")
-            W1, W2 = self._w(i, "ffn1.weight"), self._w(i, "ffn2.weight")
-            if gname + "ffn2" in want:
-                gw = zeros(pre + "ffn2.weight")
-                if dr is not None:
-                    gw = gw + _tok_contract(dr, b.d_u2)
-                if ddu2 is not None:
-                    gw = gw + _tok_contract_rev(b.r, ddu2)
-                parts = [gw]
-                if self.has_ffn_bias:
-                    parts.append(zeros(pre + "ffn2.bias") + (0 if ddu2 is None else ddu2.sum((0, 1))))
-                put(gname + "ffn2", parts)
-            if earliest >= self.group_index[gname + "ffn2"]:
-                return res
-            ddr = None if ddu2 is None else _lin(ddu2, W2.T)
-            if T(pre + "ffn2.weight") is not None:
-                ddr = _add(ddr, _act_times_tangent(b.d_u2, T(pre + "ffn2.weight").transpose(1, 2)))
-            mask = b.mask.unsqueeze(2)
-            ddh = None if ddr is None else ddr * mask
-            dh = t.get("dh")
-            if b.curv is not None and dh is not None:  # δḣ = a1 ∘ δṙ + a2 ∘ ḣ ∘ δr
-                ddh = _add(ddh, dh * (b.curv * b.d_r).unsqueeze(2))
-            if gname + "ffn1" in want:
-                gw = zeros(pre + "ffn1.weight")
-                if dy is not None:
-                    gw = gw + _tok_contract(dy, b.d_h)
-                if ddh is not None:
-                    gw = gw + _tok_contract_rev(b.y, ddh)
-                parts = [gw]
-                if self.has_ffn_bias:
-                    parts.append(zeros(pre + "ffn1.bias") + (0 if ddh is None else ddh.sum((0, 1))))
-                put(gname + "ffn1", parts)
-            if earliest >= self.group_index[gname + "ffn1"]:
-                return res
-            ddy = _add(ddu2, None if ddh is None else _lin(ddh, W1.T))
-            if T(pre + "ffn1.weight") is not None:
-                ddy = _add(ddy, _act_times_tangent(b.d_h, T(pre + "ffn1.weight").transpose(1, 2)))
-            n1, rstd1 = b.n1.unsqueeze(2), b.rstd1.unsqueeze(2)
-            dn1 = t.get("dn1")
-            d_y = b.d_y.unsqueeze(2)
-            if gname + "ln1" in want:
-                gw, gb = zeros(pre + "ln1.weight"), zeros(pre + "ln1.bias")
-                if ddy is not None:
-                    gw = gw + (ddy * n1).sum((0, 1))
-                    gb = gb + ddy.sum((0, 1))
-                if dn1 is not None:
-                    gw = gw + (d_y * dn1).sum((0, 1))
-                put(gname + "ln1", [gw, gb])
-            if earliest >= self.group_index[gname + "ln1"]:
-                return res
-            ddn1 = None if ddy is None else ddy * self._w(i, "ln1.weight")
-            if T(pre + "ln1.weight") is not None:
-                ddn1 = _add(ddn1, d_y * T(pre + "ln1.weight")[None, None])
-            ddu1 = _ln_adjoint_tangent(n1, rstd1, t.get("m_nu1"), dn1, b.d_n1.unsqueeze(2), b.d_u1.unsqueeze(2), b.s1.unsqueeze(2), ddn1)
-            dax, dA, dq, dk, dxi = t.get("dax"), t.get("dA"), t.get("dq"), t.get("dk"), t.get("dx")
-            Wv, Wq, Wk = self._w(i, "value"), self._w(i, "query"), self._w(i, "key")
-            ddv = ddu1  # δv̇ (= δȯ without W_O)
-            if self.has_out:
-                dv = t.get("dv")
-                if gname + "out" in want:  # rows of W_O: v̇ᵀ δo + vᵀ δȯ; of b_O: Σ δȯ
-                    gw = zeros(pre + "out")
-                    if dv is not None:
-                        gw = gw + _tok_contract(dv, b.d_u1)
-                    if ddu1 is not None:
-                        gw = gw + _tok_contract_rev(b.v, ddu1)
-                    parts = [gw]
-                    if pre + "out_bias" in p:
-                        parts.append(zeros(pre + "out_bias") + (0 if ddu1 is None else ddu1.sum((0, 1))))
-                    put(gname + "out", parts)
-                if earliest >= self.group_index[gname + "out"]:
-                    return res
-                ddv = None if ddu1 is None else _lin(ddu1, self._w(i, "out").T)
-                if T(pre + "out") is not None:
-                    ddv = _add(ddv, _act_times_tangent(b.d_u1, T(pre + "out").transpose(1, 2)))
-            if gname + "value" in want:  # rows of W_V: (ȧx)ᵀ δv + (ax)ᵀ δv̇; of b_V: Σ δv̇
-                gw = zeros(pre + "value")
-                if dax is not None:
-                    gw = gw + _tok_contract(dax, b.d_v)
-                if ddv is not None:
-                    gw = gw + _tok_contract_rev(b.ax, ddv)
-                parts = [gw]
-                if pre + "value_bias" in p:
-                    parts.append(zeros(pre + "value_bias") + (0 if ddv is None else ddv.sum((0, 1))))
-                put(gname + "value", parts)
-            if earliest >= self.group_index[gname + "value"]:
-                return res
-            ddax = None if ddv is None else _lin(ddv, Wv.T)
-            if T(pre + "value") is not None:
-                ddax = _add(ddax, _act_times_tangent(b.d_v, T(pre + "value").transpose(1, 2)))
-            Bs, n, d = b.x.shape
-            dx_a = t.get("dx_a")
-            A4 = b.A.unsqueeze(1)
-            # adjoint of A: δA = δax xᵀ, so δȦ = δȧx xᵀ + δax ẋᵀ, layout (B, c, n, n)
-            ddA = None
-            if ddax is not None:
-                ddA = (_tok2att(ddax, Bs).view(Bs, c * n, d) @ b.x.transpose(-1, -2)).view(Bs, c, n, n)
-            if dx_a is not None:  # δax ẋᵀ as B·c small products
-                dax_rep = b.d_ax.unsqueeze(1).expand(Bs, c, n, d).reshape(Bs * c, n, d)
-                xd = torch.bmm(dax_rep, dx_a.view(Bs * c, n, d).transpose(1, 2)).view(Bs, c, n, n)
-                ddA = xd if ddA is None else ddA.add_(xd)
-            # δṪ = A ∘ (δȦ − rowsum(A ∘ δȦ + Ȧ ∘ δA)) + Ȧ ∘ (δA − ρ), times 1/√d_K.
-            # With δA = δax xᵀ and δȦ = δȧx xᵀ + δax ẋᵀ the row sums are token-sized:
-            # rowsum(A ∘ δȦ + Ȧ ∘ δA) = ⟨δȧx, A x⟩ + ⟨δax, Ȧ x + A ẋ⟩ = ⟨δȧx, ax⟩ + ⟨δax, ȧx⟩.
-            ddTs = None
-            if ddA is not None or dA is not None:
-                rs = None if ddax is None else (ddax * b.ax.unsqueeze(2)).sum(-1)
-                if dax is not None:
-                    rs = _add(rs, (dax * b.d_ax.unsqueeze(2)).sum(-1))
-                rs = rs.transpose(1, 2).unsqueeze(-1)  # (B, n, c) -> (B, c, n, 1)
-                ddTs = (-rs * A4) if ddA is None else ddA.sub_(rs).mul_(A4)
-                if dA is not None:
-                    ddTs = ddTs.add_(dA * (b.d_A - b.rho).unsqueeze(1))
-                ddTs = ddTs.mul_(self.scale)
-            # δq = δTs k, δk = δTsᵀ q
-            ddq = ddk = None
-            if ddTs is not None:
-                ddq = _att2tok((ddTs.view(Bs, c * n, n) @ b.k).view(Bs, c, n, -1))
-                ddk = _att2tok(ddTs.transpose(-1, -2) @ b.q.unsqueeze(1))
-            if dk is not None:
-                ddq = _add(ddq, (b.d_Ts @ dk.expand(Bs, *dk.shape[1:]).reshape(Bs, n, -1)).view(Bs, n, c, -1))
-            if dq is not None:
-                ddk = _add(ddk, (b.d_Ts.transpose(-1, -2) @ dq.expand(Bs, *dq.shape[1:]).reshape(Bs, n, -1)).view(Bs, n, c, -1))
-            for part, dd, dp in (("query", ddq, b.d_q), ("key", ddk, b.d_k)):
-                if gname + part in want:  # rows of W: ẋᵀ δq + xᵀ δq̇; of the bias: Σ δq̇ (and so for k)
-                    gw = zeros(pre + part)
-                    if dxi is not None:
-                        gw = gw + _tok_contract(dxi, dp)
-                    if dd is not None:
-                        gw = gw + _tok_contract_rev(b.x, dd)
-                    parts = [gw]
-                    if pre + part + "_bias" in p:
-                        parts.append(zeros(pre + part + "_bias") + (0 if dd is None else dd.sum((0, 1))))
-                    put(gname + part, parts)
-            if earliest >= self.group_index[gname + "query"]:
-                return res
-            # adjoint of the block input
-            ddx = ddu1
-            if ddax is not None:
-                ddx = _add(ddx, (b.A.transpose(-1, -2) @ ddax.reshape(Bs, n, c * d)).view(Bs, n, c, d))
-            if dA is not None:  # Ȧᵀ δax
-                ddx = _add(ddx, _att2tok(dA.transpose(-1, -2) @ b.d_ax.unsqueeze(1)))
-            if ddq is not None:
-                ddx = _add(ddx, _lin(ddq, Wq.T))
-            if ddk is not None:
-                ddx = _add(ddx, _lin(ddk, Wk.T))
-            if T(pre + "query") is not None:
-                ddx = _add(ddx, _act_times_tangent(b.d_q, T(pre + "query").transpose(1, 2)))
-            if T(pre + "key") is not None:
-                ddx = _add(ddx, _act_times_tangent(b.d_k, T(pre + "key").transpose(1, 2)))
-        # embedding and positions
         if "embed" in want:
-            gw, gb = zeros("embed.weight"), zeros("embed.bias")
-            if ddx is not None:
-                gw = gw + _tok_contract(ddx, xp)
-                gb = gb + ddx.sum((0, 1))
+            if ddx is None:
+                gw, gb = torch.zeros(c, *p["embed.weight"].shape, dtype=self.dtype, device=self.device), \
+                    torch.zeros(c, p["embed.bias"].shape[0], dtype=self.dtype, device=self.device)
+            else:
+                gw, gb = linear.tok_contract(ddx, xp), ddx.sum((0, 1))
             put("embed", [gw, gb])
         if "pos" in want:
-            gp = zeros("pos")
-            if ddx is not None:
-                gp = gp + ddx.sum(0).transpose(0, 1)
-            put("pos", [gp])
+            put("pos", [torch.zeros(c, *p["pos"].shape, dtype=self.dtype, device=self.device) if ddx is None
+                        else ddx.sum(0).transpose(0, 1)])
         return res
+
+    def _block_jvp(self, i: int, b: _Block, dx, tan: dict, c: int) -> dict:
+        """Forward tangents of block ``i`` from the input tangent ``dx`` (or None) and the tangents of its
+        parameters in ``tan``; returns every tangent the adjoint tangent needs, and the output's (``dout``)."""
+        pre, cfg = f"blocks.{i}.", self.cfg
+        w = lambda name: self._w(i, name)  # noqa: E731
+        T = lambda name: tan.get(pre + name)  # noqa: E731
+        dq = linear.jvp(b.x, dx, w("query"), T("query"), T("query_bias"))
+        dk = linear.jvp(b.x, dx, w("key"), T("key"), T("key_bias"))
+        dA = attention.jvp(b.A, b.q, b.k, dq, dk, c)
+        dax, dx_a = attention.mix_jvp(b.A, b.x, dA, dx, c)
+        dv = linear.jvp(b.ax, dax, w("value"), T("value"), T("value_bias"))
+        do = linear.jvp(b.v, dv, w("out"), T("out"), T("out_bias")) if cfg.out_proj else dv
+        n1, rstd1 = b.n1.unsqueeze(2), b.rstd1.unsqueeze(2)
+        dn1, m_nu1 = layernorm.jvp(n1, rstd1, add(dx, do))
+        dy = layernorm.affine_jvp(n1, dn1, w("ln1.weight"), T("ln1.weight"), T("ln1.bias"))
+        dh = linear.jvp(b.y, dy, w("ffn1.weight"), T("ffn1.weight"), T("ffn1.bias"))
+        dr = activation.jvp(b.mask, dh)
+        df = linear.jvp(b.r, dr, w("ffn2.weight"), T("ffn2.weight"), T("ffn2.bias"))
+        n2, rstd2 = b.n2.unsqueeze(2), b.rstd2.unsqueeze(2)
+        dn2, m_nu2 = layernorm.jvp(n2, rstd2, add(dy, df))
+        dout = layernorm.affine_jvp(n2, dn2, w("ln2.weight"), T("ln2.weight"), T("ln2.bias"))
+        return dict(dx=dx, dq=dq, dk=dk, dA=dA, dx_a=dx_a, dax=dax, dv=dv, dn1=dn1, m_nu1=m_nu1, dy=dy, dh=dh,
+                    dr=dr, dn2=dn2, m_nu2=m_nu2, dout=dout)
+
+    def _block_vjp_tangent(self, i: int, b: _Block, t: dict, ddx, tan: dict, c: int, put):
+        """Adjoint tangents of block ``i`` from the output's ``ddx``, storing the rows of its groups with
+        ``put``; returns (the input's adjoint tangent, stop) where stop means no earlier rows are asked for."""
+        pre, g, cfg = f"blocks.{i}.", f"block{i}.", self.cfg
+        w = lambda name: self._w(i, name)  # noqa: E731
+        T = lambda name: tan.get(pre + name)  # noqa: E731
+        u = lambda a: a.unsqueeze(2)  # noqa: E731  primal (B, n, k) -> (B, n, 1, k)
+        n2, rstd2, d_out, dn2 = u(b.n2), u(b.rstd2), u(b.d_out), t.get("dn2")
+        if put(g + "ln2", layernorm.affine_rows(n2, dn2, d_out, ddx, c)):
+            return None, True
+        ddn2 = layernorm.affine_vjp_tangent(d_out, ddx, w("ln2.weight"), T("ln2.weight"))
+        ddu2 = layernorm.vjp_tangent(n2, rstd2, t.get("m_nu2"), dn2, u(b.d_n2), u(b.d_u2), u(b.s2), ddn2)
+
+        def lin_rows(x, dx_, dC, ddC, name, bias: bool):
+            rows = [linear.weight_rows(x, dx_, dC, ddC, w(name).shape, c, x)]
+            if bias:
+                rows.append(linear.bias_rows(ddC, w(name).shape[-1], c, x))
+            return rows
+
+        if put(g + "ffn2", lin_rows(b.r, t.get("dr"), b.d_u2, ddu2, "ffn2.weight", cfg.ffn_bias)):
+            return None, True
+        ddr = linear.vjp_tangent(b.d_u2, ddu2, w("ffn2.weight"), T("ffn2.weight"))
+        ddh = activation.vjp_tangent(b.mask, b.curv, b.d_r, ddr, t.get("dh"))
+        if put(g + "ffn1", lin_rows(b.y, t.get("dy"), b.d_h, ddh, "ffn1.weight", cfg.ffn_bias)):
+            return None, True
+        ddy = add(ddu2, linear.vjp_tangent(b.d_h, ddh, w("ffn1.weight"), T("ffn1.weight")))
+        n1, rstd1, d_y, dn1 = u(b.n1), u(b.rstd1), u(b.d_y), t.get("dn1")
+        if put(g + "ln1", layernorm.affine_rows(n1, dn1, d_y, ddy, c)):
+            return None, True
+        ddn1 = layernorm.affine_vjp_tangent(d_y, ddy, w("ln1.weight"), T("ln1.weight"))
+        ddu1 = layernorm.vjp_tangent(n1, rstd1, t.get("m_nu1"), dn1, u(b.d_n1), u(b.d_u1), u(b.s1), ddn1)
+        ddv = ddu1  # δv̇ (= δȯ without W_O)
+        if cfg.out_proj:  # rows of W_O: v̇ᵀ δo + vᵀ δȯ; of b_O: Σ δȯ
+            if put(g + "out", lin_rows(b.v, t.get("dv"), b.d_u1, ddu1, "out", cfg.out_proj_bias)):
+                return None, True
+            ddv = linear.vjp_tangent(b.d_u1, ddu1, w("out"), T("out"))
+        if put(g + "value", lin_rows(b.ax, t.get("dax"), b.d_v, ddv, "value", cfg.qkv_bias)):
+            return None, True
+        ddax = linear.vjp_tangent(b.d_v, ddv, w("value"), T("value"))
+        dxi = t.get("dx")
+        ddq, ddk, ddx_att = attention.vjp_tangent(b.A, b.x, b.q, b.k, b.ax, b.att, b.d_ax, t.get("dA"), t.get("dax"),
+                                                  t.get("dx_a"), t.get("dq"), t.get("dk"), ddax, c)
+        stop = put(g + "query", lin_rows(b.x, dxi, b.att.d_q, ddq, "query", cfg.qkv_bias))
+        put(g + "key", lin_rows(b.x, dxi, b.att.d_k, ddk, "key", cfg.qkv_bias))  # after query: stops with it
+        if stop:
+            return None, True
+        ddx = add(ddu1, ddx_att)
+        ddx = add(ddx, linear.vjp_tangent(b.att.d_q, ddq, w("query"), T("query")))
+        ddx = add(ddx, linear.vjp_tangent(b.att.d_k, ddk, w("key"), T("key")))
+        return ddx, False

@@ -3,18 +3,21 @@
 ``model_loss(model)`` returns ``l(params, X, y) = loss(model with params(X), y)`` where ``params`` maps
 parameter names to tensors and every parameter or buffer it does not name keeps the value given in
 ``fixed`` (``torch.func.functional_call`` semantics). Differentiate it with ``torch.func`` in ``params``
-(``grad``, ``jvp``, ``vmap`` over samples with ``X[None]``), or flatten it with :func:`flat_view`.
+(``grad``, ``jvp``, ``vmap`` over samples with ``X[None]``), or flatten it with :func:`curvature_gap.params.flat_view`;
+:class:`.hvp.HessianOperator` is the one Hessian-vector product built on it.
 Used by the generic Hessians and block spectra (:mod:`._generic`, :mod:`.spectra`), Theorem 7's per-sample
 Hessians (:mod:`curvature_gap.landscape.theorem7`), Assumption 1's per-sample gradients
 (:mod:`curvature_gap.landscape.assumption1`) and the fused-LayerNorm figure.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 import torch
 from torch import nn
 from torch.func import functional_call
+
+from ..params import flat_view  # noqa: F401  (re-exported: the flattening's home is curvature_gap.params)
 
 __all__ = ["loss_function", "model_loss", "flat_view"]
 
@@ -39,15 +42,3 @@ def model_loss(model: nn.Module, loss="cross_entropy", fixed: Mapping[str, torch
         return lf(functional_call(model, {**base, **params}, (X,)), y)
 
     return l
-
-
-def flat_view(names: Sequence[str], shapes: Sequence[torch.Size]) -> Callable[[torch.Tensor], dict]:
-    """``θ ↦ {name: view}``: a flat vector (the parameters ``names`` concatenated, each row-major) as the
-    named tensors of those shapes."""
-    names, shapes = list(names), list(shapes)
-    sizes = [int(torch.Size(s).numel()) for s in shapes]
-
-    def unflat(theta: torch.Tensor) -> dict:
-        return {n: c.view(s) for n, c, s in zip(names, theta.split(sizes), shapes)}
-
-    return unflat

@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.func import grad, jvp, vmap
 
 from ..exact.linalg import lanczos
 from . import _resolve
-from ._generic import _buffers, _detached, groups_of
-from .loss import flat_view, model_loss
+from ..params import groups_of
 from ._vit import ViTSecondOrder
+from .hvp import HessianOperator
 
 __all__ = ["BlockSpectrum", "Spectra", "top_eigenvalues", "block_hvp"]
 
@@ -71,39 +70,11 @@ def _unpack(data):
 
 def block_hvp(model: nn.Module, images, labels, group_names: list[str] | None, loss="cross_entropy", dtype=None,
               micro_batch: int | None = None):
-    """Function V (m, |S|) -> (H_SS Vᵀ)ᵀ for the parameter set S = union of ``group_names`` (None: all).
-
-    ``micro_batch`` splits the batch (the mean loss is the size-weighted sum of micro-batch means).
-    """
-    dtype = dtype or next(model.parameters()).dtype
-    params, bufs = _detached(model, dtype, images.device), _buffers(model, dtype, images.device)
-    groups = {g.name: g for g in groups_of(model)}
-    names = [n for g in (group_names or list(groups)) for n in groups[g].param_names]
-    l = model_loss(model, loss, fixed={**{n: v for n, v in params.items() if n not in names}, **bufs})
-    unflat = flat_view(names, [params[n].shape for n in names])
-    theta0 = torch.cat([params[n].reshape(-1) for n in names])
-    B = images.shape[0]
-    step = micro_batch or B
-    pieces = [(images[s:s + step].to(dtype), labels[s:s + step]) for s in range(0, B, step)]
-
-    def make(X, y):
-        def f(theta):
-            return l(unflat(theta), X, y)
-
-        return vmap(lambda v: jvp(grad(f), (theta0,), (v,))[1])
-
-    fns = [(make(X, y), X.shape[0] / B) for X, y in pieces]
-
-    def hvp(V: torch.Tensor) -> torch.Tensor:
-        out = None
-        for fn, w in fns:
-            r = fn(V.to(dtype)) * w
-            out = r if out is None else out + r
-        return out
-
-    return hvp, theta0.numel()
-
-
+    """Function V (m, |S|) -> (H_SS Vᵀ)ᵀ for the parameter set S = union of ``group_names`` (None: all), and |S|:
+    :meth:`HessianOperator.matmat` (``micro_batch`` splits the batch)."""
+    op = HessianOperator(model, (images, labels), loss=loss, dtype=dtype, micro_batch=micro_batch,
+                         groups=group_names)
+    return op.matmat, op.shape[0]
 
 
 def top_eigenvalues(model: nn.Module, data, groups: list[str] | None = None, iters: int = 30,

@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 from scipy.sparse.linalg import LinearOperator
-from torch.func import grad, hessian, jvp, vmap
+from torch.func import grad, hessian, vmap
 
 from ..bounds import formulas as fm
 from ..bounds.ce import output_factors
@@ -39,7 +39,9 @@ from ..bounds.training import light_bounds
 from ..exact import linalg as la
 from ..exact.forward import sa_forward, sa_loss
 from ..exact.instances import from_model
+from ..hessian.hvp import HessianOperator
 from ..hessian.loss import model_loss
+from ..params import flatten
 from .losses import identity_residual, per_sample_losses, running_means
 
 __all__ = ["block_param_names", "rhs", "per_sample_hessian_norms", "thm6_M_ce", "path_check", "vit_check",
@@ -102,8 +104,9 @@ def per_sample_hessian_norms(model, images, labels, names: list[str] | None = No
                              chunk: int = 128, refine: int = 4, seed: int = 0, device=None) -> dict:
     """``‖∇²_w l_i(w*)‖_2`` over block 0's matrices for each sample (float64 copy of ``model``).
 
-    Batched power iteration (``iters`` Hessian-vector products per sample: ``‖H v‖`` with ``‖v‖ = 1``, a
-    lower estimate) for all samples, then Lanczos (ARPACK, largest magnitude) for the ``refine``
+    Batched power iteration (:func:`curvature_gap.exact.linalg.power_iteration`, ``iters`` products of
+    :meth:`curvature_gap.hessian.hvp.HessianOperator.per_sample`: ``‖H v‖`` with ``‖v‖ = 1``, a lower estimate)
+    for all samples, then Lanczos (ARPACK, largest magnitude) for the ``refine``
     samples with the largest estimates. Returns ``{"norms", "rel_change", "refined": {i: value}, "max"}``.
     Runs on ``device`` (default: the model's); the random start vectors are drawn on the CPU generator and
     moved there, so every device starts from the same vectors.
@@ -111,44 +114,28 @@ def per_sample_hessian_norms(model, images, labels, names: list[str] | None = No
     dev = _device_of(model, device)
     m = copy.deepcopy(model).double().to(dev).eval()
     names = names or block_param_names(m)
-    base = {k: v.detach() for k, v in m.named_parameters()}
-    w0 = tuple(base[k] for k in names)
-    f = _loss1(m, base, names)
-
-    def hvp(v, img, lab):
-        return jvp(lambda *w: grad(lambda ww, a, b: f(ww, a, b))(w, img, lab), w0, v)[1]
-
-    bhvp = vmap(hvp, in_dims=(0, 0, 0))
     images, labels = images.to(dev).double(), labels.to(dev)
+    op = HessianOperator(m, (images, labels), names, dtype=torch.float64)
+    hvp = op.per_sample()  # (V (b, P), images (b, ...), labels (b,)) -> per-sample H_i V[i]
     g = torch.Generator().manual_seed(seed)
     est, rel = [], []
     for s in range(0, len(labels), chunk):
         im, lb = images[s:s + chunk], labels[s:s + chunk]
-        v = tuple(torch.randn((len(lb), *t.shape), generator=g, dtype=torch.float64).to(dev) for t in w0)
-        prev = lam = r = None
-        for _ in range(iters):
-            nv = torch.sqrt(sum((x ** 2).flatten(1).sum(1) for x in v))
-            v = tuple(x / nv.view(-1, *[1] * (x.dim() - 1)) for x in v)
-            Hv = bhvp(v, im, lb)
-            lam = torch.sqrt(sum((x ** 2).flatten(1).sum(1) for x in Hv))
-            if prev is not None:
-                r = (lam - prev).abs() / lam.clamp_min(1e-300)
-            prev, v = lam, Hv
+        v0 = flatten([torch.randn((len(lb), *op.values[n].shape), generator=g, dtype=torch.float64) for n in names],
+                     start_dim=1).to(dev)
+        lam, r = la.power_iteration(lambda V, im=im, lb=lb: hvp(V, im, lb), v0, iters)
         est.append(lam)
         rel.append(r)
     # to the CPU only to hand NumPy arrays on (and to ARPACK below)
     norms = torch.cat(est).cpu().numpy()
     relc = torch.cat(rel).cpu().numpy()
     refined = {}
-    sizes = [t.numel() for t in w0]
-    P = sum(sizes)
+    P = op.shape[0]
     for i in np.argsort(-norms)[:refine]:
-        im, lb = images[i], labels[i]
+        im, lb = images[i:i + 1], labels[i:i + 1]
 
         def mv(x, im=im, lb=lb):
-            parts = torch.split(torch.from_numpy(x).to(dev), sizes)
-            v = tuple(p.reshape(t.shape) for p, t in zip(parts, w0))
-            return torch.cat([h.reshape(-1) for h in hvp(v, im, lb)]).cpu().numpy()  # ARPACK takes NumPy
+            return hvp(torch.from_numpy(x).to(dev)[None], im, lb)[0].cpu().numpy()  # ARPACK takes NumPy
 
         refined[int(i)] = la.arpack_extreme(LinearOperator((P, P), matvec=mv, dtype=np.float64), tol=1e-8,
                                             v0=np.random.default_rng(seed).standard_normal(P))

@@ -29,6 +29,8 @@ import math
 
 import torch
 
+from ..model import attention_probs, scaled_scores
+
 __all__ = [
     "split_heads", "merge_heads", "causal_mask", "additive_mask", "softmax_rows", "softmax_jvp", "softmax_vjp",
     "softmax_second", "forward", "jvp", "vjp", "hvp", "head_of_row",
@@ -131,10 +133,8 @@ def forward(QKV: torch.Tensor, h: int, M: torch.Tensor | None = None,
     d = QKV.shape[-1] // 3
     q, k, v = (split_heads(P, h, n) for P in QKV.split(d, dim=-1))
     s = 1.0 / math.sqrt(d // h)
-    T = s * q @ k.transpose(-1, -2)
-    if M is not None:
-        T = T + M
-    A = softmax_rows(T)
+    # the model's one attention softmax (scaled by 1/√d_h, the heads' width), the mask added to its scores
+    A = attention_probs(q, k) if M is None else softmax_rows(scaled_scores(q, k) + M)
     return merge_heads(A @ v, n), {"q": q, "k": k, "v": v, "A": A, "s": s, "h": h, "n": n}
 
 

@@ -1,0 +1,135 @@
+"""The one Hessian-vector-product operator on :func:`.loss.model_loss` (forward over reverse, ``jvp(grad)``).
+
+:class:`HessianOperator` has curvlinops' shape: a linear operator that owns the model's parameters (a chosen
+subset, by name, in ``parameters_to_vector`` order), the data and the block sizes of its flat vector.
+``op @ V`` multiplies (P,) or (P, m) vectors; :meth:`HessianOperator.rows_times` gives the rows of another
+parameter set (``H[rows, cols] V``, the block-triangular dense Hessian's pass); :meth:`HessianOperator.per_sample`
+the per-sample Hessians ``∇²ℓ_i`` times one vector each (Theorem 7's power iteration). Every generic Hessian
+of the package is built on it: the dense and block Hessians of :mod:`._generic`, the block spectra of
+:mod:`.spectra`, Theorem 7's per-sample norms and the fused-LayerNorm figure's reference product.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.func import grad, jvp, vmap
+
+from ..params import flat_view, flatten, groups_of, offsets
+from .loss import model_loss
+
+__all__ = ["HessianOperator", "detached_parameters", "detached_buffers"]
+
+
+def detached_parameters(model: nn.Module, dtype, device) -> dict[str, torch.Tensor]:
+    """The model's parameters, detached, in ``dtype`` on ``device`` (named_parameters order)."""
+    return {n: p.detach().to(device=device, dtype=dtype) for n, p in model.named_parameters()}
+
+
+def detached_buffers(model: nn.Module, dtype, device) -> dict[str, torch.Tensor]:
+    """The model's buffers, floating ones in ``dtype``, on ``device``."""
+    return {n: (b.to(device=device, dtype=dtype) if b.is_floating_point() else b.to(device))
+            for n, b in model.named_buffers()}
+
+
+class HessianOperator:
+    """``H_SS``, the Hessian of ``loss(model(X), y)`` (batch mean) w.r.t. the parameters ``S`` (names;
+    default all), at the model's parameters, as a linear operator on flat vectors of S.
+
+    ``data`` is ``(X, y)``; ``micro_batch`` splits the batch (the mean is the size-weighted sum of the
+    micro-batch means); ``groups`` (names of :func:`curvature_gap.params.groups_of`) may name S instead of
+    ``params``. ``dtype`` (default the model's) is the compute dtype; the operator lives on X's device.
+    Attributes: ``names``, ``shape`` (P, P), ``block_sizes`` (one per parameter of S), ``slices`` (name ->
+    slice of the flat vector), ``theta0`` (S at the model, flat).
+    """
+
+    def __init__(self, model: nn.Module, data, params: Sequence[str] | None = None, loss="cross_entropy",
+                 dtype: torch.dtype | None = None, micro_batch: int | None = None,
+                 groups: Sequence[str] | None = None):
+        X, y = data
+        self.model, self.loss = model, loss
+        self.dtype = dtype = dtype or next(model.parameters()).dtype
+        self.device = X.device
+        self.values = detached_parameters(model, dtype, X.device)
+        self.buffers = detached_buffers(model, dtype, X.device)
+        if groups is not None:
+            by_name = {g.name: g for g in groups_of(model)}
+            params = [n for g in groups for n in by_name[g].param_names]
+        self.names = list(params) if params is not None else list(self.values)
+        self.block_sizes = [self.values[n].numel() for n in self.names]
+        self.slices = offsets(self.names, self.block_sizes)
+        self.unflat = flat_view(self.names, [self.values[n].shape for n in self.names])
+        self.theta0 = flatten(self.values, self.names)
+        P = self.theta0.numel()
+        self.shape = (P, P)
+        B = X.shape[0]
+        step = micro_batch or B
+        self.pieces = [(X[s:s + step].to(dtype), y[s:s + step], min(step, B - s) / B) for s in range(0, B, step)]
+
+    # ------------------------------------------------------------------ the loss and its products
+    def fixed(self, differentiated: Sequence[str]) -> dict[str, torch.Tensor]:
+        """The parameters not in ``differentiated`` and the buffers: held at their values."""
+        diff = set(differentiated)
+        return {**{n: v for n, v in self.values.items() if n not in diff}, **self.buffers}
+
+    def flat_loss(self):
+        """``f(θ)``: the loss on the whole batch as a function of the flat vector of S."""
+        l = model_loss(self.model, self.loss, fixed=self.fixed(self.names))
+        X, y = torch.cat([p[0] for p in self.pieces]), torch.cat([p[1] for p in self.pieces])
+        return lambda theta: l(self.unflat(theta), X, y)
+
+    def _batched(self, X, y):
+        l = model_loss(self.model, self.loss, fixed=self.fixed(self.names))
+        theta0 = self.theta0
+
+        def f(theta):
+            return l(self.unflat(theta), X, y)
+
+        return vmap(lambda v: jvp(grad(f), (theta0,), (v,))[1])
+
+    def matmat(self, V: torch.Tensor) -> torch.Tensor:
+        """``(H Vᵀ)ᵀ`` for V (m, P): m products at once (vmapped), summed over micro-batches."""
+        if not hasattr(self, "_fns"):
+            self._fns = [(self._batched(X, y), w) for X, y, w in self.pieces]
+        out = None
+        for fn, w in self._fns:
+            r = fn(V.to(self.dtype)) * w
+            out = r if out is None else out + r
+        return out
+
+    def __matmul__(self, V: torch.Tensor) -> torch.Tensor:
+        """``H V`` for V (P,) or (P, m), as curvlinops' operators."""
+        if V.dim() == 1:
+            return self.matmat(V[None])[0]
+        return self.matmat(V.T).T
+
+    def rows_times(self, rows: Sequence[str]):
+        """``V (m, P) -> H[rows, S] Vᵀ`` as (m, |rows ∪ S| in the order S, then rows not in S)``: the tangent on
+        S only and the gradient of S and ``rows`` (parameter names), one vmapped pass over the whole batch."""
+        own = self.names
+        extra = [n for n in rows if n not in own]
+        l = model_loss(self.model, self.loss, fixed=self.fixed(own + extra))
+        X = torch.cat([p[0] for p in self.pieces])
+        y = torch.cat([p[1] for p in self.pieces])
+        ta0 = {n: self.values[n] for n in extra}
+
+        def f(tj, ta):
+            return l({**self.unflat(tj), **ta}, X, y)
+
+        def col(v):
+            _, (dj, da) = jvp(lambda tj: grad(f, argnums=(0, 1))(tj, ta0), (self.theta0,), (v,))
+            return dj, da
+
+        return vmap(col)
+
+    def per_sample(self):
+        """``(V (b, P), X (b, ...), y (b,)) -> (b, P)``: the Hessian of sample i's loss times V[i], vmapped over
+        the samples (each sample its own batch of one)."""
+        l = model_loss(self.model, self.loss, fixed=self.fixed(self.names))
+        theta0 = self.theta0
+
+        def hvp(v, img, lab):
+            return jvp(grad(lambda th: l(self.unflat(th), img[None], lab[None])), (theta0,), (v,))[1]
+
+        return vmap(hvp, in_dims=(0, 0, 0))
