@@ -90,13 +90,29 @@ def small_run(tmp_path_factory):
 SLOW_FIXTURES = ("quick_rows",)  # every row of `curvature-gap verify --quick`: about a minute on two cores
 
 
+TESTS = Path(__file__).resolve().parent
+# what this session collected under tests/, before any -m/-k deselection, where it collected the whole folder:
+# node id -> whether it is marked ``reliability`` (fixture ``collected_reliability``)
+COLLECTED_RELIABILITY = pytest.StashKey[dict]()
+
+
+@pytest.fixture
+def collected_reliability(request) -> dict | None:
+    """{node id: marked ``reliability``} of every test under tests/ this session collected, or None where it did
+    not collect the whole folder (``pytest tests/test_faults.py``): what ``pytest -m reliability tests`` selects,
+    without collecting the suite again."""
+    return request.config.stash.get(COLLECTED_RELIABILITY, None)
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark every test that declares a fault (``@pytest.mark.fault("<id>")``, ids of
     ``curvature_gap.faults``) and everything under tests/reliability as ``reliability``:
     ``pytest -m reliability`` runs exactly the tests of the fault table (docs/maintainers.md). A marker
-    naming an unknown fault fails the collection. A test using one of :data:`SLOW_FIXTURES` is ``slow``."""
+    naming an unknown fault fails the collection. A test using one of :data:`SLOW_FIXTURES` is ``slow``.
+    When the session collects the whole tests/ folder, :data:`COLLECTED_RELIABILITY` records the result."""
     from curvature_gap.faults import FAULT_IDS
 
+    whole = any((config.invocation_params.dir / a).resolve() == TESTS for a in config.args if "::" not in a)
     for item in items:
         if any(f in getattr(item, "fixturenames", ()) for f in SLOW_FIXTURES):
             item.add_marker(pytest.mark.slow)
@@ -107,6 +123,9 @@ def pytest_collection_modifyitems(config, items):
                                         f"known: {', '.join(sorted(FAULT_IDS))}")
         if item.get_closest_marker("fault") or item.nodeid.startswith("tests/reliability/"):
             item.add_marker(pytest.mark.reliability)
+    if whole:
+        config.stash[COLLECTED_RELIABILITY] = {i.nodeid: i.get_closest_marker("reliability") is not None
+                                               for i in items if i.nodeid.startswith("tests/")}
 
 
 # ---------------------------------------------------------------- device-parametrised tests

@@ -52,12 +52,20 @@ def test_a_marker_naming_an_unknown_fault_fails_the_collection(tmp_path):
     assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
 
 
-@pytest.mark.slow
-def test_the_reliability_marker_selects_exactly_the_marked_tests_and_the_reliability_folder():
+def _reliability_selection(collected: dict | None) -> set:
+    """The tests ``pytest -m reliability tests`` selects (their ids without parameters): read from this session's
+    collection where it covered all of tests/ (``make test``), else collected again in a subprocess."""
+    if collected is not None:
+        return {nodeid.split("[")[0] for nodeid, marked in collected.items() if marked}
     r = subprocess.run([*PYTEST, "--collect-only", "-q", "-m", "reliability", "tests"], cwd=ROOT, capture_output=True,
                        text=True, timeout=600, env=subprocess_env())
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    selected = {line.split("[")[0] for line in r.stdout.splitlines() if "::" in line}
+    return {line.split("[")[0] for line in r.stdout.splitlines() if "::" in line}
+
+
+@pytest.mark.slow
+def test_the_reliability_marker_selects_exactly_the_marked_tests_and_the_reliability_folder(collected_reliability):
+    selected = _reliability_selection(collected_reliability)
     marked = {f"tests/{t}" for names in fault_tests(ROOT).values() for t in names}
     folder = {s for s in selected if s.startswith("tests/reliability/")}
     assert folder and selected == marked | folder
