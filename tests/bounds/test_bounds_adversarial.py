@@ -1,5 +1,6 @@
 """curvature_gap.bounds.adversarial: the search proposes instances; the records are plain re-evaluations; the search
-ranks by the rows' own terms (``bounds.checks.TERMS``): its ratio equals the row's ratio at the same instance."""
+ranks by the rows' own terms (each bound's ``terms``, :func:`curvature_gap.bounds.registry.term`): its ratio equals the
+row's ratio at the same instance; which bounds are searched, and how, is read from their declarations."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 
 from cases import tiny_instance
 from curvature_gap.bounds import adversarial as adv
-from curvature_gap.bounds import checks as ck
+from curvature_gap.bounds import registry as ck
 from curvature_gap.bounds import quantities as qt
 from curvature_gap.exact.instances import random_instance
 
@@ -31,12 +32,20 @@ def test_search_lowers_the_exactly_evaluated_ratio(check, kw):
         assert not torch.equal(found.X, start.X)
 
 
-def test_quick_checks_are_supported():
-    assert set(adv.QUICK) <= set(adv.SUPPORTED) <= set(ck.CHECKS)
+def test_the_searched_bounds_are_read_from_their_declarations():
+    quick, full = adv.one_start_checks(quick=True), adv.one_start_checks()
+    assert set(quick) == {"sa.Z1", "thm6.GQ", "thm1.term.Ho_QQ", "thm1.repaired"} and set(quick) <= set(full)
+    assert set(full) == {c for c, b in ck.BOUNDS.items() if b.search and b.search.steps}
+    assert len(full) == 14 and "lemma4.J.std" in full and "thm6.Phi.QK" not in full   # Φ: only the L-scaling search
+    searched = {c for c in adv.thm6_steps() if ck.BOUNDS[c].search}
+    assert searched == {"thm6.GQ", "thm6.GK", *(f"thm6.Phi.{kl}{v}" for kl in ("QQ", "VQ", "QK")
+                                                for v in ("", ".no_loss_factor"))}
+    with pytest.raises(KeyError, match="thm6.xikl has no search support"):
+        adv.search("thm6.xikl", 4, 3, 0, steps=1)
 
 
 def test_run_records_are_reevaluations_of_plain_instances(monkeypatch):
-    monkeypatch.setattr(adv, "QUICK", ["sa.Z1"])
+    monkeypatch.setattr(adv, "one_start_checks", lambda quick=False: ["sa.Z1"])
     real = adv.search
     monkeypatch.setattr(adv, "search", lambda check, L, d, seed, steps=150, lr=0.05: real(check, L, d, seed, 10, lr))
     rows, insts = adv.run(quick=True)
@@ -46,25 +55,20 @@ def test_run_records_are_reevaluations_of_plain_instances(monkeypatch):
     assert min(r["ratio"] for r in rows) == _ratio(insts[key], "sa.Z1")
 
 
-@pytest.mark.parametrize("check", adv.SUPPORTED)
+@pytest.mark.parametrize("check", [c for c, b in ck.BOUNDS.items() if b.search and b.part == "ln" or
+                                   c in adv.one_start_checks() or (b.search and b.search.need[0].startswith("Phi_"))])
 def test_the_search_ranks_by_the_rows_own_ratio(check):
     """The differentiable ratio the search descends equals the ratio of the row at the same instance."""
     inst = adv.start_instance(4, 3, 0)
-    if check.startswith("lemma4"):
-        got = float(adv._ln_ratio(check, inst.X))
-    else:
-        got = float(adv._sa_ratio(check, adv._sa_q(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.Target,
-                                                   need=adv._need(check))))
+    got = float(adv.search_ratio(check, inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.Target))
     assert got == pytest.approx(adv.row_ratio(check, inst), rel=1e-9)
 
 
-def test_every_searched_check_has_one_term_and_a_missing_one_is_named(monkeypatch):
-    assert set(adv.SUPPORTED) <= set(ck.TERMS)
-    with pytest.raises(KeyError, match="thm6.xikl has no ratio"):
-        ck.term("thm6.xikl", {})
+def test_term_reads_one_entry_of_a_bounds_terms(monkeypatch):
     q = qt.sa_exact(tiny_instance(L=3, d=2))
     b, e = ck.term("thm1.proof.VV", q)
-    assert (b, e) == (ck.TERMS["thm1.proof.VV"](q)[0][1], q["H_VV"])
-    monkeypatch.setitem(ck.TERMS, "two.entries", lambda q: [("a", 1.0, 1.0), ("b", 2.0, 1.0)])
+    assert (b, e) == (ck.BOUNDS["thm1.proof.VV"].terms(q)[0][1], q["H_VV"])
+    two = ck.Bound("two.entries", "sa", "nowhere", "two", "thm1", lambda q: [("a", 1.0, 1.0), ("b", 2.0, 1.0)])
+    monkeypatch.setitem(ck.BOUNDS, "two.entries", two)
     with pytest.raises(ValueError, match="single-entry"):
         ck.term("two.entries", q)

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from curvature_gap.bounds import adversarial as adv
-from curvature_gap.bounds import checks as ck
+from curvature_gap.bounds import registry
+from curvature_gap.bounds.declarations import admissible
 from curvature_gap.bounds import sweeps as sw
 from curvature_gap.bounds.quantities import sa_exact
 from curvature_gap.checks.bounds import COUNTEREXAMPLES
@@ -27,7 +28,7 @@ def test_the_G_Q_step_fails_like_2_over_L_under_search():
 
 def test_the_xi21_step_falls_with_the_scale_of_W2():
     s = _sweep("w2_scale")
-    recs = [r for x in (1.0, 1e-3) for r in ck.evaluate(s.make(x, 0), parts=("block",), hessian=False)
+    recs = [r for x in (1.0, 1e-3) for r in registry.evaluate(s.make(x, 0), parts=("block",), hessian=False)
             if r["check"] == "thm6.xi21"]
     big, small = recs[0]["ratio"], recs[-1]["ratio"]
     assert small < 0.01 < big
@@ -49,10 +50,10 @@ def test_scaling_reads_a_law_off_the_searched_ratios():
 def test_the_admissible_row_is_recorded_only_where_every_assumption_holds():
     adm = _sweep("admissible").make(4096.0, 0)
     q = sa_exact(adm)
-    assert ck.admissible(q) and q["R"] == 0.0 and q["attn_uniform_dev"] == 0.0
-    assert "thm1.printed.admissible" in {r["check"] for r in ck.records_sa(q)}
+    assert admissible(q) and q["R"] == 0.0 and q["attn_uniform_dev"] == 0.0
+    assert "thm1.printed.admissible" in {r["check"] for r in registry.records("sa", q)}
     for inst in (_sweep("minimiser").make(1.0, 0), _sweep("uniform").make(1.0, 0), random_instance(L=8, d_V=4)):
-        assert "thm1.printed.admissible" not in {r["check"] for r in ck.records_sa(sa_exact(inst))}
+        assert "thm1.printed.admissible" not in {r["check"] for r in registry.records("sa", sa_exact(inst))}
 
 
 def test_the_committed_admissible_counter_example_shows_loss_0_and_uniform_attention_and_replays():
@@ -60,24 +61,24 @@ def test_the_committed_admissible_counter_example_shows_loss_0_and_uniform_atten
     assert ce["loss"] == 0.0 and ce["attention_uniform_dev"] == 0.0 and ce["ratio"] < 1
     assert sw.replay(ce)["ratio"] == pytest.approx(ce["ratio"], rel=1e-9)
     inst = sw.Instance.from_json(ce["instance"])
-    assert "thm1.printed.admissible" in {r["check"] for r in ck.records_sa(sa_exact(inst))}
+    assert "thm1.printed.admissible" in {r["check"] for r in registry.records("sa", sa_exact(inst))}
 
 
 def test_rows_comparing_a_proof_step_carry_the_proof_role():
     for cid in ("thm1.printed.maxblock", "thm1.proof.maxblock"):
-        assert ck.CHECKS[cid]["role"] in ("proof", "detail"), cid
+        assert registry.CHECKS[cid]["role"] in ("proof", "detail"), cid
     # Theorem 6 refers to its explicit per-block bounds ("Explicit expressions for each bound are stated in the
     # proof"): they are part of the statement
     for cid in ("thm1.printed.admissible", "thm6.block.explicit"):
-        assert ck.CHECKS[cid]["role"] == "statement", cid
+        assert registry.CHECKS[cid]["role"] == "statement", cid
 
 
 @pytest.mark.slow
 def test_every_theorem6_step_and_variant_is_searched_at_every_length():
-    assert {c for c in ck.CHECKS if ".no_" in c} <= set(adv.THM6_STEPS)
+    assert {c for c in registry.CHECKS if ".no_" in c} <= set(adv.thm6_steps())
     rows, _ = adv.run_searches(quick=True, evals=4)
     searched = {(r["check"], r["L"]) for r in rows if r.get("scaling") == "L"}
-    assert {(c, L) for c in adv.THM6_STEPS for L in adv.SCALING_L[:2]} <= searched
+    assert {(c, L) for c in adv.thm6_steps() for L in adv.SCALING_L[:2]} <= searched
     rep = [r for r in rows if r["check"] == "thm1.repaired"]
     assert {r["start"] for r in rep} == set(adv.REPAIRED_STARTS)
     # L = 1 (A ≡ 1) is searched and flagged degenerate; the tied search keeps an exact minimiser (loss 0)
@@ -86,7 +87,7 @@ def test_every_theorem6_step_and_variant_is_searched_at_every_length():
     n = (len(adv.REPAIRED_STARTS) * len(Ls) + len(adv.TIED_STARTS) * len([L for L in Ls if L > 1])) * len(seeds)
     assert adv.repaired_search_extent().startswith(f"{n} Adam starts")
     phi = {(r["check"], r["start"]) for r in rows if r["check"].startswith("thm6.Phi.QK")}
-    assert {s for _, s in phi} == set(adv.PHI_STARTS)
+    assert {s for _, s in phi} == set(registry.BOUNDS["thm6.Phi.QK"].search.starts) == {"random", "uniform"}
 
 
 @pytest.mark.slow
@@ -106,7 +107,7 @@ def test_the_phi_QK_bound_is_attained_at_uniform_attention_and_fails_as_2_over_L
     assert float(start.W_Q.abs().max()) == 0.0 == float(start.W_K.abs().max())
     inst = adv.search("thm6.Phi.QK.no_loss_factor", 8, 3, 0, steps=60, start="uniform")
     printed, fixed = adv.row_ratio("thm6.Phi.QK", inst), adv.row_ratio("thm6.Phi.QK.no_loss_factor", inst)
-    assert fixed == pytest.approx(printed * 8 * 3 / 2) and 1.0 - ck.RTOL <= fixed < 1.05
+    assert fixed == pytest.approx(printed * 8 * 3 / 2) and 1.0 - registry.RTOL <= fixed < 1.05
 
 
 def test_the_tied_search_stays_at_an_exact_minimiser():

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from curvature_gap.bounds import checks as ck
+from curvature_gap.bounds import registry
 from curvature_gap.bounds import sweeps as sw
 from curvature_gap.exact.forward import attention_matrix, sa_loss
 from curvature_gap.exact.instances import Instance, random_instance
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CE_DIR = Path(ck.__file__).parent / "counterexamples"
+CE_DIR = Path(registry.__file__).parent / "counterexamples"
 CE_FILES = sorted(CE_DIR.glob("*.json"))
 NAMED = {"thm1.printed@minimiser", "thm1.printed@uniform", "thm1.printed@admissible"}
 
@@ -25,11 +25,11 @@ NAMED = {"thm1.printed@minimiser", "thm1.printed@uniform", "thm1.printed@admissi
 # ----------------------------------------------------------------------------- the committed counter-examples
 def test_every_known_failure_has_a_committed_counterexample_and_nothing_else_is_committed():
     stems = {p.stem for p in CE_FILES}
-    assert {s for s in stems if "@" not in s} == set(ck.KNOWN_FAILURES)
+    assert {s for s in stems if "@" not in s} == set(registry.known_failures())
     assert {s for s in stems if "@" in s} == NAMED, "the named Theorem 1 counter-examples (bounds/counterexamples)"
     for p in CE_FILES:
         ce = json.loads(p.read_text())
-        assert ce["check"] == p.stem.split("@")[0] and ce["ratio"] < 1 - ck.RTOL, p.name
+        assert ce["check"] == p.stem.split("@")[0] and ce["ratio"] < 1 - registry.RTOL, p.name
         assert list(Instance.from_json(ce["instance"]).shape) == ce["shape"]
 
 
@@ -52,7 +52,7 @@ def test_the_named_theorem1_counterexamples_rule_out_both_readings():
 def test_a_counterexample_replays_to_its_recorded_numbers():
     ce = json.loads((CE_DIR / "sa.dA_dT.json").read_text())
     r = sw.replay(ce)
-    assert r["ratio"] < 1 - ck.RTOL
+    assert r["ratio"] < 1 - registry.RTOL
     for k in ("ratio", "bound", "exact"):
         assert r[k] == pytest.approx(ce[k], rel=1e-6), k
     with pytest.raises(KeyError, match="not produced on replay"):
@@ -79,13 +79,13 @@ def test_run_sweep_records_and_instances():
     assert len(insts) == 4 and {r["inst_key"] for r in rows} == set(insts)
     assert {r["sweep"] for r in rows} == {"tiny"} and {r["x"] for r in rows} == {0.5, 2.0}
     r = next(r for r in rows if r["check"] == "thm1.printed" and r["x"] == 2.0 and r["seed"] == 1)
-    again = [x for x in ck.evaluate(insts["tiny|2.0|1"], parts=("sa",)) if x["check"] == "thm1.printed"][0]
+    again = [x for x in registry.evaluate(insts["tiny|2.0|1"], parts=("sa",)) if x["check"] == "thm1.printed"][0]
     assert r["ratio"] == again["ratio"] and insts["tiny|2.0|1"].meta["sweep"] == "tiny"
 
 
 def _rec(check, sweep, x, seed, bound, exact, **kw):
     return {"check": check, "sweep": sweep, "x": x, "seed": seed, "sub": "", "bound": bound, "exact": exact,
-            "ratio": ck.ratio(bound, exact), **kw}
+            "ratio": registry.ratio(bound, exact), **kw}
 
 
 def test_summarize_and_slopes_on_a_power_law():
@@ -96,7 +96,7 @@ def test_summarize_and_slopes_on_a_power_law():
     assert s["verdict"] == "fails" and s["min_ratio"] == pytest.approx(0.01)
     assert s["min_ratio_sweeps"] == pytest.approx(3 / 16) and s["n_adversarial"] == 1
     assert s["n_records"] == 11 and s["n_fail"] == 7 and s["worst"]["sweep"] == "adversarial"
-    assert s["expect"] == ck.CHECKS["sa.A"]["expect"] and s["claim"] == "holds"
+    assert s["expect"] == registry.CHECKS["sa.A"]["expect"] and s["claim"] == "holds"
     sl = sw.slopes(rows, "sa.A", "sigma")
     assert sl["slope_exact"] == pytest.approx(3.0) and sl["slope_bound"] == pytest.approx(2.0)
     assert sl["slope_exact_low"] == pytest.approx(3.0) and sl["n_x"] == 5
@@ -112,7 +112,7 @@ def test_counterexamples_are_picked_saved_and_replayable(tmp_path):
     for key, inst in insts.items():
         sweep, x, seed = key.split("|")
         rows += [dict(r, sweep=sweep, x=float(x), seed=int(seed), inst_key=key, ln_input="block")
-                 for r in ck.evaluate(inst, parts=("sa",))]
+                 for r in registry.evaluate(inst, parts=("sa",))]
     worst, small = sw.pick_counterexamples(rows, insts)
     assert "thm1.printed" in worst and "sa.A" not in worst
     assert set(worst) == set(small) and all(ce["ratio"] < 1 for ce in worst.values())

@@ -5,7 +5,7 @@ import pytest
 
 from cases import experiments_context
 from curvature_gap import experiments as ex
-from curvature_gap.bounds import checks as ck
+from curvature_gap.bounds import registry as ck
 
 
 @pytest.fixture(scope="module")

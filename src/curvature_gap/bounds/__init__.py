@@ -11,7 +11,10 @@ Modules:
 
 * :mod:`.formulas`    — the bounds, constants as printed (and Theorem 1 repaired);
 * :mod:`.quantities`  — the exact left-hand sides (``torch.func``, float64);
-* :mod:`.checks`      — the registry (one entry per bound or lemma) and ``evaluate``;
+* :mod:`.bound`       — what a bound is: ``Bound``, one declaration holding everything about one inequality;
+* :mod:`.declarations` — the bounds, each declared once;
+* :mod:`.registry`    — every view of the declared bounds (verdicts expected, titles, search lists) and ``evaluate``;
+* :mod:`.titles`      — the title and TeX of a bound row, for the errata page (read from the declarations);
 * :mod:`.sweeps`      — σ, attention sharpness, Q/K balance (also at a minimiser and under uniform
   attention), width, length, LayerNorm shape; summaries, slopes, counter-examples and their replay;
 * :mod:`.adversarial` — gradient search for the worst instance of a check;
@@ -19,6 +22,6 @@ Modules:
 * :mod:`.ce`          — Theorem 6 for the cross-entropy loss through the ViT's head;
 * :mod:`.run`         — ``curvature-gap bounds``: tables, summaries and counter-examples on disk.
 """
-from . import checks, formulas, quantities, sweeps
+from . import bound, declarations, formulas, quantities, registry, sweeps
 
-__all__ = ["checks", "formulas", "quantities", "sweeps"]
+__all__ = ["bound", "declarations", "formulas", "quantities", "registry", "sweeps"]

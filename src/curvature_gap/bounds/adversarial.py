@@ -4,9 +4,12 @@ Sweeps show where a bound holds on typical draws; they rarely find the worst cas
 instance's free entries (``X, W_Q, W_K, W_V, Target`` for the self-attention checks; ``X`` for
 Lemma 4) are optimised with Adam on a differentiable copy of the check's ratio, from a seeded
 random start of small shape.  The optimiser only proposes instances: every proposal is re-evaluated
-with the ordinary (non-differentiable) :func:`~.checks.evaluate`, and only that value is recorded,
+with the ordinary (non-differentiable) :func:`~.registry.evaluate`, and only that value is recorded,
 so a reported failure is a plain instance replayable from its JSON.  ``rank(F − Target)`` in the
 proof variant of Theorem 1 is treated as piecewise constant.
+
+Which bounds are searched, and how, is each bound's :class:`~.registry.Search` (its declaration,
+:mod:`.declarations`); the lists below are read from the registry.
 """
 from __future__ import annotations
 
@@ -22,12 +25,10 @@ from ..exact import linalg as la
 from ..exact.derivatives import SA_ORDER, flat_loss
 from ..exact.instances import Instance, random_instance
 from ..theory.attention import Z1, dA_dT_blocks
-from . import checks as ck
-from . import quantities as ex
+from . import quantities, registry
 
-__all__ = ["SUPPORTED", "search", "run", "descend"]
-
-_SN = la.matrix_norms
+__all__ = ["one_start_checks", "thm6_steps", "sa_quantities", "search_ratio", "search", "run", "descend",
+           "run_searches", "es_search", "row_ratio", "start_instance", "STARTS"]
 
 
 def descend(params: list[torch.Tensor], ratio: Callable[[], torch.Tensor], steps: int, lr: float):
@@ -50,65 +51,63 @@ def descend(params: list[torch.Tensor], ratio: Callable[[], torch.Tensor], steps
     return best, best_val
 
 
-def _sa_q(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
+def sa_quantities(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
     """The quantities of :func:`.quantities.sa_exact` as differentiable tensors, for the groups in
-    ``need`` only; the same pieces (:mod:`.quantities`, :mod:`curvature_gap.theory.attention`)."""
+    ``need`` only (:attr:`.registry.Search.need`); the same pieces (:mod:`.quantities`,
+    :mod:`curvature_gap.theory.attention`)."""
+    norm = la.matrix_norms  # the spectral norm, differentiable
     L, d = X.shape
     A = fw.attention_matrix(X, WQ, WK)
     F = A @ X @ WV
-    q = {"norm_X": _SN(X), "norm_Q": _SN(WQ), "norm_K": _SN(WK), "norm_V": _SN(WV), "norm_T": _SN(T),
+    q = {"norm_X": norm(X), "norm_Q": norm(WQ), "norm_K": norm(WK), "norm_V": norm(WV), "norm_T": norm(T),
          "rank_FT": int(torch.linalg.matrix_rank(F.detach() - T.detach())), "L": L, "d_V": d, "d_K": WQ.shape[1]}
     if "dA" in need:
         q["dA_dT"] = la.top_eigenvalues(dA_dT_blocks(A)).max()
     if "Z1" in need:
-        q["Z1"] = _SN(Z1(X, A))
+        q["Z1"] = norm(Z1(X, A))
     if "G" in need and "H" not in need:
-        q["G_Q"] = _SN(jacrev(fw.sa_forward, argnums=1)(X, WQ, WK, WV).reshape(L * d, -1))
-        q["G_K"] = _SN(jacrev(fw.sa_forward, argnums=2)(X, WQ, WK, WV).reshape(L * d, -1))
+        q["G_Q"] = norm(jacrev(fw.sa_forward, argnums=1)(X, WQ, WK, WV).reshape(L * d, -1))
+        q["G_K"] = norm(jacrev(fw.sa_forward, argnums=2)(X, WQ, WK, WV).reshape(L * d, -1))
     for kl in (n[4:] for n in need if n.startswith("Phi_")):
         a, b = (1 + SA_ORDER.index(c) for c in kl)  # Φ_kl = ∂²F/∂W_k∂W_l, as (L d_V n_k) × n_l (quantities)
         T2 = jacfwd(jacrev(fw.sa_forward, argnums=a), argnums=b)(X, WQ, WK, WV)
-        q[f"Phi_{kl}"] = _SN(T2.reshape(-1, (WQ, WK, WV)[b - 1].numel()))
+        q[f"Phi_{kl}"] = norm(T2.reshape(-1, (WQ, WK, WV)[b - 1].numel()))
     if "H" not in need:
         return q
     f, x, _ = flat_loss(Instance(X, WQ, WK, WV, None, None, T), SA_ORDER, "sa")
     H = hessian(f)(x)
     q["H"] = la.sym_abs_max(H)
-    G = ex.sa_jacobians(X, WQ, WK, WV)
-    q.update(ex.hessian_split(H, G, _SN))
-    q["G_Q"], q["G_K"] = _SN(G["Q"]), _SN(G["K"])
+    G = quantities.sa_jacobians(X, WQ, WK, WV)
+    q.update(quantities.hessian_split(H, G, norm))
+    q["G_Q"], q["G_K"] = norm(G["Q"]), norm(G["K"])
     return q
 
 
-def _sa_ratio(check: str, q: dict):
-    """``bound / exact`` of ``check`` from the differentiable quantities ``q``: the rows' own terms
-    (:data:`.checks.TERMS`)."""
-    b, e = ck.term(check, q)
-    return b / e
+def _searched(check: str) -> registry.Bound:
+    b = registry.BOUNDS[check]
+    if b.search is None:
+        raise KeyError(f"{check} has no search support: its declaration gives no Search (bounds searchable: "
+                       f"{', '.join(c for c, x in registry.BOUNDS.items() if x.search)})")
+    return b
 
 
-def _ln_ratio(check: str, X):
-    """As :func:`_sa_ratio` for Lemma 4 at the LayerNorm input ``X``."""
-    b, e = ck.term(check, ex.layernorm_quantities(X, need=(check.split(".")[1],)))
-    return b / e
+def search_ratio(check: str, X, WQ=None, WK=None, WV=None, T=None):
+    """``bound / exact`` of ``check`` as a differentiable tensor: the rows' own terms (:func:`.registry.term`) on
+    the differentiable quantities its search needs (:attr:`.registry.Search.need`): at the LayerNorm input ``X``
+    for a Lemma-4 bound, at the self-attention instance ``(X, W_Q, W_K, W_V, Target)`` otherwise."""
+    b = _searched(check)
+    if b.part == "ln":
+        q = quantities.layernorm_quantities(X, need=b.search.need)
+    else:
+        q = sa_quantities(X, WQ, WK, WV, T, need=b.search.need)
+    bound, exact = registry.term(check, q)
+    return bound / exact
 
 
-SUPPORTED = ["thm1.printed", "thm1.proof", "thm1.repaired", "thm1.proof.QQ", "thm1.proof.QK", "thm1.term.Ho_QQ",
-             "thm1.term.Ho_VQ", "thm1.term.Ho_QK", "thm1.term.Hf_VQ", "thm1.term.Hf_QK", "sa.Z1", "thm6.GQ",
-             "thm6.GK", "lemma4.J.std"]
-QUICK = ["sa.Z1", "thm6.GQ", "thm1.term.Ho_QQ", "thm1.repaired"]
-
-
-def _need(check: str) -> tuple:
-    if check == "sa.Z1":
-        return ("Z1",)
-    if check == "sa.dA_dT":
-        return ("dA",)
-    if check in ("thm6.GQ", "thm6.GK"):
-        return ("G",)
-    if check.startswith("thm6.Phi.") and not check.startswith("thm6.Phi.sym"):
-        return ("Phi_" + check.split(".")[2],)
-    return ("H", "G")
+def one_start_checks(quick: bool = False) -> list[str]:
+    """The bounds :func:`run` searches: those whose search gives Adam steps (quick: those marked quick)."""
+    return [c for c, b in registry.BOUNDS.items()
+            if b.search is not None and b.search.steps is not None and (b.search.quick or not quick)]
 
 
 # Where a search starts: named regimes of :func:`~curvature_gap.exact.instances.random_instance`, each a
@@ -124,8 +123,6 @@ STARTS = {
 # kept throughout: :func:`search` with ``tie_target``; from one-hot attention, where the minimiser's ratio is smallest)
 REPAIRED_STARTS = ("random", "value-dominated", "one-hot", "minimiser")
 TIED_STARTS = ("one-hot",)
-# the regimes the Φ bounds are searched from: a random start, and uniform attention (where Φ_QK's bound is attained)
-PHI_STARTS = ("random", "uniform")
 
 
 def start_instance(L: int, d: int, seed: int, start: str = "random") -> Instance:
@@ -143,23 +140,20 @@ def search(check: str, L: int, d: int, seed: int, steps: int = 150, lr: float = 
     that every proposal is an exact global minimiser (loss 0, the w* of Theorem 1), the returned one too."""
     base = start_instance(L, d, seed, start)
     if tie_target:
-        if ck.part_of(check) != "sa":
+        if registry.part_of(check) != "sa":
             raise ValueError(f"tie_target keeps Target = F of the attention layer; {check} is not a self-attention check")
         params = [t.clone().requires_grad_(True) for t in (base.X, base.W_Q, base.W_K, base.W_V)]
-        need = _need(check)
-        fn = lambda: _sa_ratio(check, _sa_q(*params, fw.sa_forward(*params), need=need))  # noqa: E731
+        fn = lambda: search_ratio(check, *params, fw.sa_forward(*params))  # noqa: E731
         X, WQ, WK, WV = descend(params, fn, steps, lr)[0]
         return Instance(X, WQ, WK, WV, base.W_1, base.W_2, fw.sa_forward(X, WQ, WK, WV),
                         dict(base.meta, source="adversarial", check=check, target="fit (tied)"))
-    if check.startswith("lemma4"):
+    on_ln = _searched(check).part == "ln"  # Lemma 4: only X is optimised
+    if on_ln:
         params = [base.X.clone().requires_grad_(True)]
-        fn = lambda: _ln_ratio(check, params[0])  # noqa: E731
     else:
         params = [t.clone().requires_grad_(True) for t in (base.X, base.W_Q, base.W_K, base.W_V, base.Target)]
-        need = _need(check)
-        fn = lambda: _sa_ratio(check, _sa_q(*params, need=need))  # noqa: E731
-    best, _ = descend(params, fn, steps, lr)
-    if check.startswith("lemma4"):
+    best, _ = descend(params, lambda: search_ratio(check, *params), steps, lr)
+    if on_ln:
         X = best[0]
         return Instance(X, base.W_Q, base.W_K, base.W_V, base.W_1, base.W_2, base.Target,
                         dict(base.meta, source="adversarial", check=check))
@@ -168,27 +162,29 @@ def search(check: str, L: int, d: int, seed: int, steps: int = 150, lr: float = 
 
 
 def run(quick: bool = False, log: Callable[[str], None] | None = None) -> tuple[list[dict], dict]:
-    """Adversarial rows for :data:`SUPPORTED` (quick: :data:`QUICK`) from one start (L = 4, d = 3;
-    150 Adam steps, 80 for the checks that differentiate through the Hessian); rows carry ``sweep = "adversarial"`` and ``x = "<check>@L,d,seed"``."""
+    """Adversarial rows for :func:`one_start_checks` (quick: the quick ones) from one start (L = 4, d = 3; the
+    Adam steps of each bound's search, 60 with ``quick``); rows carry ``sweep = "adversarial"`` and
+    ``x = "<check>@L,d,seed"``."""
     rows, insts = [], {}
-    for check in (QUICK if quick else SUPPORTED):
+    for check in one_start_checks(quick):
+        part = registry.part_of(check)
         starts = [(4, 3, 0)]
         for L, d, seed in starts:
             t0 = time.perf_counter()
-            steps = 60 if quick else (150 if _need(check) != ("H", "G") else 80)
+            steps = 60 if quick else registry.BOUNDS[check].search.steps
             inst = search(check, L, d, seed, steps=steps)
             x = f"{check}@L={L},d={d},seed={seed}"
             key = f"adversarial|{x}"
             inst.meta.update(sweep="adversarial", x=x)
-            ln_input = "X" if check.startswith("lemma4") else "block"
-            recs = ck.evaluate(inst, parts=(ck.part_of(check),), tensors=False, ln_input=ln_input)
+            ln_input = "X" if part == "ln" else "block"
+            recs = registry.evaluate(inst, parts=(part,), tensors=False, ln_input=ln_input)
             base = {"sweep": "adversarial", "x": x, "seed": seed, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
                     "d_ff": inst.d_ff, "sigma": "", "sharpness": "", "balance": "",
                     "attn_max": float(fw.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
                     "target": "optimised"}
             for r in recs:
                 if r["check"] == check:
-                    rows.append({**base, **r, "parts": ck.part_of(check), "tensors": False, "ln_input": ln_input,
+                    rows.append({**base, **r, "parts": part, "tensors": False, "ln_input": ln_input,
                                  "inst_key": key})
             insts[key] = inst
             if log:
@@ -203,13 +199,12 @@ _FIELDS = ("X", "W_Q", "W_K", "W_V", "W_1", "W_2", "Target")
 
 def row_ratio(check: str, inst: Instance) -> float:
     """The smallest ``bound/exact`` of ``check`` at ``inst`` (over its ``sub`` entries), computed by
-    :func:`~.checks.evaluate` — the very function the rows of ``curvature-gap verify`` are made of."""
-    recs = ck.evaluate(inst, parts=(ck.part_of(check),), tensors=ck.needs_tensors(check),
-                       hessian=check.startswith("thm6.full") or ck.part_of(check) == "sa",
-                       ln_input="X" if check.startswith("lemma4") and ck.part_of(check) == "ln" else "block")
+    :func:`~.registry.evaluate` — the very function the rows of ``curvature-gap verify`` are made of."""
+    options = registry.BOUNDS[check].evaluate_options()
+    recs = registry.evaluate(inst, **options)
     got = [r["ratio"] for r in recs if r["check"] == check]
     if not got:
-        raise KeyError(f"{check} is not produced by evaluate(parts=({ck.part_of(check)!r},))")
+        raise KeyError(f"{check} is not produced by evaluate({options})")
     return min(got)
 
 
@@ -247,27 +242,27 @@ def es_search(check: str, L: int, d: int, seed: int, evals: int = 40, start: str
     return inst, best
 
 
-# The steps of Theorem 6's proof and their "without the misprint" variants: each is searched at every
-# L of SCALING_L, so how a failure scales with L is measured, not one minimum (C-list tables).
-THM6_STEPS = tuple(c for c, m in ck.CHECKS.items() if m["result"] == "thm6" and m["role"] == "proof")
+def thm6_steps() -> tuple[str, ...]:
+    """The steps of Theorem 6's proof and their "without the misprint" variants: each is searched at every L of
+    :data:`SCALING_L`, so how a failure scales with L is measured, not one minimum (C-list tables). Those with a
+    search (their terms read differentiable quantities) by Adam from each of their starts, the others by the ES."""
+    return tuple(c for c, b in registry.BOUNDS.items() if b.result == "thm6" and b.role == "proof")
+
+
 SCALING_L = (4, 8, 16)
-# their terms read differentiable quantities (_sa_q): Adam, not the ES (the Φ bounds from every start of PHI_STARTS)
-_GRADIENT_STEPS = ("thm6.GQ", "thm6.GK", *(f"thm6.Phi.{kl}{v}" for kl in ("QQ", "VQ", "QK")
-                                           for v in ("", ".no_loss_factor")))
 # the repaired Theorem 1: many starts in every regime of REPAIRED_STARTS, at four lengths (L = 1, where A ≡ 1, is
 # degenerate and reported apart), and the same number of starts kept at an exact minimiser (Target = F throughout)
 REPAIRED_SEARCH = dict(L=(1, 2, 4, 8), seeds=(0, 1), steps=80)
 
 
 def _record(inst: Instance, check: str, x: str, seed: int, extra: dict) -> list[dict]:
-    ln_input = "X" if check.startswith("lemma4") else "block"
-    recs = ck.evaluate(inst, parts=(ck.part_of(check),), tensors=ck.needs_tensors(check), ln_input=ln_input,
-                       hessian=check.startswith("thm6.full") or ck.part_of(check) == "sa")
+    options = registry.BOUNDS[check].evaluate_options()
+    recs = registry.evaluate(inst, **options)
     base = {"sweep": "adversarial", "x": x, "seed": seed, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
             "d_ff": inst.d_ff, "sigma": "", "sharpness": "", "balance": "",
             "attn_max": float(fw.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
             "target": "optimised", **extra}
-    return [{**base, **r, "parts": ck.part_of(check), "tensors": ck.needs_tensors(check), "ln_input": ln_input,
+    return [{**base, **r, "parts": options["parts"][0], "tensors": options["tensors"], "ln_input": options["ln_input"],
              "inst_key": f"adversarial|{x}"} for r in recs if r["check"] == check]
 
 
@@ -275,10 +270,10 @@ def run_searches(quick: bool = False, log: Callable[[str], None] | None = None,
                  evals: int = 40) -> tuple[list[dict], dict]:
     """The searches a referee's reading asks for, beyond :func:`run`:
 
-    * every step of Theorem 6's proof (:data:`THM6_STEPS`, the ``.no_*`` variants included) searched at
-      each L of :data:`SCALING_L` (d = 3): Adam for the differentiable G_Q, G_K and Φ bounds (these from every
-      start of :data:`PHI_STARTS`), the evolution strategy :func:`es_search` (``evals`` proposals) for the
-      others; records carry ``scaling = "L"``;
+    * every step of Theorem 6's proof (:func:`thm6_steps`, the ``.no_*`` variants included) searched at
+      each L of :data:`SCALING_L` (d = 3): Adam for those with a search (G_Q, G_K and the Φ bounds, each from
+      the starts of its :class:`~.registry.Search`), the evolution strategy :func:`es_search` (``evals``
+      proposals) for the others; records carry ``scaling = "L"``;
     * the repaired Theorem 1 from every regime of :data:`REPAIRED_STARTS` × :data:`REPAIRED_SEARCH` (Adam through
       the Hessian; records at L = 1 carry ``degenerate``), and from :data:`TIED_STARTS` at an exact minimiser
       (records carry ``minimiser``).
@@ -288,12 +283,12 @@ def run_searches(quick: bool = False, log: Callable[[str], None] | None = None,
     rows, insts = [], {}
     Ls = SCALING_L[:2] if quick else SCALING_L
     n = max(4, evals // 4) if quick else evals
-    for check in THM6_STEPS:
+    for check in thm6_steps():
+        how = registry.BOUNDS[check].search
         for L in Ls:
-            starts = PHI_STARTS if check.startswith("thm6.Phi.") and check in _GRADIENT_STEPS else ("random",)
-            for start in starts:
+            for start in (how.starts if how else ("random",)):
                 t0 = time.perf_counter()
-                if check in _GRADIENT_STEPS:
+                if how:
                     inst = search(check, L, 3, 0, steps=5 if quick else 150, start=start)
                 else:
                     inst, _ = es_search(check, L, 3, 0, evals=n)

@@ -23,7 +23,7 @@ from torch.func import hessian
 from ..exact import linalg as la
 from ..exact.forward import block_output
 from ..exact.instances import Instance
-from . import checks as ck
+from . import registry
 from .training import light_bounds
 
 __all__ = ["ce_loss", "output_factors", "ce_records"]
@@ -58,8 +58,6 @@ def ce_records(insts: list[Instance], W_h: torch.Tensor, b_h: torch.Tensor, labe
     W_h, b_h = W_h.to(torch.float64), b_h.to(torch.float64)
     for i, (inst, y) in enumerate(zip(insts, labels)):
         f = output_factors(inst, W_h, b_h, int(y))
-        out.append({"check": "ce.output_factor", "sub": f"sample {i}", "bound": 0.5, "exact": f["softmax_factor"],
-                    "ratio": ck.ratio(0.5, f["softmax_factor"])})
         sizes = [w.numel() for w in inst.weights]
         shapes = [w.shape for w in inst.weights]
 
@@ -70,7 +68,8 @@ def ce_records(insts: list[Instance], W_h: torch.Tensor, b_h: torch.Tensor, labe
         H = hessian(flat)(torch.cat([w.reshape(-1) for w in inst.weights]))
         exact = la.sym_spectral_norm(H)
         M = light_bounds(inst, out_curv=f["out_curv_bound"], grad_norm=f["grad_norm"])["thm6"]
-        out.append({"check": "thm6.full.explicit.ce", "sub": f"sample {i}", "bound": M, "exact": exact,
-                    "ratio": ck.ratio(M, exact), "out_curv": f["out_curv"], "out_curv_bound": f["out_curv_bound"],
-                    "grad_norm": f["grad_norm"]})
+        for r in registry.records("ce", {**f, "M_tr": M, "H": exact}, sub=f"sample {i}"):
+            if r["check"] == "thm6.full.explicit.ce":
+                r.update(out_curv=f["out_curv"], out_curv_bound=f["out_curv_bound"], grad_norm=f["grad_norm"])
+            out.append(r)
     return out

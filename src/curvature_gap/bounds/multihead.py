@@ -34,7 +34,6 @@ __all__ = ["MHInstance", "forward", "loss", "instance", "exact", "evaluate", "py
            "search_extent", "BLOCKS"]
 
 BLOCKS = ("Q", "K", "V", "O")
-_SN = la.matrix_norms  # the spectral norm, differentiable (exact.linalg: the one home of eigenvalue calls)
 
 
 @dataclass
@@ -130,9 +129,9 @@ def exact(X, WQ, WK, WV, WO, T, h, mask=None) -> dict:
     q = {"H": H, "norm_H": la.sym_abs_max(H)}
     for ij in fm.MH_PAIRS:
         a, b = BLOCKS.index(ij[0]), BLOCKS.index(ij[1])
-        q[f"H_{ij}"] = _SN(H[a * n:(a + 1) * n, b * n:(b + 1) * n])
+        q[f"H_{ij}"] = la.matrix_norms(H[a * n:(a + 1) * n, b * n:(b + 1) * n])
     for k, M in (("X", X), ("Q", WQ), ("K", WK), ("V", WV), ("O", WO), ("T", T)):
-        q[f"norm_{k}"] = _SN(M)
+        q[f"norm_{k}"] = la.matrix_norms(M)
     return q
 
 

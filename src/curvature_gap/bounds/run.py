@@ -24,7 +24,7 @@ from typing import Callable
 from ..io import atomic_write_json
 from ..provenance import software
 from . import adversarial
-from . import checks as ck
+from . import registry
 from . import sweeps as sw
 
 __all__ = ["run_all"]
@@ -65,7 +65,7 @@ def run_all(out="results/bounds", quick: bool = False, save_counterexamples=None
         sw.save_counterexamples({**small, **named}, Path(save_counterexamples))
     timings["total"] = time.perf_counter() - t_all
     atomic_write_json(out / "summary.json", {"quick": quick, "summary": summary, "counterexamples": sorted(worst),
-                                             "named_counterexamples": sorted(named), "rtol": ck.RTOL,
+                                             "named_counterexamples": sorted(named), "rtol": registry.RTOL,
                                              "software": software()})
     sw.write_csv(out / "summary.csv", [dict(s, worst=" ".join(f"{k}={v}" for k, v in (s.get("worst") or {}).items()
                                                                   if v not in (None, "")))

@@ -1,6 +1,6 @@
 """Sweeps that expose the dependences the bounds predict, their tables, summary and counter-examples.
 
-Synthetic sweeps (:func:`definitions`), all on seeded :func:`~.instance.random_instance` draws with a
+Synthetic sweeps (:func:`definitions`), all on seeded :func:`~curvature_gap.exact.instances.random_instance` draws with a
 ``N(0,1)`` target (named choice ``"random"``):
 
 =============  ==========================================  ========================================
@@ -48,7 +48,7 @@ import numpy as np
 from ..exact.forward import attention_matrix, sa_loss
 from ..exact.instances import Instance, random_instance
 from ..io import atomic_write_json, atomic_write_text
-from . import checks as ck
+from . import registry
 
 __all__ = ["Sweep", "definitions", "run_sweep", "summarize", "slopes", "pick_counterexamples",
            "write_csv", "counterexample_json", "replay", "CSV_FIELDS", "theorem1_sweeps",
@@ -174,7 +174,7 @@ def run_sweep(sw: Sweep, log: Callable[[str], None] | None = None) -> tuple[list
             insts[key] = inst
             base = _inst_row(sw, x, seed, inst)
             parts = sw.parts(x)
-            recs = ck.evaluate(inst, parts=parts, tensors=sw.tensors(x), ln_input=sw.ln_input)
+            recs = registry.evaluate(inst, parts=parts, tensors=sw.tensors(x), ln_input=sw.ln_input)
             for r in recs:
                 rows.append({**base, **r, "parts": ",".join(parts), "tensors": sw.tensors(x),
                              "ln_input": sw.ln_input, "inst_key": key})
@@ -211,7 +211,7 @@ def slopes(rows: list[dict], check: str, sweep: str) -> dict | None:
             x = float(r["x"])
         except (TypeError, ValueError):
             return None
-        if x <= 0 or not math.isfinite(r["bound"]) or r["exact"] <= ck.ZERO or r["bound"] <= 0:
+        if x <= 0 or not math.isfinite(r["bound"]) or r["exact"] <= registry.ZERO or r["bound"] <= 0:
             continue
         e, b = per.setdefault((x, r["seed"]), [0.0, 0.0])
         per[(x, r["seed"])] = [max(e, r["exact"]), max(b, r["bound"])]
@@ -283,7 +283,7 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
     for r in rows:
         by.setdefault(r["check"], []).append(r)
     out = []
-    for cid in (checks or ck.CHECKS):
+    for cid in (checks or registry.CHECKS):
         rs = by.get(cid, [])
         if not rs:
             continue
@@ -309,16 +309,16 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
                 by_L[int(r["L"])] = min(by_L.get(int(r["L"]), math.inf), r["ratio"])
         if by_L:
             apart["searched_by_L"] = dict(sorted(by_L.items()))
-        meta = ck.CHECKS.get(cid, {})
+        meta = registry.CHECKS.get(cid, {})
         sweeps = sorted({r["sweep"] for r in rs})
         sl = [s for s in (slopes(rs, cid, sw) for sw in sweeps) if s]
         out.append({
             "id": cid, "ref": meta.get("ref", ""), "what": meta.get("what", ""), "result": meta.get("result"),
             "role": meta.get("role"), "claim": meta.get("claim"), "expect": meta.get("expect"),
-            "errata": meta.get("errata", []), "verdict": "holds" if ck.holds(mn) else "fails",
+            "errata": meta.get("errata", []), "verdict": "holds" if registry.holds(mn) else "fails",
             "min_ratio": mn, "min_ratio_sweeps": min((r["ratio"] for r in natural), default=math.inf),
             "median_ratio": statistics.median(finite) if finite else math.inf,
-            "n_records": len(rs), "n_fail": sum(1 for r in rs if not ck.holds(r["ratio"])),
+            "n_records": len(rs), "n_fail": sum(1 for r in rs if not registry.holds(r["ratio"])),
             "n_adversarial": len(rs) - len(natural),
             "worst": {k: worst.get(k) for k in ("sweep", "x", "seed", "sub", "bound", "exact", "L", "d_V", "d_K", "d_ff")},
             "sweeps": sweeps, "slopes": sl, "scaling": scaling(rs), **apart,
@@ -329,14 +329,14 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
 # ----------------------------------------------------------------------------- counter-examples
 def counterexample_json(rec: dict, inst: Instance) -> dict:
     """A replayable counter-example: the record, what it checks, and the full instance."""
-    meta = ck.CHECKS.get(rec["check"], {})
+    meta = registry.CHECKS.get(rec["check"], {})
     return {
         "check": rec["check"], "sub": rec["sub"], "ref": meta.get("ref", ""), "what": meta.get("what", ""),
         "bound": rec["bound"], "exact": rec["exact"], "ratio": rec["ratio"],
         "sweep": rec.get("sweep"), "x": rec.get("x"), "seed": rec.get("seed"),
-        "part": ck.part_of(rec["check"]), "tensors": ck.needs_tensors(rec["check"]),
+        "part": registry.part_of(rec["check"]), "tensors": registry.needs_tensors(rec["check"]),
         "ln_input": rec.get("ln_input", "block"), "shape": list(inst.shape), "instance": inst.to_json(),
-        **(_sa_regime(inst) if ck.part_of(rec["check"]) == "sa" else {}),
+        **(_sa_regime(inst) if registry.part_of(rec["check"]) == "sa" else {}),
     }
 
 
@@ -362,7 +362,7 @@ def named_counterexamples(rows: list[dict], instances: dict, check: str = "thm1.
     still hold (it is stated at w*; its proof assumes uniform attention)."""
     out = {}
     for sweep, why in NAMED.items():
-        bad = [r for r in rows if r["check"] == check and r["sweep"] == sweep and not ck.holds(r["ratio"])
+        bad = [r for r in rows if r["check"] == check and r["sweep"] == sweep and not registry.holds(r["ratio"])
                and r.get("inst_key") in instances]
         if bad:
             worst = min(bad, key=lambda r: r["ratio"])
@@ -378,7 +378,7 @@ def pick_counterexamples(rows: list[dict], instances: dict) -> tuple[dict, dict]
     record's ``inst_key`` to its :class:`Instance`."""
     worst, small = {}, {}
     for r in rows:
-        if ck.holds(r["ratio"]):
+        if registry.holds(r["ratio"]):
             continue
         key = r.get("inst_key")
         if key not in instances:
@@ -396,7 +396,7 @@ def pick_counterexamples(rows: list[dict], instances: dict) -> tuple[dict, dict]
 def replay(ce: dict) -> dict:
     """Recompute a saved counter-example: ``{"bound", "exact", "ratio"}`` of its check and sub."""
     inst = Instance.from_json(ce["instance"])
-    recs = ck.evaluate(inst, parts=(ce["part"],), tensors=ce["tensors"], ln_input=ce.get("ln_input", "block"))
+    recs = registry.evaluate(inst, parts=(ce["part"],), tensors=ce["tensors"], ln_input=ce.get("ln_input", "block"))
     for r in recs:
         if r["check"] == ce["check"] and r["sub"] == ce["sub"]:
             return r
@@ -447,7 +447,7 @@ def named_theorem1(directory: Path, check: str = "thm1.printed") -> list[dict]:
     for p in sorted(Path(directory).glob(f"{check}@*.json")):
         ce = json.loads(p.read_text())
         inst = Instance.from_json(ce["instance"])
-        recs = {r["check"]: r for r in ck.evaluate(inst, parts=("sa",))}
+        recs = {r["check"]: r for r in registry.evaluate(inst, parts=("sa",))}
         A = attention_matrix(inst.X, inst.W_Q, inst.W_K)
         mb = recs["thm1.printed.maxblock"]
         out.append({"name": p.stem, "why": ce.get("why", ""), "shape": tuple(inst.shape),

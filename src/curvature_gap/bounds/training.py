@@ -1,7 +1,7 @@
 """Training time: the bounds at the paper's MNIST ViT, at initialisation and after training.
 
 Per sample (one test image ``x_i``): the tokens entering block 0, ``X_i = model.tokens(x_i)``
-(L = 49, d_V = 16), and block 0's five weight matrices form an :class:`~.instance.Instance` of the
+(L = 49, d_V = 16), and block 0's five weight matrices form an :class:`~curvature_gap.exact.instances.Instance` of the
 *theory block* (no FFN biases, LayerNorm γ = 1, β = 0; a named choice, the theorems' setting).  The
 MSE target is ``"perturbed"``: the output of the same layer (Theorem 1: ``F``; Theorem 6: ``Z``)
 with every weight multiplied entrywise by ``1 + 0.1 N(0,1)`` (seed ``i``), i.e. an instance near
@@ -24,9 +24,7 @@ from torch import nn
 from ..exact import linalg as la
 from ..exact.forward import attention_matrix, block_forward, sa_forward
 from ..exact.instances import Instance, from_model
-from . import checks as ck
-from . import formulas as fm
-from . import quantities as ex
+from . import formulas, quantities, registry
 
 __all__ = ["instances_of", "training_sweep", "batch_records", "light_bounds", "norms_of"]
 
@@ -52,11 +50,12 @@ def light_bounds(inst: Instance, out_curv: float | None = None, grad_norm: float
     L, d_V, d_K, d_ff = inst.shape
     a = (n["X"], n["Q"], n["K"], n["V"], la.spectral_norm(T), L, d_V, d_K)
     fw = block_forward(X, *inst.weights)
-    lnU, lnS = ex.layernorm_inputs(fw["U"]), ex.layernorm_inputs(fw["S"])
+    lnU, lnS = quantities.layernorm_inputs(fw["U"]), quantities.layernorm_inputs(fw["S"])
     relu = la.spectral_norm(torch.relu(fw["Y"] @ inst.W_1))
     R = float((fw["Z"] - T).norm()) if grad_norm is None else grad_norm
-    e = fm.theorem6_explicit(n, L, d_V, d_K, d_ff, relu, R, lnU, lnS["row_norm_min"], out_curv)
-    return {"thm1": fm.theorem1(*a, variant="printed")["M"], "thm1_repaired": fm.theorem1(*a, variant="repaired")["M"],
+    e = formulas.theorem6_explicit(n, L, d_V, d_K, d_ff, relu, R, lnU, lnS["row_norm_min"], out_curv)
+    return {"thm1": formulas.theorem1(*a, variant="printed")["M"],
+            "thm1_repaired": formulas.theorem1(*a, variant="repaired")["M"],
             "thm6": e["M_tr"]}
 
 
@@ -90,7 +89,6 @@ def batch_records(insts: list[Instance]) -> list[dict]:
     n = len(insts)
     X = torch.stack([i.X for i in insts])
     lb = [light_bounds(i) for i in insts]
-    out = []
     # Theorem 1: targets of the attention layer (F of the perturbed layer), Theorem 6: Z.
     T_sa = torch.stack([_perturbed_F(i) for i in insts])
     T_bl = torch.stack([i.Target for i in insts])
@@ -98,9 +96,7 @@ def batch_records(insts: list[Instance]) -> list[dict]:
     h6 = _curvlinops_norm(_Block(insts[0]), X, T_bl)
     b1 = max(light_bounds(_with_target(i, t))["thm1"] for i, t in zip(insts, T_sa))
     b6 = max(v["thm6"] for v in lb)
-    for cid, b, e in (("thm1.printed.batch", b1, h1), ("thm6.full.explicit.batch", b6, h6)):
-        out.append({"check": cid, "sub": f"n={n}", "bound": b, "exact": e, "ratio": ck.ratio(b, e)})
-    return out
+    return registry.records("batch", {"n": n, "M_thm1": b1, "H_sa": h1, "M_thm6": b6, "H_block": h6})
 
 
 def _with_target(inst: Instance, T: torch.Tensor) -> Instance:
@@ -129,12 +125,13 @@ def training_sweep(models: dict, images: torch.Tensor, n_samples: int, n_batch: 
                     "d_ff": inst.d_ff, "sigma": "", "sharpness": "", "balance": "",
                     "attn_max": float(attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
                     "target": "perturbed"}
-            recs = [dict(r, _inst="sa") for r in ck.evaluate(sa_inst, parts=("sa",))]
-            recs += [dict(r, _inst="block") for r in ck.evaluate(inst, parts=("ln", "prop", "block"), tensors=tensors)]
+            recs = [dict(r, _inst="sa") for r in registry.evaluate(sa_inst, parts=("sa",))]
+            recs += [dict(r, _inst="block") for r in registry.evaluate(inst, parts=("ln", "prop", "block"),
+                                                                        tensors=tensors)]
             for r in recs:
                 which = r.pop("_inst")
                 key = f"training|{name}|{i}|{which}"
-                rows.append({**base, **r, "parts": ck.part_of(r["check"]), "tensors": tensors, "ln_input": "block",
+                rows.append({**base, **r, "parts": registry.part_of(r["check"]), "tensors": tensors, "ln_input": "block",
                              "inst_key": key})
                 insts_out[key] = sa_inst if which == "sa" else inst
             if log:

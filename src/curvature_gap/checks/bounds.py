@@ -15,18 +15,20 @@ import json
 from pathlib import Path
 
 from ..bounds import adversarial
-from ..bounds import checks as ck
+from ..bounds import registry
 from ..bounds import sweeps as sw
 from ..row import Row
 
 __all__ = ["COUNTEREXAMPLES", "run_checks", "replay_committed", "rows_from_summary", "trained_rows",
-           "synthetic_records", "REPLAY_RTOL"]
+           "trained_checks", "synthetic_records", "REPLAY_RTOL"]
 
 COUNTEREXAMPLES = Path(__file__).resolve().parent.parent / "bounds" / "counterexamples"
 REPLAY_RTOL = 1e-6
-TRAINED_CHECKS = ("thm1.printed", "thm1.repaired", "thm6.full.explicit", "thm6.full.explicit.ce", "ce.output_factor",
-                  "lemma4.J.stated", "lemma4.J.std", "lemma4.H.stated", "lemma4.H.std", "prop.S",
-                  "thm1.printed.batch", "thm6.full.explicit.batch")
+
+
+def trained_checks() -> tuple[str, ...]:
+    """The bounds also reported at the trained MNIST block (declared ``trained=True``)."""
+    return tuple(c for c, b in registry.BOUNDS.items() if b.trained)
 
 
 def synthetic_records(quick: bool, log=None) -> tuple[list[dict], dict]:
@@ -88,8 +90,9 @@ def rows_from_summary(summary: list[dict], replayed: list[dict], profile: str = 
             details["searched"] = adversarial.repaired_search_extent()
         if w.get("sub") not in (None, ""):
             details["worst_sub"] = w["sub"]
-        if s["id"] in ck.BY_CONSTRUCTION:
-            details["by_construction"] = ck.BY_CONSTRUCTION[s["id"]]
+        why = registry.BOUNDS[s["id"]].by_construction if s["id"] in registry.BOUNDS else None
+        if why:
+            details["by_construction"] = why
         for k in ("degenerate", "at_minimiser", "searched_by_L"):
             if s.get(k):
                 details[k] = s[k]
@@ -100,7 +103,7 @@ def rows_from_summary(summary: list[dict], replayed: list[dict], profile: str = 
             note += f"; at an exact minimiser (loss 0): {s['at_minimiser']['min_ratio']:.4g}"
         out.append(Row(id=prefix + s["id"], result=s["result"], kind="bound", role=s["role"], what=s["what"],
                        verdict=s["verdict"], expected=s["expect"] if expected else None, claim=s["claim"],
-                       min_ratio=s["min_ratio"], median_ratio=s["median_ratio"], tolerance=ck.RTOL,
+                       min_ratio=s["min_ratio"], median_ratio=s["median_ratio"], tolerance=registry.RTOL,
                        errata=list(s["errata"]), evidence=_evidence(s["id"], replayed), profile=profile,
                        instances=f"{s['n_records']} records; worst {shapes}" if shapes else f"{s['n_records']} records",
                        note=note, details=details))
@@ -109,14 +112,14 @@ def rows_from_summary(summary: list[dict], replayed: list[dict], profile: str = 
 
 def trained_rows(result) -> list[Row]:
     """``bounds.mnist.*`` rows from a ``trained_bounds`` result; ``not run`` rows (with the command) without."""
+    trained = trained_checks()
     if result is None:
-        return [Row(id=f"bounds.mnist.{c}", result=ck.CHECKS[c]["result"], kind="bound", role=ck.CHECKS[c]["role"],
-                    what=ck.CHECKS[c]["what"] + " — at block 0 of the MNIST ViT", verdict="not run",
-                    claim=ck.CHECKS[c]["claim"], profile="paper",
+        return [Row(id=f"bounds.mnist.{c}", result=b.result, kind="bound", role=b.role,
+                    what=b.what + " — at block 0 of the MNIST ViT", verdict="not run", claim=b.claim, profile="paper",
                     command="curvature-gap reproduce --only trained_bounds (needs MNIST; trains the model if needed)")
-                for c in TRAINED_CHECKS]
-    recs = [r for r in result.meta["records"] if r["check"] in TRAINED_CHECKS]
-    summary = sw.summarize(recs, TRAINED_CHECKS)
+                for c, b in ((c, registry.BOUNDS[c]) for c in trained)]
+    recs = [r for r in result.meta["records"] if r["check"] in trained]
+    summary = sw.summarize(recs, trained)
     rows = rows_from_summary(summary, [], profile=result.config["profile"], prefix="bounds.mnist.", expected=False)
     for r in rows:
         r.what += " — at block 0 of the MNIST ViT, initialised and trained"

@@ -23,7 +23,7 @@ import statistics
 
 import torch
 
-from ..bounds import checks as bck
+from ..bounds import registry as bck
 from ..bounds import multihead as mhb
 from ..exact import encoder_layer as ref
 from ..theory.encoder_layer import encoder_layer_hessian

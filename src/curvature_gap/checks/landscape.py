@@ -7,7 +7,7 @@ result, the rows are ``not run`` and name the command that computes them.
 """
 from __future__ import annotations
 
-from ..bounds.checks import RTOL
+from ..bounds.registry import RTOL
 from ..landscape.theorem7 import T0_FLOOR, moved, sa_check
 from ..row import Row
 

@@ -1,32 +1,83 @@
-"""curvature_gap.bounds.checks: the registry of bounds and their evaluation on instances."""
+"""curvature_gap.bounds.registry: one declaration per bound, the views read from them, and the evaluation of the
+bounds on instances."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from cases import randn
-from curvature_gap.bounds import checks as ck
 from curvature_gap.bounds import quantities as qt
+from curvature_gap.bounds import registry
+from curvature_gap.bounds.bound import Bound, Search, by_id
+from curvature_gap.bounds.titles import INEQUALITIES, shown
+from curvature_gap.checks import bounds as cb
+from curvature_gap.codehash import reached
 from curvature_gap.exact.instances import random_instance
+from curvature_gap.theory.errata import ERRATA
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+ck = registry
 
 
 def test_registry_is_consistent():
-    assert ck.KNOWN_FAILURES <= set(ck.CHECKS)
+    assert ck.known_failures() <= set(ck.CHECKS) and len(ck.CHECKS) == len(ck.BOUNDS) == 72
+    errata = {e["id"] for e in ERRATA}
     for cid, c in ck.CHECKS.items():
+        b = ck.BOUNDS[cid]
         assert c["part"] in ("sa", "ln", "prop", "block", "ce", "batch"), cid
         assert c["role"] in ("statement", "proof", "repair", "reference"), cid
-        assert c["expect"] == ("fails" if cid in ck.KNOWN_FAILURES else "holds"), cid
+        assert c["expect"] == ("fails" if cid in ck.known_failures() else "holds") == b.expect, cid
         assert c["claim"] in ("holds", None) and c["what"] and c["ref"], cid
         if c["role"] in ("repair", "reference"):
             assert c["claim"] is None, f"{cid}: the companion's own checks make no claim about the paper"
+        assert set(b.errata) <= errata, f"{cid}: an erratum id that theory.errata does not list"
+        if b.fails is not None and b.claim is not None:
+            assert f"bounds.{cid}" in INEQUALITIES, f"{cid}: a failing bound needs a title and TeX for the errata page"
     for cid in ck.CHECKS:
         if cid.endswith(".no_loss_factor"):
             assert cid.removesuffix(".no_loss_factor") in ck.CHECKS
     assert ck.needs_tensors("thm6.xi12") and not ck.needs_tensors("thm6.GQ")
+    # the views are read from the declarations: the same bounds, in declaration order
+    assert list(ck.CHECKS) == list(ck.BOUNDS) and ck.CHECKS["sa.A"] == ck.BOUNDS["sa.A"].meta
+    assert set(INEQUALITIES) == {f"bounds.{c}" for c, b in ck.BOUNDS.items() if b.title}
+    assert INEQUALITIES["bounds.sa.Z1"] == (ck.BOUNDS["sa.Z1"].title, ck.BOUNDS["sa.Z1"].tex)
+    assert set(cb.trained_checks()) == {"thm1.printed", "thm1.repaired", "thm6.full.explicit", "thm6.full.explicit.ce",
+                                        "ce.output_factor", "lemma4.J.stated", "lemma4.J.std", "lemma4.H.stated",
+                                        "lemma4.H.std", "prop.S", "thm1.printed.batch", "thm6.full.explicit.batch"}
+
+
+def test_a_declaration_is_refused_when_it_is_incomplete_or_declared_twice():
+    b = Bound("toy.twice", "sa", "nowhere", "a ≤ b", "thm1", lambda q: [("", 1.0, 1.0)])
+    with pytest.raises(ValueError, match="declared twice"):
+        by_id(b, b)
+    with pytest.raises(ValueError, match="declared twice"):
+        ck.register(ck.BOUNDS["sa.A"])
+    with pytest.raises(ValueError, match="make no claim"):
+        dataclasses.replace(b, role="repair")
+    with pytest.raises(ValueError, match="both title and tex"):
+        dataclasses.replace(b, title="Toy")
+    with pytest.raises(ValueError, match="says why it fails"):
+        dataclasses.replace(b, fails=" ")
+    with pytest.raises(ValueError, match="part 'nowhere'"):
+        dataclasses.replace(b, part="nowhere")
+    with pytest.raises(KeyError, match="bounds.sa.A.*declarations.py"):
+        shown("bounds.sa.A")  # it holds: no title, and the error names where to give one
+    assert Search(need=("Z1",)).starts == ("random",) and b.evaluate_options()["hessian"]
+
+
+def test_the_code_hash_of_the_evaluation_reaches_every_declaration():
+    """The declarations are data the evaluation reads at run time: the code hash must still see them (a changed
+    formula is a new result), through BOUNDS to each group of declarations, its helpers and the formulas."""
+    got = reached(ck.evaluate)
+    assert "curvature_gap.bounds.declarations:BOUNDS" in got
+    groups = {k.rpartition(":")[2] for k in got if k.startswith("curvature_gap.bounds.declarations:")}
+    assert {"THEOREM1", "THEOREM1_TERMS", "THEOREM1_LEMMAS", "LEMMA4", "PROPOSITION", "THEOREM6", "THEOREM6_JACOBIANS",
+            "THEOREM6_PHI", "THEOREM6_XI", "CROSS_ENTROPY_AND_BATCH", "_thm1_whole", "_phi_sym", "admissible"} <= groups
+    assert {f"curvature_gap.bounds.formulas:{f}" for f in ("theorem1", "theorem1_terms", "sa_lemmas", "lemma4",
+                                                          "proposition", "theorem6_explicit", "phi_bounds")} <= set(got)
 
 
 def test_ratio_and_holds():
@@ -42,7 +93,7 @@ def test_lemma4_stated_reading_fails_on_one_centred_row():
     x = x - x.mean()
     q = qt.layernorm_exact(x)
     assert q["J"] == pytest.approx(math.sqrt(n) / float(x.norm()), rel=1e-12)
-    recs = {r["check"]: r for r in ck.records_ln(q, "X")}
+    recs = {r["check"]: r for r in ck.records("ln", q, "X")}
     assert recs["lemma4.J.stated"]["ratio"] == pytest.approx(1 / math.sqrt(n) + 1 / n, rel=1e-12)
     assert recs["lemma4.J.std"]["ratio"] >= 1
     assert {r["sub"] for r in recs.values()} == {"X"}

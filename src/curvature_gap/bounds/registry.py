@@ -1,0 +1,115 @@
+"""The registry of bounds: the declared bounds (:mod:`.declarations`), every view of them, and their evaluation.
+
+A bound is one :class:`~.bound.Bound`: its words, the paper result it is evidence for, the two sides it compares (its
+``terms``, read off the exact quantities), what the software expects of it (it holds, or it fails for the reason
+given), whether and how the adversarial search can descend on it, and its title and inequality for the errata page.
+:data:`BOUNDS` holds the declared ones; every other view — :data:`CHECKS`, :func:`known_failures`,
+:data:`INEQUALITIES`, the search lists of :mod:`.adversarial`, the bounds reported at the trained model — is read
+from them, on every access. :func:`register` adds a bound (the paper's are declared in :mod:`.declarations`).
+
+Each record is ``{"check", "sub", "bound", "exact", "ratio"}``; ``sub`` names the block pair, the LayerNorm input
+(``U`` = X + F, ``S`` = Y + FFN(Y), ``X`` = a raw matrix) or the row.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Callable, Iterator
+
+from ..exact.instances import Instance
+from . import quantities
+from .bound import PARTS, RTOL, ZERO, Bound, Search, by_id, holds, ratio
+from .declarations import BOUNDS
+
+__all__ = ["Bound", "Search", "BOUNDS", "CHECKS", "INEQUALITIES", "PARTS", "register", "known_failures",
+           "part_of", "needs_tensors", "records", "term", "evaluate", "ratio", "holds", "RTOL", "ZERO"]
+
+
+def register(*bounds: Bound) -> tuple[Bound, ...]:
+    """Add ``bounds`` to :data:`BOUNDS` (after the paper's); an id declared twice is refused."""
+    by_id(*bounds, into=BOUNDS)
+    return bounds
+
+class _View(Mapping):
+    """A read-only mapping computed from :data:`BOUNDS` on every access (so it never lags a registration)."""
+
+    def __init__(self, value: Callable[[Bound], object], key_prefix: str = "",
+                 keep: Callable[[Bound], bool] = lambda b: True):
+        self._value, self._prefix, self._keep = value, key_prefix, keep
+
+    def __getitem__(self, key):
+        b = BOUNDS.get(key.removeprefix(self._prefix)) if key.startswith(self._prefix) else None
+        if b is None or not self._keep(b):
+            raise KeyError(key)
+        return self._value(b)
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._prefix + b.id for b in list(BOUNDS.values()) if self._keep(b))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+# id -> the row's description (part, ref, what, result, role, claim, expect, errata)
+CHECKS: Mapping[str, dict] = _View(lambda b: b.meta)
+# "bounds.<id>" (the row id) -> (title in words, inequality in TeX): what the errata page shows of a bound
+INEQUALITIES: Mapping[str, tuple[str, str]] = _View(lambda b: (b.title, b.tex), "bounds.", lambda b: b.title is not None)
+
+
+def known_failures() -> frozenset[str]:
+    """The bounds the software expects to fail (each with its reason, :attr:`Bound.fails`)."""
+    return frozenset(b.id for b in BOUNDS.values() if b.fails is not None)
+
+
+def part_of(check: str) -> str:
+    return BOUNDS[check].part
+
+
+def needs_tensors(check: str) -> bool:
+    """Whether a bound needs the second-derivative tensors ξ, H_tr, Φ (expensive at L = 49)."""
+    return BOUNDS[check].tensors
+
+
+def records(parts, q: dict, sub: str | None = None, tensors: bool = True) -> list[dict]:
+    """The records of every bound of ``parts`` (a part or a tuple of parts) from the quantities ``q``, in
+    declaration order; ``sub`` replaces each record's own (the LayerNorm input, the sample); ``tensors=False``
+    skips the bounds that need the second-derivative tensors."""
+    parts = (parts,) if isinstance(parts, str) else tuple(parts)
+    out = []
+    for b in list(BOUNDS.values()):
+        if b.part not in parts or (b.tensors and not tensors) or (b.applies is not None and not b.applies(q)):
+            continue
+        for s, bound, exact in b.terms(q):
+            bound, exact = float(bound), float(exact)
+            out.append({"check": b.id, "sub": s if sub is None else sub, "bound": bound, "exact": exact,
+                        "ratio": ratio(bound, exact)})
+    return out
+
+
+def term(check: str, q: dict):
+    """``(bound, exact)`` of a single-entry bound from the quantities ``q`` (floats or tensors: the adversarial
+    search differentiates ``bound / exact``)."""
+    (_, b, e), *more = BOUNDS[check].terms(q)
+    if more:
+        raise ValueError(f"{check} has {1 + len(more)} entries; term() reads single-entry bounds")
+    return b, e
+
+
+def evaluate(inst: Instance, parts=("sa", "ln", "prop", "block"), tensors: bool = True,
+             hessian: bool = True, ln_input: str = "block") -> list[dict]:
+    """All records of ``parts`` at ``inst``.
+
+    ``ln_input="block"`` evaluates Lemma 4 at the block's two LayerNorm inputs (``sub`` U and S); ``"X"`` at the
+    raw matrix ``inst.X`` (the LayerNorm sweep). ``tensors=False`` skips the bounds that need ``ξ``, ``H_tr``,
+    ``Φ``; ``hessian=False`` skips the loss Hessians.
+    """
+    recs: list[dict] = []
+    if "sa" in parts:
+        recs += records("sa", quantities.sa_exact(inst, hessian=hessian))
+    if "ln" in parts and ln_input == "X":
+        recs += records("ln", quantities.layernorm_exact(inst.X), "X")
+    if any(p in parts for p in ("block", "prop")) or ("ln" in parts and ln_input == "block"):
+        q = quantities.block_exact(inst, hessian=hessian and "block" in parts, tensors=tensors and "block" in parts)
+        if "ln" in parts and ln_input == "block":
+            recs += records("ln", q["ln_U"], "U") + records("ln", q["ln_S"], "S")
+        recs += records(tuple(p for p in ("prop", "block") if p in parts), q, tensors=tensors and "block" in parts)
+    return recs
