@@ -88,11 +88,11 @@ def test_block_exact_norms_match_autograd():
     H = ad.loss_hessian_autograd(inst)
     assert q["H"] == pytest.approx(float(torch.linalg.eigvalsh(H).abs().max()), rel=1e-10)
     args = [inst.X, *inst.weights]
-    dZ1 = ad.jacobian(qt._block_Z, args, 4)
+    dZ1 = ad.jacobian(qt.block_Z, args, 4)
     assert q["dZ_1"] == pytest.approx(float(torch.linalg.matrix_norm(dZ1, ord=2)), rel=1e-10)
-    Htr = ad.second_derivative(qt._block_Z, args, 3, 2)      # ∂²Z/∂W_V∂W_K
+    Htr = ad.second_derivative(qt.block_Z, args, 3, 2)      # ∂²Z/∂W_V∂W_K
     assert q["Htr_VK"] == pytest.approx(float(torch.linalg.matrix_norm(Htr, ord=2)), rel=1e-10)
-    xi = ad.second_derivative(qt._block_S, args, 5, 4)       # ∂B_2/∂W_1 = ∂²S/∂W_2∂W_1
+    xi = ad.second_derivative(qt.block_S, args, 5, 4)       # ∂B_2/∂W_1 = ∂²S/∂W_2∂W_1
     assert q["xi_21"] == pytest.approx(float(torch.linalg.matrix_norm(xi, ord=2)), rel=1e-10)
     assert q["ln_U"]["J"] == q["J_Y"] and q["ln_S"]["H"] == q["H_Z"]
     lean = qt.block_exact(inst, hessian=False, tensors=False)

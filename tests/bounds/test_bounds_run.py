@@ -17,7 +17,7 @@ def _tiny_sweeps(quick=False, mini=False):
     b = dict(L=8, d_V=4, d_K=4, d_ff=16)
     return [sw.Sweep("balance", "balance", [1.0, 4096.0], (0,), lambda x, s: random_instance(**b, seed=s, balance=x),
                      lambda x: ("sa",)),
-            sw.Sweep("minimiser", "balance", [4096.0], (0,), lambda x, s: sw._minimiser(b, s, x), lambda x: ("sa",))]
+            sw.Sweep("minimiser", "balance", [4096.0], (0,), lambda x, s: sw.minimiser_instance(b, s, x), lambda x: ("sa",))]
 
 
 def test_run_all_writes_tables_summary_and_replayable_counterexamples(tmp_path, monkeypatch):

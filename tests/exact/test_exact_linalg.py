@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cases import randn, tiny_instance
-from curvature_gap.bounds.quantities import _block_Z
+from curvature_gap.bounds.quantities import block_Z
 from curvature_gap.exact import linalg as la
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -44,10 +44,10 @@ def test_second_derivative_norm_dense_and_matrix_free_agree():
     inst = tiny_instance(L=3, d=2)
     args = [inst.X, *inst.weights]
     for i, j in ((2, 3), (4, 5), (1, 1)):
-        dense = la.second_derivative_norm(_block_Z, args, i, j)
-        T = la.second_derivative_tensor(_block_Z, args, i, j)
+        dense = la.second_derivative_norm(block_Z, args, i, j)
+        T = la.second_derivative_tensor(block_Z, args, i, j)
         assert dense == pytest.approx(float(torch.linalg.matrix_norm(T.reshape(-1, T.shape[-1]), ord=2)), rel=1e-12)
-        free = la.second_derivative_norm(_block_Z, args, i, j, dense_limit=0)
+        free = la.second_derivative_norm(block_Z, args, i, j, dense_limit=0)
         assert free == pytest.approx(dense, rel=1e-8)
 
 

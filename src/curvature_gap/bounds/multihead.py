@@ -31,7 +31,7 @@ from .adversarial import descend
 
 __all__ = ["MHInstance", "forward", "loss", "instance", "exact", "evaluate", "pytorch_hessian", "to_pytorch_index",
            "search", "run", "STARTS", "SEARCH", "QUICK_SEARCH", "softmax_d2_ratio", "softmax_d2_search",
-           "search_extent", "BLOCKS"]
+           "search_extent", "softmax_d2", "BLOCKS"]
 
 BLOCKS = ("Q", "K", "V", "O")
 
@@ -257,7 +257,7 @@ def run(quick: bool = False, log: Callable[[str], None] | None = None) -> list[d
 
 
 # ----------------------------------------------------------------------------- the softmax lemma
-def _d2a(z, t, s):
+def softmax_d2(z, t, s):
     """``(∂²a/∂z²)[t, s]`` of ``a = softmax(z)`` (rows): ``a ∘ (w − ⟨a, w⟩)``, ``w = t̃ ∘ s̃``, ``t̃ = t − ⟨a, t⟩``."""
     a = torch.softmax(z, -1)
     tt = t - (a * t).sum(-1, keepdim=True)
@@ -268,7 +268,7 @@ def _d2a(z, t, s):
 
 def softmax_d2_ratio(z, t, s):
     """``‖t‖‖s‖ / ‖∂²a/∂z²[t, s]‖`` per row (the lemma says ≥ 1)."""
-    return t.norm(dim=-1) * s.norm(dim=-1) / _d2a(z, t, s).norm(dim=-1)
+    return t.norm(dim=-1) * s.norm(dim=-1) / softmax_d2(z, t, s).norm(dim=-1)
 
 
 def softmax_d2_search(n: int, steps: int, seed: int = 0) -> torch.Tensor:

@@ -37,17 +37,19 @@ from ..theory.attention import S_shuffle, Z1, Z2_norm, dA_dT_norm, d2A_dT2_norm
 
 __all__ = [
     "sa_exact", "block_exact", "layernorm_exact", "layernorm_quantities", "layernorm_inputs", "LN_PARTS",
-    "sa_jacobians", "hessian_split", "SA_ORDER", "BLOCK_ORDER",
+    "sa_jacobians", "hessian_split", "block_Z", "block_S", "SA_ORDER", "BLOCK_ORDER",
 ]
 
 _BLK_IDX = {"Q": 1, "K": 2, "V": 3, "1": 4, "2": 5}  # position in block_forward's arguments
 
 
-def _block_Z(X, W_Q, W_K, W_V, W_1, W_2):
+def block_Z(X, W_Q, W_K, W_V, W_1, W_2):
+    """The block's output ``Z`` as a function of the input and the five weight matrices (for ``jacrev``)."""
     return block_output(X, W_Q, W_K, W_V, W_1, W_2, "Z")
 
 
-def _block_S(X, W_Q, W_K, W_V, W_1, W_2):
+def block_S(X, W_Q, W_K, W_V, W_1, W_2):
+    """``S = Y + FFN(Y)``, the second LayerNorm's input, as a function of the input and the five matrices."""
     return block_output(X, W_Q, W_K, W_V, W_1, W_2, "S")
 
 
@@ -208,9 +210,9 @@ def block_exact(inst: Instance, hessian: bool = True, tensors: bool = True,
     for k in ("Q", "K", "V"):
         out[f"G_{k}"] = la.spectral_norm(jacrev(sa_forward, argnums=_BLK_IDX[k])(*args[:4]).reshape(L * d, -1))
     for i in BLOCK_ORDER:
-        out[f"B_{i}"] = la.spectral_norm(jacrev(_block_S, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
-        out[f"dZ_{i}"] = la.spectral_norm(jacrev(_block_Z, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
-    for name, fn, order, nargs in () if not tensors else (("xi", _block_S, BLOCK_ORDER, 6), ("Htr", _block_Z, BLOCK_ORDER, 6),
+        out[f"B_{i}"] = la.spectral_norm(jacrev(block_S, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
+        out[f"dZ_{i}"] = la.spectral_norm(jacrev(block_Z, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
+    for name, fn, order, nargs in () if not tensors else (("xi", block_S, BLOCK_ORDER, 6), ("Htr", block_Z, BLOCK_ORDER, 6),
                                    ("Phi", sa_forward, ("Q", "K", "V"), 4)):
         out.update(_pair_norms(name, fn, args[:nargs], order, dense_limit))
     if hessian:

@@ -52,7 +52,7 @@ from . import registry
 
 __all__ = ["Sweep", "definitions", "run_sweep", "summarize", "slopes", "pick_counterexamples",
            "write_csv", "counterexample_json", "replay", "CSV_FIELDS", "theorem1_sweeps",
-           "named_theorem1", "THEOREM1_SETTINGS"]
+           "named_theorem1", "THEOREM1_SETTINGS", "minimiser_instance"]
 
 CSV_FIELDS = ["sweep", "x", "seed", "L", "d_V", "d_K", "d_ff", "sigma", "sharpness", "balance",
               "attn_max", "target", "check", "sub", "bound", "exact", "ratio"]
@@ -77,7 +77,7 @@ ALL = ("sa", "ln", "prop", "block")
 BASE = dict(L=8, d_V=4, d_K=4, d_ff=16)
 
 
-def _minimiser(base: dict, seed: int, balance: float) -> Instance:
+def minimiser_instance(base: dict, seed: int, balance: float) -> Instance:
     """Rebalanced instance at an exact global minimiser of the attention loss (Target = F, loss 0)."""
     return random_instance(**base, seed=seed, balance=balance, target="fit", target_output="attention")
 
@@ -114,7 +114,7 @@ def definitions(quick: bool = False, mini: bool = False) -> list[Sweep]:
                   lambda x: ("sa", "block")),
             Sweep("balance", "balance", [1.0, 4096.0], sd, lambda x, s: random_instance(**b, seed=s, balance=x),
                   lambda x: ("sa",)),
-            Sweep("minimiser", "balance", [1.0, 4096.0], sd, lambda x, s: _minimiser(b, s, x), lambda x: ("sa",)),
+            Sweep("minimiser", "balance", [1.0, 4096.0], sd, lambda x, s: minimiser_instance(b, s, x), lambda x: ("sa",)),
             Sweep("uniform", "balance", [1.0, 4096.0], sd, lambda x, s: _uniform(b, s, x), lambda x: ("sa",)),
             Sweep("admissible", "balance", [1.0, 4096.0], sd, lambda x, s: _admissible(b, s, x), lambda x: ("sa",)),
             Sweep("w2_scale", "w2_scale", [1.0, 1e-3], sd, lambda x, s: _w2_scaled(b, s, x), lambda x: ("block",)),
@@ -137,7 +137,7 @@ def definitions(quick: bool = False, mini: bool = False) -> list[Sweep]:
               lambda x: ("sa", "block")),
         Sweep("balance", "balance", bal, seeds, lambda x, s: random_instance(**b, seed=s, balance=x),
               lambda x: ("sa", "block")),
-        Sweep("minimiser", "balance", bal, seeds, lambda x, s: _minimiser(b, s, x), lambda x: ("sa",)),
+        Sweep("minimiser", "balance", bal, seeds, lambda x, s: minimiser_instance(b, s, x), lambda x: ("sa",)),
         Sweep("uniform", "balance", bal, seeds, lambda x, s: _uniform(b, s, x), lambda x: ("sa",)),
         Sweep("admissible", "balance", bal, seeds, lambda x, s: _admissible(b, s, x), lambda x: ("sa",)),
         Sweep("w2_scale", "w2_scale", [1.0, 1e-1, 1e-2, 1e-3], seeds, lambda x, s: _w2_scaled(b, s, x),
