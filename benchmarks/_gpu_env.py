@@ -26,13 +26,13 @@ class Sizes:
     device_tests: tuple = ()  # step a: extra pytest arguments (a selection)
     hessian_batches: tuple = (("float32", 128), ("float64", 16))  # step c: (dtype, first images of MNIST)
     hessian_model: tuple = ()  # step c: overrides of build_model("mnist")
-    cifar_overrides: tuple = ()  # step d: overrides of train_config("cifar100", "paper")
+    cifar_overrides: tuple = ()  # step d: overrides of recipe_for("cifar100", "paper")
     cifar_warmup_steps: int = 10  # step d: untimed steps before the timed ones
     cifar_steps: int = 200  # step d: timed steps (--cifar-steps)
     spectra_batch: int = 128  # step e
     spectra_model: tuple = ()  # step e: overrides of build_model("cifar100")
     lanczos_iters: int = 20  # step e (--lanczos-iters)
-    mnist_overrides: tuple = ()  # step b: overrides of train_config("mnist", "paper")
+    mnist_overrides: tuple = ()  # step b: overrides of recipe_for("mnist", "paper")
     mnist_subset: tuple | None = None  # step b: (train, test) images; None: all of MNIST
     mnist_probe: tuple = (20, 200)  # step b: (untimed warm-up steps, timed probe steps) that size the full run
     # step f: training_cost.measure on the device (the authors' CIFAR-100 recipe, float32 and bf16)

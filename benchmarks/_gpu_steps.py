@@ -214,11 +214,11 @@ def _load_cifar(root: Path, train: bool):
 def step_d(ctx: Context) -> dict:
     import torch
 
-    from curvature_gap.config import train_config
+    from curvature_gap.config import recipe_for
     from curvature_gap.model import build_model
     from curvature_gap.train import Datasets, train
 
-    cfg = train_config("cifar100", "paper", **dict(ctx.sizes.cifar_overrides))
+    cfg = recipe_for("cifar100", "paper", **dict(ctx.sizes.cifar_overrides))
     warm, steps, dev = ctx.sizes.cifar_warmup_steps, ctx.cifar_steps, ctx.device
     bs = cfg.batch_size
     n_train = (warm + steps + 1) * bs  # one epoch longer than the run: no evaluation inside the timing
@@ -286,14 +286,14 @@ def step_e(ctx: Context) -> dict:
 
 
 def step_b(ctx: Context) -> dict:
-    from curvature_gap.config import train_config
+    from curvature_gap.config import recipe_for
     from curvature_gap.train import Datasets, train
 
     ds = ctx.mnist()
     if isinstance(ds, Exception):
         log(f"b. skipped: MNIST not in {ctx.data_dir}")
         return dict(status=f"skipped: MNIST not in {ctx.data_dir}", reason=str(ds)[:500])
-    cfg = train_config("mnist", "paper", **dict(ctx.sizes.mnist_overrides))
+    cfg = recipe_for("mnist", "paper", **dict(ctx.sizes.mnist_overrides))
     sub = ctx.sizes.mnist_subset
     datasets = Datasets(*ds) if sub is None else Datasets(ds[0].subset(sub[0]), ds[1].subset(sub[1]))
     est = estimate_full_run(len(datasets.train), cfg.batch_size, cfg.epochs, 1.0)

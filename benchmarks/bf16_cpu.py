@@ -24,11 +24,11 @@ import time
 import torch
 
 from _bench import Run, add_switches, out_path
-from curvature_gap.config import recipe_config
+from curvature_gap.config import recipe_for
 from curvature_gap.cost import random_datasets
 from curvature_gap.experiments.authors_landscape import loader_pass
 from curvature_gap.model import build_model
-from curvature_gap.train import load_recipe_datasets, train_recipe
+from curvature_gap.train import load_datasets, train
 
 NAME = "bf16_cpu"
 MODEL = "authors_mnist"
@@ -37,16 +37,16 @@ ROUNDS = 3  # the step times are measured in this many interleaved rounds (media
 
 
 def _step_seconds(cfg, ds, warmup: int, steps: int) -> float:
-    """Seconds per step of ``train_recipe`` (``warmup`` untimed steps first), on the CPU."""
+    """Seconds per step of ``train`` (``warmup`` untimed steps first), on the CPU."""
     with tempfile.TemporaryDirectory() as d:
-        train_recipe(cfg, d, "cpu", datasets=ds, max_steps=warmup, progress=False)
+        train(cfg, d, "cpu", datasets=ds, max_steps=warmup, progress=False)
         t0 = time.perf_counter()
-        train_recipe(cfg, d, "cpu", datasets=ds, max_steps=warmup + steps, progress=False)
+        train(cfg, d, "cpu", datasets=ds, max_steps=warmup + steps, progress=False)
         return (time.perf_counter() - t0) / steps
 
 
 def measure(steps: int, warmup: int, pass_batches: int, quick: bool) -> list[dict]:
-    cfg = recipe_config(MODEL, "paper")
+    cfg = recipe_for(MODEL, "paper")
     if quick:
         cfg = dataclasses.replace(cfg, model_overrides=(("d_ff", 8), ("d_k", 4), ("d_model", 4), ("patch_size", 7)))
     # one epoch longer than the timed steps: no end-of-epoch evaluation inside the timing
@@ -72,7 +72,7 @@ def measure(steps: int, warmup: int, pass_batches: int, quick: bool) -> list[dic
         print(f"{label}: {s * 1e3:.1f} ms per step (rounds: {', '.join(f'{t * 1e3:.1f}' for t in times[label])})",
               flush=True)
     model = build_model(cfg.model, seed=0, **dict(cfg.model_overrides)).eval()
-    rds = load_recipe_datasets(cfg, datasets=raw)
+    rds = load_datasets(cfg, datasets=raw)
     for arithmetic in ("exact", "authors"):
         t0 = time.perf_counter()
         loader_pass(model, cfg, rds, 1_000, 16, True, "cpu", max_batches=pass_batches, arithmetic=arithmetic)
@@ -84,7 +84,7 @@ def measure(steps: int, warmup: int, pass_batches: int, quick: bool) -> list[dic
 
 @contextlib.contextmanager
 def _no_emulation(tr):
-    """train_recipe with PyTorch's own bf16 kernels: gemm_for returns no emulation for the duration."""
+    """train with PyTorch's own bf16 kernels: gemm_for returns no emulation for the duration."""
     orig = tr.gemm_for
     tr.gemm_for = lambda precision, device: contextlib.nullcontext
     try:

@@ -5,10 +5,10 @@ PyTorch's fused LayerNorm, with each curvlinops release, against the exact one.
     python benchmarks/layernorm_versions.py --quick       # a ~400-parameter authors' ViT, 8 images: seconds
 
 Model: ``build_model("authors_mnist")`` (the authors' ViT) at initialisation (seed 0) and at step 20,000
-of the authors' recipe (``train.train_recipe`` of ``RECIPE_PROFILE_CONFIGS[("authors_mnist", "paper")]``,
+of the authors' recipe (``train.train`` of ``RECIPES[("authors_mnist", "paper")]``,
 float32, CPU; trained once into ``--runs-dir`` when its snapshot is missing). Data: the first ``--batch``
 images of the first batch of the authors' training loader (``train.LoaderOrder`` seeded 37, augmented by
-``train.augment_recipe`` exactly as the trainer does at step 0). Parameters: the authors' list
+``train.augment`` exactly as the trainer does at step 0). Parameters: the authors' list
 (``AUTHORS_ORDER``: every weight matrix and LayerNorm gamma, beta, no biases, in their order, each matrix
 flattened in their (out, in) layout); the biases stay fixed. Loss: cross-entropy, batch mean; float64.
 
@@ -90,9 +90,9 @@ AUTHORS_EVIDENCE = (
 
 # ----------------------------------------------------------------------------- model, data, parameters
 def recipe():
-    from curvature_gap.config import recipe_config
+    from curvature_gap.config import recipe_for
 
-    return recipe_config("authors_mnist", "paper")
+    return recipe_for("authors_mnist", "paper")
 
 
 def first_batch(batch: int):
@@ -102,27 +102,27 @@ def first_batch(batch: int):
     import torch
 
     from curvature_gap.data import check_mnist_files, data_dir
-    from curvature_gap.train import LoaderOrder, _generator, augment_recipe, load_recipe_datasets, zero_pixel
+    from curvature_gap.train import LoaderOrder, _generator, augment, load_datasets, zero_pixel
 
     cfg = recipe()
     if check_mnist_files(data_dir(), verify_md5=False):
         g = torch.Generator().manual_seed(0)
         return (torch.rand(batch, 1, 28, 28, generator=g) * 2 - 1, torch.randint(0, 10, (batch,), generator=g),
                 f"{batch} uniform images in [-1, 1] (MNIST not on disk), seed 0")
-    ds = load_recipe_datasets(cfg)
+    ds = load_datasets(cfg)
     idx = LoaderOrder(len(ds.train), cfg.batch_size, cfg.seed).order(0)[:cfg.batch_size]
-    x = augment_recipe(ds.train.images[idx], _generator(cfg.seed, 1_000_003, 0), cfg.crop_padding,
+    x = augment(ds.train.images[idx], _generator(cfg.seed, 1_000_003, 0), cfg.crop_padding,
                        cfg.rotation_degrees, cfg.hflip, zero_pixel(*cfg.normalize))
     return (x[:batch].contiguous(), ds.train.labels[idx][:batch].clone(),
             f"the first {batch} of the first batch of the authors' loader (DataLoader order seed {cfg.seed}, "
-            f"augmented as train_recipe's step 0: RandomCrop pad {cfg.crop_padding}, rotation "
+            f"augmented as train's step 0: RandomCrop pad {cfg.crop_padding}, rotation "
             f"±{cfg.rotation_degrees:g}°), Normalize{tuple(cfg.normalize)}")
 
 
 def trained_state(runs_dir: Path, log=print) -> tuple[dict, dict]:
     """The weights after step 20,000 of the authors' recipe (trained on the CPU into ``runs_dir`` when the
     snapshot is missing) and a description."""
-    from curvature_gap.train import load_snapshot, run_dir, train_recipe
+    from curvature_gap.train import load_snapshot, run_dir, train
 
     cfg = recipe()
     d = run_dir(cfg, runs_dir)
@@ -131,7 +131,7 @@ def trained_state(runs_dir: Path, log=print) -> tuple[dict, dict]:
     if state is None:
         log(f"training the authors' recipe to step {TRAINED_STEP} into {d}")
         t0 = time.perf_counter()
-        train_recipe(cfg, d, device="cpu", max_steps=TRAINED_STEP, progress=False)
+        train(cfg, d, device="cpu", max_steps=TRAINED_STEP, progress=False)
         info["train_seconds"] = round(time.perf_counter() - t0, 1)
         state = load_snapshot(d, TRAINED_STEP, cfg.hash())
     return state, info

@@ -266,7 +266,7 @@ def render_floor(doc: dict) -> list[str]:
 # the authors' CIFAR-100 runs behind Figs. 6 and 12 (their configs/experiments/vit_classification/*.yaml and
 # configs/vit_classification_cifar_100.yaml): 50,000 images in batches of 128, checkpoint at step 10,000,
 # 26 epochs of the loader per figure, 100 epochs in their recipe; one test evaluation per whole epoch. The
-# Table 1 CIFAR-100 run (config.PROFILE_CONFIGS): batches of 256, 200 epochs.
+# Table 1 CIFAR-100 run (config.RECIPES): batches of 256, 200 epochs.
 CIFAR_STEPS_PER_EPOCH = 391
 FIGURE_STEP, FIGURE_EPOCHS, RECIPE_EPOCHS = 10_000, 26, 100
 TABLE1_STEPS_PER_EPOCH, TABLE1_EPOCHS = 196, 200
@@ -507,7 +507,7 @@ def render_training_cost(doc: dict) -> list[str]:
     lines = [f"On {r0['device']}: {models}; {doc['settings'].get('data', '')}.", "",
              "| model | measured | precision | seconds | detail |", "|---|---|---|---:|---|"]
     for r in rows:
-        trainer = "`train_recipe`" if r["model"].startswith("authors_") else "`train`"
+        trainer = "`train`" if r["model"].startswith("authors_") else "`train`"
         detail = {"step": lambda: f"{trainer}: {r['steps']} timed after {r['warmup']}; {r['images_per_s']:.0f} images/s",
                   "evaluation": lambda: f"{r['images']:,} images",
                   "epoch": lambda: f"{r['steps']} steps on {r['images']:,} images + {r['test_images']:,} test images",

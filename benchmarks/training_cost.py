@@ -7,10 +7,10 @@ forward and backward). CIFAR-100 cannot be had offline, and the compute of a ste
 values, so every measurement runs the package's own code on random images of CIFAR-100's shape
 (``curvature_gap.cost.random_datasets``), on ``--device``:
 
-* ``step`` — seconds per optimiser step of ``train.train_recipe`` (``cost.seconds_per_step``: ``--warmup``
+* ``step`` — seconds per optimiser step of ``train.train`` (``cost.seconds_per_step``: ``--warmup``
   untimed steps, then ``--steps`` timed), for ``--precision`` float32 (the default) and, on CUDA, bf16 (their
   CUDA setting);
-* ``epoch`` — one whole epoch of ``train_recipe``, measured end to end: 391 steps on 50,000 images and the
+* ``epoch`` — one whole epoch of ``train``, measured end to end: 391 steps on 50,000 images and the
   evaluation of the 10,000-image test split it ends with (full mode; ``--no-epoch`` leaves it out);
 * ``evaluation`` — that test evaluation alone (``cost.evaluation_seconds``);
 * ``fig6_pass`` / ``fig12_pass`` — seconds per batch of the pass at fixed weights
@@ -39,12 +39,12 @@ from pathlib import Path
 import torch
 
 from _bench import Run, add_switches, out_path
-from curvature_gap.config import recipe_config, train_config
+from curvature_gap.config import recipe_for
 from curvature_gap.cost import (SPLIT_SIZES, evaluation_seconds, model_title, random_datasets, seconds_per_step,
                                 synchronize)
 from curvature_gap.experiments.authors_landscape import FIG6_SETTINGS, FIG12_SETTINGS, loader_pass
 from curvature_gap.model import build_model
-from curvature_gap.train import load_recipe_datasets, train_recipe
+from curvature_gap.train import load_datasets, train
 
 NAME = "training_cost"
 MODEL = "authors_cifar100"
@@ -53,7 +53,7 @@ QUICK_OVERRIDES = (("d_ff", 16), ("d_k", 8), ("d_model", 8), ("n_blocks", 2), ("
 
 
 def _epoch_seconds(cfg, device: str, n_train: int, n_test: int) -> tuple[float, int]:
-    """One whole epoch of ``train_recipe`` on random images, timed end to end: its steps and the test
+    """One whole epoch of ``train`` on random images, timed end to end: its steps and the test
     evaluation it ends with (the run is cut at the first step of the second epoch)."""
     ds = random_datasets(cfg, n_train, n_test, seed=1)
     per_epoch = -(-n_train // cfg.batch_size)
@@ -62,7 +62,7 @@ def _epoch_seconds(cfg, device: str, n_train: int, n_test: int) -> tuple[float, 
     with tempfile.TemporaryDirectory() as d:
         synchronize(device)
         t0 = time.perf_counter()
-        train_recipe(run, Path(d), device=device, datasets=ds, max_steps=per_epoch, progress=False)
+        train(run, Path(d), device=device, datasets=ds, max_steps=per_epoch, progress=False)
         synchronize(device)
         return time.perf_counter() - t0, per_epoch
 
@@ -70,7 +70,7 @@ def _epoch_seconds(cfg, device: str, n_train: int, n_test: int) -> tuple[float, 
 def _pass_seconds(cfg, device: str, settings, batches: int) -> float:
     """Seconds per batch of the Figs. 6/12 pass at fixed weights (one untimed batch first)."""
     model = build_model(cfg.model, seed=0, **dict(cfg.model_overrides)).to(device).eval()
-    ds = load_recipe_datasets(cfg, datasets=random_datasets(cfg, cfg.batch_size * (batches + 1), 1, seed=2))
+    ds = load_datasets(cfg, datasets=random_datasets(cfg, cfg.batch_size * (batches + 1), 1, seed=2))
     loader_pass(model, cfg, ds, 1, settings.log_every, settings.gradients, device, max_batches=1)
     synchronize(device)
     t0 = time.perf_counter()
@@ -88,9 +88,9 @@ def measure(device: str, precisions=("float32",), steps: int = 40, warmup: int =
     full_train, full_test = SPLIT_SIZES["cifar100"]
     n_train, n_test = n_train or full_train, n_test or full_test
     rows = []
-    runs = [(MODEL, recipe_config(MODEL, "paper", model_overrides=tuple(overrides)))]
+    runs = [(MODEL, recipe_for(MODEL, "paper", model_overrides=tuple(overrides)))]
     if table1:
-        runs.append(("cifar100", train_config("cifar100", "paper", model_overrides=tuple(overrides))))
+        runs.append(("cifar100", recipe_for("cifar100", "paper", model_overrides=tuple(overrides))))
     for model, base in runs:
         n_params = sum(p.numel() for p in build_model(model, seed=0, **dict(overrides)).parameters())
         common = dict(model=model, title=model_title(model, overrides), parameters=n_params,

@@ -16,27 +16,29 @@ def test_table1_models():
 
 
 def test_profiles_overrides_and_choices():
-    assert set(cf.PROFILE_CONFIGS) == {(m, p) for m in cf.MODELS for p in cf.PROFILES}
-    cfg = cf.train_config("cifar100", "smoke", epochs=3)
-    assert cfg.epochs == 3 and cfg.model_config().n_blocks == 2 and cf.train_config("cifar100", "smoke").epochs == 1
+    assert set(cf.RECIPES) == {(m, p) for m in cf.TRAIN_MODELS for p in cf.PROFILES}
+    assert set(cf.TABLE1_RECIPES) == {(m, p) for m in cf.MODELS for p in cf.PROFILES}
+    cfg = cf.recipe_for("cifar100", "smoke", epochs=3)
+    assert cfg.epochs == 3 and cfg.model_config().n_blocks == 2 and cf.recipe_for("cifar100", "smoke").epochs == 1
     with pytest.raises(cf.ConfigError, match="unknown profile 'huge'; choose one of: smoke, paper"):
-        cf.train_config("mnist", "huge")
-    with pytest.raises(cf.ConfigError, match="unknown model 'imagenet'; choose one of: mnist, cifar100"):
-        cf.train_config("imagenet", "paper")
+        cf.recipe_for("mnist", "huge")
+    with pytest.raises(cf.ConfigError, match="unknown model 'imagenet'; choose one of: mnist, cifar100, authors_mnist, authors_cifar100"):
+        cf.recipe_for("imagenet", "paper")
 
 
 def test_the_hash_is_stable_and_changes_with_every_setting():
-    cfg = cf.train_config("mnist", "smoke")
-    assert cfg.hash() == cf.train_config("mnist", "smoke").hash() and len(cfg.hash()) == 12
+    cfg = cf.recipe_for("mnist", "smoke")
+    assert cfg.hash() == cf.recipe_for("mnist", "smoke").hash() and len(cfg.hash()) == 12
     hashes = {cfg.hash()}
-    for f in dataclasses.fields(cf.TrainConfig):
+    for f in dataclasses.fields(cf.Recipe):
         v = getattr(cfg, f.name)
-        new = {"model": "cifar100", "profile": "paper", "optimizer": "adamw", "schedule": "constant",
-               "model_overrides": (("d_ff", 8),)}.get(f.name, None)
+        new = {"model": "authors_mnist", "profile": "paper", "optimizer": "adamw", "schedule": "constant",
+               "model_overrides": (("d_ff", 8),), "source": "authors", "betas": (0.8, 0.9),
+               "normalize": ((0.1,), (0.2,)), "shuffle": "dataloader", "precision": "bf16"}.get(f.name, None)
         if new is None:
             new = (not v) if isinstance(v, bool) else (1 if v is None else v * 2 + 1 if isinstance(v, (int, float)) else v)
         hashes.add(dataclasses.replace(cfg, **{f.name: new}).hash())
-    assert len(hashes) == len(dataclasses.fields(cf.TrainConfig)) + 1
+    assert len(hashes) == len(dataclasses.fields(cf.Recipe)) + 1
     assert cf.config_hash({"a": 1, "b": 2}) == cf.config_hash({"b": 2, "a": 1})
 
 

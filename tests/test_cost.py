@@ -7,7 +7,7 @@ import pytest
 
 from cases import TINY_MODEL
 from curvature_gap import cost
-from curvature_gap.config import recipe_config, train_config
+from curvature_gap.config import recipe_for
 
 TINY = tuple(sorted(TINY_MODEL.items()))
 
@@ -19,7 +19,7 @@ def test_model_titles_say_whose_model_and_its_size():
 
 
 def test_random_datasets_have_the_models_shape():
-    cfg = recipe_config("authors_cifar100", "paper")
+    cfg = recipe_for("authors_cifar100", "paper")
     ds = cost.random_datasets(cfg, 5, 3)
     assert tuple(ds.train.images.shape) == (5, 3, 32, 32) and tuple(ds.test.images.shape) == (3, 3, 32, 32)
     assert float(ds.train.images.min()) >= -1 and float(ds.train.images.max()) <= 1
@@ -27,9 +27,9 @@ def test_random_datasets_have_the_models_shape():
 
 
 @pytest.mark.parametrize("cfg", [
-    dataclasses.replace(train_config("mnist", "paper"), model_overrides=TINY, batch_size=16),
-    dataclasses.replace(recipe_config("authors_mnist", "paper"), model_overrides=TINY, batch_size=16),
-], ids=["table1-train", "authors-train_recipe"])
+    dataclasses.replace(recipe_for("mnist", "paper"), model_overrides=TINY, batch_size=16),
+    dataclasses.replace(recipe_for("authors_mnist", "paper"), model_overrides=TINY, batch_size=16),
+], ids=["table1-train", "authors-train"])
 def test_seconds_per_step_runs_the_runs_own_trainer(cfg):
     s = cost.seconds_per_step(cfg, "cpu", steps=2, warmup=1)
     assert 0 < s < 5
@@ -38,7 +38,7 @@ def test_seconds_per_step_runs_the_runs_own_trainer(cfg):
 
 def test_bad_step_counts_are_refused():
     with pytest.raises(ValueError, match="steps must be >= 1"):
-        cost.seconds_per_step(train_config("mnist", "smoke"), "cpu", steps=0)
+        cost.seconds_per_step(recipe_for("mnist", "smoke"), "cpu", steps=0)
 
 
 def test_a_run_cost_adds_steps_and_one_evaluation_per_whole_epoch():

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from cases import TINY_MODEL
-from curvature_gap.config import ConfigError, train_config
+from curvature_gap.config import ConfigError, recipe_for
 from curvature_gap.device import resolve_device
 from curvature_gap.hessian import hessian
 from curvature_gap.hessian.spectra import top_eigenvalues
@@ -117,7 +117,7 @@ def test_top_eigenvalues_on_the_device_match_the_cpu(device):
 
 def test_two_step_training_run_on_the_device_writes_finite_weights(device, tiny_datasets, tmp_path):
     ds = Datasets(tiny_datasets.train.subset(32), tiny_datasets.test.subset(16))
-    cfg = train_config("mnist", "smoke", epochs=1, batch_size=16, train_subset=None, test_subset=None, ckpt_every=1)
+    cfg = recipe_for("mnist", "smoke", epochs=1, batch_size=16, train_subset=None, test_subset=None, ckpt_every=1)
     metrics = train(cfg, tmp_path / "run", device=device.type, datasets=ds, max_steps=2, progress=False)
     assert metrics.get("steps", 2) == 2
     ckpts = [p for p in (tmp_path / "run").iterdir() if p.suffix == ".pt"]

@@ -9,9 +9,9 @@ import torch
 
 from cases import TINY_MODEL, mnist_datasets
 from curvature_gap import precision
-from curvature_gap.config import ConfigError, recipe_config
+from curvature_gap.config import ConfigError, recipe_for
 from curvature_gap.model import build_model
-from curvature_gap.train import load_model, train_recipe
+from curvature_gap.train import load_model, train
 
 _BF16_EPS = 2.0 ** -8  # bf16 spacing relative to a number's power of two: one ulp is at most this, relatively
 
@@ -80,9 +80,9 @@ def test_a_bf16_recipe_run_freezes_every_layernorm_gamma_at_one(tmp_path):
     ds = mnist_datasets(64, 16)
     counts = {}
     for prec in ("bf16", "float32"):
-        cfg = dataclasses.replace(recipe_config("authors_mnist", "smoke"), model_overrides=tuple(sorted(TINY_MODEL.items())),
+        cfg = dataclasses.replace(recipe_for("authors_mnist", "smoke"), model_overrides=tuple(sorted(TINY_MODEL.items())),
                                   batch_size=16, warmup_steps=0, precision=prec, train_subset=None, test_subset=None)
-        train_recipe(cfg, tmp_path / prec, "cpu", datasets=ds, progress=False)
+        train(cfg, tmp_path / prec, "cpu", datasets=ds, progress=False)
         model, _ = load_model(tmp_path / prec / "model.pt")
         counts[prec] = precision.frozen_at_one(model)
     at_one, total, _ = counts["bf16"]

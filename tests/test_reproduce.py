@@ -18,7 +18,7 @@ import pytest
 from cases import mnist_datasets
 from curvature_gap import cli, reproduce
 from curvature_gap import experiments as ex
-from curvature_gap.config import ConfigError, recipe_config, train_config
+from curvature_gap.config import ConfigError, recipe_for
 from curvature_gap.cost import RunCost
 from curvature_gap.data import DataUnavailable
 from curvature_gap.plotting import new_figure
@@ -156,7 +156,7 @@ def test_missing_cifar100_blocks_fig6_only_and_the_run_exits_zero(tmp_path, monk
 def test_a_long_training_run_is_skipped_unless_allowed(tmp_path, monkeypatch, capsys):
     counter = _register(monkeypatch, tmp_path, {"a": "ok", "b": "ok"})
     asked = []
-    steps = 100 * train_config("mnist", "smoke").epochs  # the stand-in cost's 100 steps per epoch
+    steps = 100 * recipe_for("mnist", "smoke").epochs  # the stand-in cost's 100 steps per epoch
     monkeypatch.setattr(reproduce, "training_cost", _cost(3 * 3600.0 / steps, asked))  # 3 h for the run
     tiny = {"datasets": {"mnist": mnist_datasets(64, 16)}}
     code, outcomes = _run(tmp_path, "a,b", allow_long=False, ctx_kwargs=tiny)
@@ -196,10 +196,10 @@ def test_the_cost_is_the_timed_step_times_the_steps_of_the_run(monkeypatch):
     from curvature_gap import cost
 
     trained = []
-    monkeypatch.setattr(cost, "train_any", lambda cfg, *a, **k: trained.append(type(cfg).__name__) or {})
+    monkeypatch.setattr(cost, "train", lambda cfg, *a, **k: trained.append(type(cfg).__name__) or {})
     clock = iter([100.0, 106.0])
     monkeypatch.setattr(cost.time, "perf_counter", lambda: next(clock))
-    cfg = train_config("mnist", "paper")                    # 60,000 images, batch 128, 15 epochs
+    cfg = recipe_for("mnist", "paper")                    # 60,000 images, batch 128, 15 epochs
     c = cost.training_cost(cfg, "cpu", steps=3)
     assert c.seconds_per_step == pytest.approx(2.0) and c.steps == 469 * 15 and c.steps_per_epoch == 469
     assert c.seconds == pytest.approx(2.0 * 469 * 15) and c.evaluations == 15
@@ -207,10 +207,10 @@ def test_the_cost_is_the_timed_step_times_the_steps_of_the_run(monkeypatch):
     # the authors' recipe is timed through its own trainer, to the step a figure reads
     clock = iter([0.0, 3.0])
     monkeypatch.setattr(cost.time, "perf_counter", lambda: next(clock))
-    c = cost.training_cost(recipe_config("authors_cifar100", "paper"), "cpu", run_steps=10_000, steps=3)
+    c = cost.training_cost(recipe_for("authors_cifar100", "paper"), "cpu", run_steps=10_000, steps=3)
     assert c.steps == 10_000 and c.steps_per_epoch == 391 and c.seconds == pytest.approx(10_000.0)
     assert c.title == "the authors' 8-block CIFAR-100 model" and "their" not in c.recipe
-    assert trained == ["TrainConfig"] * 2 + ["RecipeConfig"] * 2, "warm-up and timed steps, each by the run's trainer"
+    assert trained == ["Recipe"] * 2 + ["Recipe"] * 2, "warm-up and timed steps, each by the run's trainer"
 
 
 @pytest.mark.fault("unknown-figure")
@@ -323,7 +323,7 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
     assert reproduce._runs_to_train(["fig5_authors"], ctx3, allow_long=True) == [("authors_mnist", 5, "authors", 3)], \
         "the other runs a count reads are trained too, also when the recipe seed's run is on disk"
     for arithmetic in ("authors", "exact"):
-        model, info = ctx.recipe_model("authors_mnist", 3, arithmetic=arithmetic)
+        model, info = ctx.model("authors_mnist", 3, arithmetic=arithmetic)
         assert info["step"] == 3
     paper = ex.Context(profile="paper", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
                        progress=False)

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from cases import TINY_MODEL
-from curvature_gap.config import train_config
+from curvature_gap.config import recipe_for
 from curvature_gap.io import load_torch, state_sha256
-from curvature_gap.train import (CheckpointMismatch, StaleCheckpointWarning, TrainingDiverged, augment, ensure_trained,
-                                 load_model, load_snapshot, run_dir, train, verify_checkpoint)
+from curvature_gap.train import (CheckpointMismatch, StaleCheckpointWarning, TrainingDiverged, ensure,
+                                 load_model, load_snapshot, run_dir, run_key, train, verify_checkpoint)
 
 TINY = tuple(sorted(TINY_MODEL.items()))
 
@@ -17,7 +17,7 @@ TINY = tuple(sorted(TINY_MODEL.items()))
 def _cfg(**kw):
     base = dict(epochs=2, train_subset=None, test_subset=None, ckpt_every=3, batch_size=64, lr=3e-3)
     base.update(kw)
-    return train_config("mnist", "smoke", **base)
+    return recipe_for("mnist", "smoke", **base)
 
 
 def test_smoke_training_lowers_loss_and_writes_metrics(tmp_path, tiny_datasets):
@@ -30,7 +30,7 @@ def test_smoke_training_lowers_loss_and_writes_metrics(tmp_path, tiny_datasets):
     for key in ("final_train_loss", "test_accuracy", "epochs", "wall_seconds", "device", "torch_version", "weights_sha256"):
         assert key in saved
     state = load_torch(tmp_path / "run" / "model.pt")  # weights_only=True
-    assert state["config_hash"] == cfg.hash()
+    assert state["config_hash"] == run_key(cfg)
     model, st = load_model(tmp_path / "run" / "model.pt")
     assert state_sha256(model.state_dict()) == saved["weights_sha256"] and st["step"] == m["steps"] == 24
 
@@ -66,7 +66,7 @@ def test_checkpoint_of_another_config_is_refused(tmp_path, tiny_datasets):
     other = _cfg(model_overrides=TINY, lr=1e-2)
     with pytest.raises(CheckpointMismatch, match="another --out directory") as err:
         train(other, tmp_path / "run", datasets=tiny_datasets, device="cpu", progress=False)
-    assert cfg.hash() in str(err.value) and other.hash() in str(err.value)      # both config hashes named
+    assert run_key(cfg) in str(err.value) and run_key(other) in str(err.value)      # both config hashes named
     assert (tmp_path / "run" / "last.pt").read_bytes() == before, "nothing is overwritten"
 
 
@@ -77,15 +77,6 @@ def test_nan_loss_stops_with_step_and_last_checkpoint(tmp_path, tiny_datasets):
         train(cfg, tmp_path / "run", datasets=tiny_datasets, device="cpu", progress=False)
 
 
-def test_augment_is_a_seeded_crop_or_flip():
-    x = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32).reshape(2, 3, 8, 8)
-    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
-    a, b = augment(x, g1, pad=0), augment(x, g2, pad=0)
-    assert torch.equal(a, b)
-    for i in range(2):  # with no padding only identity or a horizontal flip remain
-        assert torch.equal(a[i], x[i]) or torch.equal(a[i], x[i].flip(-1))
-
-
 def test_cifar100_smoke_config_trains_on_a_cifar_format_set(tmp_path, cifar_root):
     """The CIFAR-100 code path end to end: torchvision's loader, the 2-block smoke model, augmentation."""
     from curvature_gap import data
@@ -93,7 +84,7 @@ def test_cifar100_smoke_config_trains_on_a_cifar_format_set(tmp_path, cifar_root
 
     ds = Datasets(data.load("cifar100", cifar_root, train=True, verify_md5=False),
                   data.load("cifar100", cifar_root, train=False, verify_md5=False))
-    cfg = train_config("cifar100", "smoke", augment=True, epochs=1)
+    cfg = recipe_for("cifar100", "smoke", crop_padding=4, hflip=True, epochs=1)
     m = train(cfg, tmp_path / "run", datasets=ds, device="cpu", progress=False)
     assert m["n_parameters"] == 48 * 128 + 128 + 64 * 128 + 2 * (3 * 128**2 + 2 * 128 * 512 + 512 + 128 + 4 * 128) + 128 * 100 + 100
     assert m["steps"] == 2 and 0 <= m["test_accuracy"] <= 1 and m["final_train_loss"] < 10
@@ -101,37 +92,37 @@ def test_cifar100_smoke_config_trains_on_a_cifar_format_set(tmp_path, cifar_root
 
 # ---------------------------------------------------------------------------------------------- ensure_trained
 def _tiny_cfg():
-    return train_config("mnist", "smoke", model_overrides=TINY, epochs=1, batch_size=64, train_subset=None,
+    return recipe_for("mnist", "smoke", model_overrides=TINY, epochs=1, batch_size=64, train_subset=None,
                         test_subset=None, ckpt_every=100)
 
 
 def test_ensure_trained_reuses_an_intact_checkpoint_and_saves_snapshots(tmp_path, tiny_datasets):
     cfg = _tiny_cfg()
-    state, info = ensure_trained(cfg, tmp_path, "cpu", datasets=tiny_datasets, progress=False, snapshot_steps=(0, 3))
+    state, info = ensure(cfg, tmp_path, device="cpu", datasets=tiny_datasets, progress=False, snapshot_steps=(0, 3))
     d = run_dir(cfg, tmp_path)
     assert info["run_dir"] == str(d) and info["steps"] == 8 and info["weights_sha256"] == state_sha256(state)
-    assert verify_checkpoint(d, cfg.hash())[1] == ""
-    snap = load_snapshot(d, 3, cfg.hash())
+    assert verify_checkpoint(d, run_key(cfg))[1] == ""
+    snap = load_snapshot(d, 3, run_key(cfg))
     part = train(cfg, tmp_path / "three", device="cpu", datasets=tiny_datasets, max_steps=3, progress=False)
     assert part == {"interrupted_at_step": 3}
     assert state_sha256(snap) == state_sha256(load_torch(tmp_path / "three" / "last.pt")["model"])
-    assert load_snapshot(d, 5, cfg.hash()) is None
+    assert load_snapshot(d, 5, run_key(cfg)) is None
     with pytest.warns(StaleCheckpointWarning, match="not step 3 of run another"):
         assert load_snapshot(d, 3, "another") is None
     stamp = (d / "model.pt").stat().st_mtime_ns
-    again, info2 = ensure_trained(cfg, tmp_path, "cpu", datasets=tiny_datasets, progress=False)
+    again, info2 = ensure(cfg, tmp_path, device="cpu", datasets=tiny_datasets, progress=False)
     assert info2 == info and (d / "model.pt").stat().st_mtime_ns == stamp, "reused, not retrained"
 
 
 @pytest.mark.fault("damaged-checkpoint")
 def test_damaged_checkpoint_is_detected_and_retrained_to_the_same_weights(tmp_path, tiny_datasets):
     cfg = _tiny_cfg()
-    _, info = ensure_trained(cfg, tmp_path, "cpu", datasets=tiny_datasets, progress=False)
+    _, info = ensure(cfg, tmp_path, device="cpu", datasets=tiny_datasets, progress=False)
     mp = run_dir(cfg, tmp_path) / "model.pt"
     mp.write_bytes(mp.read_bytes()[: mp.stat().st_size // 2])
-    assert "cannot be loaded" in verify_checkpoint(mp.parent, cfg.hash())[1]
+    assert "cannot be loaded" in verify_checkpoint(mp.parent, run_key(cfg))[1]
     with pytest.warns(StaleCheckpointWarning, match="model.pt cannot be loaded.*retraining"):
-        _, info2 = ensure_trained(cfg, tmp_path, "cpu", datasets=tiny_datasets, progress=False)
+        _, info2 = ensure(cfg, tmp_path, device="cpu", datasets=tiny_datasets, progress=False)
     assert info2["weights_sha256"] == info["weights_sha256"]
 
 
@@ -141,27 +132,27 @@ def test_a_checkpoint_that_is_not_one_at_all_is_retrained_or_refused(tmp_path, t
     d = run_dir(cfg, tmp_path)
     d.mkdir(parents=True)
     (d / "model.pt").write_text("not a checkpoint")              # not even a zip file
-    assert "cannot be loaded (UnpicklingError" in verify_checkpoint(d, cfg.hash())[1]
+    assert "cannot be loaded (UnpicklingError" in verify_checkpoint(d, run_key(cfg))[1]
     (d / "snapshots").mkdir()
     (d / "snapshots" / "step_0000003.pt").write_text("x")
-    assert load_snapshot(d, 3, cfg.hash()) is None
+    assert load_snapshot(d, 3, run_key(cfg)) is None
     with pytest.raises(CheckpointMismatch, match="model.pt is unreadable .*use another --out directory"):
         train(cfg, d, datasets=tiny_datasets, device="cpu", progress=False)
     with pytest.warns(StaleCheckpointWarning, match="retraining"):
-        _, info = ensure_trained(cfg, tmp_path, "cpu", datasets=tiny_datasets, progress=False)
-    assert info["steps"] == 8 and verify_checkpoint(d, cfg.hash())[1] == ""
+        _, info = ensure(cfg, tmp_path, device="cpu", datasets=tiny_datasets, progress=False)
+    assert info["steps"] == 8 and verify_checkpoint(d, run_key(cfg))[1] == ""
 
 
 def test_verify_checkpoint_reasons(tmp_path, tiny_datasets):
     cfg = _tiny_cfg()
-    ensure_trained(cfg, tmp_path, "cpu", datasets=tiny_datasets, progress=False)
+    ensure(cfg, tmp_path, device="cpu", datasets=tiny_datasets, progress=False)
     d = run_dir(cfg, tmp_path)
-    assert verify_checkpoint(tmp_path / "nothing", cfg.hash()) == (None, "missing")
-    assert "was written by config" in verify_checkpoint(d, "000000000000")[1]
+    assert verify_checkpoint(tmp_path / "nothing", run_key(cfg)) == (None, "missing")
+    assert "was written by run" in verify_checkpoint(d, "000000000000")[1]
     metrics = json.loads((d / "metrics.json").read_text())
     metrics["weights_sha256"] = "0" * 64
     (d / "metrics.json").write_text(json.dumps(metrics))
-    assert "do not match the sha256" in verify_checkpoint(d, cfg.hash())[1]
+    assert "do not match the sha256" in verify_checkpoint(d, run_key(cfg))[1]
 
 
 def test_an_unreadable_or_foreign_snapshot_is_reported_not_dropped(tmp_path):

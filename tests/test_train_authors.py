@@ -1,4 +1,4 @@
-"""curvature_gap.train.train_recipe: the authors' training recipe (config.AUTHORS_RECIPES) run by our trainer.
+"""curvature_gap.train.train: the authors' training recipe (config.AUTHORS_RECIPES) run by our trainer.
 
 The warm-up schedule, gradient clipping, the augmentation (same distribution as torchvision's RandomCrop and
 RandomRotation), the authors' DataLoader order, the kept step-20,000 snapshot, determinism and resumption, a
@@ -17,6 +17,7 @@ from torch import nn
 
 from cases import TINY_MODEL
 from curvature_gap import config as cf
+from curvature_gap.codehash import reached
 from curvature_gap import data as data_mod
 from curvature_gap import train as tr
 from curvature_gap.cli import main
@@ -25,12 +26,6 @@ from curvature_gap.io import load_torch
 from curvature_gap.model import build_model
 
 # computed before the authors' recipe was added (commit 3b9852c); they must never change
-PINNED_HASHES = {
-    ("mnist", "smoke"): "2e91a1f6a3c6",
-    ("mnist", "paper"): "ce7154cab3b2",
-    ("cifar100", "smoke"): "68e1b4fabfe3",
-    ("cifar100", "paper"): "dfa357f3b4f2",
-}
 MNIST_FILL = tr.zero_pixel((0.1307,), (0.3081,))
 
 
@@ -50,37 +45,49 @@ def smooth_datasets(n_train: int = 512, n_test: int = 256) -> tr.Datasets:
     return tr.Datasets(smooth_images(n_train, 0), smooth_images(n_test, 1))
 
 
-def _recipe(**kw) -> cf.RecipeConfig:
-    return cf.recipe_config("authors_mnist", "smoke", **{"train_subset": None, "test_subset": None, **kw})
+def _recipe(**kw) -> cf.Recipe:
+    return cf.recipe_for("authors_mnist", "smoke", **{"train_subset": None, "test_subset": None, **kw})
 
 
 # ---------------------------------------------------------------------------------------------- configs
-def test_the_table1_profile_hashes_are_pinned():
-    assert {k: c.hash() for k, c in cf.PROFILE_CONFIGS.items()} == PINNED_HASHES
-    assert all(type(c) is cf.TrainConfig for c in cf.PROFILE_CONFIGS.values())
-    assert {k: cf.train_config(*k).hash() for k in PINNED_HASHES} == PINNED_HASHES
-    recipe_hashes = {c.hash() for c in cf.RECIPE_PROFILE_CONFIGS.values()}
-    assert len(recipe_hashes) == 4 and not recipe_hashes & set(PINNED_HASHES.values())
+def test_every_run_is_a_recipe_and_its_key_is_what_determines_its_weights():
+    """Table 1's runs and the authors' are values of one Recipe; a run's key changes with every value that can
+    change the weights and with the training code, not with names or checkpoint intervals."""
+    assert all(type(c) is cf.Recipe for c in cf.RECIPES.values())
+    assert len({c.hash() for c in cf.RECIPES.values()}) == len(cf.RECIPES)
+    r = cf.recipe_for("authors_mnist", "smoke")
+    key = tr.run_key(r)
+    for same in (dict(profile="paper"), dict(ckpt_every=7), dict(snapshot_every=3), dict(source="table1")):
+        assert tr.run_key(dataclasses.replace(r, **same)) == key, same
+    for other in (dict(seed=1), dict(lr=2e-3), dict(precision="bf16"), dict(shuffle="epoch"), dict(hflip=True),
+                  dict(warmup_steps=0), dict(train_subset=100)):
+        assert tr.run_key(dataclasses.replace(r, **other)) != key, other
+    # the code a run's key hashes: the order and augmentation its recipe picks, not the other ones
+    names = lambda rec: {k.split(":")[1] for k in reached(*tr.training_code(rec))}  # noqa: E731
+    t1, au = names(cf.recipe_for("mnist", "paper")), names(r)
+    assert {"train", "EpochOrder", "ViT"} <= t1 and not {"LoaderOrder", "augment", "EmulatedBF16Gemm"} & t1
+    assert {"train", "LoaderOrder", "augment"} <= au and "EpochOrder" not in au
+    assert "EmulatedBF16Gemm" in names(dataclasses.replace(r, precision="bf16"))
 
 
 def test_the_recipe_profiles_are_the_authors_recipe():
     for model, dataset, seed, norm, rot, flip, every in (
             ("authors_mnist", "mnist", 37, ((0.1307,), (0.3081,)), 10.0, False, 200),
             ("authors_cifar100", "cifar100", 21, ((0.5,) * 3, (0.5,) * 3), 0.0, True, 10000)):
-        c = cf.recipe_config(model, "paper")
+        c = cf.recipe_for(model, "paper")
         assert (c.model, c.optimizer, c.lr, c.betas, c.adam_eps, c.weight_decay, c.warmup_steps, c.schedule) == \
             (model, "adamw", 1e-3, (0.9, 0.95), 1e-8, 0.0, 100, "constant")
         assert (c.grad_clip, c.batch_size, c.epochs, c.seed, c.shuffle, c.precision) == \
             (1.0, 128, 100, seed, "dataloader", "float32")
-        assert (c.normalize, c.augment, c.crop_padding, c.rotation_degrees, c.hflip, c.snapshot_every) == \
+        assert (c.normalize, c.augments, c.crop_padding, c.rotation_degrees, c.hflip, c.snapshot_every) == \
             (norm, True, 2, rot, flip, every)
         assert (c.train_subset, c.test_subset, c.model_overrides) == (None, None, ())
-        assert cf.DATASET_OF[model] == dataset and cf.any_train_config(model, "paper") == c
-        s = cf.recipe_config(model, "smoke")
+        assert cf.DATASET_OF[model] == dataset and cf.recipe_for(model, "paper") == c
+        s = cf.recipe_for(model, "smoke")
         assert dataclasses.replace(s, profile="paper", epochs=100, train_subset=None, test_subset=None) == c
         assert s.epochs == 1 and 100 <= s.train_subset <= 512
-        assert tr.config_from_dict(c.to_dict()) == c and tr.config_from_dict(s.to_dict()) == s
-    assert tr.config_from_dict(cf.PROFILE_CONFIGS[("mnist", "paper")].to_dict()) == cf.PROFILE_CONFIGS[("mnist", "paper")]
+        assert tr.recipe_from_dict(c.to_dict()) == c and tr.recipe_from_dict(s.to_dict()) == s
+    assert tr.recipe_from_dict(cf.RECIPES[("mnist", "paper")].to_dict()) == cf.RECIPES[("mnist", "paper")]
     assert cf.MODELS == ("mnist", "cifar100") and cf.TRAIN_MODELS == cf.MODELS + cf.RECIPE_MODELS
 
 
@@ -95,14 +102,14 @@ def test_the_recipe_profiles_are_the_authors_recipe():
 def test_invalid_recipe_settings_are_clear_errors(bad, message):
     with pytest.raises(cf.ConfigError, match=re.escape(message)):
         _recipe(**bad)
-    with pytest.raises(cf.ConfigError, match="unknown model 'mnist'"):
-        cf.recipe_config("mnist", "paper")
+    with pytest.raises(cf.ConfigError, match="unknown model 'vit'"):
+        cf.recipe_for("vit", "paper")
 
 
 def test_step_20000_is_kept_by_both_recipes():
     """The authors' notebooks/hessian_visualization.ipynb loads their step-20,000 checkpoint."""
     for model, n_train in (("authors_mnist", 60000), ("authors_cifar100", 50000)):
-        c = cf.recipe_config(model, "paper")
+        c = cf.recipe_for(model, "paper")
         total = math.ceil(n_train / c.batch_size) * c.epochs
         assert total >= 20000 and c.snapshot_every and 20000 % c.snapshot_every == 0, model
 
@@ -111,35 +118,35 @@ def test_step_20000_is_kept_by_both_recipes():
 def test_snapshots_every_n_steps_and_on_request(tmp_path):
     ds = smooth_datasets(128, 64)
     cfg = _recipe(epochs=2, batch_size=32, snapshot_every=3, model_overrides=tuple(sorted(TINY_MODEL.items())))
-    m = tr.train_recipe(cfg, tmp_path, datasets=ds, device="cpu", progress=False, snapshot_steps=(0, 5, 8))
+    m = tr.train(cfg, tmp_path, datasets=ds, device="cpu", progress=False, snapshot_steps=(0, 5, 8))
     assert m["steps"] == 8
     names = sorted(p.name for p in (tmp_path / tr.SNAPSHOT_DIR).iterdir())
     assert names == [f"step_{s:07d}.pt" for s in (0, 3, 5, 6, 8)]
     final = load_torch(tmp_path / tr.MODEL_NAME)
-    snap = tr.load_snapshot(tmp_path, 8, cfg.hash())
+    snap = tr.load_snapshot(tmp_path, 8, tr.run_key(cfg))
     assert snap is not None and all(torch.equal(snap[k], final["model"][k]) for k in final["model"])
-    assert not all(torch.equal(tr.load_snapshot(tmp_path, 6, cfg.hash())[k], final["model"][k]) for k in snap)
+    assert not all(torch.equal(tr.load_snapshot(tmp_path, 6, tr.run_key(cfg))[k], final["model"][k]) for k in snap)
 
 
 # ---------------------------------------------------------------------------------------------- schedule
 def test_the_warmup_schedule():
-    cfg = cf.recipe_config("authors_mnist", "paper")
+    cfg = cf.recipe_for("authors_mnist", "paper")
     want = {0: 0.0, 1: 1e-5, 50: 5e-4, 99: 9.9e-4, 100: 1e-3, 1000: 1e-3}
     for s, lr in want.items():
-        assert tr.recipe_lr(cfg, s, 46900) == pytest.approx(lr, rel=1e-12, abs=1e-15), s
+        assert tr.lr_at(cfg, s, 46900) == pytest.approx(lr, rel=1e-12, abs=1e-15), s
     assert tr.warmup_factor(0, 0) == 1.0 == tr.warmup_factor(7, 0)
 
 
 def test_the_warmup_is_the_lambdalr_the_authors_step_after_every_optimiser_step():
     """transformers' get_constant_schedule_with_warmup is LambdaLR(f), f(t) = t / max(1, W) below W, else 1;
     the authors call scheduler.step() after optimizer.step(). The rate each step runs at is ours."""
-    cfg = cf.recipe_config("authors_mnist", "paper")
+    cfg = cf.recipe_for("authors_mnist", "paper")
     w = cfg.warmup_steps
     p = nn.Parameter(torch.zeros(1))
     opt = torch.optim.AdamW([p], lr=cfg.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: t / max(1, w) if t < w else 1.0)
     for s in range(250):
-        assert opt.param_groups[0]["lr"] == pytest.approx(tr.recipe_lr(cfg, s, 46900), rel=1e-12, abs=1e-15), s
+        assert opt.param_groups[0]["lr"] == pytest.approx(tr.lr_at(cfg, s, 46900), rel=1e-12, abs=1e-15), s
         p.grad = torch.ones(1)
         opt.step()
         sched.step()
@@ -150,7 +157,7 @@ def test_the_first_step_runs_at_lr_zero_the_second_does_not(tmp_path):
     cfg = _recipe(epochs=1, model_overrides=tuple(sorted(TINY_MODEL.items())))
     init = build_model(cfg.model, seed=cfg.seed, **TINY_MODEL).state_dict()
     for steps, moved in ((1, False), (2, True)):
-        tr.train_recipe(cfg, tmp_path / str(steps), datasets=ds, device="cpu", progress=False, max_steps=steps)
+        tr.train(cfg, tmp_path / str(steps), datasets=ds, device="cpu", progress=False, max_steps=steps)
         w = load_torch(tmp_path / str(steps) / tr.CKPT_NAME)["model"]
         assert any(not torch.equal(w[k], init[k]) for k in init) is moved
 
@@ -162,7 +169,7 @@ def test_gradients_are_clipped_to_global_norm():
     for clip in (1e-3, None):
         model.load_state_dict(build_model("authors_mnist", seed=0).state_dict())
         opt = torch.optim.AdamW(model.parameters())
-        _, before = tr.recipe_step(model, opt, x.images, x.labels, _recipe(grad_clip=clip), 1e-3)
+        _, before = tr.train_step(model, opt, x.images, x.labels, _recipe(grad_clip=clip), 1e-3)
         after = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item()
         assert before > 0.01
         if clip is None:
@@ -178,14 +185,14 @@ def test_clipping_changes_the_update(tmp_path):
     runs = {}
     for clip in (1e-4, None):
         cfg = _recipe(epochs=1, batch_size=32, warmup_steps=0, grad_clip=clip)
-        tr.train_recipe(cfg, tmp_path / str(clip), datasets=ds, device="cpu", progress=False)
+        tr.train(cfg, tmp_path / str(clip), datasets=ds, device="cpu", progress=False)
         runs[clip] = load_torch(tmp_path / str(clip) / tr.MODEL_NAME)["model"]
     assert any(not torch.equal(runs[1e-4][k], runs[None][k]) for k in runs[None])
 
 
 # ---------------------------------------------------------------------------------------------- augmentation
 def _aug(images, seed, pad=2, deg=10.0, flip=False, fill=MNIST_FILL):
-    return tr.augment_recipe(images, torch.Generator().manual_seed(seed), pad, deg, flip, fill)
+    return tr.augment(images, torch.Generator().manual_seed(seed), pad, deg, flip, fill)
 
 
 def test_augmentation_is_deterministic_per_seed_and_keeps_shapes():
@@ -278,10 +285,10 @@ def test_the_loop_augments_each_epoch_afresh_and_never_the_test_split(tmp_path, 
     ds = smooth_datasets(n, 32)
     cfg = _recipe(epochs=2, batch_size=n, model_overrides=tuple(sorted(TINY_MODEL.items())))
     seen, evaluated = [], []
-    step, evaluate = tr.recipe_step, tr.evaluate
-    monkeypatch.setattr(tr, "recipe_step", lambda model, opt, x, y, *a: (seen.append((x, y)), step(model, opt, x, y, *a))[1])
+    step, evaluate = tr.train_step, tr.evaluate
+    monkeypatch.setattr(tr, "train_step", lambda model, opt, x, y, *a: (seen.append((x, y)), step(model, opt, x, y, *a))[1])
     monkeypatch.setattr(tr, "evaluate", lambda model, split, dev: (evaluated.append(split), evaluate(model, split, dev))[1])
-    tr.train_recipe(cfg, tmp_path, datasets=ds, device="cpu", progress=False)
+    tr.train(cfg, tmp_path, datasets=ds, device="cpu", progress=False)
     order = tr.LoaderOrder(n, n, cfg.seed)
     clean = renormalised(ds.train, *cfg.normalize).images
     per_epoch = []
@@ -298,7 +305,7 @@ def test_the_loop_augments_each_epoch_afresh_and_never_the_test_split(tmp_path, 
     # n copies of one image: the shuffle cannot hide a draw repeated at the same position of each epoch
     seen.clear()
     one = tr.Datasets(TensorDataset(ds.train.images[:1].repeat(n, 1, 1, 1), ds.train.labels), ds.test)
-    tr.train_recipe(cfg, tmp_path / "one", datasets=one, device="cpu", progress=False)
+    tr.train(cfg, tmp_path / "one", datasets=one, device="cpu", progress=False)
     assert (seen[0][0] != seen[1][0]).flatten(1).any(1).float().mean() > 0.9
 
 
@@ -332,26 +339,26 @@ def test_the_order_is_the_authors_dataloaders():
 def test_deterministic_and_resumes_to_the_same_weights(tmp_path):
     ds = smooth_datasets(192, 64)
     cfg = _recipe(epochs=3, batch_size=64, ckpt_every=2, model_overrides=tuple(sorted(TINY_MODEL.items())))
-    a = tr.train_recipe(cfg, tmp_path / "a", datasets=ds, device="cpu", progress=False)
-    b = tr.train_recipe(cfg, tmp_path / "b", datasets=ds, device="cpu", progress=False)
+    a = tr.train(cfg, tmp_path / "a", datasets=ds, device="cpu", progress=False)
+    b = tr.train(cfg, tmp_path / "b", datasets=ds, device="cpu", progress=False)
     assert a["weights_sha256"] == b["weights_sha256"]
-    assert tr.train_recipe(cfg, tmp_path / "c", datasets=ds, device="cpu", progress=False, max_steps=4) == \
+    assert tr.train(cfg, tmp_path / "c", datasets=ds, device="cpu", progress=False, max_steps=4) == \
         {"interrupted_at_step": 4}
-    c = tr.train_recipe(cfg, tmp_path / "c", datasets=ds, device="cpu", progress=False)
+    c = tr.train(cfg, tmp_path / "c", datasets=ds, device="cpu", progress=False)
     assert c["weights_sha256"] == a["weights_sha256"] and c["steps"] == 9
-    other = tr.train_recipe(dataclasses.replace(cfg, seed=38), tmp_path / "d", datasets=ds, device="cpu",
+    other = tr.train(dataclasses.replace(cfg, seed=38), tmp_path / "d", datasets=ds, device="cpu",
                             progress=False)
     assert other["weights_sha256"] != a["weights_sha256"]
     with pytest.raises(tr.CheckpointMismatch):
-        tr.train_recipe(dataclasses.replace(cfg, seed=38), tmp_path / "a", datasets=ds, device="cpu", progress=False)
+        tr.train(dataclasses.replace(cfg, seed=38), tmp_path / "a", datasets=ds, device="cpu", progress=False)
     model, state = tr.load_model(tmp_path / "a" / tr.MODEL_NAME)
-    assert tr.config_from_dict(state["config"]) == cfg and isinstance(tr.config_from_dict(state["config"]), cf.RecipeConfig)
+    assert tr.recipe_from_dict(state["config"]) == cfg and isinstance(tr.recipe_from_dict(state["config"]), cf.Recipe)
 
 
 def test_bf16_trains_bf16_weights_and_keeps_them_widened(tmp_path):
     ds = smooth_datasets(64, 32)
     cfg = _recipe(epochs=1, batch_size=32, precision="bf16", model_overrides=tuple(sorted(TINY_MODEL.items())))
-    m = tr.train_recipe(cfg, tmp_path, datasets=ds, device="cpu", progress=False)
+    m = tr.train(cfg, tmp_path, datasets=ds, device="cpu", progress=False)
     w = load_torch(tmp_path / tr.MODEL_NAME)["model"]
     assert m["precision"] == "bf16" and load_torch(tmp_path / tr.CKPT_NAME)["model"]["head.weight"].dtype == torch.bfloat16
     assert all(v.dtype == torch.float32 and torch.equal(v, v.bfloat16().float()) for v in w.values())  # widened exactly
@@ -363,7 +370,7 @@ def test_bf16_trains_bf16_weights_and_keeps_them_widened(tmp_path):
 def test_a_short_run_of_the_recipe_lowers_the_loss(tmp_path):
     """The full authors_mnist model and recipe (warm-up, clipping, augmentation) on 512 images, 200 steps."""
     cfg = _recipe(epochs=50)
-    m = tr.train_recipe(cfg, tmp_path, datasets=smooth_datasets(), device="cpu", progress=False)
+    m = tr.train(cfg, tmp_path, datasets=smooth_datasets(), device="cpu", progress=False)
     first, last = m["history"][0], m["history"][-1]
     assert m["steps"] == 200 and m["n_parameters"] == 3642
     assert last["test_loss"] < first["test_loss"] - 0.2 and last["train_loss_ema"] < first["train_loss_ema"] - 0.2
@@ -379,23 +386,26 @@ def test_the_smoke_profile_trains_from_the_cli(tmp_path, mnist_root, capsys, mon
     assert main(["train", "--model", "authors_mnist", "--profile", "smoke", "--device", "cpu", "--data-dir",
                  str(mnist_root), "--out", str(out), "--no-progress"]) == 0
     state = load_torch(out / tr.MODEL_NAME)
-    assert state["config_hash"] == cf.recipe_config("authors_mnist", "smoke").hash() and state["step"] == 2
+    assert state["config_hash"] == tr.run_key(cf.recipe_for("authors_mnist", "smoke")) and state["step"] == 2
     assert tr.verify_checkpoint(out, state["config_hash"])[0] is not None
-    assert '"recipe": "authors"' in capsys.readouterr().out
+    assert '"source": "authors"' in capsys.readouterr().out
 
     bf = tmp_path / "run_bf16"
     assert main(["train", "--model", "authors_mnist", "--profile", "smoke", "--device", "cpu", "--data-dir",
                  str(mnist_root), "--out", str(bf), "--no-progress", "--precision", "bf16"]) == 0
     state = load_torch(bf / tr.MODEL_NAME)
-    assert state["config_hash"] == cf.recipe_config("authors_mnist", "smoke", precision="bf16").hash()
+    assert state["config_hash"] == tr.run_key(cf.recipe_for("authors_mnist", "smoke", precision="bf16"))
     # bf16 weights, saved widened to float32: every entry is a bf16 number
     floats = [v for v in state["model"].values() if v.is_floating_point()]
     assert floats and all(torch.equal(v, v.to(torch.bfloat16).to(v.dtype)) for v in floats)
 
 
-def test_precision_is_refused_for_the_table1_models(capsys):
-    assert main(["train", "--model", "mnist", "--precision", "bf16"]) == 2
-    assert "--precision applies to the authors' recipe only" in capsys.readouterr().err
+def test_precision_is_a_value_of_every_recipe():
+    """bf16 is a value of any recipe, Table 1's included (the authors' arithmetic on the theorem's block)."""
+    r = cf.recipe_for("mnist", "smoke", precision="bf16")
+    assert r.precision == "bf16" and tr.run_key(r) != tr.run_key(cf.recipe_for("mnist", "smoke"))
+    with pytest.raises(cf.ConfigError, match="precision"):
+        cf.recipe_for("mnist", "smoke", precision="fp8")
 
 
 def test_the_cifar_recipe_runs_on_cifar_shaped_tensors(tmp_path):
@@ -403,59 +413,59 @@ def test_the_cifar_recipe_runs_on_cifar_shaped_tensors(tmp_path):
     def split(n):
         u = torch.randint(0, 256, (n, 3, 32, 32), generator=g).float()
         return TensorDataset(u.div(255).sub(0.5).div(0.5), torch.randint(0, 100, (n,), generator=g))
-    cfg = cf.recipe_config("authors_cifar100", "smoke", model_overrides=(("n_blocks", 1),))
-    m = tr.train_recipe(cfg, tmp_path, datasets=tr.Datasets(split(256), split(64)), device="cpu", progress=False)
+    cfg = cf.recipe_for("authors_cifar100", "smoke", model_overrides=(("n_blocks", 1),))
+    m = tr.train(cfg, tmp_path, datasets=tr.Datasets(split(256), split(64)), device="cpu", progress=False)
     assert m["steps"] == 2 and math.isfinite(m["test_loss"])
 
 
 # ---------------------------------------------------------------------------------------------- for the figures
 def test_the_first_batch_and_the_step_checkpoint_are_what_the_trainer_saw(tmp_path, monkeypatch):
-    """recipe_first_batch is the batch train_recipe trains on at step 0; ensure_recipe_step(k) returns the
+    """pass_batches' first is the batch train trains on at step 0; ensure(step=k) returns the
     weights after k steps (step 0: the seeded initialisation, no training) and continues the run for later k."""
     ds = smooth_datasets(96, 32)
     cfg = _recipe(epochs=1, batch_size=32, model_overrides=tuple(sorted(TINY_MODEL.items())))
-    seen, step = [], tr.recipe_step
-    monkeypatch.setattr(tr, "recipe_step", lambda model, opt, x, y, *a: (seen.append((x, y)), step(model, opt, x, y, *a))[1])
-    x0, y0 = tr.recipe_first_batch(cfg, tr.load_recipe_datasets(cfg, datasets=ds))
-    s0, info0 = tr.ensure_recipe_step(cfg, tmp_path, 0, "cpu", datasets=ds, progress=False, log=lambda m: None)
+    seen, step = [], tr.train_step
+    monkeypatch.setattr(tr, "train_step", lambda model, opt, x, y, *a: (seen.append((x, y)), step(model, opt, x, y, *a))[1])
+    x0, y0 = tr.pass_batches(cfg, tr.load_datasets(cfg, datasets=ds), 1)[0]
+    s0, info0 = tr.ensure(cfg, tmp_path, 0, "cpu", datasets=ds, progress=False, log=lambda m: None)
     init = build_model(cfg.model, seed=cfg.seed, **dict(cfg.model_overrides)).state_dict()
     assert not seen and info0["step"] == 0 and all(torch.equal(s0[k], init[k]) for k in init)
-    s2, info2 = tr.ensure_recipe_step(cfg, tmp_path, 2, "cpu", datasets=ds, progress=False, log=lambda m: None)
+    s2, info2 = tr.ensure(cfg, tmp_path, 2, "cpu", datasets=ds, progress=False, log=lambda m: None)
     assert len(seen) == 2 and torch.equal(seen[0][0], x0) and torch.equal(seen[0][1], y0)
     assert info2["step"] == 2 and any(not torch.equal(s2[k], init[k]) for k in init)
-    again, _ = tr.ensure_recipe_step(cfg, tmp_path, 2, "cpu", datasets=ds, progress=False, log=lambda m: None)
+    again, _ = tr.ensure(cfg, tmp_path, 2, "cpu", datasets=ds, progress=False, log=lambda m: None)
     assert len(seen) == 2 and all(torch.equal(again[k], s2[k]) for k in s2), "read from the snapshot"
-    tr.ensure_recipe_step(cfg, tmp_path, 3, "cpu", datasets=ds, progress=False, log=lambda m: None)
+    tr.ensure(cfg, tmp_path, 3, "cpu", datasets=ds, progress=False, log=lambda m: None)
     assert len(seen) == 3, "continued from step 2, not restarted"
 
 
 def test_the_loader_of_figs_6_and_12_is_the_one_the_trainer_reads(tmp_path, monkeypatch):
-    """recipe_loader yields, batch for batch over two epochs (a smaller last batch included), what
-    train_recipe trains on: the same order, augmentation and step numbers."""
+    """loader yields, batch for batch over two epochs (a smaller last batch included), what
+    train trains on: the same order, augmentation and step numbers."""
     ds = smooth_datasets(80, 16)
     cfg = _recipe(epochs=2, batch_size=32, model_overrides=tuple(sorted(TINY_MODEL.items())))
     seen = []
-    monkeypatch.setattr(tr, "recipe_step", lambda model, opt, x, y, *a: (seen.append((x, y)), (0.0, 0.0))[1])
-    tr.train_recipe(cfg, tmp_path, "cpu", datasets=ds, progress=False)
-    rds = tr.load_recipe_datasets(cfg, datasets=ds)
-    loaded = list(tr.recipe_loader(cfg, rds, 2))
+    monkeypatch.setattr(tr, "train_step", lambda model, opt, x, y, *a: (seen.append((x, y)), (0.0, 0.0))[1])
+    tr.train(cfg, tmp_path, "cpu", datasets=ds, progress=False)
+    rds = tr.load_datasets(cfg, datasets=ds)
+    loaded = list(tr.loader(cfg, rds, 2))
     assert [s for s, _, _ in loaded] == list(range(6)) and [len(y) for _, _, y in loaded] == [32, 32, 16] * 2
     assert len(seen) == 6 and all(torch.equal(x, a) and torch.equal(y, b) for (_, x, y), (a, b) in zip(loaded, seen))
     assert not torch.equal(loaded[0][1], loaded[3][1]), "each epoch is shuffled and augmented afresh"
 
 
 def test_a_step_the_run_has_passed_without_its_snapshot_is_replayed_apart(tmp_path):
-    """ensure_recipe_step(k) on a run already past k with no snapshot of k: the weights after k steps, from
+    """ensure(step=k) on a run already past k with no snapshot of k: the weights after k steps, from
     a replay beside the run (which is left as it was), the snapshot kept in the run, the replay removed."""
     ds = smooth_datasets(96, 32)
     cfg = _recipe(epochs=1, batch_size=32, model_overrides=tuple(sorted(TINY_MODEL.items())))
     quiet = dict(device="cpu", datasets=ds, progress=False, log=lambda m: None)
-    ref, _ = tr.ensure_recipe_step(cfg, tmp_path / "ref", 1, **quiet)
-    tr.ensure_recipe_step(cfg, tmp_path / "run", 3, **quiet)
+    ref, _ = tr.ensure(cfg, tmp_path / "ref", 1, **quiet)
+    tr.ensure(cfg, tmp_path / "run", 3, **quiet)
     d = tr.run_dir(cfg, tmp_path / "run")
     last = load_torch(d / tr.CKPT_NAME)["step"]
-    assert last == 3 and tr.load_snapshot(d, 1, cfg.hash()) is None
-    got, info = tr.ensure_recipe_step(cfg, tmp_path / "run", 1, **quiet)
+    assert last == 3 and tr.load_snapshot(d, 1, tr.run_key(cfg)) is None
+    got, info = tr.ensure(cfg, tmp_path / "run", 1, **quiet)
     assert info["step"] == 1 and all(torch.equal(got[k], ref[k]) for k in ref)
     assert load_torch(d / tr.CKPT_NAME)["step"] == last and not (d / "replay").exists()
-    assert tr.load_snapshot(d, 1, cfg.hash()) is not None
+    assert tr.load_snapshot(d, 1, tr.run_key(cfg)) is not None

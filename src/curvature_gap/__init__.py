@@ -6,12 +6,12 @@ import warnings
 # anything this package computes, so it is silenced here, by its exact text, and nowhere else.
 warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
 
-from .config import MODEL_CONFIGS, ModelConfig, TrainConfig, train_config
+from .config import MODEL_CONFIGS, ModelConfig, Recipe, recipe_for
 from .model import ViT, build_model, param_groups, ParamGroup
 from .theory.layers import layer_hessian, layer_hvp
 
 __version__ = "0.1.0"
 __all__ = [
-    "MODEL_CONFIGS", "ModelConfig", "TrainConfig", "train_config",
+    "MODEL_CONFIGS", "ModelConfig", "Recipe", "recipe_for",
     "ViT", "build_model", "param_groups", "ParamGroup", "layer_hessian", "layer_hvp", "__version__",
 ]

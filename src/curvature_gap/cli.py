@@ -9,11 +9,11 @@ from pathlib import Path
 from . import checks, reproduce
 from .bounds.run import run_all
 from .row import exit_status
-from .config import DEVICES, PRECISIONS, PROFILES, RECIPE_MODELS, TRAIN_MODELS, ConfigError, any_train_config
+from .config import DEVICES, PRECISIONS, PROFILES, TRAIN_MODELS, ConfigError, recipe_for
 from .data import DataUnavailable, fetch_all
 from .findings import findings
 from .io import atomic_write_json
-from .train import CheckpointMismatch, TrainingDiverged, run_dir, train_any
+from .train import CheckpointMismatch, TrainingDiverged, run_dir, train
 
 
 class _Parser(argparse.ArgumentParser):
@@ -90,12 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _train(args) -> int:
     overrides = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs), ("precision", args.precision))
                  if v is not None}
-    if args.precision is not None and args.model not in RECIPE_MODELS:
-        raise ConfigError(f"--precision applies to the authors' recipe only ({', '.join(RECIPE_MODELS)}); "
-                          f"{args.model} trains in float32 (Table 1)")
-    cfg = any_train_config(args.model, args.profile, **overrides)
+    cfg = recipe_for(args.model, args.profile, **overrides)
     out = Path(args.out) if args.out else run_dir(cfg)
-    metrics = train_any(cfg, out, device=args.device, data_root=args.data_dir, progress=not args.no_progress)
+    metrics = train(cfg, out, device=args.device, data_root=args.data_dir, progress=not args.no_progress)
     print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
     print(f"checkpoint and metrics written to {out}/")
     return 0

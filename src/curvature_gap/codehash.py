@@ -64,26 +64,34 @@ def not_in_code_hash(reason: str):
 
 
 @functools.lru_cache(maxsize=256)
-def code_hash(*roots) -> str:
+def code_hash(*roots, via: tuple = ()) -> str:
     """sha256 (16 hex digits) of the definitions reachable from ``roots`` (functions or classes, lambdas
-    included; roots may live outside the package, what they reach is followed inside it only) — see the module docstring for what counts. Cached per process: the
-    code a process runs is the code it imported."""
+    included; roots may live outside the package, what they reach is followed inside it only) — see the
+    module docstring for what counts. ``via``: ``((name, cls), ...)``: an attribute ``name.attr`` anywhere
+    in the walk is followed to ``cls.attr`` (``("ctx", Context)``: a computation reaches the methods of its
+    context that it calls, and only those). Cached per process: the code a process runs is the code it
+    imported."""
     h = hashlib.sha256()
-    for dump in sorted(reached(*roots).values()):
+    for dump in sorted(reached(*roots, via=via).values()):
         h.update(dump.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
 
 
-def reached(*roots) -> dict[str, str]:
-    """``{"module:qualname": normalised syntax tree}`` of every definition the ``roots`` reach."""
+def reached(*roots, via: tuple = ()) -> dict[str, str]:
+    """``{"module:qualname": normalised syntax tree}`` of every definition the ``roots`` reach (``via``: as
+    :func:`code_hash`)."""
     seen: dict[str, str] = {}
     todo = list(roots)
+    via = dict(via)
     for r in roots:
         if not (inspect.isfunction(inspect.unwrap(r)) or inspect.isclass(r)):
             raise ValueError(f"code_hash roots must be functions or classes, got {r!r}")
+    skip = set(map(id, via.values()))  # a context class is followed method by method, never as a whole
     while todo:
         obj = todo.pop()
+        if id(obj) in skip:
+            continue
         found = _definition(obj, root=any(obj is r for r in roots))
         if found is None:
             continue
@@ -93,7 +101,23 @@ def reached(*roots) -> dict[str, str]:
         node = _Normalise().visit(copy.deepcopy(node))
         seen[key] = ast.dump(node)
         todo.extend(_references(node, module))
+        todo.extend(_via_references(node, via))
     return seen
+
+
+def _via_references(node: ast.AST, via: dict) -> list:
+    """``cls.attr`` for every ``name.attr`` in ``node`` whose ``name`` is a key of ``via`` (a method, property
+    or static/class method of that class)."""
+    out = []
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+            cls = via.get(n.value.id)
+            if cls is not None:
+                member = inspect.getattr_static(cls, n.attr, None)
+                if member is not None and (inspect.isfunction(member) or isinstance(member, (property, staticmethod,
+                                                                                         classmethod))):
+                    out.append(member)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ the walk
@@ -260,7 +284,7 @@ def _references(node: ast.AST, module: types.ModuleType) -> list:
                 out.append(got)
 
     for n in ast.walk(node):
-        if isinstance(n, ast.Name) and n.id in g:
+        if isinstance(n, ast.Name) and n.id in g and not isinstance(n.ctx, ast.Store):  # a bound name is no use
             add(module, n.id)
         elif isinstance(n, ast.Attribute):
             base = _attribute_base(n.value, g)

@@ -5,7 +5,8 @@ encoding, initialisation); its defaults are the theorem's block as this project 
 Values read from the authors' public experiment code are in ``FROM_AUTHORS_CODE`` and
 ``AUTHORS_RECIPES``, each with the file it comes from; what neither the paper nor that code states is
 in ``UNSTATED`` with a one-line reason. The book's reproducibility chapter renders these tables.
-``RecipeConfig`` and ``RECIPE_PROFILE_CONFIGS`` make ``AUTHORS_RECIPES`` runnable (``train.train_recipe``).
+A training run is a ``Recipe`` (data); ``RECIPES`` holds every run a profile trains, Table 1's
+(``TABLE1_RECIPES``) and the authors' (``authors_recipe`` of ``AUTHORS_RECIPES``), all run by ``train.train``.
 """
 from __future__ import annotations
 
@@ -178,25 +179,101 @@ MODEL_CONFIGS = {
 assert MODELS == tuple(MODEL_CONFIGS)[:2]
 
 
+SHUFFLES = ("epoch", "dataloader")
+PRECISIONS = ("float32", "bf16")
+SCHEDULES = ("constant", "cosine")
+OPTIMIZERS = ("adam", "adamw")
+# Table 1's models and the authors' (the CLI's --model); MODELS stays the Table-1 pair: the theorem's figures
+# iterate it.
+RECIPE_MODELS = ("authors_mnist", "authors_cifar100")
+TRAIN_MODELS = MODELS + RECIPE_MODELS
+# the dataset each model is trained on
+DATASET_OF = {"mnist": "mnist", "cifar100": "cifar100", "authors_mnist": "mnist", "authors_cifar100": "cifar100"}
+# Recipe fields that do not change a run's weights: they are left out of the run's key (``train.run_key``)
+NOT_WEIGHTS = ("profile", "source", "ckpt_every", "snapshot_every")
+
+
 @dataclass(frozen=True)
-class TrainConfig:
-    """Everything that determines a training run (and therefore its checkpoint hash)."""
+class Recipe:
+    """Everything that determines a training run, as data; ``train.train`` is the one loop that runs it.
+
+    Table 1's runs (``TABLE1_RECIPES``) and the authors' (:func:`authors_recipe` of ``AUTHORS_RECIPES``) are
+    values of this one class. Per optimiser step ``s`` of ``total``:
+
+    * the batch: ``batch_size`` images of the training split (``train_subset`` of it, normalised by
+      ``normalize`` = (mean, std) per channel of torchvision's ``Normalize`` after ``ToTensor``) in the order
+      ``shuffle`` names — ``"epoch"``: a permutation per epoch seeded by ``(seed, epoch)``; ``"dataloader"``:
+      the order ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed))`` draws, epoch after
+      epoch, as the authors' loaders do;
+    * its augmentation (training split only, generator seeded by ``(seed, s)``), in this order: a random crop of
+      the image padded by ``crop_padding`` black pixels (0: none), a rotation by U(−d, d) degrees with
+      ``d = rotation_degrees`` (nearest neighbour, black fill; 0: none), a horizontal flip with probability 1/2
+      when ``hflip``;
+    * the step: ``optimizer`` (Adam or AdamW with ``betas``, ``adam_eps``, ``weight_decay``) at learning rate
+      ``lr`` × the ``schedule`` (``"constant"``, or ``"cosine"`` decay to 0 over the run) × ``min(1,
+      s / warmup_steps)`` (``train.warmup_factor``; 0: no warm-up), gradients clipped to global 2-norm
+      ``grad_clip`` (None: not clipped), in ``precision`` (``"float32"``; ``"bf16"``: weights and optimiser
+      state in bfloat16, forward and loss under bfloat16 autocast, the authors' CUDA setting);
+    * the initialisation of ``model`` (``MODEL_CONFIGS`` with ``model_overrides``) is seeded by ``seed``.
+
+    Not part of the weights (``NOT_WEIGHTS``): ``profile`` and ``source`` (names), ``ckpt_every`` (the resumable
+    ``last.pt``) and ``snapshot_every`` (weights kept in ``snapshots/`` every that many steps; 0: none).
+    """
 
     model: str = "mnist"
     profile: str = "paper"
+    source: str = "table1"      # whose values: "table1" (this companion's reading of Table 1) or "authors"
     seed: int = 0
     optimizer: str = "adam"
     lr: float = 1e-3
+    betas: tuple = (0.9, 0.999)  # torch's defaults
+    adam_eps: float = 1e-8       # torch's default
     weight_decay: float = 0.0
     schedule: str = "constant"
+    warmup_steps: int = 0
+    grad_clip: float | None = None
     batch_size: int = 128
     epochs: int = 5
     train_subset: int | None = None
     test_subset: int | None = None
-    augment: bool = False
+    normalize: tuple | None = None  # None: Normalize(0.5, 0.5) on every channel (pixels to [-1, 1])
+    crop_padding: int = 0
+    rotation_degrees: float = 0.0
+    hflip: bool = False
+    shuffle: str = "epoch"
+    precision: str = "float32"
     ckpt_every: int = 200
-    grad_clip: float | None = None
+    snapshot_every: int = 0
     model_overrides: tuple = ()
+
+    def __post_init__(self):
+        check_choice("model", self.model, tuple(MODEL_CONFIGS))
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_choice("shuffle", self.shuffle, SHUFFLES)
+        check_choice("precision", self.precision, PRECISIONS)
+        check_choice("source", self.source, ("table1", "authors"))
+        b = tuple(self.betas)
+        if len(b) != 2 or not all(0 <= x < 1 for x in b):
+            raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        for f in ("warmup_steps", "crop_padding", "snapshot_every"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"{f} must be an integer >= 0, got {v!r}")
+        if not 0 <= self.rotation_degrees <= 180:
+            raise ConfigError(f"rotation_degrees must be in [0, 180], got {self.rotation_degrees!r}")
+        channels = self.model_config().in_channels
+        if self.normalize is None:
+            object.__setattr__(self, "normalize", ((0.5,) * channels, (0.5,) * channels))
+        mean, std = self.normalize
+        if len(mean) != channels or len(std) != channels or min(std) <= 0:
+            raise ConfigError(f"normalize must be (mean, std) with {channels} value(s) each and std > 0, "
+                              f"got {self.normalize!r}")
+
+    @property
+    def augments(self) -> bool:
+        """Whether the training batches are augmented at all."""
+        return bool(self.crop_padding or self.rotation_degrees or self.hflip)
 
     def model_config(self) -> ModelConfig:
         return dataclasses.replace(MODEL_CONFIGS[self.model], **dict(self.model_overrides))
@@ -206,6 +283,10 @@ class TrainConfig:
         d["model_overrides"] = dict(self.model_overrides)
         d["model_config"] = dataclasses.asdict(self.model_config())
         return d
+
+    def weights_dict(self) -> dict:
+        """:meth:`to_dict` without the fields that cannot change the weights (``NOT_WEIGHTS``)."""
+        return {k: v for k, v in self.to_dict().items() if k not in NOT_WEIGHTS}
 
     def hash(self) -> str:
         return config_hash(self.to_dict())
@@ -217,45 +298,37 @@ def config_hash(obj) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-# Profiles: (model, profile) -> TrainConfig. `smoke` runs in seconds on a laptop CPU (CI);
-# `paper` follows Table 1 and trains well past the paper's ">50%" accuracy.
-PROFILE_CONFIGS: dict[tuple[str, str], TrainConfig] = {
-    ("mnist", "smoke"): TrainConfig(
+# Table 1's runs: (model, profile) -> Recipe. `smoke` runs in seconds on a laptop CPU (CI); `paper` follows
+# Table 1 and trains well past the paper's ">50%" accuracy.
+TABLE1_RECIPES: dict[tuple[str, str], Recipe] = {
+    ("mnist", "smoke"): Recipe(
         model="mnist", profile="smoke", lr=1e-2, schedule="cosine", epochs=2, train_subset=2048,
         test_subset=512, ckpt_every=8,
     ),
-    ("mnist", "paper"): TrainConfig(model="mnist", profile="paper", lr=1e-2, schedule="cosine", epochs=15),
-    ("cifar100", "smoke"): TrainConfig(
+    ("mnist", "paper"): Recipe(model="mnist", profile="paper", lr=1e-2, schedule="cosine", epochs=15),
+    ("cifar100", "smoke"): Recipe(
         model="cifar100", profile="smoke", epochs=1, batch_size=32, train_subset=256,
         test_subset=128, ckpt_every=4, model_overrides=(("n_blocks", 2),),
     ),
-    ("cifar100", "paper"): TrainConfig(
+    ("cifar100", "paper"): Recipe(
         model="cifar100", profile="paper", optimizer="adamw", lr=1e-3, weight_decay=0.05,
-        schedule="cosine", epochs=200, batch_size=256, augment=True, ckpt_every=500,
+        schedule="cosine", epochs=200, batch_size=256, crop_padding=4, hflip=True, ckpt_every=500,
         grad_clip=1.0,
     ),
 }
-
-
-def train_config(model: str, profile: str, **overrides) -> TrainConfig:
-    """The training configuration for a model under a profile, with optional overrides."""
-    check_choice("model", model, MODELS)
-    check_choice("profile", profile, PROFILES)
-    cfg = PROFILE_CONFIGS[(model, profile)]
-    return dataclasses.replace(cfg, **overrides) if overrides else cfg
 
 
 @dataclass(frozen=True)
 class AuthorsRecipe:
     """The authors' training recipe for one dataset, as their public code states it (``AUTHORS_CODE``).
 
-    Run by :func:`curvature_gap.train.train_recipe` as the profiles ``RECIPE_PROFILE_CONFIGS[(model,
-    "paper")]`` (``recipe_config``; the CLI's ``train --model authors_mnist`` / ``authors_cifar100``), value
+    Made a :class:`Recipe` by :func:`authors_recipe` (the profiles ``RECIPES[("authors_mnist" |
+    "authors_cifar100", profile)]``; the CLI's ``train --model authors_mnist`` / ``authors_cifar100``), value
     for value, with two differences: float32 by default (``precision="bf16"`` gives their bf16 weights and
     autocast) and a seeded initialisation and augmentation (their code seeds the shuffling only). The
     augmentations are implemented with torch ops on the same distributions as torchvision's transforms,
-    not torchvision's random stream. The Table-1 profiles (``PROFILE_CONFIGS``, ``train.train``) do not
-    use this recipe. Comments name the file of each value, relative to ``code/`` of that repository.
+    not torchvision's random stream. Comments name the file of each value, relative to ``code/`` of that
+    repository.
     """
 
     dataset: str
@@ -327,82 +400,14 @@ AUTHORS_RECIPES = {
     ),
 }
 
-
 # ------------------------------------------------------------------------ the authors' recipe, run
-# The models `train --model` accepts: the Table-1 models (PROFILE_CONFIGS, train.train) and the authors'
-# (RECIPE_PROFILE_CONFIGS, train.train_recipe). MODELS stays the Table-1 pair: the experiments iterate it.
-RECIPE_MODELS = ("authors_mnist", "authors_cifar100")
-TRAIN_MODELS = MODELS + RECIPE_MODELS
-# the dataset each model is trained on
-DATASET_OF = {"mnist": "mnist", "cifar100": "cifar100", "authors_mnist": "mnist", "authors_cifar100": "cifar100"}
-SHUFFLES = ("epoch", "dataloader")
-PRECISIONS = ("float32", "bf16")
-
-
-@dataclass(frozen=True)
-class RecipeConfig(TrainConfig):
-    """A :class:`TrainConfig` with what the authors' recipe needs besides; trained by ``train.train_recipe``.
-
-    A subclass, so that ``TrainConfig`` and the code that trains it (``train.train``) are untouched: the
-    Table-1 runs keep their configuration hashes and the published results their code hashes. Its
-    ``to_dict`` holds every field below too, so a RecipeConfig never hashes like a TrainConfig.
-
-    * ``betas``, ``adam_eps``: Adam(W)'s β₁, β₂ and ε (the defaults are torch's);
-    * ``warmup_steps``: the learning rate of the optimiser step taken after ``s`` steps is
-      ``lr_at(cfg, s, total) * min(1, s / warmup_steps)`` (``train.warmup_factor``; 0: no warm-up);
-    * ``normalize``: ``(mean, std)`` per channel of torchvision's ``Normalize`` after ``ToTensor``;
-    * ``augment`` (training split only) with ``crop_padding`` (random crop of the zero-padded image, 0: none),
-      ``rotation_degrees`` (a rotation by U(−d, d) degrees, nearest neighbour, zero fill; 0: none) and
-      ``hflip`` (a horizontal flip with probability 1/2), applied in that order;
-    * ``shuffle``: ``"epoch"``, a permutation per epoch seeded by ``(seed, epoch)`` as ``train.train``;
-      ``"dataloader"``: the order of ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed))``
-      over the epochs, as the authors' loaders draw it;
-    * ``snapshot_every``: keep the weights after every that many steps in ``snapshots/`` (0: none);
-    * ``precision``: ``"float32"``, or ``"bf16"``: weights and optimiser state in bfloat16, forward and loss
-      under bfloat16 autocast (the authors' CUDA setting).
-    """
-
-    recipe: str = "authors"
-    betas: tuple = (0.9, 0.999)
-    adam_eps: float = 1e-8
-    warmup_steps: int = 0
-    normalize: tuple = ((0.5,), (0.5,))
-    crop_padding: int = 0
-    rotation_degrees: float = 0.0
-    hflip: bool = False
-    shuffle: str = "epoch"
-    snapshot_every: int = 0
-    precision: str = "float32"
-
-    def __post_init__(self):
-        check_choice("model", self.model, tuple(DATASET_OF))
-        check_choice("optimizer", self.optimizer, ("adam", "adamw"))
-        check_choice("schedule", self.schedule, ("constant", "cosine"))
-        check_choice("shuffle", self.shuffle, SHUFFLES)
-        check_choice("precision", self.precision, PRECISIONS)
-        b = tuple(self.betas)
-        if len(b) != 2 or not all(0 <= x < 1 for x in b):
-            raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        for f in ("warmup_steps", "crop_padding", "snapshot_every"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"{f} must be an integer >= 0, got {v!r}")
-        if not 0 <= self.rotation_degrees <= 180:
-            raise ConfigError(f"rotation_degrees must be in [0, 180], got {self.rotation_degrees!r}")
-        channels = self.model_config().in_channels
-        mean, std = self.normalize
-        if len(mean) != channels or len(std) != channels or min(std) <= 0:
-            raise ConfigError(f"normalize must be (mean, std) with {channels} value(s) each and std > 0, "
-                              f"got {self.normalize!r}")
-
-
-def authors_recipe_config(dataset: str, profile: str = "paper", **overrides) -> RecipeConfig:
-    """``AUTHORS_RECIPES[dataset]`` as a :class:`RecipeConfig` (every value from the recipe, whose comments
-    name their files), then ``overrides``."""
+def authors_recipe(dataset: str, profile: str = "paper", **overrides) -> Recipe:
+    """``AUTHORS_RECIPES[dataset]`` as a :class:`Recipe` (every value from the recipe, whose comments name
+    their files), then ``overrides``."""
     r = AUTHORS_RECIPES[dataset]
-    cfg = RecipeConfig(
-        model=r.model, profile=profile, seed=r.seed, optimizer=r.optimizer, lr=r.lr, weight_decay=r.weight_decay,
-        schedule="constant", batch_size=r.batch_size, epochs=r.epochs, augment=True,
+    cfg = Recipe(
+        model=r.model, profile=profile, source="authors", seed=r.seed, optimizer=r.optimizer, lr=r.lr,
+        weight_decay=r.weight_decay, schedule="constant", batch_size=r.batch_size, epochs=r.epochs,
         ckpt_every=r.last_save_interval, grad_clip=r.grad_clip, betas=tuple(r.betas), adam_eps=r.eps,
         warmup_steps=r.warmup_steps, normalize=(tuple(r.normalize_mean), tuple(r.normalize_std)),
         crop_padding=r.crop_padding, rotation_degrees=r.rotation_degrees, hflip=r.hflip, shuffle="dataloader",
@@ -411,30 +416,24 @@ def authors_recipe_config(dataset: str, profile: str = "paper", **overrides) -> 
     return dataclasses.replace(cfg, **overrides) if overrides else cfg
 
 
-# (model, profile) -> RecipeConfig. `paper`: the authors' recipe as stated (100 epochs); `smoke`: the same
-# recipe on a few hundred images for one epoch (CI; it ends inside the 100-step warm-up, so it tests that
-# the recipe runs, not that it learns).
-RECIPE_PROFILE_CONFIGS: dict[tuple[str, str], RecipeConfig] = {
-    ("authors_mnist", "paper"): authors_recipe_config("mnist", "paper"),
-    ("authors_mnist", "smoke"): authors_recipe_config("mnist", "smoke", epochs=1, train_subset=384, test_subset=256),
-    ("authors_cifar100", "paper"): authors_recipe_config("cifar100", "paper"),
-    ("authors_cifar100", "smoke"): authors_recipe_config("cifar100", "smoke", epochs=1, train_subset=256,
-                                                          test_subset=128),
+# Every run a profile trains: (model, profile) -> Recipe. The authors' `paper`: their recipe as stated (100
+# epochs); `smoke`: the same recipe on a few hundred images for one epoch (CI; it ends inside the 100-step
+# warm-up, so it tests that the recipe runs, not that it learns).
+RECIPES: dict[tuple[str, str], Recipe] = {
+    **TABLE1_RECIPES,
+    ("authors_mnist", "paper"): authors_recipe("mnist", "paper"),
+    ("authors_mnist", "smoke"): authors_recipe("mnist", "smoke", epochs=1, train_subset=384, test_subset=256),
+    ("authors_cifar100", "paper"): authors_recipe("cifar100", "paper"),
+    ("authors_cifar100", "smoke"): authors_recipe("cifar100", "smoke", epochs=1, train_subset=256, test_subset=128),
 }
 
 
-def recipe_config(model: str, profile: str, **overrides) -> RecipeConfig:
-    """The authors' recipe for one of ``RECIPE_MODELS`` under a profile, with optional overrides."""
-    check_choice("model", model, RECIPE_MODELS)
-    check_choice("profile", profile, PROFILES)
-    cfg = RECIPE_PROFILE_CONFIGS[(model, profile)]
-    return dataclasses.replace(cfg, **overrides) if overrides else cfg
-
-
-def any_train_config(model: str, profile: str, **overrides) -> TrainConfig:
-    """``train_config`` for the Table-1 models, ``recipe_config`` for the authors' (``TRAIN_MODELS``)."""
+def recipe_for(model: str, profile: str, **overrides) -> Recipe:
+    """The recipe that trains ``model`` (one of ``TRAIN_MODELS``) under ``profile``, with optional overrides."""
     check_choice("model", model, TRAIN_MODELS)
-    return (recipe_config if model in RECIPE_MODELS else train_config)(model, profile, **overrides)
+    check_choice("profile", profile, PROFILES)
+    cfg = RECIPES[(model, profile)]
+    return dataclasses.replace(cfg, **overrides) if overrides else cfg
 
 
 # Values the authors' public code states (AUTHORS_CODE; paths relative to its code/ folder), what this

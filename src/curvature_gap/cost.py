@@ -3,9 +3,8 @@
 The one place where the time of a training run is measured. ``curvature-gap reproduce``'s long-run guard
 (:mod:`curvature_gap.reproduce`), ``benchmarks/training_cost.py`` (a whole epoch on the CPU) and the GPU check
 (``benchmarks/gpu_check.py``, on CUDA) all call :func:`seconds_per_step`, so the costs they state are
-measured the same way: a few optimiser steps of :func:`~curvature_gap.train.train` (Table 1's models) or
-:func:`~curvature_gap.train.train_recipe` (the authors' recipe, augmentation included) on random images of
-the model's shape, after untimed warm-up steps, on ``device``. The compute of a step does not depend on the
+measured the same way: a few optimiser steps of :func:`~curvature_gap.train.train` (the run's recipe,
+augmentation and precision included) on random images of the model's shape, after untimed warm-up steps, on ``device``. The compute of a step does not depend on the
 pixel values, so random images cost what the real dataset costs.
 """
 from __future__ import annotations
@@ -20,9 +19,9 @@ from pathlib import Path
 import torch
 
 from .codehash import not_in_code_hash
-from .config import DATASET_OF, MODEL_CONFIGS, RecipeConfig, TrainConfig
+from .config import DATASET_OF, MODEL_CONFIGS, Recipe
 from .data import TensorDataset
-from .train import Datasets, evaluate, train_any
+from .train import Datasets, evaluate, train
 
 __all__ = ["SPLIT_SIZES", "model_title", "random_datasets", "synchronize", "seconds_per_step", "evaluation_seconds",
            "RunCost", "training_cost"]
@@ -41,7 +40,7 @@ def model_title(model: str, overrides=()) -> str:
 
 
 @not_in_code_hash(_TIMING)
-def random_datasets(cfg: TrainConfig, n_train: int, n_test: int = 1, seed: int = 0) -> Datasets:
+def random_datasets(cfg: Recipe, n_train: int, n_test: int = 1, seed: int = 0) -> Datasets:
     """Random images in [-1, 1] and labels of ``cfg``'s model's shape (as the data loaders return them)."""
     mc = cfg.model_config()
     g = torch.Generator().manual_seed(seed)
@@ -61,7 +60,7 @@ def synchronize(device) -> None:
 
 
 @not_in_code_hash(_TIMING)
-def seconds_per_step(cfg: TrainConfig, device, steps: int = 3, warmup: int = 2) -> float:
+def seconds_per_step(cfg: Recipe, device, steps: int = 3, warmup: int = 2) -> float:
     """Wall seconds per optimiser step of ``cfg``'s trainer on ``device``: ``warmup`` untimed steps, then
     ``steps`` timed ones, on random images, inside one epoch (no evaluation is timed; resuming from the
     warm-up checkpoint is, a few milliseconds)."""
@@ -69,19 +68,19 @@ def seconds_per_step(cfg: TrainConfig, device, steps: int = 3, warmup: int = 2) 
         raise ValueError(f"steps must be >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
     ds = random_datasets(cfg, cfg.batch_size * (warmup + steps + 1))
     probe = dataclasses.replace(cfg, epochs=1, train_subset=None, test_subset=None, ckpt_every=10 ** 9,
-                                **({"snapshot_every": 0} if isinstance(cfg, RecipeConfig) else {}))
+                                snapshot_every=0)
     with tempfile.TemporaryDirectory() as d:
         if warmup:
-            train_any(probe, Path(d), device=str(device), datasets=ds, max_steps=warmup, progress=False)
+            train(probe, Path(d), device=str(device), datasets=ds, max_steps=warmup, progress=False)
         synchronize(device)
         t0 = time.perf_counter()
-        train_any(probe, Path(d), device=str(device), datasets=ds, max_steps=warmup + steps, progress=False)
+        train(probe, Path(d), device=str(device), datasets=ds, max_steps=warmup + steps, progress=False)
         synchronize(device)
         return (time.perf_counter() - t0) / steps
 
 
 @not_in_code_hash(_TIMING)
-def evaluation_seconds(cfg: TrainConfig, device, n_test: int | None = None) -> float:
+def evaluation_seconds(cfg: Recipe, device, n_test: int | None = None) -> float:
     """Wall seconds of the test-split evaluation every epoch ends with (``train.evaluate``, float32), on
     ``n_test`` random images (default: the dataset's test split)."""
     n = n_test or SPLIT_SIZES[DATASET_OF[cfg.model]][1]
@@ -133,7 +132,7 @@ class RunCost:
                 f"{self.steps_per_epoch} steps{evals}")
 
 
-def training_cost(cfg: TrainConfig, device, run_steps: int | None = None, steps: int = 3, warmup: int = 2,
+def training_cost(cfg: Recipe, device, run_steps: int | None = None, steps: int = 3, warmup: int = 2,
                   with_evaluation: bool = False) -> RunCost:
     """The cost of ``cfg``'s run on ``device`` up to ``run_steps`` optimiser steps (None: all its epochs):
     :func:`seconds_per_step` times the steps, plus (``with_evaluation``) one measured test evaluation per
@@ -141,7 +140,7 @@ def training_cost(cfg: TrainConfig, device, run_steps: int | None = None, steps:
     n_train = cfg.train_subset or SPLIT_SIZES[DATASET_OF[cfg.model]][0]
     per_epoch = math.ceil(n_train / cfg.batch_size)
     total = per_epoch * cfg.epochs if run_steps is None else int(run_steps)
-    recipe = "the authors' recipe" if isinstance(cfg, RecipeConfig) else "this companion's Table 1 recipe"
+    recipe = "the authors' recipe" if cfg.source == "authors" else "this companion's Table 1 recipe"
     return RunCost(title=model_title(cfg.model, cfg.model_overrides), recipe=recipe, seed=cfg.seed,
                    device=str(device), seconds_per_step=seconds_per_step(cfg, device, steps, warmup),
                    steps_per_epoch=per_epoch, steps=total,

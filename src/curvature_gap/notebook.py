@@ -25,7 +25,7 @@ warnings.filterwarnings("ignore", message=r"IProgress not found")
 from . import checks, experiments  # noqa: E402
 from .experiments.claims import ranking_table  # noqa: E402
 from .row import Row  # noqa: E402
-from .config import DEVICES, PROFILES, MODELS, ConfigError, train_config  # noqa: E402
+from .config import DEVICES, PROFILES, MODELS, ConfigError, recipe_for  # noqa: E402
 from .experiments import Context, UnusableResult, default_published_dir  # noqa: E402
 from .experiments.hessians import SETS, STATISTICS  # noqa: E402
 import math  # noqa: E402
@@ -167,7 +167,7 @@ def load(name: str, profile: str = "smoke", device: str = "auto", seed: int | No
     kw: dict = {"device": device, "progress": False,
                 "published_dir": default_published_dir() if mode is None else None}
     if seed is not None:
-        over = {m: {"seed": int(seed)} for m in MODELS if train_config(m, profile).seed != int(seed)}
+        over = {m: {"seed": int(seed)} for m in MODELS if recipe_for(m, profile).seed != int(seed)}
         if over:
             kw["train_overrides"] = over
     ctx = Context(profile=profile, **kw)

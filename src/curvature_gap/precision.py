@@ -33,13 +33,14 @@ import contextlib
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .codehash import not_in_code_hash
 from .config import ConfigError
 
-__all__ = ["ARITHMETICS", "PRECISION_OF", "EmulatedBF16Gemm", "autocast_for", "gemm_for", "precision_of", "frozen_at_one",
-           "BF16_HALF_ULP_BELOW_ONE"]
+__all__ = ["ARITHMETICS", "PRECISION_OF", "EmulatedBF16Gemm", "autocast_for", "gemm_for", "contexts_for",
+           "precision_code", "precision_of", "frozen_at_one", "BF16_HALF_ULP_BELOW_ONE"]
 
 ARITHMETICS = ("authors", "exact")
-PRECISION_OF = {"authors": "bf16", "exact": "float32"}  # arithmetic -> RecipeConfig.precision of its training run
+PRECISION_OF = {"authors": "bf16", "exact": "float32"}  # arithmetic -> Recipe.precision of its training run
 BF16_HALF_ULP_BELOW_ONE = 2.0 ** -9  # bf16 has 8 significand bits: the spacing just below 1.0 is 2⁻⁸
 
 _aten = torch.ops.aten
@@ -47,7 +48,7 @@ _GEMMS = frozenset({_aten.mm.default, _aten.bmm.default, _aten.addmm.default, _a
 
 
 def precision_of(arithmetic: str) -> str:
-    """The training precision (``RecipeConfig.precision``) of ``arithmetic``; a clear error for anything else."""
+    """The training precision (``Recipe.precision``) of ``arithmetic``; a clear error for anything else."""
     if arithmetic not in PRECISION_OF:
         raise ConfigError(f"arithmetic must be one of {', '.join(ARITHMETICS)}, got {arithmetic!r}")
     return PRECISION_OF[arithmetic]
@@ -81,6 +82,23 @@ def gemm_for(precision: str, device: torch.device):
     if precision == "bf16" and device.type == "cpu":
         return EmulatedBF16Gemm
     return contextlib.nullcontext
+
+
+@not_in_code_hash("it only picks: no context for float32, autocast_for and gemm_for otherwise; a run's key hashes "
+                  "what its precision picks (precision_code)")
+def contexts_for(precision: str, device: torch.device) -> tuple:
+    """(autocast, gemm) context factories of a training step in ``precision``: none for float32, else
+    :func:`autocast_for` and :func:`gemm_for`."""
+    check_precision(precision)
+    if precision == "float32":
+        return contextlib.nullcontext, contextlib.nullcontext
+    return autocast_for(precision, device), gemm_for(precision, device)
+
+
+def precision_code(precision: str) -> tuple:
+    """The code a training step in ``precision`` runs besides the loop (roots for ``train.run_key``)."""
+    check_precision(precision)
+    return () if precision == "float32" else (autocast_for, gemm_for)
 
 
 def check_precision(precision: str) -> None:

@@ -27,7 +27,7 @@ import torch
 
 from . import checks
 from . import experiments as ex
-from .config import ConfigError, RecipeConfig
+from .config import ConfigError
 from .cost import RunCost, training_cost
 from .data import DataUnavailable
 from .device import resolve_device
@@ -35,7 +35,7 @@ from .experiments.report import compare, report_md
 from .experiments.store import PublishedStore, UnusableResult
 from .io import atomic_write_json, atomic_write_text, file_lock
 from .provenance import git_commit, host, load_average, software
-from .train import load_snapshot, run_dir, verify_checkpoint
+from .train import load_snapshot, run_dir, run_key, verify_checkpoint
 
 __all__ = ["run", "main", "parse_only", "summary_table", "LONG_RUN_S", "Outcome"]
 
@@ -91,28 +91,33 @@ def _furthest_step(settings) -> int:
     return max([getattr(settings, "step", 0) or 0, *getattr(settings, "steps", ())])
 
 
-def _needs_data(ctx: ex.Context, s, cfg) -> None:
-    """Load the dataset the run ``cfg`` of settings ``s`` trains on (the authors' recipe or Table 1's); raises
-    DataUnavailable when it is missing."""
-    ctx.recipe_datasets(s.model) if isinstance(cfg, RecipeConfig) else ctx.datasets_for(s.model)
+def _needs_data(ctx: ex.Context, s) -> None:
+    """Load the dataset the run of settings ``s`` trains on; raises DataUnavailable when it is missing."""
+    ctx.data(s.model)
+
+
+def _read_step(s, recipe) -> int | None:
+    """The step of its run a result reads: the furthest of its ``step``/``steps`` for a run of the authors'
+    recipe (their results read their checkpoints at steps), None (the whole run) for Table 1's."""
+    return _furthest_step(s) if recipe.source == "authors" else None
 
 
 def _long_run(name: str, ctx: ex.Context) -> str:
     """A message when computing ``name`` would start a training run longer than LONG_RUN_S, else "". A run whose
     dataset is missing raises DataUnavailable ("blocked"), its message naming the run and its measured cost."""
     s = ex.settings_of(ex.spec(name), ctx)
-    cfg = ctx.run_cfg(s)
+    cfg = ctx.run_recipe(s)
     if cfg is None:
         return ""
-    step = _furthest_step(s) if isinstance(cfg, RecipeConfig) else None  # the authors' runs stop at a step
+    step = _read_step(s, cfg)
     if step == 0:
         return ""
-    if step is not None and load_snapshot(run_dir(cfg, ctx.runs_dir), step, cfg.hash()) is not None:
+    if step is not None and load_snapshot(run_dir(cfg, ctx.runs_dir), step, run_key(cfg)) is not None:
         return ""
-    if step is None and verify_checkpoint(run_dir(cfg, ctx.runs_dir), cfg.hash())[0] is not None:
+    if step is None and verify_checkpoint(run_dir(cfg, ctx.runs_dir), run_key(cfg))[0] is not None:
         return ""
     try:
-        _needs_data(ctx, s, cfg)
+        _needs_data(ctx, s)
     except DataUnavailable as exc:  # blocked: say what the run would cost once the data is there
         cost = _run_cost(ctx, cfg, step)
         then = (f" (over {LONG_RUN_S // 60} min: pass --allow-long-runs, or use a GPU with --device cuda)"
@@ -139,32 +144,31 @@ def _runs_to_train(names: list[str], ctx: ex.Context, allow_long: bool) -> list[
         sp = ex.spec(name)
         todo += list(sp.depends)
         s = ex.settings_of(sp, ctx)
-        cfg = ctx.run_cfg(s)
+        cfg = ctx.run_recipe(s)
         if cfg is None or getattr(s, "trained", True) is False:  # no run, or its initialisation only
             continue
         try:
             if not allow_long and _long_run(name, ctx):
                 continue
             if allow_long:  # the guard is off, the data check is not: a run without its dataset is not started
-                _needs_data(ctx, s, cfg)
+                _needs_data(ctx, s)
         except DataUnavailable:
             continue
-        recipe = isinstance(cfg, RecipeConfig)
-        step = _furthest_step(s) if recipe else None
-        if recipe and step == 0:
+        step = _read_step(s, cfg)
+        if step == 0:
             continue
         arithmetic = getattr(s, "arithmetic", None)
         runs = [(cfg, cfg.seed)]
-        if recipe:  # the other runs a result counts over (Figs. 4, 5 on the authors' model: their init is unseeded)
-            runs += [(ctx.train_cfg(s.model, seed, arithmetic), seed)
+        if step is not None:  # the other runs a result counts over (Figs. 4, 5 on the authors' model: their init is unseeded)
+            runs += [(ctx.recipe(s.model, seed, arithmetic), seed)
                      for seed in (*getattr(s, "run_seeds", ()), *getattr(s, "seeds", ())) if seed != cfg.seed]
         for c, seed in runs:
-            if recipe and load_snapshot(run_dir(c, ctx.runs_dir), step, c.hash()) is not None:
+            if step is not None and load_snapshot(run_dir(c, ctx.runs_dir), step, run_key(c)) is not None:
                 continue
-            if not recipe and verify_checkpoint(run_dir(c, ctx.runs_dir), c.hash())[0] is not None:
+            if step is None and verify_checkpoint(run_dir(c, ctx.runs_dir), run_key(c))[0] is not None:
                 continue
-            job = jobs.setdefault(c.hash(), [s.model, seed, arithmetic, step])
-            if recipe:
+            job = jobs.setdefault(run_key(c), [s.model, seed, arithmetic, step])
+            if step is not None:
                 job[3] = max(job[3], step)
     return [tuple(j) for j in jobs.values()]
 
@@ -175,10 +179,7 @@ def _train_one(job: tuple) -> str:
     kwargs, (model, seed, arithmetic, step) = job
     torch.set_num_threads(1)
     ctx = ex.Context(progress=False, **kwargs)
-    if step is None:
-        ctx.trained_model(model)
-    else:
-        ctx.recipe_model(model, step, seed, arithmetic)
+    ctx.model(model, step, seed, arithmetic)
     return f"{model} (seed {seed}{', ' + arithmetic + ' arithmetic' if arithmetic else ''}) to " + (
         "its end" if step is None else f"step {step:,}")
 

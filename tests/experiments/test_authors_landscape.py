@@ -11,12 +11,12 @@ import torch
 
 from cases import TINY_MODEL, mnist_datasets
 from curvature_gap import experiments as ex
-from curvature_gap.config import recipe_config
+from curvature_gap.config import recipe_for
 from curvature_gap.data import TensorDataset
 from curvature_gap.experiments import authors_landscape as al
 from curvature_gap.experiments.convergence import fit_loglog
 from curvature_gap.model import build_model
-from curvature_gap.train import Datasets, load_recipe_datasets, recipe_loader
+from curvature_gap.train import Datasets, load_datasets, loader, run_key
 
 
 def test_the_paper_profile_is_what_their_configurations_run():
@@ -27,13 +27,13 @@ def test_the_paper_profile_is_what_their_configurations_run():
     assert (f12.model, f12.run_seed, f12.step, f12.epochs, f12.gradients, f12.log_every) == (
         "authors_cifar100", 21, 10_000, 26, True, 16)
     ctx = ex.Context(profile="paper")
-    c6, c12 = ctx.run_cfg(f6), ctx.run_cfg(f12)
-    assert (c6.seed, c12.seed) == (42, 21) and c12 == recipe_config("authors_cifar100", "paper", precision="bf16")
-    assert c6.hash() != c12.hash(), "another seed is another run"
-    mnist = ctx.run_cfg(al.MNIST_SETTINGS["paper"])
-    assert mnist == recipe_config("authors_mnist", "paper", precision="bf16") and mnist.seed == 37
-    exact = ctx.run_cfg(al.MNIST_EXACT_SETTINGS["paper"])
-    assert exact == recipe_config("authors_mnist", "paper") and exact.precision == "float32"
+    c6, c12 = ctx.run_recipe(f6), ctx.run_recipe(f12)
+    assert (c6.seed, c12.seed) == (42, 21) and c12 == recipe_for("authors_cifar100", "paper", precision="bf16")
+    assert run_key(c6) != run_key(c12), "another seed is another run"
+    mnist = ctx.run_recipe(al.MNIST_SETTINGS["paper"])
+    assert mnist == recipe_for("authors_mnist", "paper", precision="bf16") and mnist.seed == 37
+    exact = ctx.run_recipe(al.MNIST_EXACT_SETTINGS["paper"])
+    assert exact == recipe_for("authors_mnist", "paper") and exact.precision == "float32"
     assert c12.precision == "bf16", "the authors' arithmetic is the default of every result of their model"
     # the stand-in's spread is over trained runs, as their Fig. 12 notebook's: Fig. 4's three bf16 runs, and each
     # of them is a run to train (reproduce._runs_to_train reads run_seeds); the float32 twin is its one run
@@ -50,9 +50,9 @@ def test_the_paper_profile_is_what_their_configurations_run():
 @pytest.fixture(scope="module")
 def tiny_pass():
     """The authors' MNIST recipe on a 454-parameter model and 40 test-written images, in float64."""
-    cfg = dataclasses.replace(recipe_config("authors_mnist", "smoke"), model_overrides=tuple(sorted(TINY_MODEL.items())),
+    cfg = dataclasses.replace(recipe_for("authors_mnist", "smoke"), model_overrides=tuple(sorted(TINY_MODEL.items())),
                               batch_size=16)
-    ds = load_recipe_datasets(cfg, datasets=mnist_datasets(40, 8))
+    ds = load_datasets(cfg, datasets=mnist_datasets(40, 8))
     ds = Datasets(TensorDataset(ds.train.images.double(), ds.train.labels), ds.test)
     return cfg, ds, build_model(cfg.model, seed=1, **dict(cfg.model_overrides)).double().eval()
 
@@ -60,7 +60,7 @@ def tiny_pass():
 def test_the_pass_is_the_running_mean_and_its_gradient(tiny_pass):
     cfg, ds, model = tiny_pass
     p = al.loader_pass(model, cfg, ds, epochs=2, log_every=2, gradients=True, device="cpu")
-    batches = [(x, y) for _, x, y in recipe_loader(cfg, ds, 2)]
+    batches = [(x, y) for _, x, y in loader(cfg, ds, 2)]
     assert len(p["running_loss"]) == len(batches) == 6 and list(p["n_seen"]) == [16, 32, 40, 56, 72, 80]
     params = list(model.parameters())
     for i in range(len(batches)):

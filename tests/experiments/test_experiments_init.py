@@ -18,6 +18,7 @@ from curvature_gap.config import ConfigError
 from curvature_gap.experiments import convergence
 from curvature_gap.experiments import context as context_mod
 from curvature_gap.experiments.store import PublishedStore, StaleResultWarning, UnusableResult
+from curvature_gap.train import run_dir
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +133,7 @@ def test_fig6_paper_path_runs_on_a_cifar100_format_set(tmp_path, cifar_root):
     r = ex.load_results("fig6", ctx=ctx)
     assert r["dataset"] == "CIFAR-100" and r["n_blocks"] == 2
     assert r["n_samples"] == 64 and r["k"].tolist() == list(range(1, 8))
-    assert (tmp_path / "runs" / f"cifar100-smoke-{ctx.train_cfg('cifar100').hash()}" / "model.pt").exists()
+    assert (run_dir(ctx.recipe('cifar100'), tmp_path / "runs") / "model.pt").exists()
     assert len(ex.plot("fig6", r, "convergence").axes) == 1
 
 

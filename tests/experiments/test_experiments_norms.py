@@ -29,9 +29,9 @@ def test_trajectory_snapshots_are_the_training_run(small_run):
     t = ex.load_results("trajectory", ctx=ctx)
     assert list(t["steps"]) == [0, 3, 5, 6]  # requested steps within n_steps, plus n_steps
     # snapshot 0 is the initialisation, snapshot 6 the run after 6 steps (training resumes exactly)
-    np.testing.assert_array_equal(t["w"][0], norms._flat(ctx.init_model("mnist")))
-    cfg = ctx.train_cfg("mnist")
-    train(cfg, tmp_path / "direct", device="cpu", datasets=ctx.datasets_for("mnist"), max_steps=6, progress=False)
+    np.testing.assert_array_equal(t["w"][0], norms._flat(ctx.model("mnist", 0)[0]))
+    cfg = ctx.recipe("mnist")
+    train(cfg, tmp_path / "direct", device="cpu", datasets=ctx.data("mnist"), max_steps=6, progress=False)
     direct = torch.load(tmp_path / "direct" / "last.pt", weights_only=True)["model"]
     np.testing.assert_array_equal(t["w"][3], _flat(direct))
     assert not list((tmp_path / "results" / "trajectory").glob("*.partial")), "the partial snapshots are removed"
@@ -48,7 +48,7 @@ def test_fig5_reads_figs3_4_and_the_trajectory(small_run):
     assert r5["param_fro_steps"].shape == (4, len(r5["groups"])) and r5["trajectory_steps"] == 6
     np.testing.assert_array_equal(r5["diag_spec_steps"], t["diag_spec"])
     W = t["w"].astype(np.float64)
-    v = ctx.init_model("mnist")
+    v = ctx.model("mnist", 0)[0]
     units = norms.units_of(v)
     assert r5["param_norms"]["init"]["W_V"]["fro"] == pytest.approx(np.linalg.norm(W[0][units["W_V"]]), rel=1e-6)
     assert r5["hessian_stats"]["trained"] == ex.load_results("fig4", ctx=ctx)["unit_stats"]
@@ -79,7 +79,7 @@ def test_interrupted_trajectory_resumes_from_its_saved_snapshots(small_run, monk
     t = ex.load_results("trajectory", ctx=ctx)
     assert len(calls) == 1 and list(t["steps"]) == [0, 2, 4]  # only the missing snapshot was computed
     tmp_path = ctx.results_dir.parent
-    train(ctx.train_cfg("mnist"), tmp_path / "direct4", device="cpu", datasets=ctx.datasets_for("mnist"), max_steps=4,
+    train(ctx.recipe("mnist"), tmp_path / "direct4", device="cpu", datasets=ctx.data("mnist"), max_steps=4,
           progress=False)
     direct = torch.load(tmp_path / "direct4" / "last.pt", weights_only=True)["model"]
     np.testing.assert_array_equal(t["w"][2], _flat(direct))

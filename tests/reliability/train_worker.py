@@ -15,7 +15,7 @@ from cases import learnable_images  # noqa: E402
 from hold import hold_after_step, holding_in_fsync  # noqa: E402
 
 import curvature_gap.train as train_mod  # noqa: E402
-from curvature_gap.config import train_config  # noqa: E402
+from curvature_gap.config import recipe_for  # noqa: E402
 from curvature_gap.data import TensorDataset  # noqa: E402
 from curvature_gap.train import CKPT_NAME, Datasets, train  # noqa: E402
 
@@ -29,7 +29,7 @@ def datasets():
 
 
 # 512 images in batches of 16: 32 steps an epoch, 128 in all; last.pt every 5 steps and at each epoch's end
-CFG = train_config("mnist", "smoke", epochs=4, train_subset=None, test_subset=None, batch_size=16, ckpt_every=5)
+CFG = recipe_for("mnist", "smoke", epochs=4, train_subset=None, test_subset=None, batch_size=16, ckpt_every=5)
 
 
 def hold_while_writing_checkpoint(step: int) -> None:

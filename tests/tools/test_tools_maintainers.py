@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from curvature_gap.config import PROFILE_CONFIGS
+from curvature_gap.config import RECIPES
 from curvature_gap.faults import FAULTS
 from tools.book import __main__ as cli
 from tools.book import maintainers, tables
@@ -24,7 +24,7 @@ def test_the_page_holds_the_fault_table_with_its_tests_and_the_config_hashes():
     assert tables.faults_md(fault_tests(ROOT)) in page, "the fault table, generated from curvature_gap.faults"
     for f in FAULTS:
         assert f.behaviour.replace("|", "\\|") in page, f.id
-    for (model, profile), cfg in PROFILE_CONFIGS.items():
+    for (model, profile), cfg in RECIPES.items():
         assert f"| {model} {profile} | `{cfg.hash()}` |" in page
     assert "pytest -m reliability" in page and "make reproduce && make publish" in page
 

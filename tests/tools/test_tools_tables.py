@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from curvature_gap.config import PROFILE_CONFIGS, UNSTATED
+from curvature_gap.config import RECIPES, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings
 from curvature_gap.captions import code_tex
@@ -106,7 +106,7 @@ def test_package_tables():
     un = tables.unstated_md()
     assert un.count("\n") == len(UNSTATED) + 2 and "\\|" not in un.splitlines()[0]
     pr = tables.profiles_md()
-    assert not any(c.hash() in pr for c in PROFILE_CONFIGS.values()), "config hashes are for maintainers"
+    assert not any(c.hash() in pr for c in RECIPES.values()), "config hashes are for maintainers"
     assert "mnist smoke" in pr.splitlines()[0]
     assert "| torch |" in tables.versions_md(ROOT)
     assert "device requested for this build" in tables.hardware_md("cpu")

@@ -1,13 +1,13 @@
 """``docs/maintainers.md``: what a maintainer needs and a reader does not — the fault table with the tests
 that prove each case, the configuration hashes of the profiles, and where the hashes of the published
 results are kept. Generated (``python -m tools.book maintainers``) from :mod:`curvature_gap.faults`, the
-tests' ``@pytest.mark.fault`` markers and :data:`curvature_gap.config.PROFILE_CONFIGS`; the test suite
+tests' ``@pytest.mark.fault`` markers and :data:`curvature_gap.config.RECIPES`; the test suite
 fails when the committed page differs from what this module renders (``--check``)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from curvature_gap.config import PROFILE_CONFIGS
+from curvature_gap.config import RECIPES
 from curvature_gap.notebook import md_table
 
 from . import tables
@@ -20,7 +20,7 @@ COMMAND = "python -m tools.book maintainers"
 
 
 def _hashes_md() -> str:
-    body = [[f"{m} {p}", f"`{c.hash()}`"] for (m, p), c in PROFILE_CONFIGS.items()]
+    body = [[f"{m} {p}", f"`{c.hash()}`"] for (m, p), c in RECIPES.items()]
     return md_table(["training configuration", "config hash"], body) + "\n"
 
 
@@ -54,7 +54,7 @@ runs them, and the suite fails when a fault has no test or a test names an unkno
 ## Configuration hashes
 
 Every result and training run is cached, and published, under the hash of everything that determines
-its numbers. The training configurations of the profiles (`curvature_gap.config.PROFILE_CONFIGS`) hash
+its numbers. The training configurations of the profiles (`curvature_gap.config.RECIPES`) hash
 to:
 
 {_hashes_md()}

@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 import torch
 
 from curvature_gap.row import Row
-from curvature_gap.config import FROM_AUTHORS_CODE, PROFILE_CONFIGS, UNSTATED
+from curvature_gap.config import FROM_AUTHORS_CODE, TABLE1_RECIPES, UNSTATED
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings, summary_sentences
 from curvature_gap.captions import code_tex, plural, readable
@@ -362,13 +362,13 @@ def _setting(v) -> str:
 def profiles_md() -> str:
     """Model and training settings per profile, transposed so that it fits a phone: one column per profile
     (their configuration hashes are for maintainers: ``docs/maintainers.md``)."""
-    cols = list(PROFILE_CONFIGS)
-    keys = ["epochs", "train_subset", "batch_size", "optimizer", "lr", "weight_decay", "schedule", "augment",
+    cols = list(TABLE1_RECIPES)
+    keys = ["epochs", "train_subset", "batch_size", "optimizer", "lr", "weight_decay", "schedule", "crop_padding", "hflip",
             "grad_clip", "seed"]
-    body = [["blocks"] + [str(PROFILE_CONFIGS[c].model_config().n_blocks) for c in cols],
-            ["width d_V / d_ff"] + [f"{PROFILE_CONFIGS[c].model_config().d_model} / {PROFILE_CONFIGS[c].model_config().d_ff}"
+    body = [["blocks"] + [str(TABLE1_RECIPES[c].model_config().n_blocks) for c in cols],
+            ["width d_V / d_ff"] + [f"{TABLE1_RECIPES[c].model_config().d_model} / {TABLE1_RECIPES[c].model_config().d_ff}"
                                     for c in cols]]
-    body += [[k.replace("_", " ")] + [md_escape(_setting(getattr(PROFILE_CONFIGS[c], k))) for c in cols] for k in keys]
+    body += [[k.replace("_", " ")] + [md_escape(_setting(getattr(TABLE1_RECIPES[c], k))) for c in cols] for k in keys]
     return md_table(["setting"] + [f"{m} {p}" for m, p in cols], body) + "\n"
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..config import ConfigError, config_hash
 from ..codehash import code_hash
 from ..provenance import checkout_root, git_commit, host, software
+from ..train import run_key
 from .context import Context
 from ..plotting import save_figure
 from .settings import as_dict, replace
@@ -84,21 +85,27 @@ def settings_of(s: FigureSpec, ctx: Context):
 
 def config_of(s: FigureSpec, ctx: Context, settings, dep_hashes: dict) -> dict:
     """Everything that determines a result's numbers; its hash names the result files."""
-    cfg = ctx.run_cfg(settings)
+    recipe = ctx.run_recipe(settings)
     train = {}
-    if cfg is not None:
-        train[settings.model] = dict(config_hash=cfg.hash(), **cfg.to_dict())
+    if recipe is not None:
+        train[settings.model] = dict(run_key=run_key(recipe), **recipe.to_dict())
     config = dict(figure=s.name, profile=ctx.profile, settings=as_dict(settings), train=train,
-                  depends=dict(dep_hashes), code=code_hash(*computation(s)))
+                  depends=dict(dep_hashes), code=code_hash(*computation(s), via=CONTEXT_VIA))
     if s.reads:
         config["reads"] = {r: as_dict(settings_of(spec(r), ctx)) for r in s.reads}
     return config
 
 
+# A computation's ``ctx.method`` calls (and a context method's ``self.method`` calls) reach those methods of Context
+CONTEXT_VIA = (("ctx", Context), ("self", Context))
+
+
 def computation(s: FigureSpec) -> tuple:
-    """The roots of a result's code hash: its compute (and finish) functions and the context every
-    computation runs in (data, models, training); :mod:`curvature_gap.codehash` follows what they use."""
-    return (Context, s.compute) + ((s.finish,) if s.finish is not None else ())
+    """The roots of a result's code hash: its compute (and finish) functions; :mod:`curvature_gap.codehash`
+    follows what they use, the :class:`Context` methods they call included (``CONTEXT_VIA``). The training code
+    is not among them: a run's weights are named by its key (``train.run_key``: the recipe and the code that
+    trains it), which the result's configuration records for the run it reads."""
+    return (s.compute,) + ((s.finish,) if s.finish is not None else ())
 
 
 def _context(profile: str | None, ctx: Context | None, kwargs: dict) -> Context:

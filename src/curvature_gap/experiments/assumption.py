@@ -35,8 +35,8 @@ MNIST_SETTINGS = {"paper": AssumptionSettings(model="mnist")}
 
 
 def compute_assumption(ctx: Context, s: AssumptionSettings) -> tuple[dict, dict]:
-    model, info = ctx.trained_model(s.model)
-    tr = ctx.datasets_for(s.model).train
+    model, info = ctx.model(s.model)
+    tr = ctx.data(s.model).train
     ctx.log(f"gradient norms of L_k at w* on {len(tr)} training images, {s.n_permutations} orders, exact mean")
     res = measure(model, tr.images, tr.labels, s.n_points, s.n_permutations, s.seed, ctx.torch_device, s.chunk,
                   ctx.progress)

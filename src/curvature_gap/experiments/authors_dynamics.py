@@ -62,7 +62,7 @@ class AuthorsDynamicsSettings:
     run_seeds: tuple = ()
 
 
-# smoke: the authors' smoke run has 3 steps (config.RECIPE_PROFILE_CONFIGS); 4 images as Figs. 3-4's smoke
+# smoke: the authors' smoke run has 3 steps (config.RECIPES); 4 images as Figs. 3-4's smoke
 SETTINGS = {"paper": AuthorsDynamicsSettings(run_seeds=AUTHORS_RUN_SEEDS[1:]),
             "smoke": AuthorsDynamicsSettings(steps=(0, 1, 2, 3), batch_size=4, fast_chunk=128)}
 EXACT_SETTINGS = {p: replace(v, arithmetic="exact", run_seeds=()) for p, v in SETTINGS.items()}  # one run
@@ -112,7 +112,7 @@ def compute_trajectory_authors(ctx: Context, s: AuthorsDynamicsSettings) -> tupl
     feed-forward weights take their FeedForward section's), its spectral and Frobenius norms, its image, and the
     list's parameter norm. At the last step also every list's spectral norm on each of the five batches (the
     spread their per-section batches bring), and for each extra run of ``s.run_seeds`` the norms per step."""
-    passes = [(x[:s.batch_size], y[:s.batch_size]) for x, y in ctx.recipe_pass_batches(s.model, len(SECTION_PASS))]
+    passes = [(x[:s.batch_size], y[:s.batch_size]) for x, y in ctx.loader_batches(s.model, len(SECTION_PASS))]
     if s.batch_size > len(passes[0][1]):
         raise ValueError(f"{s.model}: the loader's first batch has {len(passes[0][1])} images, fewer than the "
                          f"{s.batch_size} asked")
@@ -121,7 +121,7 @@ def compute_trajectory_authors(ctx: Context, s: AuthorsDynamicsSettings) -> tupl
     rec: dict[str, list] = {k: [] for k in ("loss", "seconds", "gamma_at_one")}
     infos, idx = [], None
     for step in tqdm(steps, desc="authors' snapshots", unit="snap", disable=not ctx.progress):
-        model, info = ctx.recipe_model(s.model, step, arithmetic=s.arithmetic)
+        model, info = ctx.model(s.model, step, arithmetic=s.arithmetic)
         rec["gamma_at_one"].append(frozen_at_one(model)[0])
         if idx is None:
             idx = {g: authors_indices(model, names) for g, (names, _) in LISTS.items()}
@@ -154,7 +154,7 @@ def compute_trajectory_authors(ctx: Context, s: AuthorsDynamicsSettings) -> tupl
     # other runs of the same recipe (their initialisation is unseeded): the norms per step, on the same batches
     for seed in s.run_seeds:
         for step in steps:
-            m, _ = ctx.recipe_model(s.model, step, seed=seed, arithmetic=s.arithmetic)
+            m, _ = ctx.model(s.model, step, seed=seed, arithmetic=s.arithmetic)
             w = torch.cat([p.detach().reshape(-1).cpu() for p in m.parameters()]).double().numpy()
             for g, ix in idx.items():
                 with ctx.phase("hessian"):
@@ -166,8 +166,8 @@ def compute_trajectory_authors(ctx: Context, s: AuthorsDynamicsSettings) -> tupl
             for k in ("spec", "param"):
                 arrays[f"runs_{k}_{g}"] = np.array(rec[f"runs_{k}_{g}"]).reshape(len(s.run_seeds), len(steps))
     meta = dict(profile=ctx.profile, model=s.model, batch_size=s.batch_size, snapshots=infos, arithmetic=s.arithmetic,
-                precision=ctx.recipe_cfg(s.model, arithmetic=s.arithmetic).precision,
-                gamma_total=frozen_at_one(model)[1], run_seed=ctx.recipe_cfg(s.model).seed, run_seeds=list(s.run_seeds),
+                precision=ctx.recipe(s.model, arithmetic=s.arithmetic).precision,
+                gamma_total=frozen_at_one(model)[1], run_seed=ctx.recipe(s.model).seed, run_seeds=list(s.run_seeds),
                 section_pass={g: SECTION_PASS.get(g, SECTION_PASS["feedforward"]) for g in LISTS},
                 lists={g: dict(parameters=list(names), label=label, n=len(idx[g]), pool=int(rec[f"pool_{g}"][0]))
                        for g, (names, label) in LISTS.items()},

@@ -12,13 +12,11 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import data as data_mod
-from ..config import DATASET_OF, RECIPE_MODELS, RecipeConfig, TrainConfig, recipe_config, train_config
+from ..config import DATASET_OF, Recipe, recipe_for
 from ..device import resolve_device
-from ..io import state_sha256
 from ..model import ViT, build_model
 from ..precision import precision_of
-from ..train import (Datasets, ensure_recipe_step, ensure_trained, load_recipe_datasets, recipe_first_batch,
-                     recipe_pass_batches, run_dir)
+from ..train import Datasets, ensure, load_datasets, pass_batches, run_dir
 from .settings import trajectory_settings
 
 __all__ = ["Context"]
@@ -36,10 +34,13 @@ def _arithmetic(arithmetic: str | None) -> dict:
 
 @dataclass
 class Context:
-    """Where and how figures are computed.
+    """Where and how figures are computed, with one method per need of a result: the recipe of a model's run
+    (:meth:`recipe`), its data (:meth:`data`), the batches it reads (:meth:`first_images`,
+    :meth:`loader_batches`) and its weights at any step (:meth:`model`). Table 1's models and the authors' are
+    served alike: what differs is their recipe's values (``config.RECIPES``).
 
-    ``datasets`` (model name -> ``train.Datasets``), ``train_overrides`` (model name -> TrainConfig
-    overrides) and ``settings_overrides`` (figure -> settings overrides) let tests run every figure on
+    ``datasets`` (model or dataset name -> ``train.Datasets``, whole splits normalised to [-1, 1]),
+    ``train_overrides`` (model name -> Recipe overrides) and ``settings_overrides`` (figure -> settings overrides) let tests run every figure on
     small, test-written data; overrides enter the config hash like any other setting.
     ``published_dir`` holds the results committed to the repository, one directory per profile (read
     when the cache has none for the current configuration).
@@ -70,27 +71,23 @@ class Context:
     def torch_device(self) -> torch.device:
         return resolve_device(self.device)
 
-    def train_cfg(self, model: str, seed: int | None = None, arithmetic: str | None = None) -> TrainConfig:
-        """The training configuration of ``model`` under this profile: Table 1's models by
-        ``config.train_config``, the authors' by their recipe (:meth:`recipe_cfg`); ``seed``: a run of the
-        same configuration with another seed (None: the profile's); ``arithmetic``: of the authors' runs."""
-        if model in RECIPE_MODELS:
-            return self.recipe_cfg(model, seed, arithmetic)
-        if arithmetic is not None:
-            raise ValueError(f"{model} is trained in float32 only; an arithmetic is a setting of the authors' runs")
-        return train_config(model, self.profile, **self.train_overrides.get(model, {}), **_seed(seed))
+    def recipe(self, model: str, seed: int | None = None, arithmetic: str | None = None) -> Recipe:
+        """The recipe that trains ``model`` under this profile (``config.recipe_for``), with the context's
+        overrides; ``seed``: a run of it with another seed (None: the recipe's); ``arithmetic``: ``"authors"``
+        (bf16) or ``"exact"`` (float32) training (None: the recipe's own precision)."""
+        return recipe_for(model, self.profile, **{**self.train_overrides.get(model, {}), **_seed(seed),
+                                                  **_arithmetic(arithmetic)})
 
-    def run_cfg(self, settings) -> TrainConfig | None:
-        """The training configuration of the run a result with ``settings`` reads: its ``model``'s, with
-        the seed its ``run_seed`` names and the arithmetic its ``arithmetic`` names (None where the settings
-        name no model)."""
+    def run_recipe(self, settings) -> Recipe | None:
+        """The recipe of the run a result with ``settings`` reads: its ``model``'s, with the seed its
+        ``run_seed`` names and the arithmetic its ``arithmetic`` names (None where the settings name no model)."""
         model = getattr(settings, "model", None)
         if model is None:
             return None
-        return self.train_cfg(model, getattr(settings, "run_seed", None), getattr(settings, "arithmetic", None))
+        return self.recipe(model, getattr(settings, "run_seed", None), getattr(settings, "arithmetic", None))
 
     def run_dir(self, model: str) -> Path:
-        return run_dir(self.train_cfg(model), self.runs_dir)
+        return run_dir(self.recipe(model), self.runs_dir)
 
     @contextmanager
     def phase(self, name: str):
@@ -107,7 +104,7 @@ class Context:
             tqdm.write(msg, file=sys.stderr)
 
     def snapshot_steps(self, model: str) -> tuple[int, ...]:
-        """The training steps the dynamics figures (Figs. 5, 7-11) look at, saved while training."""
+        """The training steps the theorem's dynamics figures (Figs. 5, 7-11) look at, saved while training."""
         s = trajectory_settings(self.profile)
         over = self.settings_overrides.get("trajectory") or {}
         steps, n = over.get("steps", s.steps), over.get("n_steps", s.n_steps)
@@ -119,7 +116,7 @@ class Context:
     def _raw_datasets(self, model: str) -> Datasets:
         """The whole train/test split of ``model``'s dataset (normalised to [-1, 1]); given ones
         (``datasets``, keyed by model or by dataset name) first. Raises DataUnavailable."""
-        name = DATASET_OF.get(model, "mnist" if model == "mnist" else "cifar100")
+        name = DATASET_OF[model]
         for k in (model, name):
             if self.datasets is not None and k in self.datasets:
                 return self.datasets[k]
@@ -131,86 +128,46 @@ class Context:
             self._cache[key] = Datasets(tr, te)
         return self._cache[key]
 
-    def datasets_for(self, model: str) -> Datasets:
-        """Train/test sets of ``model``'s training config (subsets applied). Raises DataUnavailable."""
-        ds = self._raw_datasets(model)
-        cfg = self.train_cfg(model)
-        return Datasets(ds.train.subset(cfg.train_subset), ds.test.subset(cfg.test_subset))
+    def data(self, model: str) -> Datasets:
+        """Train/test sets as ``model``'s recipe reads them: its subsets, its normalisation, not augmented.
+        Raises DataUnavailable."""
+        return load_datasets(self.recipe(model), datasets=self._raw_datasets(model))
 
-    # ---------------------------------------------------------------- the authors' recipe
-    def recipe_cfg(self, model: str, seed: int | None = None, arithmetic: str | None = None) -> RecipeConfig:
-        """The authors' recipe for ``model`` (``authors_mnist``, ``authors_cifar100``) under this profile;
-        ``seed``: a run of it with another seed (None: the recipe's); ``arithmetic``: ``"authors"`` (bf16) or
-        ``"exact"`` (float32) training (None: the recipe's own precision)."""
-        return recipe_config(model, self.profile, **{**self.train_overrides.get(model, {}), **_seed(seed),
-                                                     **_arithmetic(arithmetic)})
-
-    def recipe_datasets(self, model: str) -> Datasets:
-        """Train/test sets as the authors' recipe reads them (its subsets and normalisation)."""
-        return load_recipe_datasets(self.recipe_cfg(model), datasets=self._raw_datasets(model))
-
-    def recipe_first_batch(self, model: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """The first batch of the authors' shuffled, augmented training loader (their Figs. 3–4 batch), on
-        the device."""
-        x, y = recipe_first_batch(self.recipe_cfg(model), self.recipe_datasets(model))
-        return x.to(self.torch_device), y.to(self.torch_device)
-
-    def recipe_pass_batches(self, model: str, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The first batch of each of the first ``n`` passes of the authors' training loader (their notebooks'
-        repeated ``next(iter(loader))``: ``train.recipe_pass_batches``), on the device."""
-        dev = self.torch_device
-        return [(x.to(dev), y.to(dev)) for x, y in recipe_pass_batches(self.recipe_cfg(model), self.recipe_datasets(model), n)]
-
-    def recipe_model(self, model: str, step: int, seed: int | None = None,
-                     arithmetic: str | None = None) -> tuple[ViT, dict]:
-        """The authors' model after ``step`` steps of their recipe (``train.ensure_recipe_step``: from the
-        run's snapshot, else trained to ``step``, resuming), in eval mode on the device, in float32 (a bf16
-        run's weights widen exactly); ``seed``: of a run with another seed (None: the recipe's);
-        ``arithmetic``: of the run (None: the recipe's precision)."""
-        cfg = self.recipe_cfg(model, seed, arithmetic)
-        key = ("recipe", model, cfg.hash(), step)
-        if key not in self._cache:
-            with self.phase("training"):
-                self._cache[key] = ensure_recipe_step(cfg, self.runs_dir, step, self.device,
-                                                      datasets=self._raw_datasets(model), progress=self.progress,
-                                                      log=self.log)
-        state, info = self._cache[key]
-        m = build_model(cfg.model, seed=None, **dict(cfg.model_overrides))
-        m.load_state_dict(state)
-        return m.to(self.torch_device).eval(), dict(info)
-
-    def first_batch(self, model: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The first ``n`` training images and labels (the fixed Hessian batch), on the device."""
-        tr = self.datasets_for(model).train
+    def first_images(self, model: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``n`` training images and labels, in file order, unaugmented (the theorem's block's fixed
+        Hessian batch), on the device."""
+        tr = self.data(model).train
         if len(tr) < n:
             raise ValueError(f"the {model} training set has {len(tr)} images, fewer than the batch of {n}")
         dev = self.torch_device
         return tr.images[:n].to(dev), tr.labels[:n].to(dev)
 
+    def loader_batches(self, model: str, passes: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The first batch of each of the first ``passes`` passes over ``model``'s training loader, shuffled,
+        augmented and normalised as its run trains (``train.pass_batches``; the authors' notebooks' repeated
+        ``next(iter(loader))``; pass 0 is their Figs. 3–4 batch), on the device."""
+        dev = self.torch_device
+        return [(x.to(dev), y.to(dev)) for x, y in pass_batches(self.recipe(model), self.data(model), passes)]
+
     # ---------------------------------------------------------------- models
-    def init_model(self, model: str) -> ViT:
-        cfg = self.train_cfg(model)
-        m = build_model(cfg.model, seed=cfg.seed, **dict(cfg.model_overrides))
-        return m.to(self.torch_device).eval()
-
-    def init_info(self, model: str) -> dict:
-        cfg = self.train_cfg(model)
-        return dict(config_hash=cfg.hash(), weights_sha256=state_sha256(self.init_model(model).state_dict()), steps=0,
-                    note="initialisation of the training run (same seed)")
-
-    def trained_model(self, model: str) -> tuple[ViT, dict]:
-        """The model trained under this profile (``train.ensure_trained``: reused when its checkpoint is
-        intact and belongs to this config, else trained or resumed), with the dynamics figures'
-        snapshots saved along the way."""
-        cfg = self.train_cfg(model)
-        key = ("trained", model, cfg.hash())
+    def model(self, model: str, step: int | None = None, seed: int | None = None,
+              arithmetic: str | None = None) -> tuple[ViT, dict]:
+        """``model`` after its run under this profile (``step=None``), or after ``step`` steps of it (0: the
+        run's seeded initialisation), in eval mode on the device, in float32 (a bf16 run's weights widen
+        exactly), with a description of the weights. ``seed``, ``arithmetic``: of a run with another seed or
+        arithmetic (None: the recipe's). Weights come from ``train.ensure``: reused when the run's files are
+        intact, else trained or resumed; a whole run of the theorem's dynamics model saves the snapshots its
+        figures read (:meth:`snapshot_steps`)."""
+        recipe = self.recipe(model, seed, arithmetic)
+        key = ("run", model, recipe.hash(), step)
         if key not in self._cache:
-            ds = self.datasets_for(model)
             with self.phase("training"):
-                self._cache[key] = ensure_trained(cfg, self.runs_dir, self.device, datasets=ds,
-                                                  progress=self.progress, snapshot_steps=self.snapshot_steps(model),
-                                                  log=self.log)
+                self._cache[key] = ensure(recipe, self.runs_dir, step, self.device,
+                                          datasets=self._raw_datasets(model) if step != 0 else None,
+                                          progress=self.progress,
+                                          snapshot_steps=self.snapshot_steps(model) if step is None else (),
+                                          log=self.log)
         state, info = self._cache[key]
-        m = build_model(cfg.model, seed=None, **dict(cfg.model_overrides))
+        m = build_model(recipe.model, seed=None, **dict(recipe.model_overrides))
         m.load_state_dict(state)
         return m.to(self.torch_device).eval(), dict(info)

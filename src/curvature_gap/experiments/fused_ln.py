@@ -47,12 +47,12 @@ SETTINGS = {"paper": FusedSettings(), "smoke": FusedSettings(batch_size=4, colum
 
 
 def compute_fused_ln(ctx: Context, s: FusedSettings) -> tuple[dict, dict]:
-    model, info = ctx.trained_model(s.model) if s.trained else (ctx.init_model(s.model), ctx.init_info(s.model))
-    cfg = ctx.train_cfg(s.model)
+    model, info = ctx.model(s.model, None if s.trained else 0)
+    cfg = ctx.recipe(s.model)
     fused = build_model(cfg.model, seed=None, fused_ln=True, **dict(cfg.model_overrides))
     fused.load_state_dict(model.state_dict())
     fused = fused.to(ctx.torch_device).eval()
-    batch = ctx.first_batch(s.model, s.batch_size)
+    batch = ctx.first_images(s.model, s.batch_size)
     cols = sample_columns(model, s.columns, s.seed)
     ctx.log(f"Hessian columns through the fused LayerNorm (curvlinops) and exact, {len(cols)} columns")
     t0 = time.perf_counter()

@@ -85,7 +85,7 @@ class AuthorsHeatmapSettings:
 _SMOKE = dict(batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128)
 INIT = {"paper": HeatmapSettings(trained=False), "smoke": HeatmapSettings(trained=False, **_SMOKE)}
 TRAINED = {"paper": HeatmapSettings(trained=True), "smoke": HeatmapSettings(trained=True, **_SMOKE)}
-# smoke: the authors' smoke run has 3 steps of 128 images (config.RECIPE_PROFILE_CONFIGS), its last is "trained"
+# smoke: the authors' smoke run has 3 steps of 128 images (config.RECIPES), its last is "trained"
 _A_SMOKE = dict(batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128)  # the batch's first 4 images
 # paper: the figure's initialisation (the recipe's seed, 37) and nine more, seeds 0-8: ten draws of their unseeded
 # initialisation (about 5 s each, the Hessian only); smoke: two, to run the count
@@ -118,10 +118,10 @@ def group_table(model) -> dict:
 def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings) -> tuple[dict, dict]:
     """Figs. 3/4 on the theorem's block (Table 1 model): the first ``batch_size`` training images."""
     if s.trained:
-        model, info = ctx.trained_model(s.model)
+        model, info = ctx.model(s.model)
     else:
-        model, info = ctx.init_model(s.model), ctx.init_info(s.model)
-    batch = ctx.first_batch(s.model, s.batch_size)
+        model, info = ctx.model(s.model, 0)
+    batch = ctx.first_images(s.model, s.batch_size)
     arrays, meta, Hn = _heatmap(ctx, s, model, info, batch, "trained" if s.trained else "initialised")
     if not s.trained:  # step 0 of the training-dynamics trajectory (same model, same batch)
         rec = snapshot_record(blocks_from_dense(Hn, model), model, True, traj.eps, traj.display_cells)
@@ -137,22 +137,22 @@ def compute_authors_heatmap(ctx: Context, s: AuthorsHeatmapSettings) -> tuple[di
     batch of their shuffled, augmented loader, the image over their parameter list in their order
     (:func:`curvature_gap.model.authors_hessian_order`). The Hessian is exact (hand-written LayerNorm); the
     statistics of each diagonal block do not depend on which other parameters are included."""
-    model, info = ctx.recipe_model(s.model, s.step, arithmetic=s.arithmetic)
-    x, y = ctx.recipe_first_batch(s.model)
+    model, info = ctx.model(s.model, s.step, arithmetic=s.arithmetic)
+    x, y = ctx.loader_batches(s.model)[0]
     if s.batch_size > len(y):
         raise ValueError(f"{s.model}: the loader's first batch has {len(y)} images, fewer than the {s.batch_size} asked")
     batch = x[:s.batch_size], y[:s.batch_size]
     order, layout = authors_hessian_order(model)
     with ctx.phase("evaluation"):
-        test_loss, test_acc = evaluate(model, ctx.recipe_datasets(s.model).test, ctx.torch_device)
+        test_loss, test_acc = evaluate(model, ctx.data(s.model).test, ctx.torch_device)
     info = dict(info, test_accuracy=test_acc, test_loss=test_loss)
     arrays, meta, Hn = _heatmap(ctx, s, model, info, batch, f"after {s.step} steps of the authors' recipe",
                                display=(np.asarray(order), layout), attention=THEIR_ATTENTION, clip=True)
     if s.seeds:
-        own = ctx.recipe_cfg(s.model, arithmetic=s.arithmetic).seed  # the figure's run: its Hessian is Hn
+        own = ctx.recipe(s.model, arithmetic=s.arithmetic).seed  # the figure's run: its Hessian is Hn
         meta["seed_leads"] = _seed_leads(ctx, s, batch, units_of(model), {own: Hn})
     at_one, n_gamma, max_dev = frozen_at_one(model)
-    meta.update(arithmetic=s.arithmetic, precision=ctx.recipe_cfg(s.model, arithmetic=s.arithmetic).precision,
+    meta.update(arithmetic=s.arithmetic, precision=ctx.recipe(s.model, arithmetic=s.arithmetic).precision,
                 layernorm_gamma=dict(exactly_one=at_one, total=n_gamma, max_abs_deviation=max_dev))
     meta.update(trained=s.step > 0, step=s.step, batch=f"the first {s.batch_size} images of the first batch of the "
                 "authors' shuffled, augmented training loader (their recipe's seed)", parameters_included="the authors': every weight and "
@@ -170,7 +170,7 @@ def _seed_leads(ctx: Context, s: AuthorsHeatmapSettings, batch, units, known: di
         if known and seed in known:
             H = known[seed]
         else:
-            model, _ = ctx.recipe_model(s.model, s.step, seed=seed, arithmetic=s.arithmetic)
+            model, _ = ctx.model(s.model, s.step, seed=seed, arithmetic=s.arithmetic)
             ctx.log(f"seed {seed}, step {s.step}: exact Hessian, {len(batch[1])} images")
             with ctx.phase("hessian"):
                 H = dense(model, batch, s.fast_chunk)[0].cpu().numpy().astype(np.float64)

@@ -52,8 +52,8 @@ TRAINED_BOUNDS = {"paper": TrainedBoundsSettings(), "smoke": TrainedBoundsSettin
 
 
 def compute_theorem7(ctx: Context, s: Theorem7Settings) -> tuple[dict, dict]:
-    model, info = ctx.trained_model(s.model)
-    tr = ctx.datasets_for(s.model).train
+    model, info = ctx.model(s.model)
+    tr = ctx.data(s.model).train
     images, labels = tr.images[:s.n_samples], tr.labels[:s.n_samples]
     res = vit_check(model, images, labels, s.hessian_samples, seed=s.seed, iters=s.power_iters,
                     refine=s.refine, log=ctx.log, device=ctx.torch_device)
@@ -69,10 +69,10 @@ def compute_trained_bounds(ctx: Context, s: TrainedBoundsSettings) -> tuple[dict
     # the theory block (L x d_V matrices; targets from the CPU generator, norms by NumPy eigensolves), and
     # the ViT's only work here is one forward pass for the tokens. ctx.device still decides where the
     # model is trained (ctx.trained_model).
-    init = ctx.init_model(s.model).cpu()
-    trained, info = ctx.trained_model(s.model)
+    init = ctx.model(s.model, 0)[0].cpu()
+    trained, info = ctx.model(s.model)
     trained = trained.cpu()
-    te = ctx.datasets_for(s.model).test
+    te = ctx.data(s.model).test
     rows, _ = training_sweep({"init": init, "trained": trained}, te.images, s.n_samples, s.n_batch, tensors=False,
                              log=ctx.log)
     for name, m in (("init", init), ("trained", trained)):

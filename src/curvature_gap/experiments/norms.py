@@ -21,9 +21,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..hessian import hessian
-from ..io import load_torch, save_npz_atomic
+from ..io import save_npz_atomic
 from ..model import param_groups
-from ..train import load_snapshot, train
+from ..train import run_key
 from .context import Context
 from .dynamics_blocks import TYPES, snapshot_record, trajectory_groups, trajectory_pairs
 from .heatmaps import group_table
@@ -67,38 +67,19 @@ def _flat(model) -> np.ndarray:
 
 
 def _model_at_step(ctx: Context, s: TrajectorySettings, step: int):
-    """The training run's model after ``step`` steps: its saved snapshot, else an exact replay."""
-    if step == 0:
-        return ctx.init_model(s.model)
-    cfg = ctx.train_cfg(s.model)
-    state = load_snapshot(ctx.run_dir(s.model), step, cfg.hash())
-    if state is None:
-        out = ctx.run_dir(s.model) / "replay"
-        for _ in range(2):
-            train(cfg, out, device=ctx.device, datasets=ctx.datasets_for(s.model), max_steps=step, progress=False)
-            st = load_torch(out / "last.pt")
-            if st["step"] == step:
-                break
-            for p in sorted(out.glob("*")):  # the replay ran past this snapshot: start over
-                if p.is_file():
-                    p.unlink()
-        else:  # pragma: no cover
-            raise RuntimeError(f"could not replay training to step {step} in {out}")
-        state = st["model"]
-    m = ctx.init_model(s.model)
-    m.load_state_dict(state)
-    return m.eval()
+    """The training run's model after ``step`` steps (``Context.model``: its saved snapshot, else an exact replay)."""
+    return ctx.model(s.model, step)[0]
 
 
 def compute_trajectory(ctx: Context, s: TrajectorySettings, fig3, chash: str, store) -> tuple[dict, dict]:
-    cfg = ctx.train_cfg(s.model)
-    ds = ctx.datasets_for(s.model)
+    cfg = ctx.recipe(s.model)
+    ds = ctx.data(s.model)
     steps = snapshot_steps(s, math.ceil(len(ds.train) / cfg.batch_size) * cfg.epochs)
-    ctx.trained_model(s.model)  # trains (saving the snapshots) if it has not been trained yet
+    ctx.model(s.model)  # trains (saving the snapshots) if it has not been trained yet
     partial = store.partial_dir("trajectory", chash)
     partial.mkdir(parents=True, exist_ok=True)
-    batch = ctx.first_batch(s.model, s.batch_size)
-    init = ctx.init_model(s.model)
+    batch = ctx.first_images(s.model, s.batch_size)
+    init = ctx.model(s.model, 0)[0]
     pairs = trajectory_pairs(init)
     ctx.log(f"trajectory: {len(steps)} snapshots over the first {steps[-1]} steps, {len(pairs)} Hessian blocks each")
     for step in tqdm(steps, desc="trajectory snapshots", unit="snap", disable=not ctx.progress):
@@ -140,7 +121,7 @@ def compute_trajectory(ctx: Context, s: TrajectorySettings, fig3, chash: str, st
         arrays[f"spec_{t}"] = np.array([float(r[f"spec_{t}"]) for r in recs])
         arrays[f"img_{t}"] = np.stack([r[f"img_{t}"] for r in recs if int(r["step"]) in s.display_steps])
         pools[t] = int(next(r[f"pool_{t}"] for r in recs if int(r["step"]) in s.display_steps))
-    meta = dict(profile=ctx.profile, model=s.model, display_steps=shown, train_config_hash=cfg.hash(),
+    meta = dict(profile=ctx.profile, model=s.model, display_steps=shown, run_key=run_key(cfg),
                 batch_size=s.batch_size, groups=trajectory_groups(init), pools=pools,
                 hessian_method="curvature_gap.hessian.hessian, blocks (step 0: Fig. 3's dense Hessian)",
                 **group_table(init))
@@ -166,8 +147,8 @@ def compute_norms(ctx: Context, s: NormsSettings, deps: dict) -> tuple[dict, dic
     """Parameter-unit and Hessian-unit norms at init and trained (the Hessians of Figs. 3 and 4) and the
     followed block norms over the trajectory."""
     t = deps["trajectory"]
-    init = ctx.init_model(s.model)
-    trained, _ = ctx.trained_model(s.model)
+    init = ctx.model(s.model, 0)[0]
+    trained, _ = ctx.model(s.model)
     units = units_of(init)
     meta = dict(profile=ctx.profile, model=s.model, batch_size=deps["fig3"].meta["batch_size"],
                 units=[u for u in UNIT_ORDER if u in units], groups=t.meta["groups"],

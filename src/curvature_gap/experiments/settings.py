@@ -1,7 +1,7 @@
 """Settings shared by several results, and the helpers every result's settings use.
 
 Each result's numbers are determined by its settings dataclass, the training configurations of the
-models it uses (``config.train_config``) and the code that computes it; together they form its config
+models it uses (their ``config.Recipe`` and run key) and the code that computes it; together they form its config
 hash. A result's own settings, per profile, live in its module (``SPECS[...].settings``); here are only
 the trajectory's, which the training run itself reads (the snapshots it saves), Figs. 3–4 record, and
 Figs. 5 and 7–11 are computed from. Values the paper states are marked "paper"; every other value carries
@@ -41,7 +41,7 @@ class TrajectorySettings:
 
 TRAJECTORY = {
     "paper": TrajectorySettings(),
-    # the smoke MNIST run has only 32 steps in total (config.PROFILE_CONFIGS); same 4 images as Figs. 3-4.
+    # the smoke MNIST run has only 32 steps in total (config.RECIPES); same 4 images as Figs. 3-4.
     "smoke": TrajectorySettings(batch_size=4, n_steps=32, steps=(0, 4, 8, 12, 16, 20, 24, 28, 32),
                                 display_steps=(0, 8, 32), fast_chunk=128),
 }
