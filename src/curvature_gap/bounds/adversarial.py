@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 from torch.func import hessian, jacfwd, jacrev
 
-from ..exact import forward as fw
+from ..exact import forward
 from ..exact import linalg as la
 from ..exact.derivatives import SA_ORDER, flat_loss
 from ..exact.instances import Instance, random_instance
@@ -57,7 +57,7 @@ def sa_quantities(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
     :mod:`curvature_gap.theory.attention`)."""
     norm = la.matrix_norms  # the spectral norm, differentiable
     L, d = X.shape
-    A = fw.attention_matrix(X, WQ, WK)
+    A = forward.attention_matrix(X, WQ, WK)
     F = A @ X @ WV
     q = {"norm_X": norm(X), "norm_Q": norm(WQ), "norm_K": norm(WK), "norm_V": norm(WV), "norm_T": norm(T),
          "rank_FT": int(torch.linalg.matrix_rank(F.detach() - T.detach())), "L": L, "d_V": d, "d_K": WQ.shape[1]}
@@ -66,11 +66,11 @@ def sa_quantities(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
     if "Z1" in need:
         q["Z1"] = norm(Z1(X, A))
     if "G" in need and "H" not in need:
-        q["G_Q"] = norm(jacrev(fw.sa_forward, argnums=1)(X, WQ, WK, WV).reshape(L * d, -1))
-        q["G_K"] = norm(jacrev(fw.sa_forward, argnums=2)(X, WQ, WK, WV).reshape(L * d, -1))
+        q["G_Q"] = norm(jacrev(forward.sa_forward, argnums=1)(X, WQ, WK, WV).reshape(L * d, -1))
+        q["G_K"] = norm(jacrev(forward.sa_forward, argnums=2)(X, WQ, WK, WV).reshape(L * d, -1))
     for kl in (n[4:] for n in need if n.startswith("Phi_")):
         a, b = (1 + SA_ORDER.index(c) for c in kl)  # Φ_kl = ∂²F/∂W_k∂W_l, as (L d_V n_k) × n_l (quantities)
-        T2 = jacfwd(jacrev(fw.sa_forward, argnums=a), argnums=b)(X, WQ, WK, WV)
+        T2 = jacfwd(jacrev(forward.sa_forward, argnums=a), argnums=b)(X, WQ, WK, WV)
         q[f"Phi_{kl}"] = norm(T2.reshape(-1, (WQ, WK, WV)[b - 1].numel()))
     if "H" not in need:
         return q
@@ -143,9 +143,9 @@ def search(check: str, L: int, d: int, seed: int, steps: int = 150, lr: float = 
         if registry.part_of(check) != "sa":
             raise ValueError(f"tie_target keeps Target = F of the attention layer; {check} is not a self-attention check")
         params = [t.clone().requires_grad_(True) for t in (base.X, base.W_Q, base.W_K, base.W_V)]
-        fn = lambda: search_ratio(check, *params, fw.sa_forward(*params))  # noqa: E731
+        fn = lambda: search_ratio(check, *params, forward.sa_forward(*params))  # noqa: E731
         X, WQ, WK, WV = descend(params, fn, steps, lr)[0]
-        return Instance(X, WQ, WK, WV, base.W_1, base.W_2, fw.sa_forward(X, WQ, WK, WV),
+        return Instance(X, WQ, WK, WV, base.W_1, base.W_2, forward.sa_forward(X, WQ, WK, WV),
                         dict(base.meta, source="adversarial", check=check, target="fit (tied)"))
     on_ln = _searched(check).part == "ln"  # Lemma 4: only X is optimised
     if on_ln:
@@ -180,7 +180,7 @@ def run(quick: bool = False, log: Callable[[str], None] | None = None) -> tuple[
             recs = registry.evaluate(inst, parts=(part,), tensors=False, ln_input=ln_input)
             base = {"sweep": "adversarial", "x": x, "seed": seed, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
                     "d_ff": inst.d_ff, "sigma": "", "sharpness": "", "balance": "",
-                    "attn_max": float(fw.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
+                    "attn_max": float(forward.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
                     "target": "optimised"}
             for r in recs:
                 if r["check"] == check:
@@ -260,7 +260,7 @@ def _record(inst: Instance, check: str, x: str, seed: int, extra: dict) -> list[
     recs = registry.evaluate(inst, **options)
     base = {"sweep": "adversarial", "x": x, "seed": seed, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
             "d_ff": inst.d_ff, "sigma": "", "sharpness": "", "balance": "",
-            "attn_max": float(fw.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
+            "attn_max": float(forward.attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
             "target": "optimised", **extra}
     return [{**base, **r, "parts": options["parts"][0], "tensors": options["tensors"], "ln_input": options["ln_input"],
              "inst_key": f"adversarial|{x}"} for r in recs if r["check"] == check]

@@ -26,7 +26,7 @@ import torch
 from torch.func import hessian
 
 from ..exact import linalg as la
-from . import formulas as fm
+from . import formulas
 from .adversarial import descend
 
 __all__ = ["MHInstance", "forward", "loss", "instance", "exact", "evaluate", "pytorch_hessian", "to_pytorch_index",
@@ -127,7 +127,7 @@ def exact(X, WQ, WK, WV, WO, T, h, mask=None) -> dict:
     n = d * d
     H = _hessian(X, WQ, WK, WV, WO, T, h, mask)
     q = {"H": H, "norm_H": la.sym_abs_max(H)}
-    for ij in fm.MH_PAIRS:
+    for ij in formulas.MH_PAIRS:
         a, b = BLOCKS.index(ij[0]), BLOCKS.index(ij[1])
         q[f"H_{ij}"] = la.matrix_norms(H[a * n:(a + 1) * n, b * n:(b + 1) * n])
     for k, M in (("X", X), ("Q", WQ), ("K", WK), ("V", WV), ("O", WO), ("T", T)):
@@ -137,7 +137,7 @@ def exact(X, WQ, WK, WV, WO, T, h, mask=None) -> dict:
 
 def _bound(q: dict, L: int, d: int, h: int) -> dict:
     f = lambda k: q[f"norm_{k}"]  # noqa: E731
-    return fm.theorem1_multihead(f("X"), f("Q"), f("K"), f("V"), f("O"), f("T"), L, d, h)
+    return formulas.theorem1_multihead(f("X"), f("Q"), f("K"), f("V"), f("O"), f("T"), L, d, h)
 
 
 def evaluate(inst: MHInstance, mask=None) -> list[dict]:
@@ -147,7 +147,7 @@ def evaluate(inst: MHInstance, mask=None) -> list[dict]:
         q = exact(*inst.tensors(), inst.h, mask)
     b = _bound(q, inst.L, inst.d, inst.h)
     recs = [dict(check="mh", sub="", bound=float(b["M"]), exact=float(q["norm_H"]))]
-    recs += [dict(check="mh.blocks", sub=ij, bound=float(b[ij]), exact=float(q[f"H_{ij}"])) for ij in fm.MH_PAIRS]
+    recs += [dict(check="mh.blocks", sub=ij, bound=float(b[ij]), exact=float(q[f"H_{ij}"])) for ij in formulas.MH_PAIRS]
     for r in recs:
         r["ratio"] = r["bound"] / r["exact"] if r["exact"] > 1e-12 else math.inf
     return recs

@@ -25,7 +25,7 @@ from ..io import atomic_write_json
 from ..provenance import software
 from . import adversarial
 from . import registry
-from . import sweeps as sw
+from . import sweeps
 
 __all__ = ["run_all"]
 
@@ -40,11 +40,11 @@ def run_all(out="results/bounds", quick: bool = False, save_counterexamples=None
     log = log or (lambda s: None)
     t_all = time.perf_counter()
     timings, rows, insts = {}, [], {}
-    for s in sw.definitions(quick):
+    for s in sweeps.definitions(quick):
         t0 = time.perf_counter()
         log(f"sweep {s.name} ({len(s.values)} values x {len(s.seeds)} seeds)")
-        r, i = sw.run_sweep(s, log=log)
-        sw.write_csv(out / f"sweep_{s.name}.csv", r)
+        r, i = sweeps.run_sweep(s, log=log)
+        sweeps.write_csv(out / f"sweep_{s.name}.csv", r)
         rows += r
         insts.update(i)
         timings[f"sweep_{s.name}"] = time.perf_counter() - t0
@@ -53,21 +53,21 @@ def run_all(out="results/bounds", quick: bool = False, save_counterexamples=None
     r, i = adversarial.run(quick, log=log)
     r2, i2 = adversarial.run_searches(quick, log=log)
     r, i = r + r2, {**i, **i2}
-    sw.write_csv(out / "sweep_adversarial.csv", r)
+    sweeps.write_csv(out / "sweep_adversarial.csv", r)
     rows += r
     insts.update(i)
     timings["adversarial"] = time.perf_counter() - t0
-    summary = sw.summarize(rows)
-    worst, small = sw.pick_counterexamples(rows, insts)
-    named = sw.named_counterexamples(rows, insts)
-    sw.save_counterexamples({**worst, **named}, out / "counterexamples")
+    summary = sweeps.summarize(rows)
+    worst, small = sweeps.pick_counterexamples(rows, insts)
+    named = sweeps.named_counterexamples(rows, insts)
+    sweeps.save_counterexamples({**worst, **named}, out / "counterexamples")
     if save_counterexamples:
-        sw.save_counterexamples({**small, **named}, Path(save_counterexamples))
+        sweeps.save_counterexamples({**small, **named}, Path(save_counterexamples))
     timings["total"] = time.perf_counter() - t_all
     atomic_write_json(out / "summary.json", {"quick": quick, "summary": summary, "counterexamples": sorted(worst),
                                              "named_counterexamples": sorted(named), "rtol": registry.RTOL,
                                              "software": software()})
-    sw.write_csv(out / "summary.csv", [dict(s, worst=" ".join(f"{k}={v}" for k, v in (s.get("worst") or {}).items()
+    sweeps.write_csv(out / "summary.csv", [dict(s, worst=" ".join(f"{k}={v}" for k, v in (s.get("worst") or {}).items()
                                                                   if v not in (None, "")))
                                        for s in summary], fields=_SUMMARY_FIELDS)
     atomic_write_json(out / "timings.json", {"quick": quick, "seconds": timings})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..bounds import adversarial
 from ..bounds import registry
-from ..bounds import sweeps as sw
+from ..bounds import sweeps
 from ..row import Row
 
 __all__ = ["COUNTEREXAMPLES", "run_checks", "replay_committed", "rows_from_summary", "trained_rows",
@@ -34,8 +34,8 @@ def trained_checks() -> tuple[str, ...]:
 def synthetic_records(quick: bool, log=None) -> tuple[list[dict], dict]:
     """Records and instances of the synthetic sweeps (and, unless ``quick``, the adversarial search)."""
     rows, insts = [], {}
-    for s in sw.definitions(quick=True, mini=quick):
-        r, i = sw.run_sweep(s, log=log)
+    for s in sweeps.definitions(quick=True, mini=quick):
+        r, i = sweeps.run_sweep(s, log=log)
         rows += r
         insts.update(i)
     if not quick:
@@ -50,7 +50,7 @@ def replay_committed(directory: Path = COUNTEREXAMPLES) -> tuple[list[dict], Row
     recs, bad, n = [], [], 0
     for p in sorted(Path(directory).glob("*.json")):
         ce = json.loads(p.read_text())
-        r = sw.replay(ce)
+        r = sweeps.replay(ce)
         n += 1
         rel = abs(r["ratio"] - ce["ratio"]) / abs(ce["ratio"])
         if rel > REPLAY_RTOL or not r["ratio"] < 1:
@@ -119,7 +119,7 @@ def trained_rows(result) -> list[Row]:
                     command="curvature-gap reproduce --only trained_bounds (needs MNIST; trains the model if needed)")
                 for c, b in ((c, registry.BOUNDS[c]) for c in trained)]
     recs = [r for r in result.meta["records"] if r["check"] in trained]
-    summary = sw.summarize(recs, trained)
+    summary = sweeps.summarize(recs, trained)
     rows = rows_from_summary(summary, [], profile=result.config["profile"], prefix="bounds.mnist.", expected=False)
     for r in rows:
         r.what += " — at block 0 of the MNIST ViT, initialised and trained"
@@ -131,5 +131,5 @@ def run_checks(quick: bool = False, trained=None, log=None) -> list[Row]:
     """The bound rows (see module doc); ``trained`` is a ``trained_bounds`` result or None."""
     recs, _ = synthetic_records(quick, log)
     rep, status = replay_committed()
-    summary = sw.summarize(recs + rep)
+    summary = sweeps.summarize(recs + rep)
     return rows_from_summary(summary, rep) + trained_rows(trained) + [status]
