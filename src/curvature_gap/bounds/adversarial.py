@@ -8,7 +8,7 @@ with the ordinary (non-differentiable) :func:`~.registry.evaluate`, and only tha
 so a reported failure is a plain instance replayable from its JSON.  ``rank(F − Target)`` in the
 proof variant of Theorem 1 is treated as piecewise constant.
 
-Which bounds are searched, and how, is each bound's :class:`~.registry.Search` (its declaration,
+Which bounds are searched, and how, is each bound's :class:`~.bound.Search` (its declaration,
 :mod:`.declarations`); the lists below are read from the registry.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ def descend(params: list[torch.Tensor], ratio: Callable[[], torch.Tensor], steps
 
 def sa_quantities(X, WQ, WK, WV, T, need=("H", "G", "Z1", "dA")) -> dict:
     """The quantities of :func:`.quantities.sa_exact` as differentiable tensors, for the groups in
-    ``need`` only (:attr:`.registry.Search.need`); the same pieces (:mod:`.quantities`,
+    ``need`` only (:attr:`.bound.Search.need`); the same pieces (:mod:`.quantities`,
     :mod:`curvature_gap.theory.attention`)."""
     norm = la.matrix_norms  # the spectral norm, differentiable
     L, d = X.shape
@@ -93,7 +93,7 @@ def _searched(check: str) -> registry.Bound:
 
 def search_ratio(check: str, X, WQ=None, WK=None, WV=None, T=None):
     """``bound / exact`` of ``check`` as a differentiable tensor: the rows' own terms (:func:`.registry.term`) on
-    the differentiable quantities its search needs (:attr:`.registry.Search.need`): at the LayerNorm input ``X``
+    the differentiable quantities its search needs (:attr:`.bound.Search.need`): at the LayerNorm input ``X``
     for a Lemma-4 bound, at the self-attention instance ``(X, W_Q, W_K, W_V, Target)`` otherwise."""
     b = _searched(check)
     if b.part == "ln":
@@ -272,7 +272,7 @@ def run_searches(quick: bool = False, log: Callable[[str], None] | None = None,
 
     * every step of Theorem 6's proof (:func:`thm6_steps`, the ``.no_*`` variants included) searched at
       each L of :data:`SCALING_L` (d = 3): Adam for those with a search (G_Q, G_K and the Φ bounds, each from
-      the starts of its :class:`~.registry.Search`), the evolution strategy :func:`es_search` (``evals``
+      the starts of its :class:`~.bound.Search`), the evolution strategy :func:`es_search` (``evals``
       proposals) for the others; records carry ``scaling = "L"``;
     * the repaired Theorem 1 from every regime of :data:`REPAIRED_STARTS` × :data:`REPAIRED_SEARCH` (Adam through
       the Hessian; records at L = 1 carry ``degenerate``), and from :data:`TIED_STARTS` at an exact minimiser

@@ -1,4 +1,4 @@
-"""The bounds of the paper, and the companion's own, each declared once as a :class:`~.registry.Bound`.
+"""The bounds of the paper, and the companion's own, each declared once as a :class:`~.bound.Bound`.
 
 A declaration holds everything about its bound: the inequality in words, where the paper states it, the two
 sides (``terms``: the formula of :mod:`.formulas` against the exact quantity of :mod:`.quantities`), the expected

@@ -29,6 +29,7 @@ def register(*bounds: Bound) -> tuple[Bound, ...]:
     by_id(*bounds, into=BOUNDS)
     return bounds
 
+
 class _View(Mapping):
     """A read-only mapping computed from :data:`BOUNDS` on every access (so it never lags a registration)."""
 

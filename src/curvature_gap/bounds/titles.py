@@ -1,6 +1,6 @@
 """What a reader is shown of a bound: its title in words and the inequality in TeX.
 
-Both are part of the bound's declaration (:class:`~curvature_gap.bounds.registry.Bound` ``title`` and ``tex``,
+Both are part of the bound's declaration (:class:`~curvature_gap.bounds.bound.Bound` ``title`` and ``tex``,
 :mod:`curvature_gap.bounds.declarations`); :data:`INEQUALITIES` reads them, keyed by the ``curvature-gap verify`` id
 of the bound row (the errata page keeps the id as a small reference; the evidence of :mod:`curvature_gap.findings`
 names a step by its title, never by its id). Presentation only: what is computed, and whether it fails, is the
