@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from curvature_gap.config import RECIPES, UNSTATED
+from curvature_gap.config import RECIPES
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings
 from curvature_gap.captions import code_tex
@@ -16,6 +16,7 @@ from curvature_gap.notebook import md_math, verdict_html
 from curvature_gap.theory.errata import ERRATA, misprint_counts
 from curvature_gap.theory.notation import NOTATION
 from tools.book import tables
+from tools.book.provenance_tables import UNSTATED
 from tools.book.build import fault_tests
 from curvature_gap.bounds.titles import INEQUALITIES
 
@@ -229,7 +230,7 @@ def test_the_legend_gives_every_verdict_class_one_colour_and_a_meaning():
 
 
 def test_the_authors_code_table_cites_a_file_for_every_value():
-    from curvature_gap.config import FROM_AUTHORS_CODE
+    from tools.book.provenance_tables import FROM_AUTHORS_CODE
 
     md = tables.from_authors_md()
     body = [ln for ln in md.splitlines()[2:] if ln.startswith("| ")]

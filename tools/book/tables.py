@@ -1,8 +1,8 @@
 """The book's generated pages: what was found, every check, the errata, notation and reproducibility tables.
 
 Everything here is rendered from the rows of ``curvature-gap verify`` (:mod:`curvature_gap.checks`), the
-verdicts of :mod:`curvature_gap.findings` and the package's own tables (errata, notation, unstated
-choices, profiles, fault cases); no number is typed by hand.
+verdicts of :mod:`curvature_gap.findings`, the package's own tables (errata, notation, profiles, fault cases)
+and the book's provenance tables (:mod:`tools.book.provenance_tables`); no number is typed by hand.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 import torch
 
 from curvature_gap.row import Row
-from curvature_gap.config import FROM_AUTHORS_CODE, TABLE1_RECIPES, UNSTATED
+from curvature_gap.config import TABLE1_RECIPES
 from curvature_gap.faults import FAULTS
 from curvature_gap.findings import RESULTS, findings, summary_sentences
 from curvature_gap.captions import code_tex, plural, readable
@@ -25,6 +25,8 @@ from curvature_gap.theory.errata import ERRATA, label, misprint_counts
 from curvature_gap.theory.notation import NOTATION
 
 from curvature_gap.bounds.titles import shown
+
+from .provenance_tables import FROM_AUTHORS_CODE, UNSTATED
 
 __all__ = ["landing_md", "verdict_md", "rows_md", "all_checks_md", "errata_md", "notation_md", "unstated_md", "from_authors_md", "profiles_md", "faults_md",
            "versions_md", "published_md", "hardware_md", "runtimes_md", "costs_md", "verdict_badge"]
