@@ -62,7 +62,7 @@ def _register(monkeypatch, tmp_path, behaviours: dict, keep=()):
 
         # the MNIST settings of Fig. 12 under both profiles (its paper profile is the CIFAR-100 model)
         settings = {"paper": ex.spec("fig12_mnist").settings["paper"], "smoke": ex.spec("fig12").settings["smoke"]}
-        return ex.FigureSpec(name, "test", f"test_{name}", f"stand-in {how}", settings, compute,
+        return ex.FigureSpec(name, "check", f"test_{name}", f"stand-in {how}", settings, compute,
                              {"main": _plot}, key_numbers=lambda r: {"sum of x": float(r["x"].sum())})
 
     for name, how in behaviours.items():

@@ -1,5 +1,5 @@
 """curvature_gap.train: training lowers the loss, is deterministic, resumes to the same weights, stops on
-divergence, refuses foreign checkpoints; ensure_trained reuses, verifies and retrains; snapshots."""
+divergence, refuses foreign checkpoints; ensure reuses, verifies and retrains; snapshots."""
 import json
 
 import pytest
@@ -90,13 +90,13 @@ def test_cifar100_smoke_config_trains_on_a_cifar_format_set(tmp_path, cifar_root
     assert m["steps"] == 2 and 0 <= m["test_accuracy"] <= 1 and m["final_train_loss"] < 10
 
 
-# ---------------------------------------------------------------------------------------------- ensure_trained
+# ---------------------------------------------------------------------------------------------- ensure
 def _tiny_cfg():
     return recipe_for("mnist", "smoke", model_overrides=TINY, epochs=1, batch_size=64, train_subset=None,
                         test_subset=None, ckpt_every=100)
 
 
-def test_ensure_trained_reuses_an_intact_checkpoint_and_saves_snapshots(tmp_path, tiny_datasets):
+def test_ensure_reuses_an_intact_checkpoint_and_saves_snapshots(tmp_path, tiny_datasets):
     cfg = _tiny_cfg()
     state, info = ensure(cfg, tmp_path, device="cpu", datasets=tiny_datasets, progress=False, snapshot_steps=(0, 3))
     d = run_dir(cfg, tmp_path)

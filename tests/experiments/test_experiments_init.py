@@ -48,7 +48,7 @@ def test_plot_reads_results_and_never_recomputes(tmp_path, shared_runs, monkeypa
     assert r.provenance["compute_seconds"] > 0 and r.provenance["device"] == "cpu"
 
     monkeypatch.setattr(convergence, "compute_convergence", _boom)
-    monkeypatch.setattr(context_mod, "ensure_trained", _boom)
+    monkeypatch.setattr(context_mod, "ensure", _boom)
     again = ex.load_results("fig6", ctx=_ctx(tmp_path, shared_runs))
     assert again.from_cache and again.config_hash == r.config_hash
     np.testing.assert_array_equal(again["mean_abs_diff"], r["mean_abs_diff"])

@@ -68,7 +68,7 @@ def compute_trained_bounds(ctx: Context, s: TrainedBoundsSettings) -> tuple[dict
     # On the CPU whatever --device says, by design: every sample becomes a small dense float64 instance of
     # the theory block (L x d_V matrices; targets from the CPU generator, norms by NumPy eigensolves), and
     # the ViT's only work here is one forward pass for the tokens. ctx.device still decides where the
-    # model is trained (ctx.trained_model).
+    # model is trained (ctx.model).
     init = ctx.model(s.model, 0)[0].cpu()
     trained, info = ctx.model(s.model)
     trained = trained.cpu()
