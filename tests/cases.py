@@ -38,6 +38,42 @@ def subprocess_env(**extra) -> dict:
     old = os.environ.get("PYTHONPATH")
     return dict(os.environ, PYTHONPATH=os.pathsep.join(paths + ([old] if old else [])), **extra)
 
+def run_book(root: Path, *args, timeout: float = 600):
+    """``python -m tools.book <args>`` in ``root`` (this checkout's tools and package), as ``make book`` runs it."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "tools.book", *args], cwd=root, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def session_root(tmp_path_factory) -> Path:
+    """The temporary root of this test session, shared by its pytest-xdist workers (each worker's own
+    ``getbasetemp()`` is a folder of it)."""
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def once_per_session(tmp_path_factory, name: str, compute):
+    """``compute(folder)``'s value (picklable by reference to an importable module), computed by one worker of the
+    session and read by the others: a file lock in :func:`session_root` serialises them; ``folder`` is the
+    session's folder ``name``."""
+    import pickle
+
+    from filelock import FileLock
+
+    root = session_root(tmp_path_factory)
+    done = root / f"{name}.pickle"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.is_file():
+            folder = root / name
+            folder.mkdir(exist_ok=True)
+            done.write_bytes(pickle.dumps(compute(folder)))
+    return pickle.loads(done.read_bytes())
+
+
 # ---------------------------------------------------------------------------------------------- images
 def learnable_images(n: int, channels: int, size: int, classes: int, seed: int = 0):
     """uint8 images = a fixed random template per class + noise: a task a tiny ViT learns fast."""

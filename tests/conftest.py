@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cases import SMALL_RUN_SETTINGS, experiments_context, learnable_images, mnist_datasets
+from cases import SMALL_RUN_SETTINGS, experiments_context, learnable_images, mnist_datasets, once_per_session
 
 
 def write_mnist_idx(root: Path, n_train: int = 256, n_test: int = 64) -> Path:
@@ -67,14 +67,16 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def quick_rows(tmp_path_factory):
-    """The rows of ``curvature-gap verify --quick`` (``checks.run(quick=True)``), computed once per session,
-    with an empty results cache and an empty published directory: every row that needs a trained model is
-    ``not run``, every other row is computed here."""
+    """The rows of ``curvature-gap verify --quick`` (``checks.run(quick=True)``), computed once per session (by
+    one worker; the others read them), with an empty results cache and an empty published directory: every
+    row that needs a trained model is ``not run``, every other row is computed here."""
     from curvature_gap import checks
 
-    base = tmp_path_factory.mktemp("verify_quick")
-    (base / "published").mkdir()
-    return checks.run(quick=True, results_dir=base / "results", published_dir=base / "published")
+    def run(base: Path):
+        (base / "published").mkdir(exist_ok=True)
+        return checks.run(quick=True, results_dir=base / "results", published_dir=base / "published")
+
+    return once_per_session(tmp_path_factory, "verify_quick", run)
 
 
 @pytest.fixture(scope="session")

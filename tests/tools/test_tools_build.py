@@ -3,14 +3,12 @@ generated pages, and failures that stop the build."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from cases import BROKEN, GOOD, fake_project, notebook, subprocess_env
+from cases import BROKEN, GOOD, fake_project, notebook, run_book
 
 from curvature_gap import checks
 from curvature_gap.row import Row
@@ -175,8 +173,7 @@ def test_generated_pages_are_inlined_in_place_of_their_includes(tmp_path):
 
 # ---------------------------------------------------------------- failures propagate
 def _run_book(root: Path, *args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "tools.book", "build", *args], cwd=root, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return run_book(root, "build", *args, timeout=timeout)
 
 
 @pytest.mark.fault("notebook-raises")
@@ -219,15 +216,12 @@ def test_book_jobs_reads_the_setting_and_refuses_nonsense(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.fault("notebook-raises")
-def test_pipeline_exits_nonzero_on_a_broken_notebook_and_zero_on_a_good_one(tmp_path):
-    good, bad = tmp_path / "good", tmp_path / "bad"
-    good.mkdir()
+def test_pipeline_exits_nonzero_on_a_broken_notebook_and_zero_on_a_good_one(tmp_path, good_book):
+    bad = tmp_path / "bad"
     bad.mkdir()
-    fake_project(good, {"page": notebook(GOOD)})
     fake_project(bad, {"page": notebook(GOOD), "broken": notebook(BROKEN)})
-    ok = _run_book(good, "--profile", "smoke", "--only", "page")
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    staged = nbformat.read(good / "_build" / "stage" / "notebooks" / "page.ipynb", as_version=4)
+    assert good_book.returncode == 0, good_book.stderr[-2000:]
+    staged = nbformat.read(good_book.root / "_build" / "stage" / "notebooks" / "page.ipynb", as_version=4)
     used = [c for c in staged.cells if "parameters-used" in c.metadata.get("tags", [])]
     assert used and 'profile = "smoke"' in used[0].source, "papermill injected -p profile"
     ko = _run_book(bad, "--profile", "smoke", "--only", "page", "broken")
@@ -236,16 +230,13 @@ def test_pipeline_exits_nonzero_on_a_broken_notebook_and_zero_on_a_good_one(tmp_
 
 
 @pytest.mark.slow
-def test_render_fails_on_a_sphinx_warning_and_passes_without(tmp_path):
-    good, bad = tmp_path / "good", tmp_path / "bad"
-    good.mkdir()
+def test_render_fails_on_a_sphinx_warning_and_passes_without(tmp_path, good_book):
+    bad = tmp_path / "bad"
     bad.mkdir()
-    fake_project(good, {"page": notebook(GOOD)})
     fake_project(bad, {"page": notebook(GOOD)}, bad_link=True)
-    ok = _run_book(good, "--profile", "smoke")
-    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
-    html = good / "_build" / "html"
+    assert good_book.returncode == 0, good_book.stdout[-3000:] + good_book.stderr[-3000:]
+    html = good_book.root / "_build" / "html"
     assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file(), "MathJax is served by the book"
-    assert json.loads((good / "_build" / "book-report.json").read_text())["warnings"] == []
+    assert json.loads((good_book.root / "_build" / "book-report.json").read_text())["warnings"] == []
     ko = _run_book(bad, "--profile", "smoke")
     assert ko.returncode != 0 and "warning" in ko.stderr.lower()

@@ -3,12 +3,11 @@ Chromium. Skipped without Chromium (``apt-get install chromium``), except under 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+import shutil
 
 import pytest
 
-from cases import GOOD, fake_project, notebook, subprocess_env
+from cases import run_book
 
 from tools.book import build, pdf, server
 
@@ -19,17 +18,14 @@ def test_no_staged_book_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_built_book_prints_to_one_pdf(tmp_path):
+def test_a_built_book_prints_to_one_pdf(tmp_path, good_book):
     if server.find_chromium() is None:
         if os.environ.get("CI"):
             pytest.fail(f"Chromium is not installed: `{server.INSTALL_HINT}` — CI must install it")
         pytest.skip(f"Chromium is not installed: `{server.INSTALL_HINT}`")
-    fake_project(tmp_path, {"page": notebook(GOOD)})
-    run = lambda *a: subprocess.run([sys.executable, "-m", "tools.book", *a], cwd=tmp_path,  # noqa: E731
-                                    env=subprocess_env(), capture_output=True, text=True, timeout=900)
-    built = run("build", "--profile", "smoke")
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    printed = run("pdf")
+    assert good_book.returncode == 0, good_book.stdout[-3000:] + good_book.stderr[-3000:]
+    root = shutil.copytree(good_book.root, tmp_path / "book", symlinks=True)  # the PDF is written into the project
+    printed = run_book(root, "pdf", timeout=900)
     assert printed.returncode == 0, printed.stdout[-3000:] + printed.stderr[-3000:]
-    out = tmp_path / pdf.PDF
+    out = root / pdf.PDF
     assert out.read_bytes()[:5] == b"%PDF-" and out.stat().st_size > 10_000
