@@ -38,7 +38,7 @@ class HeatmapSettings:
     model: str = "mnist"
     trained: bool = False
     # paper (Fig. 5 caption): one batch of 128 MNIST training images. Here the first 128; the authors' code takes
-    # the first batch of its shuffled, augmented loader (config.FROM_AUTHORS_CODE).
+    # the first batch of its shuffled, augmented loader (the book's provenance tables).
     batch_size: int = 128
     # prior work's code (dalab/transformer-hessian) plots log10(|H| + 1e-6).
     eps: float = 1e-6
