@@ -2,16 +2,14 @@
 generator of RESULTS.md can render: a renamed helper or a changed API fails here, not for a reader.
 
 Each script runs as ``python benchmarks/<name>.py --quick --out <tmp>/<name>.json`` in a subprocess
-(the committed JSON is never touched). No timing is asserted: quick-mode numbers only show that the
+(the committed JSON is never touched), once per session (conftest.quick_run; tests/benchmarks/
+test_layernorm_versions.py reads the same run). No timing is asserted: quick-mode numbers only show that the
 code ran.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
-import subprocess
-import sys
 
 from pathlib import Path
 
@@ -28,12 +26,10 @@ def test_every_script_has_a_section_in_the_generator(report):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_quick_mode_writes_its_rows_with_their_provenance(name, report, bench_env, tmp_path):
-    out = tmp_path / f"{name}.json"
-    proc = subprocess.run([sys.executable, str(BENCH / f"{name}.py"), "--quick", "--out", str(out)],
-                          cwd=ROOT, env=bench_env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    doc = report.validate(json.loads(out.read_text()), name)
+def test_quick_mode_writes_its_rows_with_their_provenance(name, report, quick_run):
+    returncode, stdout, stderr, written = quick_run(name)
+    assert returncode == 0 and written is not None, stdout[-3000:] + stderr[-3000:]
+    doc = report.validate(written, name)
     assert doc["mode"] == "quick" and doc["command"].startswith(f"python benchmarks/{name}.py --quick")
     assert doc["machine"]["cpus"] >= 1 and doc["machine"]["cpu"]
     assert all(isinstance(x, float) for x in doc["load_average"])

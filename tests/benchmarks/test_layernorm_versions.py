@@ -5,9 +5,7 @@ differences of the gradient, in the document and in an independent check here.""
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
-import subprocess
 import sys
 
 from pathlib import Path
@@ -33,12 +31,10 @@ def script():
 
 
 @pytest.fixture(scope="module")
-def quick_doc(bench_env, tmp_path_factory):
-    out = tmp_path_factory.mktemp("lnv") / f"{NAME}.json"
-    proc = subprocess.run([sys.executable, str(BENCH / f"{NAME}.py"), "--quick", "--out", str(out)],
-                          cwd=ROOT, env=bench_env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
+def quick_doc(quick_run):
+    returncode, stdout, stderr, doc = quick_run(NAME)  # the run tests/benchmarks/test_bench_quick.py checks too
+    assert returncode == 0 and doc is not None, stdout[-3000:] + stderr[-3000:]
+    return doc
 
 
 @pytest.mark.slow
