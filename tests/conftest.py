@@ -111,7 +111,8 @@ def pytest_collection_modifyitems(config, items):
     ``curvature_gap.faults``) and everything under tests/reliability as ``reliability``:
     ``pytest -m reliability`` runs exactly the tests of the fault table (docs/maintainers.md). A marker
     naming an unknown fault fails the collection. A test using one of :data:`SLOW_FIXTURES` is ``slow``.
-    When the session collects the whole tests/ folder, :data:`COLLECTED_RELIABILITY` records the result."""
+    When the session collects the whole tests/ folder, :data:`COLLECTED_RELIABILITY` records the result.
+    Then the files are ordered long ones first (:func:`_long_files_first`)."""
     from curvature_gap.faults import FAULT_IDS
 
     whole = any((config.invocation_params.dir / a).resolve() == TESTS for a in config.args if "::" not in a)
@@ -128,6 +129,20 @@ def pytest_collection_modifyitems(config, items):
     if whole:
         config.stash[COLLECTED_RELIABILITY] = {i.nodeid: i.get_closest_marker("reliability") is not None
                                                for i in items if i.nodeid.startswith("tests/")}
+    _long_files_first(items)
+
+
+def _long_files_first(items) -> None:
+    """Order the files so that the long ones start first: the notebooks (each executes its page), then the files
+    with a test marked ``slow``, then the rest, each file's tests in their own order (a notebook's cells stay in
+    sequence). pytest-xdist (``--dist loadfile``) hands files to its workers in this order, so the short files
+    fill the end of the run instead of one long file keeping a worker busy while the other idles."""
+    def file_of(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    slow_files = {file_of(i) for i in items if i.get_closest_marker("slow")}
+    rank = {f: 0 if f.endswith(".ipynb") else 1 if f in slow_files else 2 for f in map(file_of, items)}
+    items.sort(key=lambda i: rank[file_of(i)])  # stable: the order within a rank and within a file is kept
 
 
 # ---------------------------------------------------------------- device-parametrised tests
