@@ -17,7 +17,7 @@ export CURVATURE_GAP_DATA ?= $(abspath $(DATA))
 help:
 	@echo "make reproduce [PROFILE=paper|smoke] [DEVICE=auto|cpu|cuda] [ALLOW_LONG=1]  recompute every result, reproduction report"
 	@echo "make test                                                  run the test suite"
-	@echo "make test-fast                                             the tests not marked slow, no notebooks (100 s of CPU)"
+	@echo "make test-fast                                             the tests not marked slow, no notebooks (minutes)"
 	@echo "make book [PROFILE=paper|smoke]                            build the Jupyter Book (_build/html); paper: from published/"
 	@echo "make book-check                                            check the built book (links, verdicts, raw TeX, Chromium)"
 	@echo "make book-pdf                                              the whole built book as one PDF (_build/pdf/book.pdf)"
@@ -67,10 +67,9 @@ $(KERNEL): $(STAMP)
 
 # pytest runs tests/ and, through nbval (--nbval-lax, see pyproject.toml), every notebook under the
 # smoke profile; the notebooks need MNIST, hence `data`. TEST_JOBS workers (pytest-xdist; 0: one process),
-# each test file on one worker (--dist loadfile keeps a notebook's cells in order), each worker and what it
-# starts (kernels, CLI subprocesses) on one BLAS/OpenMP thread: two workers with two threads each
-# oversubscribe two cores. Measured on 2 cores: one process 11 min 32 s; -n 2 at 2 threads 15 min 55 s;
-# -n 2 at 1 thread 6 min 12 s.
+# each test file on one worker (--dist loadfile keeps a notebook's cells in order; tests/conftest.py hands
+# out the long files first), each worker and what it starts (kernels, CLI subprocesses) on one BLAS/OpenMP
+# thread: two workers with two threads each oversubscribe two cores.
 TEST_JOBS ?= 2
 test: install kernel data
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
@@ -78,9 +77,7 @@ test: install kernel data
 # While working: tests/ without the tests marked `slow` (those over a few seconds: training runs, subprocesses,
 # book builds, the rows of `verify --quick` (tests/conftest.py: SLOW_FIXTURES), the freshness of the published
 # results, all but a share of the long grids (cases.slow_but)) and without the notebooks; every module of the
-# package is still exercised. Measured: 821 tests, 92 s user + 7 s system CPU, 2 min 41 s wall on 2 cores that
-# other work kept at load average 4-6 (not measured on idle cores; the CPU time puts it near 1 min there).
-# `make test` runs everything.
+# package is still exercised. `make test` runs everything.
 test-fast: install kernel $(DATA)/MNIST
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not slow" tests
 
