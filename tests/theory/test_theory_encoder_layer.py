@@ -342,14 +342,14 @@ def test_trap_torch_func_hessian_is_wrong_through_layernorm(norm_first):
 
 
 # ------------------------------------------------------------------------------ the verify rows
-@pytest.mark.slow
-def test_verify_rows_one_per_configuration_and_trap():
+def test_verify_rows_one_per_configuration_and_trap(quick_rows):
+    """The rows of ``checks.encoder_layer.run_checks(quick=True)``, as ``verify --quick`` (quick_rows) computed them."""
     from curvature_gap.checks import encoder_layer as rows_mod
     from curvature_gap.row import ROW_SCHEMA
 
     import jsonschema
 
-    rows = rows_mod.run_checks(quick=True)
+    rows = [r for r in quick_rows if r.result == rows_mod.RESULT]
     ids = [r.id for r in rows]
     # 48 configurations, the two autodiff traps, and the 4 rows of the multi-head Theorem 1 (bounds.multihead)
     assert len(rows) == 54 and len(set(ids)) == 54
