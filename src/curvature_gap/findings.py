@@ -35,7 +35,8 @@ from .experiments import SPECS
 from .row import Row
 from .theory.errata import misprint_counts
 
-__all__ = ["RESULTS", "result_entries", "Verdict", "findings", "finding_of", "summary_sentences", "VERDICT_CLASSES"]
+__all__ = ["RESULTS", "result_entries", "Verdict", "findings", "finding_of", "summary_sentences", "VERDICT_CLASSES",
+           "tex_powers"]
 
 # key, the result as the paper names it, the book page, kind ("theory", "experiment"). The experiments are
 # declared by their result modules (FigureSpec.finding) and placed after the paper's theory, before the
@@ -163,7 +164,7 @@ def _law(r: Row) -> str:
 _POWER = re.compile(r"\b([A-Za-z])\^(-?[0-9.]+(?:/[0-9]+)?)")
 
 
-def _tex_powers(text: str) -> str:
+def tex_powers(text: str) -> str:
     """``L^-1.26`` as rendered math, ``$L^{-1.26}$`` (the evidence is words and rendered math)."""
     return _POWER.sub(lambda m: f"${m.group(1)}^{{{m.group(2)}}}$", text)
 
@@ -347,7 +348,7 @@ def findings(rows: list[Row]) -> list[Verdict]:
         else:
             verdict, ev = "not run", "no row"
         errata = sorted({e for r in rs for e in r.errata})
-        out.append(Verdict(key, title, page, kind, verdict, _tex_powers(ev), [r.id for r in rs], errata, numbers))
+        out.append(Verdict(key, title, page, kind, verdict, tex_powers(ev), [r.id for r in rs], errata, numbers))
     return out
 
 

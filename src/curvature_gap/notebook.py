@@ -33,7 +33,7 @@ import math  # noqa: E402
 from .captions import code_tex, ordinal, plural, readable, unit_tex  # noqa: E402
 from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
-from .findings import Verdict, _tex_powers, finding_of, model_words, result_entries  # noqa: E402
+from .findings import Verdict, tex_powers, finding_of, model_words, result_entries  # noqa: E402
 from .bounds.titles import INEQUALITIES  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "published_rows", "RECOMPUTE", "show_markdown", "show_seed_leads", "show_figure", "figure", "rows", "show_rows",
@@ -426,7 +426,7 @@ def scaling_md(r: Row) -> str:
     as a reader writes them, powers as rendered math)."""
     tabs = r.details.get("scaling") or []
     body = [[code_html(t["var"]), readable(", ".join(f"{x:g}: {y:.3g}" for x, y in t["points"])),
-             md_math(_tex_powers(readable(t["law"])))] for t in tabs]
+             md_math(tex_powers(readable(t["law"])))] for t in tabs]
     return md_table(["as it grows", "smallest bound/exact found", "law"], body) if body else ""
 
 
