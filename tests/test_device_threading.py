@@ -112,7 +112,7 @@ def test_every_operand_is_moved_to_the_requested_device(monkeypatch):
     t7.per_sample_hessian_norms(m, x, y, iters=3, refine=1, device="cpu")
     assert {d for _, _, d in calls} == {torch.device("cpu")}
     assert count("module", "per_sample_hessian_norms") == 1
-    assert count("tensor", "per_sample_hessian_norms") == 2 + 5  # images, labels, a start vector per matrix
+    assert count("tensor", "per_sample_hessian_norms") >= 3  # images, labels, the start vectors (one batch per chunk)
     assert count("tensor", "mv") >= 1  # the Lanczos refinement's vectors
     calls.clear()
     t7.path_check(m, x, y, {"exact": 1.0}, ts=(0.0, 0.1), directions=("random", "max-grad"), device="cpu")

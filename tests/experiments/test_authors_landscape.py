@@ -110,9 +110,11 @@ def test_the_claim_rows_read_the_authors_model_and_can_fail():
     standin12 = _result(_STANDIN12)
     row = al.validity_row(None, standin12)
     assert row.verdict == "not run" and "0.37 of the float64 sum" in row.note and "10,166" in row.note
-    falls = al.validity_row(_result({**_STANDIN12, "grad_slope": -0.5}, {"grad_norm": np.ones((3, 5))}))
-    rises = al.validity_row(_result({**_STANDIN12, "grad_slope": 0.2}, {"grad_norm": np.ones((3, 5))}))
-    assert (falls.verdict, rises.verdict) == ("reproduced", "not reproduced")
+    down, up = np.tile(np.linspace(2, 1, 5), (3, 1)), np.tile(np.linspace(1, 2, 5), (3, 1))
+    falls = al.validity_row(_result({**_STANDIN12, "grad_slope": -0.5}, {"grad_norm": down}))
+    rises = al.validity_row(_result({**_STANDIN12, "grad_slope": 0.2}, {"grad_norm": up}))
+    ends_higher = al.validity_row(_result({**_STANDIN12, "grad_slope": -0.5}, {"grad_norm": up}))
+    assert (falls.verdict, rises.verdict, ends_higher.verdict) == ("reproduced", "not reproduced", "not reproduced")
     # the rows sit with the authors' results, one verdict per model
     assert ex.spec("fig6_authors").finding.key == "fig6_authors" and ex.spec("fig6").finding.key == "fig6"
     assert ex.spec("fig12_authors").finding.key == "fig12_authors" and ex.spec("fig12").finding.key == "fig12"

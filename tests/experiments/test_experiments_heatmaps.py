@@ -28,7 +28,7 @@ def test_fig3_numbers_equal_the_exact_hessian_of_the_first_batch(small_run):
     a0, a1 = r["attention_range"]
     assert r["attention"].shape == (a1 - a0, a1 - a0)
     assert r["rankings"]["weights"]["fro"][0] in ("W_Q", "W_K", "W_V", "W_1", "W_2")
-    assert r["checkpoint"]["steps"] == 0 and any(k.startswith("dyn_") for k in r.arrays)
+    assert r["checkpoint"]["step"] == 0 and any(k.startswith("dyn_") for k in r.arrays)
     for part in ("hessian", "attention", "block_means"):
         assert len(ex.plot("fig3", r, part).axes) >= 1
 
