@@ -161,7 +161,7 @@ def standin(tmp_path, monkeypatch):
         calls.append(job.config_hash)
         return {"x": np.arange(3.0)}, {"profile": job.ctx.profile}
 
-    monkeypatch.setitem(ex.SPECS, "a", ex.FigureSpec("a", "test", "test_a", "stand-in", ex.spec("fig12").settings, compute,
+    monkeypatch.setitem(ex.SPECS, "a", ex.FigureSpec("a", "check", "test_a", "stand-in", ex.spec("fig12").settings, compute,
                                                      key_numbers=lambda r: {}))
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "src" / "curvature_gap").mkdir(parents=True)

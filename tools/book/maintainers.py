@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from curvature_gap.config import RECIPES
+from curvature_gap.train import run_key
 from curvature_gap.notebook import md_table
 
 from . import tables
@@ -20,8 +21,8 @@ COMMAND = "python -m tools.book maintainers"
 
 
 def _hashes_md() -> str:
-    body = [[f"{m} {p}", f"`{c.hash()}`"] for (m, p), c in RECIPES.items()]
-    return md_table(["training configuration", "config hash"], body) + "\n"
+    body = [[f"{m} {p}", f"`{c.hash()}`", f"`{run_key(c)}`"] for (m, p), c in RECIPES.items()]
+    return md_table(["training recipe", "config hash", "run key"], body) + "\n"
 
 
 def maintainers_md(root: Path) -> str:
@@ -54,12 +55,14 @@ runs them, and the suite fails when a fault has no test or a test names an unkno
 ## Configuration hashes
 
 Every result and training run is cached, and published, under the hash of everything that determines
-its numbers. The training configurations of the profiles (`curvature_gap.config.RECIPES`) hash
-to:
+its numbers. The training recipes of the profiles (`curvature_gap.config.RECIPES`) hash to the config
+hashes below; a run lives in `runs/<model>-<run key>`, the key hashing what determines its weights (the
+recipe's values less names and checkpoint intervals, and the training code the recipe runs:
+`curvature_gap.train.run_key`), so a profile that only renames a recipe shares its run:
 
 {_hashes_md()}
 A published result (`published/paper/<result>.json`) records its `config` and its `config_hash`: its
-settings, the hash of its training run, those of the results it reads, and `config.code`, the hash of the
+settings, the key of its training run, those of the results it reads, and `config.code`, the hash of the
 code that computes it (`curvature_gap.codehash`: the functions, classes and constants its computation
 reaches). `provenance.git.commit` names the commit that computed it. The paper book renders a result only
 while its hash is that of the current configuration and code; otherwise the test suite and `make book`
