@@ -60,7 +60,7 @@ SUPPORTED = ("nn.TransformerEncoderLayer (exactly that class) on one sequence X 
 
 
 # ====================================================================== primitives
-def _total(parts: list):
+def sum_parts(parts: list):
     """The sum of the tensors in ``parts`` (None when empty: a zero derivative), without a leading ``0 +``."""
     out = None
     for t in parts:
@@ -94,7 +94,7 @@ class Linear:
             parts.append(torch.einsum("li,boi->blo", ctx["x"], dp["weight"]))
         if dp.get("bias") is not None:
             parts.append(dp["bias"][:, None, :].expand(-1, ctx["x"].shape[0], -1))
-        return _total(parts), None
+        return sum_parts(parts), None
 
     def vjp(self, ctx, gy):
         return [gy @ ctx["W"]], {"weight": gy.T @ ctx["x"], "bias": gy.sum(0)}, None
@@ -109,14 +109,14 @@ class Linear:
             if dW is not None:
                 dgx.append(torch.einsum("lo,boi->bli", gy, dW))
         if not need_p:
-            return [_total(dgx)], {}
+            return [sum_parts(dgx)], {}
         dgW = []
         if dgy is not None:
             dgW.append(dgy.transpose(1, 2) @ ctx["x"])
         if dx is not None:
             dgW.append(gy.T @ dx)
-        return ([_total(dgx)],
-                {"weight": _total(dgW), "bias": None if dgy is None else dgy.sum(1)})
+        return ([sum_parts(dgx)],
+                {"weight": sum_parts(dgW), "bias": None if dgy is None else dgy.sum(1)})
 
 
 def activation_derivatives(name: str, p: torch.Tensor):
@@ -166,7 +166,7 @@ class Activation:
             parts.append(ctx["d1"] * dgy)
         if dxs[0] is not None and ctx["d2"] is not None:
             parts.append(ctx["d2"] * gy * dxs[0])
-        return [_total(parts)], {}
+        return [sum_parts(parts)], {}
 
 
 def layernorm_vjp(xh, r, u):
@@ -226,7 +226,7 @@ class LayerNorm:
             parts.append(ctx["xh"] * dp["weight"][:, None, :])
         if dp.get("bias") is not None:
             parts.append(dp["bias"][:, None, :].expand(-1, ctx["xh"].shape[0], -1))
-        return _total(parts), t
+        return sum_parts(parts), t
 
     def vjp(self, ctx, gy):
         u = gy if ctx["g"] is None else gy * ctx["g"]
@@ -243,19 +243,19 @@ class LayerNorm:
         dgx = []
         if need_dx:
             if du:
-                dgx.append(layernorm_vjp(xh, r, _total(du)))
+                dgx.append(layernorm_vjp(xh, r, sum_parts(du)))
             if dxh is not None:
                 dgx.append((dr / r) * layernorm_vjp(xh, r, u)
                            - r * (dxh * (u * xh).mean(-1, keepdim=True) + xh * (u * dxh).mean(-1, keepdim=True)))
         if not need_p:
-            return [_total(dgx)], {}
+            return [sum_parts(dgx)], {}
         dgg = []
         if dgy is not None:
             dgg.append((dgy * xh).sum(1))
         if dxh is not None:
             dgg.append((gy * dxh).sum(1))
-        return ([_total(dgx)],
-                {"weight": _total(dgg), "bias": None if dgy is None else dgy.sum(1)})
+        return ([sum_parts(dgx)],
+                {"weight": sum_parts(dgg), "bias": None if dgy is None else dgy.sum(1)})
 
 
 class Residual:
@@ -268,7 +268,7 @@ class Residual:
 
     def jvp(self, ctx, dxs, dp):
         parts = [d for d in dxs if d is not None]
-        return _total(parts), None
+        return sum_parts(parts), None
 
     def vjp(self, ctx, gy):
         return [gy, gy], {}, None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..encoder_layer import _total
+from ..encoder_layer import sum_parts
 
 __all__ = ["Scale", "Concat"]
 
@@ -39,7 +39,7 @@ class Scale:
             parts.append(dx * ctx["g"])
         if dp.get("weight") is not None:
             parts.append(ctx["x"] * dp["weight"][:, None, :])
-        return _total(parts), None
+        return sum_parts(parts), None
 
     def vjp(self, ctx, gy):
         return [gy * ctx["g"]], {"weight": (gy * ctx["x"]).sum(0)}, None
@@ -54,13 +54,13 @@ class Scale:
             if dg is not None:
                 dgx.append(gy * dg[:, None, :])
         if not need_p:
-            return [_total(dgx)], {}
+            return [sum_parts(dgx)], {}
         dgg = []
         if dgy is not None:
             dgg.append((dgy * ctx["x"]).sum(1))
         if dx is not None:
             dgg.append((gy * dx).sum(1))
-        return [_total(dgx)], {"weight": _total(dgg)}
+        return [sum_parts(dgx)], {"weight": sum_parts(dgg)}
 
 
 class Concat:
