@@ -49,12 +49,12 @@ def test_the_recipe_declares_builds_and_checks_a_variant():
     H, ref, err = ns["H"], ns["ref"], ns["err"]
     P = sum(p.numel() for p in model.parameters())
     assert H.dtype == ref.dtype == torch.float64 and H.shape == (P, P) and 0 < err <= 1e-10
-    assert torch.equal(H, H.T) and hs._resolve(model, "cross_entropy", "auto") == "vit"
+    assert torch.equal(H, H.T) and hs.resolve_method(model, "cross_entropy", "auto") == "vit"
     # the unsupported variant: refused by the hand-written route with its fields, taken by the generic routes
     pre = ns["pre"]
     assert pre.cfg.norm == "pre" and pre.cfg.n_heads == 2 and pre.ln_f is not None
     assert "norm='pre', n_heads=2" in ns["refused"] and not hs.unsupported(pre, "functorch")
-    assert hs._resolve(pre, "cross_entropy", "auto") == "functorch"
+    assert hs.resolve_method(pre, "cross_entropy", "auto") == "functorch"
 
 
 def test_a_tolerance_no_float64_hessian_meets_fails_the_recipe():

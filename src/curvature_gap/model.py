@@ -131,6 +131,12 @@ def _affine(n_hat, weight, bias):
     return out if bias is None else out + bias
 
 
+# The primitives under their public names, for the hand-written Hessians (hessian/ops) that compose the same
+# operations; the modules below call them by their private names, which the runs' keys hash.
+linear = _linear
+affine = _affine
+
+
 @dataclass
 class BlockParts:
     """Intermediate values of one post-norm block for input x (..., n, d).

@@ -11,7 +11,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 import curvature_gap as cg
 from cases import TWO_BLOCKS, perturbed_model, rel, reverse_over_reverse as _reverse_over_reverse
-from curvature_gap.hessian import _closed_form_groups, _generic, _resolve, _vit_dense, hessian, hessian_block
+from curvature_gap.hessian import _closed_form_groups, _generic, resolve_method, _vit_dense, hessian, hessian_block
 from curvature_gap.hessian import ViTSecondOrder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -47,7 +47,7 @@ def test_the_authors_models_take_the_fast_route():
         m = cg.build_model(name, n_blocks=1, d_model=8, d_k=8, d_ff=8) if name == "authors_cifar100" else \
             cg.build_model(name)
         assert not cg.hessian.unsupported(m, "vit"), name
-        assert _resolve(m, "cross_entropy", "auto") == "vit", name
+        assert resolve_method(m, "cross_entropy", "auto") == "vit", name
     m = cg.build_model("authors_mnist")
     assert sum(p.numel() for p in m.parameters()) == 3642
     assert "pos" in dict(m.named_buffers()) and "pos" not in dict(m.named_parameters())  # sinusoidal: no tangent
@@ -191,4 +191,4 @@ def test_unsupported_authors_variants_are_still_refused(overrides, named):
         hessian(m, data, method="vit")
     with pytest.raises(ValueError, match=named):
         ViTSecondOrder(m, *data)
-    assert _resolve(m, "cross_entropy", "auto") == "functorch"
+    assert resolve_method(m, "cross_entropy", "auto") == "functorch"

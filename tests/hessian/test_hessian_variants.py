@@ -8,7 +8,7 @@ import torch
 
 import curvature_gap as cg
 from cases import perturbed_model, rel, reverse_over_reverse as _reverse_over_reverse
-from curvature_gap.hessian import SUPPORTS, _resolve, hessian, hessian_block, unsupported
+from curvature_gap.hessian import SUPPORTS, resolve_method, hessian, hessian_block, unsupported
 from curvature_gap.hessian.spectra import top_eigenvalues
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -44,19 +44,19 @@ def test_vit_route_refuses_a_variant_it_does_not_support(overrides, named):
         hessian_block(m, data, "block0.ffn1", "block0.ffn1", method="vit")
     with pytest.raises(ValueError, match=named):
         cg.hessian.ViTSecondOrder(m, *data)
-    assert _resolve(m, "cross_entropy", "auto") == "functorch", "auto must not use the post-norm route"
+    assert resolve_method(m, "cross_entropy", "auto") == "functorch", "auto must not use the post-norm route"
     assert unsupported(m, "vit") and not unsupported(m, "functorch")
 
 
 def test_the_authors_model_takes_the_fast_route_and_a_pre_norm_one_does_not():
     m = cg.build_model("authors_mnist", d_model=4, d_k=4, d_ff=8, patch_size=7)
-    assert not unsupported(m, "vit") and _resolve(m, "cross_entropy", "auto") == "vit"
+    assert not unsupported(m, "vit") and resolve_method(m, "cross_entropy", "auto") == "vit"
     pre = cg.build_model("authors_mnist", d_model=4, d_k=4, d_ff=8, patch_size=7, norm="pre")
     with pytest.raises(ValueError, match="this model \\(authors_mnist\\) has norm='pre'"):
         hessian(pre, _batch(2, dtype=torch.float32), method="vit")
-    assert _resolve(pre, "cross_entropy", "auto") == "functorch"
-    assert _resolve(cg.build_model("mnist", **TINY), "cross_entropy", "auto") == "vit"
-    assert _resolve(cg.build_model("mnist", ffn_bias=False, ln_eps=0.0, **TINY), "cross_entropy", "auto") == "vit"
+    assert resolve_method(pre, "cross_entropy", "auto") == "functorch"
+    assert resolve_method(cg.build_model("mnist", **TINY), "cross_entropy", "auto") == "vit"
+    assert resolve_method(cg.build_model("mnist", ffn_bias=False, ln_eps=0.0, **TINY), "cross_entropy", "auto") == "vit"
 
 
 GENERAL = {

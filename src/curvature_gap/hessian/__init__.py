@@ -70,7 +70,7 @@ def _unpack(data) -> tuple[torch.Tensor, torch.Tensor]:
     return images, labels
 
 
-def _resolve(model: nn.Module, loss, method: str) -> str:
+def resolve_method(model: nn.Module, loss, method: str) -> str:
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method != "auto":
@@ -214,7 +214,7 @@ def hessian(model: nn.Module, data, loss="cross_entropy", blocks=None, method: s
     ``chunk``/``sample_chunk`` override the tangents and samples per pass (same result).
     """
     images, labels = _unpack(data)
-    method = _resolve(model, loss, method)
+    method = resolve_method(model, loss, method)
     if images.device.type == "cpu":
         keep_freed_memory()
     dtype = dtype or next(model.parameters()).dtype

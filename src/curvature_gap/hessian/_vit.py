@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import describe_support, unsupported_variant
-from ..model import ViT, _linear, patchify
+from ..model import ViT, patchify
 from ..params import param_groups
 from .ops import activation, attention, cross_entropy, layernorm, linear
 from .ops.linear import add
@@ -179,15 +179,15 @@ class ViTSecondOrder:
         """One block of the config's variant, the arithmetic of ``model.Block``; returns its primal values and
         the block output."""
         w = lambda name: self._w(i, name)  # noqa: E731
-        q, k = _linear(x, w("query"), w("query_bias")), _linear(x, w("key"), w("key_bias"))
+        q, k = linear.primal(x, w("query"), w("query_bias")), linear.primal(x, w("key"), w("key_bias"))
         A = attention.primal(q, k)
         ax = A @ x
-        v = _linear(ax, w("value"), w("value_bias"))
-        o = _linear(v, w("out"), w("out_bias")) if self.cfg.out_proj else v
+        v = linear.primal(ax, w("value"), w("value_bias"))
+        o = linear.primal(v, w("out"), w("out_bias")) if self.cfg.out_proj else v
         n1, rstd1, y = layernorm.primal(x + o, self.eps[i][0], w("ln1.weight"), w("ln1.bias"))
-        h = _linear(y, w("ffn1.weight"), w("ffn1.bias"))
+        h = linear.primal(y, w("ffn1.weight"), w("ffn1.bias"))
         r, a1, a2 = activation.parts(h, self.cfg.activation)
-        n2, rstd2, out = layernorm.primal(y + _linear(r, w("ffn2.weight"), w("ffn2.bias")), self.eps[i][1],
+        n2, rstd2, out = layernorm.primal(y + linear.primal(r, w("ffn2.weight"), w("ffn2.bias")), self.eps[i][1],
                                           w("ln2.weight"), w("ln2.bias"))
         return _Block(x, q, k, A, ax, n1, rstd1, y, a1, r, n2, rstd2, v=v if self.cfg.out_proj else None,
                       curv=a2), out

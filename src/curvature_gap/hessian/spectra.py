@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..exact.linalg import lanczos
-from . import _resolve
+from . import resolve_method
 from ..params import groups_of
 from ._vit import ViTSecondOrder
 from .hvp import HessianOperator
@@ -97,7 +97,7 @@ def top_eigenvalues(model: nn.Module, data, groups: list[str] | None = None, ite
         if n not in all_groups:
             raise KeyError(f"unknown parameter group {n!r}; groups: {list(all_groups)}")
     device = images.device
-    if _resolve(model, loss, method) == "vit":
+    if resolve_method(model, loss, method) == "vit":
         return _top_eigenvalues_vit(model, images, labels, names, iters, overall, dtype, seed, micro_batch)
     full, P = block_hvp(model, images, labels, None, loss, dtype, micro_batch)
     slices = [all_groups[n].slice for n in names]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ...model import _affine, layer_norm_parts
+from ...model import affine, layer_norm_parts
 from .linear import add
 
 __all__ = ["primal", "jvp", "vjp", "vjp_tangent", "affine_jvp", "affine_vjp", "affine_vjp_tangent", "affine_rows"]
@@ -23,7 +23,7 @@ __all__ = ["primal", "jvp", "vjp", "vjp_tangent", "affine_jvp", "affine_vjp", "a
 def primal(u: torch.Tensor, eps: float, gamma=None, beta=None):
     """(n̂, r, y) with y = γ n̂ + β, the model's arithmetic."""
     n_hat, rstd = layer_norm_parts(u, eps)
-    return n_hat, rstd, _affine(n_hat, gamma, beta)
+    return n_hat, rstd, affine(n_hat, gamma, beta)
 
 
 def jvp(n_hat, rstd, du):

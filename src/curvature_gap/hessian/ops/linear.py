@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["add", "lin", "act_times_tangent", "tok_contract", "tok_contract_rev", "bias_tangent", "jvp", "vjp",
+from ...model import linear as primal  # the model's own map, x W (+ b): one implementation of the forward
+
+__all__ = ["primal", "add", "lin", "act_times_tangent", "tok_contract", "tok_contract_rev", "bias_tangent", "jvp", "vjp",
            "vjp_tangent", "weight_rows", "bias_rows"]
 
 
