@@ -18,7 +18,7 @@ from ..config import PROFILES
 __all__ = ["FigureSpec", "Job", "Finding", "sort_key", "BEYOND_THE_PAPER", "CHECK", "SECTIONS"]
 
 # the book's sections, in order: the paper's figures (by number), results beyond the paper, checks that need a
-# trained model; ``FigureSpec.paper`` of a result of the last two is exactly their name
+# trained model; ``FigureSpec.paper`` of a result beyond the paper is exactly its name
 BEYOND_THE_PAPER = "beyond the paper"
 CHECK = "check"
 SECTIONS = ("paper", BEYOND_THE_PAPER, CHECK)
@@ -91,16 +91,18 @@ class FigureSpec:
     figure: int | None = None  # the paper's figure the book places it under (None: beyond the paper, a check)
 
     def __post_init__(self):
-        """``figure`` is the book's order; where a declaration leaves it out, it is the first number of ``paper``,
-        whose form is checked here (an unknown form fails at import, never sorts silently)."""
-        if self.paper in (BEYOND_THE_PAPER, CHECK):
+        """``figure`` is the book's order; where a declaration leaves it out, it is the first number of a ``paper``
+        that names a figure, whose form is checked here (a malformed one fails at import, never sorts silently).
+        A label that names no figure places the result beyond the paper (:data:`BEYOND_THE_PAPER`) or, any
+        other, with the checks."""
+        if not self.paper.startswith("Fig"):
             if self.figure is not None:
                 raise ValueError(f"{self.name}: figure={self.figure} given for a result {self.paper!r}")
             return
         m = _PAPER_LABEL.fullmatch(self.paper)
         if m is None:
-            raise ValueError(f"{self.name}: paper={self.paper!r} is none of 'Fig. N', 'Figs. N, M-K' (optionally "
-                             f"with a parenthesis), {BEYOND_THE_PAPER!r}, {CHECK!r}")
+            raise ValueError(f"{self.name}: paper={self.paper!r} is neither 'Fig. N' nor 'Figs. N, M-K' (optionally "
+                             "with a parenthesis)")
         if self.figure is None:
             object.__setattr__(self, "figure", int(m.group(1)))
         elif self.figure != int(m.group(1)):
@@ -109,7 +111,9 @@ class FigureSpec:
     @property
     def section(self) -> str:
         """The book's section of the result: one of :data:`SECTIONS`."""
-        return "paper" if self.figure is not None else self.paper
+        if self.figure is not None:
+            return "paper"
+        return BEYOND_THE_PAPER if self.paper == BEYOND_THE_PAPER else CHECK
 
     @property
     def profiles(self) -> tuple:
