@@ -84,13 +84,16 @@ def measure(steps: int, warmup: int, pass_batches: int, quick: bool) -> list[dic
 
 @contextlib.contextmanager
 def _no_emulation(tr):
-    """train with PyTorch's own bf16 kernels: gemm_for returns no emulation for the duration."""
-    orig = tr.gemm_for
-    tr.gemm_for = lambda precision, device: contextlib.nullcontext
+    """train with PyTorch's own bf16 kernels: its step runs under bf16 autocast without the emulated GEMM for the
+    duration."""
+    from curvature_gap.precision import autocast_for
+
+    orig = tr.contexts_for
+    tr.contexts_for = lambda precision, device: (autocast_for(precision, device), contextlib.nullcontext)
     try:
         yield
     finally:
-        tr.gemm_for = orig
+        tr.contexts_for = orig
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,7 +79,9 @@ def _run_cost(ctx: ex.Context, cfg, step) -> RunCost:
     key = ("cost", cfg.model, tuple(cfg.model_overrides), cfg.batch_size, getattr(cfg, "precision", "float32"),
            str(ctx.torch_device))
     if key not in ctx._cache:
-        ctx._cache[key] = training_cost(cfg, ctx.torch_device, run_steps=1)
+        # two timed steps after one untimed: enough to tell a run over LONG_RUN_S from one under it, and cheap where
+        # the data is missing and the cost is only quoted (the offline promise: a blocked reproduce ends in 30 s)
+        ctx._cache[key] = training_cost(cfg, ctx.torch_device, run_steps=1, steps=2, warmup=1)
     measured = ctx._cache[key]
     steps = measured.steps_per_epoch * cfg.epochs if step is None else int(step)
     return dataclasses.replace(measured, seed=cfg.seed, steps=steps)

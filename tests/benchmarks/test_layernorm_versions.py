@@ -87,7 +87,7 @@ def test_exact_hessian_columns_against_our_own_finite_differences(script):
     import curvature_gap as cg
 
     model = cg.build_model("authors_mnist", seed=0, **script.QUICK_MODEL).double()
-    X, y, _ = script.first_images(8)
+    X, y, _ = script.first_batch(8)
     X = X.double()
     H = script.exact_hessian(model, X, y)
     params, labels, sizes, perm = script.authors_params(model)

@@ -61,7 +61,7 @@ def holding_in_fsync(what: str, when: bool = True):
         os.fsync = real
 
 
-def hold_while_writing(match) -> None:
+def hold_while_writing(match, what: str | None = None) -> None:
     """Hold in the ``os.fsync`` of a temporary file whose target path satisfies ``match(path)``.
 
     ``curvature_gap.io.atomic_write_bytes`` writes ``path`` to ``tempfile.mkstemp(dir=path.parent,
@@ -82,7 +82,7 @@ def hold_while_writing(match) -> None:
     def fsync(fd):
         target = targets.pop(fd, None)
         if target is not None and match(target):
-            hold(f"writing {target}")
+            hold(what or f"writing {target}")
         real_fsync(fd)
 
     tempfile.mkstemp, os.fsync = mkstemp, fsync
