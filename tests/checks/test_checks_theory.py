@@ -1,12 +1,16 @@
 """curvature_gap.checks.theory: each closed form of the paper against autograd (the formula rows of
-``curvature-gap verify --quick``, computed once per session), and that a wrong formula is caught."""
+``curvature-gap verify --quick``, computed once per session), that a wrong formula is caught, and that each row is
+built from its one declaration (a :class:`FormulaCheck`), which the errata name."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from curvature_gap.checks import theory as th
+from curvature_gap.checks.theory.common import Group
+from curvature_gap.findings import RESULTS
 from curvature_gap.theory import layernorm as ln
+from curvature_gap.theory.errata import ERRATA
 
 
 def _formula_rows(rows):
@@ -25,7 +29,7 @@ def test_every_formula_row_has_its_expected_verdict_within_tolerance(quick_rows)
         assert r.verdict == r.expected, r
         assert r.rel_err <= r.tolerance, r
         assert r.tolerance == (th.FD_TOL if r.id.endswith(".fd") else th.TOL), r
-        assert r.result == th.result_of(r.id) and r.claim == "verified"
+        assert r.result == th.CHECKS[r.id].result and r.claim == "verified"
         if r.verdict != "verified":
             # the printed form was measured wrong (> 1e-3) or shown to be ill-dimensioned
             assert (r.printed_rel_err is not None and r.printed_rel_err > th.BAD) or "not evaluable" in r.note, r
@@ -60,8 +64,76 @@ def test_each_quick_group_has_its_expected_verdicts(group):
     rows = th.run_group(group, quick=True)
     assert rows
     for r in rows:
-        assert r.verdict == r.expected and r.result == th.result_of(r.id), r
+        assert r.verdict == r.expected and r.result == th.CHECKS[r.id].result, r
         assert r.rel_err is None or r.rel_err <= r.tolerance, r
+
+
+def test_every_closed_form_row_is_built_from_its_one_declaration(quick_rows):
+    """The closed-form rows of verify are the declared checks, in declaration order, each with what its declaration
+    says (result, role, what, expected, tolerance): nothing else lists a check."""
+    rows = [r for r in quick_rows if r.id in th.CHECKS]
+    assert [r.id for r in rows] == list(th.CHECKS)
+    for r in rows:
+        c = th.CHECKS[r.id]
+        assert (r.result, r.role, r.what, r.expected, r.tolerance) == (c.result, c.role, c.what, c.expected, c.tol), \
+            r.id
+    # every formula row outside the declarations is the book's own encoder-layer family (checks.encoder_layer)
+    assert {r.result for r in quick_rows if r.kind == "formula" and r.id not in th.CHECKS} == {"encoder_layer"}
+
+
+def test_declarations_are_unique_and_name_a_theory_result():
+    """One declaration per id across the modules, each in one group, for a theory result of the findings."""
+    declared = [c for g in th.GROUPS.values() for c in g.checks]
+    assert len(declared) == len(th.CHECKS) >= 100 and all(th.CHECKS[c.id] is c for c in declared)
+    theory = {key for key, _, _, kind in RESULTS if kind == "theory"}
+    assert {c.result for c in declared} <= theory
+    assert {c.tol for c in declared} == {th.TOL, th.FD_TOL}
+    assert all((c.tol == th.FD_TOL) == c.id.endswith(".fd") for c in declared)
+
+
+def test_errata_name_existing_declarations_and_every_printed_error_has_an_erratum():
+    """The errata (theory/errata.py) name checks by id: each names a declared check, its evidence one that expects the
+    printed form wrong; and each check that expects a printed form wrong is named by an erratum."""
+    named = set()
+    for e in ERRATA:
+        ids = [e["evidence"], *e.get("related", [])]
+        assert all(i in th.CHECKS for i in ids), (e["id"], [i for i in ids if i not in th.CHECKS])
+        assert th.CHECKS[e["evidence"]].printed, e["id"]
+        named.update(ids)
+    assert {c.id for c in th.CHECKS.values() if c.printed} <= named
+
+
+def _toy(*checks, measure):
+    return Group("toy", checks, measure).rows(True, [])
+
+
+def test_a_check_cannot_be_measured_without_a_declaration_nor_declared_without_a_measurement():
+    ok = th.FormulaCheck("toy.ok", "appB", "a vs a", "a")
+    one = lambda quick, insts, A: A["a"].add(0.0, (1,))
+    (row,) = _toy(ok, measure=one)
+    assert (row.id, row.result, row.verdict, row.instances) == ("toy.ok", "appB", "verified", "1 inst: random matrices")
+    with pytest.raises(KeyError):                                   # a key nobody declared
+        _toy(ok, measure=lambda quick, insts, A: A["b"].add(0.0, (1,)))
+    with pytest.raises(ValueError, match="nothing was measured"):   # a declaration its group never measures
+        _toy(ok, th.FormulaCheck("toy.idle", "appB", "b vs b", "b"), measure=one)
+    with pytest.raises(ValueError, match="declared twice"):
+        Group("toy", (ok, ok), one)
+    with pytest.raises(ValueError, match="key is declared twice"):
+        Group("toy", (ok, th.FormulaCheck("toy.other", "appB", "b vs b", "a")), one)
+    with pytest.raises(ValueError, match="role"):
+        th.FormulaCheck("toy.role", "appB", "a vs a", "a", role="repair")
+
+
+def test_a_printed_form_is_measured_only_by_a_check_that_declares_what_it_expects():
+    def printed(quick, insts, A):
+        A["a"].add(0.0, (1,))
+        A["a"].printed.append(0.5)
+    with pytest.raises(ValueError, match="measured a printed form"):
+        _toy(th.FormulaCheck("toy.silent", "appB", "a vs a", "a"), measure=printed)
+    (row,) = _toy(th.FormulaCheck("toy.erratum", "appB", "a vs a", "a", note="n", expected="corrected"),
+                  measure=printed)
+    assert (row.verdict, row.expected, row.printed_rel_err) == ("corrected", "corrected", 0.5)
+    assert row.note == "n | printed form: max rel err 0.5"
 
 
 def test_checks_detect_a_wrong_formula(monkeypatch):

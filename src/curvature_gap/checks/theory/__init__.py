@@ -3,7 +3,8 @@
 Each check evaluates a closed form of :mod:`curvature_gap.theory` on random float64 instances and
 compares it with ``torch.func`` derivatives of the one forward pass (:mod:`curvature_gap.exact`) and,
 for second derivatives, with central finite differences (tolerances and the error measure:
-:mod:`.common`). One module per topic:
+:mod:`.common`). Each check is one :class:`~.common.FormulaCheck`, declared in its topic's module beside the
+code that measures it; :data:`GROUPS` and :data:`CHECKS` are read from the modules. One module per topic:
 
 * :mod:`.calculus`  — Appendix B's matrix-calculus identities;
 * :mod:`.layernorm` — §2 and Theorems 2–3;
@@ -13,31 +14,24 @@ for second derivatives, with central finite differences (tolerances and the erro
 """
 from __future__ import annotations
 
-from typing import Callable
-
 from ...row import Row
 from . import attention, block, calculus, ffn, layernorm
-from .common import BAD, FD_TOL, TOL, checked_instances, quiet_single_thread, rel_err, result_of
+from .common import BAD, FD_TOL, TOL, FormulaCheck, Group, by_id, checked_instances, quiet_single_thread, rel_err
 
-__all__ = ["run_checks", "GROUPS", "run_group", "rel_err", "TOL", "FD_TOL", "BAD", "result_of", "quiet_single_thread"]
+__all__ = ["run_checks", "GROUPS", "CHECKS", "run_group", "rel_err", "TOL", "FD_TOL", "BAD", "FormulaCheck",
+           "quiet_single_thread"]
 
-GROUPS: dict[str, Callable[[bool, list], list]] = {
-    "calculus": calculus.calculus_rows,
-    "layernorm": layernorm.layernorm_rows,
-    "ffn": ffn.ffn_rows,
-    "attention": attention.attention_rows,
-    "phi": block.phi_rows,
-    "block": block.block_rows,
-    "gauss_newton": block.gauss_newton_rows,
-    "mnist": block.mnist_rows,
-}
-
+# the groups of checks, in the order of the rows: each declares its checks beside the code that measures them
+GROUPS: dict[str, Group] = {g.name: g for g in (calculus.GROUP, layernorm.GROUP, ffn.GROUP, attention.GROUP,
+                                                block.PHI, block.BLOCK, block.GAUSS_NEWTON, block.MNIST)}
+# every closed-form check, by id, in the order of the rows (an id declared twice is refused here, at import)
+CHECKS: dict[str, FormulaCheck] = by_id(*(c for g in GROUPS.values() for c in g.checks))
 
 
 def run_group(name: str, quick: bool = False) -> list[Row]:
     """Run one group of checks (used by the tests)."""
     with quiet_single_thread():
-        return GROUPS[name](quick, checked_instances(quick))
+        return GROUPS[name].rows(quick, checked_instances(quick))
 
 
 def run_checks(quick: bool = False) -> list[Row]:
@@ -45,6 +39,6 @@ def run_checks(quick: bool = False) -> list[Row]:
     rows: list[Row] = []
     with quiet_single_thread():
         insts = checked_instances(quick)
-        for fn in GROUPS.values():
-            rows.extend(fn(quick, insts))
+        for g in GROUPS.values():
+            rows.extend(g.rows(quick, insts))
     return rows

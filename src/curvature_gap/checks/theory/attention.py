@@ -9,13 +9,50 @@ from ...exact import forward as fw
 from ...exact.instances import Instance
 from ...theory import attention as at
 from ...theory import calculus as cc
-from .common import FD_TOL, rel_err, check_instance, Accumulator, formula_row, erratum_row, try_printed
+from .common import FD_TOL, Accumulator, FormulaCheck, Group, check_instance, rel_err, try_printed
+
+__all__ = ["CHECKS", "GROUP"]
+
+SA = "sa_hessian"  # the self-attention Hessian as the paper quotes it (Ormaniec et al.)
+CHECKS = (
+    FormulaCheck("attn.softmax.jacobian", SA, "∂A/∂T = blockdiag(diag(A_i) - A_i A_i^T) vs jacrev of row-softmax",
+                 "dA", note="attention far from uniform: min over instances of max|A - 1/L| = {dev:.2f}"),
+    FormulaCheck("lemC1.softmax.hessian", SA, "∂²A/∂T² (Ormaniec Lemma C.1) vs jacfwd(jacrev)", "d2A"),
+    FormulaCheck("lemC1.softmax.hessian.fd", SA, "∂²A/∂T² vs central differences of the autograd Jacobian", "d2Afd",
+                 tol=FD_TOL),
+    FormulaCheck("lemC1.softmax.hessian_contracted", SA,
+                 "Σ_ij Ḡ_ij ∂²A_ij/∂T² (row-block form) vs (vec_r Ḡ^T ⊗ I) ∂²A/∂T²", "d2Ac", role="reference"),
+    FormulaCheck("noci.G_V", "thm4", "∂F/∂W_V = AX ⊗ I_{d_V} vs jacrev", "GV", role="proof"),
+    FormulaCheck("noci.G_Q", "thm4", "∂F/∂W_Q = (I_L⊗W_V^T X^T) ∂A/∂T (X⊗XW_K)/√d_K vs jacrev", "GQ", role="proof"),
+    FormulaCheck("noci.G_K", "thm4", "∂F/∂W_K with K_{d_K,d_V} vs jacrev (printed: K_{d_V d_K})", "GK", role="proof",
+                 expected="corrected"),
+    FormulaCheck("noci.uniform_dA_dT", "thm4", "uniform attention (W_Q = 0, exactly uniform rows): ∂A/∂T = "
+                 "(1/L) I_L⊗(I_L - 1/L 1) and ∂F/∂W_Q built from it vs jacrev (printed prefactor 1/n)", "uni",
+                 role="proof", expected="corrected",
+                 note="evaluated where the formula is claimed, at exactly uniform attention; the only error is "
+                      "the typo 1/n for 1/L. For non-uniform attention this formula does not apply: the bound "
+                      "‖∂A/∂T‖ ≤ 1/L taken from it fails there (bounds.sa.dA_dT) while ‖∂A/∂T‖ ≤ 1/2 holds "
+                      "(bounds.sa.dA_dT_general)"),
+    FormulaCheck("orm.S_shuffle", SA, "I_L ⊗ S vs jacrev of M ⊗ I_{d_V} (S as used in H_f(V,Q), Φ_VQ)", "S",
+                 expected="corrected"),
+    FormulaCheck("orm.Ho.VV", SA, "H_o(W_V,W_V) = 2/(L d_V) M_1^T M_1 ⊗ I vs 2/(L d_V) J^T J (autograd J)", "HoVV"),
+    FormulaCheck("orm.Ho.QQ", SA, "H_o(W_Q,W_Q) (Z_1 form) vs 2/(L d_V) J_Q^T J_Q", "HoQQ"),
+    FormulaCheck("orm.Ho.VQ", SA, "H_o(W_V,W_Q) (Z_1 form) vs 2/(L d_V) J_V^T J_Q", "HoVQ"),
+    FormulaCheck("orm.Ho.QK", SA, "H_o(W_Q,W_K) (Z_1 form, K_{d_K,d_V}) vs 2/(L d_V) J_Q^T J_K", "HoQK"),
+    FormulaCheck("orm.Hf.VV", SA, "H_f(W_V,W_V) = 0 vs autograd loss Hessian - H_o", "HfVV",
+                 note="relative to max |SA loss Hessian|"),
+    FormulaCheck("orm.Hf.QQ", SA, "H_f(W_Q,W_Q) (R, Z_2 form) vs autograd loss Hessian - H_o", "HfQQ"),
+    FormulaCheck("orm.Hf.VQ", SA, "H_f(W_V,W_Q) (R, S, Z_1 form) vs autograd loss Hessian - H_o", "HfVQ"),
+    FormulaCheck("orm.Hf.QK", SA, "H_f(W_Q,W_K) (Z_2 and [R(Z_1⊗I)S]⊗I_{d_K} terms) vs autograd loss Hessian - H_o",
+                 "HfQK"),
+    FormulaCheck("sa.loss_hessian", SA, "full 3x3-block SA loss Hessian H_o + H_f (all pairs) vs torch.func.hessian",
+                 "SA"),
+)
 
 
-def attention_rows(quick: bool, insts: list[Instance]) -> list:
-    keys = ["dA", "d2A", "d2Afd", "d2Ac", "GV", "GQ", "GK", "uni", "S",
-            "HoVV", "HoQQ", "HoVQ", "HoQK", "HfVV", "HfQQ", "HfVQ", "HfQK", "SA"]
-    A = {k: Accumulator() for k in keys}
+def measure(quick: bool, insts: list[Instance], A: dict[str, Accumulator]) -> None:
+    """On the instances (attention far from uniform; finite differences: quick, the first only) and, for the
+    uniform-attention formula, one instance with W_Q = 0."""
     uni = check_instance(4, 6, 3, 6, seed=3, uniform="zero_query")
     dev = []
     for k, inst in enumerate(insts):
@@ -71,39 +108,7 @@ def attention_rows(quick: bool, insts: list[Instance]) -> list:
     refQ = ad.jacobian(fw.sa_forward, [X, WQ, WK, WV], 1)
     A["uni"].add(rel_err(at.G_Q_uniform(X, WK, WV), refQ), uni, refQ)
     A["uni"].ill.append("the prefactor 1/n names no quantity of the theorem (n is not defined there)")
+    A["dA"].values["dev"] = min(dev)
 
-    n_i = len(insts)
-    return [
-        formula_row("attn.softmax.jacobian", "∂A/∂T = blockdiag(diag(A_i) - A_i A_i^T) vs jacrev of row-softmax", A["dA"],
-             n_inst=n_i, note=f"attention far from uniform: min over instances of max|A - 1/L| = {min(dev):.2f}"),
-        formula_row("lemC1.softmax.hessian", "∂²A/∂T² (Ormaniec Lemma C.1) vs jacfwd(jacrev)", A["d2A"], n_inst=n_i),
-        formula_row("lemC1.softmax.hessian.fd", "∂²A/∂T² vs central differences of the autograd Jacobian", A["d2Afd"],
-             tol=FD_TOL, n_inst=1 if quick else n_i),
-        formula_row("lemC1.softmax.hessian_contracted", "Σ_ij Ḡ_ij ∂²A_ij/∂T² (row-block form) vs (vec_r Ḡ^T ⊗ I) ∂²A/∂T²",
-             A["d2Ac"], n_inst=n_i),
-        formula_row("noci.G_V", "∂F/∂W_V = AX ⊗ I_{d_V} vs jacrev", A["GV"], n_inst=n_i),
-        formula_row("noci.G_Q", "∂F/∂W_Q = (I_L⊗W_V^T X^T) ∂A/∂T (X⊗XW_K)/√d_K vs jacrev", A["GQ"], n_inst=n_i),
-        erratum_row("noci.G_K", "∂F/∂W_K with K_{d_K,d_V} vs jacrev (printed: K_{d_V d_K})", A["GK"], n_inst=n_i),
-        erratum_row("noci.uniform_dA_dT", "uniform attention (W_Q = 0, exactly uniform rows): ∂A/∂T = "
-                     "(1/L) I_L⊗(I_L - 1/L 1) and ∂F/∂W_Q built from it vs jacrev (printed prefactor 1/n)",
-                     A["uni"], n_inst=1,
-                     note="evaluated where the formula is claimed, at exactly uniform attention; the only error is "
-                          "the typo 1/n for 1/L. For non-uniform attention this formula does not apply: the bound "
-                          "‖∂A/∂T‖ ≤ 1/L taken from it fails there (bounds.sa.dA_dT) while ‖∂A/∂T‖ ≤ 1/2 holds "
-                          "(bounds.sa.dA_dT_general)"),
-        erratum_row("orm.S_shuffle", "I_L ⊗ S vs jacrev of M ⊗ I_{d_V} (S as used in H_f(V,Q), Φ_VQ)", A["S"],
-                     n_inst=n_i),
-        formula_row("orm.Ho.VV", "H_o(W_V,W_V) = 2/(L d_V) M_1^T M_1 ⊗ I vs 2/(L d_V) J^T J (autograd J)", A["HoVV"],
-             n_inst=n_i),
-        formula_row("orm.Ho.QQ", "H_o(W_Q,W_Q) (Z_1 form) vs 2/(L d_V) J_Q^T J_Q", A["HoQQ"], n_inst=n_i),
-        formula_row("orm.Ho.VQ", "H_o(W_V,W_Q) (Z_1 form) vs 2/(L d_V) J_V^T J_Q", A["HoVQ"], n_inst=n_i),
-        formula_row("orm.Ho.QK", "H_o(W_Q,W_K) (Z_1 form, K_{d_K,d_V}) vs 2/(L d_V) J_Q^T J_K", A["HoQK"], n_inst=n_i),
-        formula_row("orm.Hf.VV", "H_f(W_V,W_V) = 0 vs autograd loss Hessian - H_o", A["HfVV"], n_inst=n_i,
-             note="relative to max |SA loss Hessian|"),
-        formula_row("orm.Hf.QQ", "H_f(W_Q,W_Q) (R, Z_2 form) vs autograd loss Hessian - H_o", A["HfQQ"], n_inst=n_i),
-        formula_row("orm.Hf.VQ", "H_f(W_V,W_Q) (R, S, Z_1 form) vs autograd loss Hessian - H_o", A["HfVQ"], n_inst=n_i),
-        formula_row("orm.Hf.QK", "H_f(W_Q,W_K) (Z_2 and [R(Z_1⊗I)S]⊗I_{d_K} terms) vs autograd loss Hessian - H_o",
-             A["HfQK"], n_inst=n_i),
-        formula_row("sa.loss_hessian", "full 3x3-block SA loss Hessian H_o + H_f (all pairs) vs torch.func.hessian",
-             A["SA"], n_inst=n_i),
-    ]
+
+GROUP = Group("attention", CHECKS, measure)

@@ -13,14 +13,42 @@ from ...theory import attention as at
 from ...theory import block as bk
 from ...theory import calculus as cc
 from ...theory import layernorm as ln
-from .common import (FD_TOL, Accumulator, block_args, check_instance, erratum_row, formula_row, heavy_subset, rel_err,
+from .common import (FD_TOL, Accumulator, FormulaCheck, Group, block_args, check_instance, heavy_subset, rel_err,
                      try_printed)
 
+__all__ = ["PHI", "BLOCK", "GAUSS_NEWTON", "MNIST"]
 
-def phi_rows(quick: bool, insts: list[Instance]) -> list:
-    pairs = [(k, l) for k in "QKV" for l in "QKV"]
-    A = {f"{k}{l}": Accumulator() for k, l in pairs}
-    A.update({k: Accumulator() for k in ["c", "fd", "l2QQ", "l2VQ", "l2QK", "l2QKid", "uni"]})
+PAIRS = tuple((k, l) for k in "QKV" for l in "QKV")  # Φ_kl: the self-attention weights
+BLOCK_PAIRS = tuple((i, j) for i in bk.BLOCK_PARAMS for j in bk.BLOCK_PARAMS)  # ξ_ij, H_tr^(i,j): the five matrices
+_ZERO_XI = (("1", "1"), ("2", "2"))  # ξ_11 = ξ_22 = 0: measured against the size of B_i
+
+PHI_CHECKS = (
+    *(FormulaCheck(f"thm5.phi.{k}{l}", "thm5", f"Φ_{k}{l} = ∂²F/∂W_{k}∂W_{l} (product/Kronecker rules) vs "
+                   "jacfwd(jacrev)", f"{k}{l}", note="absolute w.r.t. max|∂F/∂W_V|" if (k, l) == ("V", "V") else "")
+      for k, l in PAIRS),
+    FormulaCheck("thm5.phi.fd", "thm5", "all 9 Φ_kl vs central differences of the autograd Jacobian of F", "fd",
+                 tol=FD_TOL),
+    FormulaCheck("thm5.phi.contracted", "thm5",
+                 "(w^T ⊗ I) Φ_kl closed forms vs contraction of the dense Φ_kl, all 9 pairs", "c", role="reference"),
+    FormulaCheck("lem2.phi.QQ", "lem2", "Φ_QQ = (1/d_K)(I_L⊗W_V^T⊗I⊗W_K^T) Z_2 (I⊗W_K) vs jacfwd(jacrev) of F",
+                 "l2QQ", note="printed with the loss factor 2/(L d_V d_K)", expected="corrected"),
+    FormulaCheck("lem2.phi.VQ", "lem2", "Φ_VQ = (1/√d_K)(I_L⊗S) Z_1 (I⊗W_K) vs jacfwd(jacrev) of F", "l2VQ",
+                 note="printed with the loss factor 2/(L d_V √d_K)", expected="corrected"),
+    FormulaCheck("lem2.phi.QK", "lem2",
+                 "Φ_QK (Z_2 term / d_K + [(I_L⊗W_V^T⊗I)(Z_1⊗I)S]⊗I_{d_K} / √d_K) vs autograd", "l2QK",
+                 note="printed with the loss factors 2/(L d_V d_K), 2/(L d_V √d_K)", expected="corrected"),
+    FormulaCheck("lem2.phi.QK_identity", "lem2", "Φ_QK second term with I_L (as in H_f(W_Q,W_K)) vs autograd",
+                 "l2QKid", expected="corrected",
+                 note="Lemma 2 prints I_{d_V} ⊗ W_V^T ⊗ I_{d_V}; evaluated at L = d_V where it is well-shaped"),
+    FormulaCheck("thm5.phi.uniform_zero", "thm5", "Φ_VQ, Φ_VK, Φ_QQ, Φ_KK at exactly uniform attention (W_Q = 0) vs "
+                 "autograd (proof: all four vanish)", "uni", role="proof", expected="corrected",
+                 note="printed claim Φ = 0 compared with the autograd Φ; autograd at W_Q = 0: {sizes}"),
+)
+
+
+def measure_phi(quick: bool, insts: list[Instance], A: dict[str, Accumulator]) -> None:
+    """Φ on the instances (finite differences: the first), the printed Lemma 2 forms also at L = d_V, and the
+    proof's claim at exactly uniform attention (W_Q = 0)."""
     eqL = check_instance(6, 6, 3, 8, seed=4)        # L = d_V: the printed I_{d_V} term is well-shaped
     uni = check_instance(4, 6, 3, 6, seed=3, uniform="zero_query")
     for k_i, inst in enumerate(insts + [eqL]):
@@ -30,7 +58,7 @@ def phi_rows(quick: bool, insts: list[Instance]) -> list:
         args = [X, WQ, WK, WV]
         idx = {"Q": 1, "K": 2, "V": 3}
         refs = {}
-        for k, l in (pairs if inst is not eqL else [("Q", "K")]):
+        for k, l in (PAIRS if inst is not eqL else [("Q", "K")]):
             ref = ad.second_derivative(fw.sa_forward, args, idx[k], idx[l])
             refs[(k, l)] = ref
             scale = float(ad.jacobian(fw.sa_forward, args, idx[k]).abs().max()) if (k, l) == ("V", "V") else 0.0
@@ -61,39 +89,52 @@ def phi_rows(quick: bool, insts: list[Instance]) -> list:
         A["uni"].add(rel_err(at.phi(X, WQ, WK, WV, k, l), ref), uni, ref)
         A["uni"].printed.append(rel_err(torch.zeros_like(ref), ref))
         uni_sizes.append(f"max|Φ_{k}{l}| = {float(ref.abs().max()):.2g}")
-    n_i = len(insts)
-    rows = [formula_row(f"thm5.phi.{k}{l}", f"Φ_{k}{l} = ∂²F/∂W_{k}∂W_{l} (product/Kronecker rules) vs jacfwd(jacrev)",
-                 A[f"{k}{l}"], n_inst=n_i, note="absolute w.r.t. max|∂F/∂W_V|" if (k, l) == ("V", "V") else "")
-            for k, l in pairs]
-    rows += [
-        formula_row("thm5.phi.fd", "all 9 Φ_kl vs central differences of the autograd Jacobian of F", A["fd"],
-             tol=FD_TOL, n_inst=1),
-        formula_row("thm5.phi.contracted", "(w^T ⊗ I) Φ_kl closed forms vs contraction of the dense Φ_kl, all 9 pairs",
-             A["c"], n_inst=n_i),
-        erratum_row("lem2.phi.QQ", "Φ_QQ = (1/d_K)(I_L⊗W_V^T⊗I⊗W_K^T) Z_2 (I⊗W_K) vs jacfwd(jacrev) of F",
-                     A["l2QQ"], n_inst=n_i, note="printed with the loss factor 2/(L d_V d_K)"),
-        erratum_row("lem2.phi.VQ", "Φ_VQ = (1/√d_K)(I_L⊗S) Z_1 (I⊗W_K) vs jacfwd(jacrev) of F",
-                     A["l2VQ"], n_inst=n_i, note="printed with the loss factor 2/(L d_V √d_K)"),
-        erratum_row("lem2.phi.QK", "Φ_QK (Z_2 term / d_K + [(I_L⊗W_V^T⊗I)(Z_1⊗I)S]⊗I_{d_K} / √d_K) vs autograd",
-                     A["l2QK"], n_inst=n_i, note="printed with the loss factors 2/(L d_V d_K), 2/(L d_V √d_K)"),
-        erratum_row("lem2.phi.QK_identity", "Φ_QK second term with I_L (as in H_f(W_Q,W_K)) vs autograd",
-                     A["l2QKid"], n_inst=n_i + 1,
-                     note="Lemma 2 prints I_{d_V} ⊗ W_V^T ⊗ I_{d_V}; evaluated at L = d_V where it is well-shaped"),
-        erratum_row("thm5.phi.uniform_zero", "Φ_VQ, Φ_VK, Φ_QQ, Φ_KK at exactly uniform attention (W_Q = 0) vs "
-                     "autograd (proof: all four vanish)", A["uni"], n_inst=1,
-                     note="printed claim Φ = 0 compared with the autograd Φ; autograd at W_Q = 0: "
-                          + ", ".join(uni_sizes)),
-    ]
-    return rows
+    A["uni"].values["sizes"] = ", ".join(uni_sizes)
 
 
-def block_rows(quick: bool, insts: list[Instance]) -> list:
+PHI = Group("phi", PHI_CHECKS, measure_phi)
+
+BLOCK_CHECKS = (
+    FormulaCheck("thm4.block.J_Y", "thm4", "J_Y = Theorem 2 at U = X + F(X) vs jacrev", "JY"),
+    FormulaCheck("thm4.block.J_Z", "thm4", "J_Z = Theorem 2 at S vs jacrev", "JZ"),
+    FormulaCheck("thm4.block.G_i", "thm4", "Theorem 4's G_i = ∂Y/∂W_i = J_Y ∂F/∂W_i, i ∈ {K,Q,V} vs jacrev", "Gi"),
+    FormulaCheck("thm4.block.B_i", "thm4", "B_i = ∂S/∂W_i (B_1, B_2, J_SY J_Y G_k) vs jacrev, i ∈ {1,2,K,Q,V}", "B"),
+    FormulaCheck("thm4.block.dZ_dW", "thm4", "∂Z/∂W_i = J_Z B_i vs jacrev, all five matrices", "dZ"),
+    FormulaCheck("thm5.H_Y", "thm5", "H_Y = Theorem 3 at U vs jacfwd(jacrev)", "HY"),
+    FormulaCheck("thm5.H_Z", "thm5", "H_Z = Theorem 3 at S vs jacfwd(jacrev)", "HZ"),
+    *(FormulaCheck(f"thm5.xi.{i}{j}", "thm5", f"ξ_{i}{j} = ∂B_{i}/∂W_{j} = ∂²S/∂W_{i}∂W_{j} vs jacfwd(jacrev)",
+                   f"xi{i}{j}", note="absolute w.r.t. max|B_i| (ξ is zero)" if (i, j) in _ZERO_XI else "")
+      for i, j in BLOCK_PAIRS),
+    FormulaCheck("thm5.xi.fd", "thm5", "all 25 ξ_ij vs central differences of the autograd Jacobian of S", "xfd",
+                 tol=FD_TOL),
+    FormulaCheck("thm5.xi12_naming", "thm5", "ξ_12 := ∂B_1/∂W_2 (corrected) vs autograd; printed 'ξ_12' formula",
+                 "x12", role="detail", note="the printed 'ξ_12' is ∂B_2/∂W_1 = ξ_21 (see thm5.xi.21)",
+                 expected="corrected"),
+    FormulaCheck("thm5.xi21_printed", "thm5", "ξ_21 := ∂B_2/∂W_1 vs autograd; printed 'ξ_21' formula", "x21",
+                 role="detail", expected="corrected"),
+    FormulaCheck("thm5.xi1k_identity", "thm5",
+                 "ξ_1k with ((I_L⊗W_2^T)D_σ ⊗ I_{n_1}) vs autograd (printed: ⊗ I_{n_k})", "x1k", role="detail",
+                 note="printed form evaluable only where n_k = n_1", expected="corrected"),
+    FormulaCheck("thm5.proof.dW2T_commutation", "thm5",
+                 "∂vec_r(I_L⊗W_2^T)/∂W_2 ending in K_{d_V,d_ff} vs jacrev (printed K_{d_ff,d_V})", "w2T", role="proof",
+                 expected="corrected"),
+    *(FormulaCheck(f"thm5.H_tr.{i}{j}", "thm5", f"boxed H_tr^({i},{j}) = (J_Z⊗I)ξ_{i}{j} + (I⊗B_{i}^T)H_Z B_{j} "
+                   "vs jacfwd(jacrev) of Z", f"H{i}{j}") for i, j in BLOCK_PAIRS),
+    FormulaCheck("thm5.H_tr.fd", "thm5", "all 25 H_tr blocks vs central differences of the autograd Jacobian of Z",
+                 "fd", tol=FD_TOL),
+    FormulaCheck("thm5.symmetry", "thm5", "partial transpose of H_tr^(i,j) vs H_tr^(j,i) (closed forms), "
+                 "(i,j) ∈ {(1,2),(Q,K),(1,V),(K,V)}", "sym", role="detail", expected="notation",
+                 note="printed claim H_tr^(i,j) = H_tr^(j,i) compared literally where shapes agree: what holds is "
+                      "equality up to a partial transpose of the two derivative slots (a notational point)"),
+)
+
+
+def measure_block(quick: bool, insts: list[Instance], A: dict[str, Accumulator]) -> None:
+    """On the instances (finite differences: the first, not quick also the last) and, for the printed ξ forms, one
+    with d_ff = d_V."""
     P = bk.BLOCK_PARAMS
     ATT = bk.ATTN
     idx = {"Q": 1, "K": 2, "V": 3, "1": 4, "2": 5}
-    A = {k: Accumulator() for k in ["JY", "JZ", "Gi", "B", "dZ", "HY", "HZ", "fd", "xfd", "x12", "x21", "x1k", "w2T", "sym"]}
-    A.update({f"xi{i}{j}": Accumulator() for i in P for j in P})
-    A.update({f"H{i}{j}": Accumulator() for i in P for j in P})
     eqff = check_instance(3, 6, 3, 6, seed=8)     # d_ff = d_V: n_V = n_1, printed ξ_1V well-shaped
     for k_i, inst in enumerate(insts + [eqff]):
         args = block_args(inst)
@@ -171,54 +212,28 @@ def block_rows(quick: bool, insts: list[Instance]) -> list:
                         fd = ad.fd_second_derivative(Z_f, args, idx[i], idx[j])
                         err = max(err, rel_err(Hs[(i, j)], fd))
                 A["fd"].add(err, inst, Hs[("1", "1")])
-    n_i = len(insts)
-    rows = [
-        formula_row("thm4.block.J_Y", "J_Y = Theorem 2 at U = X + F(X) vs jacrev", A["JY"], n_inst=n_i),
-        formula_row("thm4.block.J_Z", "J_Z = Theorem 2 at S vs jacrev", A["JZ"], n_inst=n_i),
-        formula_row("thm4.block.G_i", "Theorem 4's G_i = ∂Y/∂W_i = J_Y ∂F/∂W_i, i ∈ {K,Q,V} vs jacrev", A["Gi"], n_inst=n_i),
-        formula_row("thm4.block.B_i", "B_i = ∂S/∂W_i (B_1, B_2, J_SY J_Y G_k) vs jacrev, i ∈ {1,2,K,Q,V}", A["B"],
-             n_inst=n_i),
-        formula_row("thm4.block.dZ_dW", "∂Z/∂W_i = J_Z B_i vs jacrev, all five matrices", A["dZ"], n_inst=n_i),
-        formula_row("thm5.H_Y", "H_Y = Theorem 3 at U vs jacfwd(jacrev)", A["HY"], n_inst=n_i),
-        formula_row("thm5.H_Z", "H_Z = Theorem 3 at S vs jacfwd(jacrev)", A["HZ"], n_inst=n_i),
-    ]
-    for i in P:
-        for j in P:
-            note = "absolute w.r.t. max|B_i| (ξ is zero)" if (i, j) in (("1", "1"), ("2", "2")) else ""
-            rows.append(formula_row(f"thm5.xi.{i}{j}", f"ξ_{i}{j} = ∂B_{i}/∂W_{j} = ∂²S/∂W_{i}∂W_{j} vs jacfwd(jacrev)",
-                             A[f"xi{i}{j}"], n_inst=n_i, note=note))
-    rows += [
-        formula_row("thm5.xi.fd", "all 25 ξ_ij vs central differences of the autograd Jacobian of S", A["xfd"], tol=FD_TOL,
-             n_inst=1),
-        erratum_row("thm5.xi12_naming", "ξ_12 := ∂B_1/∂W_2 (corrected) vs autograd; printed 'ξ_12' formula",
-                     A["x12"], n_inst=n_i + 1,
-                     note="the printed 'ξ_12' is ∂B_2/∂W_1 = ξ_21 (see thm5.xi.21)"),
-        erratum_row("thm5.xi21_printed", "ξ_21 := ∂B_2/∂W_1 vs autograd; printed 'ξ_21' formula", A["x21"],
-                     n_inst=n_i + 1),
-        erratum_row("thm5.xi1k_identity", "ξ_1k with ((I_L⊗W_2^T)D_σ ⊗ I_{n_1}) vs autograd (printed: ⊗ I_{n_k})",
-                     A["x1k"], n_inst=n_i + 1, note="printed form evaluable only where n_k = n_1"),
-        erratum_row("thm5.proof.dW2T_commutation",
-                     "∂vec_r(I_L⊗W_2^T)/∂W_2 ending in K_{d_V,d_ff} vs jacrev (printed K_{d_ff,d_V})", A["w2T"],
-                     n_inst=n_i),
-    ]
-    for i in P:
-        for j in P:
-            rows.append(formula_row(f"thm5.H_tr.{i}{j}", f"boxed H_tr^({i},{j}) = (J_Z⊗I)ξ_{i}{j} + (I⊗B_{i}^T)H_Z B_{j} "
-                             "vs jacfwd(jacrev) of Z", A[f"H{i}{j}"], n_inst=n_i))
-    rows += [
-        formula_row("thm5.H_tr.fd", "all 25 H_tr blocks vs central differences of the autograd Jacobian of Z", A["fd"],
-             tol=FD_TOL, n_inst=1 if quick else 2),
-        erratum_row("thm5.symmetry", "partial transpose of H_tr^(i,j) vs H_tr^(j,i) (closed forms), "
-                     "(i,j) ∈ {(1,2),(Q,K),(1,V),(K,V)}", A["sym"], n_inst=n_i,
-                     note="printed claim H_tr^(i,j) = H_tr^(j,i) compared literally where shapes agree: what holds is "
-                          "equality up to a partial transpose of the two derivative slots (a notational point)",
-                     wrong_verdict="notation"),
-    ]
-    return rows
 
 
-def gauss_newton_rows(quick: bool, insts: list[Instance]) -> list:
-    A = {k: Accumulator() for k in ["lit", "con", "fd", "sym", "norm"]}
+BLOCK = Group("block", BLOCK_CHECKS, measure_block)
+
+GAUSS_NEWTON_CHECKS = (
+    FormulaCheck("gn.loss_hessian.literal", "gn", "The Gauss–Newton decomposition of the loss Hessian (§3.2) with "
+                 "dense Theorem 5 blocks vs torch.func.hessian of the block loss over (W_1,W_2,W_K,W_Q,W_V)", "lit"),
+    FormulaCheck("gn.loss_hessian.literal_symmetry", "gn", "dense assembled loss Hessian vs its transpose (25 blocks "
+                 "computed independently)", "sym", role="reference"),
+    FormulaCheck("gn.loss_hessian.contracted", "gn",
+                 "contracted Theorem 5 + Gauss–Newton assembly vs torch.func.hessian", "con", role="reference"),
+    FormulaCheck("gn.loss_hessian.fd", "gn", "contracted assembly vs central differences of the autograd gradient",
+                 "fd", tol=FD_TOL),
+    FormulaCheck("gn.loss_normalisation", "gn", "loss (1/(L d_V))||Z - Target||_F^2: ∂l/∂Z = 2/(L d_V) vec_r(Z-T), "
+                 "∂²l/∂Z² = 2/(L d_V) vs autograd", "norm", expected="corrected",
+                 note="printed: L = ||Z - Target||² (gradient 2 vec_r(Z-T)) with second derivative 2/(L d_V); "
+                      "compared with the autograd Hessian of either loss"),
+)
+
+
+def measure_gauss_newton(quick: bool, insts: list[Instance], A: dict[str, Accumulator]) -> None:
+    """The contracted assembly on every instance; the dense one, its symmetry and finite differences on a subset."""
     heavy = heavy_subset(insts, quick)
     for inst in insts:
         args = block_args(inst)
@@ -240,25 +255,20 @@ def gauss_newton_rows(quick: bool, insts: list[Instance]) -> list:
             unnorm = Ha * (L * d_V)                                   # Hessian of ||Z - Target||^2
             A["norm"].add(rel_err(lit, Ha), inst, Ha)
             A["norm"].printed.append(min(rel_err(mixed, Ha), rel_err(mixed, unnorm)))
-    n_h = len(heavy)
-    return [
-        formula_row("gn.loss_hessian.literal", "The Gauss–Newton decomposition of the loss Hessian (§3.2) with dense Theorem 5 blocks vs "
-             "torch.func.hessian of the block loss over (W_1,W_2,W_K,W_Q,W_V)", A["lit"], n_inst=n_h),
-        formula_row("gn.loss_hessian.literal_symmetry", "dense assembled loss Hessian vs its transpose (25 blocks computed "
-             "independently)", A["sym"], n_inst=n_h),
-        formula_row("gn.loss_hessian.contracted", "contracted Theorem 5 + Gauss–Newton assembly vs torch.func.hessian",
-             A["con"], n_inst=len(insts)),
-        formula_row("gn.loss_hessian.fd", "contracted assembly vs central differences of the autograd gradient", A["fd"],
-             tol=FD_TOL, n_inst=n_h),
-        erratum_row("gn.loss_normalisation", "loss (1/(L d_V))||Z - Target||_F^2: ∂l/∂Z = 2/(L d_V) vec_r(Z-T), "
-                     "∂²l/∂Z² = 2/(L d_V) vs autograd", A["norm"], n_inst=n_h,
-                     note="printed: L = ||Z - Target||² (gradient 2 vec_r(Z-T)) with second derivative 2/(L d_V); "
-                          "compared with the autograd Hessian of either loss"),
-    ]
 
 
-def mnist_rows(quick: bool, insts: list[Instance]) -> list:
-    acc = Accumulator()
+GAUSS_NEWTON = Group("gauss_newton", GAUSS_NEWTON_CHECKS, measure_gauss_newton)
+
+MNIST_CHECKS = (
+    FormulaCheck("gn.loss_hessian.mnist", "gn", "contracted Theorem 5 + Gauss–Newton block loss Hessian at the "
+                 "paper's MNIST size vs torch.func.hessian", "H",
+                 note="random instance at L=49, d_V=d_K=16, d_ff=64 (2816 weights); closed form {closed:.1f} s, "
+                      "autograd {autograd:.1f} s"),
+)
+
+
+def measure_mnist(quick: bool, insts: list[Instance], A: dict[str, Accumulator]) -> None:
+    """One random instance of the paper's MNIST shape (the same with ``quick``)."""
     inst = check_instance(*MNIST_SHAPE, seed=0)
     args = block_args(inst)
     t0 = time.perf_counter()
@@ -266,8 +276,8 @@ def mnist_rows(quick: bool, insts: list[Instance]) -> list:
     t1 = time.perf_counter()
     Ha = ad.loss_hessian_autograd(inst)
     t2 = time.perf_counter()
-    acc.add(rel_err(Hc, Ha), inst, Ha)
-    return [formula_row("gn.loss_hessian.mnist", "contracted Theorem 5 + Gauss–Newton block loss Hessian at the paper's "
-                 "MNIST size vs torch.func.hessian", acc, n_inst=1,
-                 note=f"random instance at L=49, d_V=d_K=16, d_ff=64 (2816 weights); closed form {t1 - t0:.1f} s, "
-                      f"autograd {t2 - t1:.1f} s")]
+    A["H"].add(rel_err(Hc, Ha), inst, Ha)
+    A["H"].values.update(closed=t1 - t0, autograd=t2 - t1)
+
+
+MNIST = Group("mnist", MNIST_CHECKS, measure_mnist)

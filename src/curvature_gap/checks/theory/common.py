@@ -1,4 +1,11 @@
-"""What the closed-form rows share: tolerances, the relative error, the random instances, the row builders.
+"""What the closed-form rows share: the check declaration, tolerances, the relative error, the random instances.
+
+A closed-form check is one :class:`FormulaCheck`, declared in the module that measures it, in the tuple of its
+:class:`Group`: its id, the paper result it is evidence for, what it compares, its role, tolerance and note, and
+what the software expects of the printed form. The group's measuring function only measures: it adds errors to
+the :class:`Accumulator` of each declaration (``A[check.key]``); every row is then built from its declaration
+(:meth:`FormulaCheck.row`). Nothing else lists a check: :data:`curvature_gap.checks.theory.CHECKS` is read from
+the groups, and the errata (:mod:`curvature_gap.theory.errata`) name checks by id.
 
 ``rel_err`` is ``max|closed − reference| / max|reference|`` over all instances (for analytically zero
 objects the denominator is the size of the matching first derivative, stated in the note). Tolerances:
@@ -11,15 +18,16 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from ...exact.instances import Instance, random_instance
-from ...row import Row
+from ...row import ROLES, Row
 
-__all__ = ["TOL", "FD_TOL", "BAD", "SHARPNESS", "RESULT_OF", "ROLE", "result_of", "rel_err", "check_instance", "Accumulator",
-           "formula_row", "erratum_row", "try_printed", "block_args", "checked_instances", "heavy_subset",
+__all__ = ["TOL", "FD_TOL", "BAD", "SHARPNESS", "EXPECTED", "FormulaCheck", "Group", "by_id", "rel_err",
+           "check_instance", "Accumulator", "try_printed", "block_args", "checked_instances", "heavy_subset",
            "quiet_single_thread"]
 
 TOL = 1e-10
@@ -27,28 +35,6 @@ FD_TOL = 1e-6
 BAD = 1e-3
 # attention far from uniform in the closed-form checks: W_Q, W_K scaled by 1.5 (scores by 2.25)
 SHARPNESS = 2.25
-
-# id prefix -> the paper's result the row is evidence for (see curvature_gap.findings)
-RESULT_OF = {"appB": "appB", "sec2": "sec2", "thm2": "thm2", "thm3": "thm3", "lem1": "lem1", "thm4": "thm4",
-             "noci": "thm4", "attn": "sa_hessian", "lemC1": "sa_hessian", "orm": "sa_hessian", "sa": "sa_hessian",
-             "lem2": "lem2", "thm5": "thm5", "gn": "gn"}
-# rows that check a formula of a detailed version or a step of a proof rather than the statement
-ROLE = {
-    "thm2.layernorm.dM_dX": "detail", "thm2.layernorm.dsigma_dX": "detail", "thm2.layernorm.dP_dX": "detail",
-    "thm3.layernorm.d_PkronI_dX": "proof", "thm3.layernorm.d_IkronMT_dX": "proof", "thm3.layernorm.dD_dX": "proof",
-    "thm3.layernorm.d2P_dX2": "proof", "thm3.layernorm.hessian_rowwise": "reference",
-    "thm4.ffn.B1": "detail", "thm4.ffn.B2": "detail", "thm4.ffn.J_SY": "detail", "thm4.relu_mask": "detail",
-    "noci.G_V": "proof", "noci.G_Q": "proof", "noci.G_K": "proof", "noci.uniform_dA_dT": "proof",
-    "thm5.xi12_naming": "detail", "thm5.xi21_printed": "detail", "thm5.xi1k_identity": "detail",
-    "thm5.proof.dW2T_commutation": "proof", "thm5.phi.uniform_zero": "proof", "thm5.symmetry": "detail",
-    "thm5.phi.contracted": "reference", "gn.loss_hessian.contracted": "reference",
-    "gn.loss_hessian.literal_symmetry": "reference", "lemC1.softmax.hessian_contracted": "reference",
-    "appB.commutation_apply": "reference",
-}
-
-
-def result_of(row_id: str) -> str:
-    return RESULT_OF[row_id.split(".")[0]]
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor, scale: float = 0.0) -> float:
@@ -66,7 +52,9 @@ def check_instance(L: int, d_V: int, d_K: int, d_ff: int, seed: int, uniform: st
 
 
 class Accumulator:
-    """Accumulates the worst error and the shapes over instances for one row."""
+    """The worst error, the shapes and the instances of one check's measurements; the printed form's errors
+    (``printed``) and where it cannot be evaluated (``ill``); ``values``: numbers the measurement found that the
+    check's note names (its ``{field}``s)."""
 
     def __init__(self):
         self.err = 0.0
@@ -74,10 +62,18 @@ class Accumulator:
         self.obj = None
         self.printed: list[float] = []
         self.ill: list[str] = []
+        self.cases: list = []
+        self.values: dict = {}
+        self.n = 0  # measurements added
 
-    def add(self, err: float, inst: Instance | None = None, obj: torch.Tensor | None = None):
+    def add(self, err: float, inst: Instance | tuple | None = None, obj: torch.Tensor | None = None):
+        """One measurement on ``inst``: an :class:`Instance`, or a label (a tuple of sizes) of a case that is not
+        one (Appendix B's random matrices). The row counts the distinct instances measured."""
+        self.n += 1
         self.err = max(self.err, err)
-        if inst is not None and inst.shape not in self.dims:
+        if inst is not None and not any(inst is c for c in self.cases):
+            self.cases.append(inst)
+        if isinstance(inst, Instance) and inst.shape not in self.dims:
             self.dims.append(inst.shape)
         if obj is not None and (self.obj is None or obj.numel() > math.prod(self.obj)):
             self.obj = tuple(obj.shape)
@@ -96,34 +92,102 @@ class Accumulator:
         return f"{k}{dims}; compared {self.obj}" if self.obj else f"{k}{dims}"
 
 
-def formula_row(rid: str, what: str, acc: Accumulator, tol: float = TOL, note: str = "", n_inst: int | None = None) -> Row:
-    verdict = "verified" if acc.err <= tol else "fails"
-    return Row(id=rid, result=result_of(rid), kind="formula", role=ROLE.get(rid, "statement"), what=what,
-               verdict=verdict, expected="verified", claim="verified", rel_err=acc.err, tolerance=tol,
-               instances=acc.shapes(n_inst), note=note)
+EXPECTED = ("verified", "corrected", "notation")  # what the software expects of a check's row
 
 
-def erratum_row(rid: str, what: str, acc: Accumulator, note: str = "", tol: float = TOL, n_inst: int | None = None,
-                 wrong_verdict: str = "corrected") -> Row:
-    """Row for a formula printed wrongly: ``acc.err`` is the corrected form's error, ``acc.printed``
-    the printed form's errors where computable, ``acc.ill`` where it is ill-dimensioned.
-    ``wrong_verdict`` is ``corrected`` (a real error) or ``notation`` (a notational convention)."""
-    printed = max(acc.printed) if acc.printed else None
-    wrong = (printed is not None and printed > BAD) or bool(acc.ill)
-    if acc.err > tol:
-        verdict = "fails"
-    else:
-        verdict = wrong_verdict if wrong else "verified"
-    parts = [note] if note else []
-    if printed is not None:
-        parts.append(f"printed form: max rel err {printed:.3g}")
-    if acc.ill:
-        ill = sorted(set(acc.ill))
-        more = f" (and {len(ill) - 1} more)" if len(ill) > 1 else ""
-        parts.append(f"printed form not evaluable as written: {ill[0]}{more}")
-    return Row(id=rid, result=result_of(rid), kind="formula", role=ROLE.get(rid, "statement"), what=what,
-               verdict=verdict, expected=wrong_verdict, claim="verified", rel_err=acc.err,
-               printed_rel_err=printed, tolerance=tol, instances=acc.shapes(n_inst), note=" | ".join(parts))
+@dataclass(frozen=True)
+class FormulaCheck:
+    """One closed-form check, and everything its row says that is not measured.
+
+    ``key`` names the :class:`Accumulator` its group's measuring function adds to. ``expected`` is
+    ``verified`` for a formula the paper prints right; ``corrected`` (a real error) or ``notation`` (a
+    notational convention) for one it prints wrongly, whose measuring function also evaluates the printed form
+    (:func:`try_printed`), and which an erratum names (:mod:`curvature_gap.theory.errata`). ``note`` may name
+    numbers the measurement finds (``{field}``, from ``Accumulator.values``)."""
+
+    id: str
+    result: str  # the paper result it is evidence for (a key of curvature_gap.findings.RESULTS)
+    what: str  # what is compared with what (the row's "what")
+    key: str
+    role: str = "statement"  # or "detail" (a detailed version's formula), "proof" (a proof step), "reference"
+    tol: float = TOL
+    note: str = ""
+    expected: str = "verified"
+
+    def __post_init__(self):
+        if self.role not in ROLES or self.role == "repair" or self.expected not in EXPECTED or not self.tol > 0:
+            raise ValueError(f"check {self.id!r}: role {self.role!r} (one of {ROLES}, not repair), expected "
+                             f"{self.expected!r} (one of {EXPECTED}), tolerance {self.tol!r} (> 0)")
+        if not (self.id and self.result and self.what and self.key):
+            raise ValueError(f"check {self.id!r}: id, result, what and key are required")
+
+    @property
+    def printed(self) -> bool:
+        """Whether the paper prints it wrongly (the software expects the printed form to be measured wrong)."""
+        return self.expected != "verified"
+
+    def row(self, acc: Accumulator) -> Row:
+        """The row of this check from its measurements ``acc``."""
+        if not acc.n:
+            raise ValueError(f"check {self.id!r}: nothing was measured (its group adds nothing to {self.key!r})")
+        if not self.printed and (acc.printed or acc.ill):
+            raise ValueError(f"check {self.id!r} measured a printed form: declare what it expects (expected=)")
+        note = self.note.format(**acc.values) if acc.values else self.note
+        shapes = acc.shapes(len(acc.cases))
+        if not self.printed:
+            return Row(id=self.id, result=self.result, kind="formula", role=self.role, what=self.what,
+                       verdict="verified" if acc.err <= self.tol else "fails", expected="verified",
+                       claim="verified", rel_err=acc.err, tolerance=self.tol, instances=shapes, note=note)
+        printed = max(acc.printed) if acc.printed else None
+        wrong = (printed is not None and printed > BAD) or bool(acc.ill)
+        if acc.err > self.tol:
+            verdict = "fails"
+        else:
+            verdict = self.expected if wrong else "verified"
+        parts = [note] if note else []
+        if printed is not None:
+            parts.append(f"printed form: max rel err {printed:.3g}")
+        if acc.ill:
+            ill = sorted(set(acc.ill))
+            more = f" (and {len(ill) - 1} more)" if len(ill) > 1 else ""
+            parts.append(f"printed form not evaluable as written: {ill[0]}{more}")
+        return Row(id=self.id, result=self.result, kind="formula", role=self.role, what=self.what,
+                   verdict=verdict, expected=self.expected, claim="verified", rel_err=acc.err,
+                   printed_rel_err=printed, tolerance=self.tol, instances=shapes, note=" | ".join(parts))
+
+
+def by_id(*checks: FormulaCheck) -> dict[str, FormulaCheck]:
+    """``checks`` keyed by id, in order; an id declared twice is refused."""
+    out: dict[str, FormulaCheck] = {}
+    for c in checks:
+        if c.id in out:
+            raise ValueError(f"check {c.id!r} is declared twice")
+        out[c.id] = c
+    return out
+
+
+Measure = Callable[[bool, list, dict], None]  # (quick, instances, key -> Accumulator) -> None
+
+
+@dataclass(frozen=True)
+class Group:
+    """The checks one measuring function serves: ``measure(quick, insts, A)`` adds to ``A[check.key]`` for each
+    declared check (a key it was not declared cannot be measured), and each row is built from its declaration."""
+
+    name: str
+    checks: tuple[FormulaCheck, ...]
+    measure: Measure
+
+    def __post_init__(self):
+        by_id(*self.checks)
+        keys = [c.key for c in self.checks]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"group {self.name!r}: an accumulator key is declared twice")
+
+    def rows(self, quick: bool, insts: list) -> list[Row]:
+        A = {c.key: Accumulator() for c in self.checks}
+        self.measure(quick, insts, A)
+        return [c.row(A[c.key]) for c in self.checks]
 
 
 def try_printed(acc: Accumulator, fn: Callable[[], torch.Tensor], ref: torch.Tensor, inst: Instance | None,

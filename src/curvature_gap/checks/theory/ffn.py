@@ -8,11 +8,30 @@ from ...exact import derivatives as ad
 from ...exact import forward as fw
 from ...exact.instances import Instance
 from ...theory import ffn as ff
-from .common import FD_TOL, rel_err, check_instance, Accumulator, formula_row, erratum_row, try_printed, block_args
+from .common import (FD_TOL, Accumulator, FormulaCheck, Group, block_args, check_instance, rel_err,
+                     try_printed)
+
+__all__ = ["CHECKS", "GROUP"]
+
+CHECKS = (
+    FormulaCheck("lem1.relu.jacobian", "lem1", "diag(vec_r 1{X>0}) vs jacrev of ReLU at Y W_1", "rj"),
+    FormulaCheck("lem1.relu.hessian", "lem1", "0 vs jacfwd(jacrev) of ReLU (a.e.)", "rh",
+                 note="absolute error (reference is exactly zero)"),
+    FormulaCheck("lem1.relu.hessian.fd", "lem1",
+                 "0 vs central differences of the ReLU Jacobian (h = 1e-6, |pre| > 1e-4)", "rfd", tol=FD_TOL,
+                 note="absolute error"),
+    FormulaCheck("thm4.ffn.B1", "thm4", "B_1 = (I_L⊗W_2^T) D_σ (Y⊗I_{d_ff}) vs jacrev of S w.r.t. W_1", "B1",
+                 role="detail"),
+    FormulaCheck("thm4.ffn.B2", "thm4", "B_2 = ReLU(Y W_1) ⊗ I_{d_V} vs jacrev of S w.r.t. W_2", "B2", role="detail"),
+    FormulaCheck("thm4.ffn.J_SY", "thm4", "J_SY = (I_L⊗W_2^T) D_σ (I_L⊗W_1^T) + I vs jacrev of S w.r.t. Y", "JSY",
+                 role="detail"),
+    FormulaCheck("thm4.relu_mask", "thm4", "B_1 with mask 1{Y W_1 > 0} vs jacrev (printed mask: 1{X > 0})", "mask",
+                 role="detail", note="printed mask evaluated where d_ff = d_V", expected="corrected"),
+)
 
 
-def ffn_rows(quick: bool, insts: list[Instance]) -> list:
-    A = {k: Accumulator() for k in ["rj", "rh", "rfd", "B1", "B2", "JSY", "mask"]}
+def measure(quick: bool, insts: list[Instance], A: dict[str, Accumulator]) -> None:
+    """On the instances and one with d_ff = d_V (finite differences: quick, the first only)."""
     eq = check_instance(3, 6, 3, 6, seed=7)          # d_ff = d_V: printed 1{X>0} is well-shaped
     for k, inst in enumerate(insts + [eq]):
         fo = fw.block_forward(*block_args(inst))
@@ -34,16 +53,6 @@ def ffn_rows(quick: bool, insts: list[Instance]) -> list:
         A["B2"].add(rel_err(ff.dS_dW2(Y, W1), ref), inst, ref)
         ref = ad.jacobian(S_of, [Y, W1, W2], 0)
         A["JSY"].add(rel_err(ff.dS_dY(Y, W1, W2), ref), inst, ref)
-    n = len(insts) + 1
-    return [
-        formula_row("lem1.relu.jacobian", "diag(vec_r 1{X>0}) vs jacrev of ReLU at Y W_1", A["rj"], n_inst=n),
-        formula_row("lem1.relu.hessian", "0 vs jacfwd(jacrev) of ReLU (a.e.)", A["rh"], n_inst=n,
-             note="absolute error (reference is exactly zero)"),
-        formula_row("lem1.relu.hessian.fd", "0 vs central differences of the ReLU Jacobian (h = 1e-6, |pre| > 1e-4)",
-             A["rfd"], tol=FD_TOL, n_inst=1 if quick else n, note="absolute error"),
-        formula_row("thm4.ffn.B1", "B_1 = (I_L⊗W_2^T) D_σ (Y⊗I_{d_ff}) vs jacrev of S w.r.t. W_1", A["B1"], n_inst=n),
-        formula_row("thm4.ffn.B2", "B_2 = ReLU(Y W_1) ⊗ I_{d_V} vs jacrev of S w.r.t. W_2", A["B2"], n_inst=n),
-        formula_row("thm4.ffn.J_SY", "J_SY = (I_L⊗W_2^T) D_σ (I_L⊗W_1^T) + I vs jacrev of S w.r.t. Y", A["JSY"], n_inst=n),
-        erratum_row("thm4.relu_mask", "B_1 with mask 1{Y W_1 > 0} vs jacrev (printed mask: 1{X > 0})",
-                     A["mask"], n_inst=n, note="printed mask evaluated where d_ff = d_V"),
-    ]
+
+
+GROUP = Group("ffn", CHECKS, measure)
