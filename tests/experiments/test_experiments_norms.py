@@ -1,4 +1,4 @@
-"""curvature_gap.experiments.norms: the trajectory of the first training steps and Fig. 5."""
+"""curvature_gap.experiments.norms: Fig. 5 on either model, and its one claim rule."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,39 +6,9 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 
 from curvature_gap import experiments as ex
-from curvature_gap.experiments import heatmaps, norms
-from curvature_gap.experiments.settings import trajectory_settings
-from curvature_gap.train import train
-
-
-def _flat(state: dict) -> np.ndarray:
-    return torch.cat([v.reshape(-1) for v in state.values()]).numpy()
-
-
-def test_snapshot_steps():
-    s = trajectory_settings("smoke")
-    assert norms.snapshot_steps(dataclasses.replace(s, steps=(0, 3, 5, 9), n_steps=6, display_steps=(0, 6)), 8) == [0, 3, 5, 6]
-    assert norms.snapshot_steps(dataclasses.replace(s, steps=(0, 3, 5, 9), n_steps=6, display_steps=(0, 6)), 4) == [0, 3, 4]
-
-
-def test_trajectory_snapshots_are_the_training_run(small_run):
-    tmp_path, ctx = small_run
-    t = ex.load_results("trajectory", ctx=ctx)
-    assert list(t["steps"]) == [0, 3, 5, 6]  # requested steps within n_steps, plus n_steps
-    # snapshot 0 is the initialisation, snapshot 6 the run after 6 steps (training resumes exactly)
-    np.testing.assert_array_equal(t["w"][0], norms._flat(ctx.model("mnist", 0)[0]))
-    cfg = ctx.recipe("mnist")
-    train(cfg, tmp_path / "direct", device="cpu", datasets=ctx.data("mnist"), max_steps=6, progress=False)
-    direct = torch.load(tmp_path / "direct" / "last.pt", weights_only=True)["model"]
-    np.testing.assert_array_equal(t["w"][3], _flat(direct))
-    assert not list((tmp_path / "results" / "trajectory").glob("*.partial")), "the partial snapshots are removed"
-    G = len(t["groups"])
-    assert t["diag_fro"].shape == (4, G) and t["img_values"].shape[0] == 2   # display steps 0 and 6
-    fig3 = ex.load_results("fig3", ctx=ctx)
-    np.testing.assert_allclose(t["diag_fro"][0], fig3["dyn_diag_fro"])     # step 0 is Fig. 3's Hessian
+from curvature_gap.experiments import heatmaps, norms, trajectory
 
 
 def test_fig5_reads_figs3_4_and_the_trajectory(small_run):
@@ -55,36 +25,6 @@ def test_fig5_reads_figs3_4_and_the_trajectory(small_run):
     assert set(ex.plot("fig5", r5)) == {"parameters", "hessians", "parameters_over_training", "hessians_over_training"}
 
 
-@pytest.mark.fault("reproduce-killed")
-def test_interrupted_trajectory_resumes_from_its_saved_snapshots(small_run, monkeypatch):
-    _, base = small_run
-    over = dict(base.settings_overrides, trajectory=dict(batch_size=4, n_steps=4, steps=[0, 2, 4], display_steps=[0, 4],
-                                                        fast_chunk=512))
-    ctx = dataclasses.replace(base, settings_overrides=over, _cache={})
-    real, calls = norms.hessian, []
-
-    def killed_at_second(*a, **k):
-        calls.append(1)
-        if len(calls) == 2:
-            raise RuntimeError("killed")
-        return real(*a, **k)
-
-    monkeypatch.setattr(norms, "hessian", killed_at_second)
-    with pytest.raises(RuntimeError, match="killed"):
-        ex.load_results("trajectory", ctx=ctx)
-    chash = ex.config_hash_of("trajectory", ctx=ctx)
-    assert sorted(p.name for p in (ctx.results_dir / "trajectory" / f"{chash}.partial").iterdir()) == [
-        "step_0000000.npz", "step_0000002.npz"]
-    calls.clear()
-    t = ex.load_results("trajectory", ctx=ctx)
-    assert len(calls) == 1 and list(t["steps"]) == [0, 2, 4]  # only the missing snapshot was computed
-    tmp_path = ctx.results_dir.parent
-    train(ctx.recipe("mnist"), tmp_path / "direct4", device="cpu", datasets=ctx.data("mnist"), max_steps=4,
-          progress=False)
-    direct = torch.load(tmp_path / "direct4" / "last.pt", weights_only=True)["model"]
-    np.testing.assert_array_equal(t["w"][2], _flat(direct))
-
-
 @pytest.mark.fault("replotting")
 def test_cached_figure_is_reused_without_its_inputs(small_run, tmp_path, monkeypatch):
     src, base = small_run
@@ -98,8 +38,65 @@ def test_cached_figure_is_reused_without_its_inputs(small_run, tmp_path, monkeyp
     def boom(*a, **k):
         raise AssertionError("recomputed")
 
-    for mod, fn in ((heatmaps, "compute_heatmap"), (norms, "compute_trajectory"), (norms, "compute_norms")):
+    for mod, fn in ((heatmaps, "compute_heatmap"), (trajectory, "_followed_blocks"), (norms, "compute_norms")):
         monkeypatch.setattr(mod, fn, boom)
     again = ex.load_results("fig5", ctx=ctx)
     assert again.from_cache and again.config_hash == r5.config_hash
     assert len(ex.plot("fig5", again, "hessians_over_training").axes) >= 1
+
+
+# ------------------------------------------------------------------ the claim rule on the authors' figure
+class _Res:
+    def __init__(self, arrays, meta):
+        self.arrays, self.meta = arrays, meta
+        self.config = {"profile": "paper"}
+        self.json_path = "x.json"
+
+
+def _fake(keys_values=1.0, others=0.1, bad_step=None):
+    steps = np.array([0, 200, 400])
+    a = {"steps": steps}
+    for g in trajectory.LISTS:
+        v = keys_values if g in ("keys", "values") else others
+        for k in ("param", "spec"):
+            a[f"{k}_{g}"] = np.full(3, v)
+    if bad_step is not None:
+        a["spec_queries"][bad_step] = 0.9  # within a factor 2 of Keys/Values: not "much smaller"
+    meta = {"lists": {g: {"label": lab} for g, (_, lab) in trajectory.LISTS.items()}}
+    return _Res(a, meta)
+
+
+def test_the_claim_rule_reads_every_step_and_both_panels_of_the_authors_figure():
+    assert norms.keys_values(_fake(), "fig5_authors").verdict == "reproduced"
+    row = norms.keys_values(_fake(bad_step=1), "fig5_authors")
+    assert row.verdict == "partly reproduced" and row.value == pytest.approx(5 / 6)
+    assert not row.details["theirs"]["hessians/step 200"]["holds"] and row.details["theirs"]["parameters/step 200"]["holds"]
+    assert norms.keys_values(_fake(others=2.0), "fig5_authors").verdict == "not reproduced"
+    assert norms.keys_values(None, "fig5_authors").verdict == "not run"
+
+
+def test_the_fig5_verdict_is_a_count_over_runs_when_there_are_several():
+    """Each run's readings decide its own verdict; several runs give "reproduced" only when every run does."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from curvature_gap.experiments.trajectory import LISTS, PLOTTED
+
+    def lines(top):  # keys and values at `top`, every other list at 1
+        return {g: np.full(2, top if g in ("keys", "values") else 1.0) for g in PLOTTED}
+
+    arrays = {"steps": np.array([0, 1000])}
+    for g, v in lines(3.0).items():  # the run of the recipe's seed: holds in every reading
+        arrays[f"param_{g}"] = arrays[f"spec_{g}"] = v
+    arrays["param_ffn_weights"] = arrays["spec_ffn_weights"] = np.full(2, 1.0)
+    good, bad = lines(3.0), lines(0.5)
+    for g in PLOTTED:
+        arrays[f"runs_param_{g}"] = arrays[f"runs_spec_{g}"] = np.stack([good[g], bad[g]])
+    meta = {"lists": {g: {"label": lab} for g, (_, lab) in LISTS.items()}, "run_seed": 37, "run_seeds": [0, 1]}
+    res = SimpleNamespace(arrays=arrays, meta=meta, config={"profile": "paper"}, json_path="x.json")
+    row = norms.keys_values(res, "fig5_authors")
+    assert row.verdict == "partly reproduced" and row.value == 2 / 3
+    assert "Over 3 runs (seeds 37, 0, 1" in row.note and "2/3 runs" in row.note
+    meta["run_seeds"] = []
+    assert norms.keys_values(res, "fig5_authors").verdict == "reproduced"

@@ -1,5 +1,10 @@
-"""Figs. 7-11: the parameters and Hessian blocks of one kind (queries, keys, values, LayerNorms,
-feed-forward) during the first training steps, from the shared trajectory (:mod:`.norms`).
+"""Figs. 7-11: the parameters and Hessian blocks of one kind (queries, keys, values, LayerNorms, feed-forward)
+during the first training steps, on either model, cut from the trajectory of :mod:`.trajectory`.
+
+On the theorem's model (``fig7`` … ``fig11``): the block type's entries, its Hessian block at the displayed steps
+and both norms at every snapshot. On the authors' model (``fig7_authors`` … ``fig11_authors``): the Hessian over
+their notebook's parameter list at each of their six steps, as their figure draws it; Fig. 11 also over the
+feed-forward weights its caption names (their "FeedForward" list is LN2's γ, β).
 
 The paper's appendix shows these figures without stating a claim; the book describes what they show.
 """
@@ -11,11 +16,17 @@ from .. import captions
 from .dynamics_blocks import TYPES
 from .settings import TRAJECTORY
 from .spec import FigureSpec, Finding
+from .trajectory import AUTHORS_NEEDS, AUTHORS_SETTINGS, LISTS, lists_of
 from ..plotting import WIDTH, new_figure, tensor_label
 
-__all__ = ["compute_type", "plot_entries", "plot_hessian_blocks", "plot_norms", "SPECS"]
+__all__ = ["FIGURES", "compute_type", "plot_entries", "plot_hessian_blocks", "plot_list_hessian", "plot_norms",
+           "list_message", "SPECS"]
+
+# figure -> the authors' parameter list it shows (their notebook's sections, in order)
+FIGURES = {"fig7": "queries", "fig8": "keys", "fig9": "values", "fig10": "layernorm", "fig11": "feedforward"}
 
 
+# ----------------------------------------------------------------------------- the computation (a cut)
 def compute_type(figure: str, trajectory) -> tuple[dict, dict]:
     t, kinds = TYPES[figure]
     tm = trajectory.meta
@@ -36,6 +47,7 @@ def compute_type(figure: str, trajectory) -> tuple[dict, dict]:
     return arrays, meta
 
 
+# ----------------------------------------------------------------------------- plots (draw results; compute nothing)
 def _entry_matrix(result, row: int) -> tuple[np.ndarray, str]:
     """The block's parameters at one snapshot as a 2-D array for display."""
     tensors = result.meta["tensors"]
@@ -70,29 +82,66 @@ def plot_entries(result):
     return fig
 
 
-def plot_hessian_blocks(result):
-    """log10 |H| of the block type's Hessian at the displayed steps."""
-    a, meta = result.arrays, result.meta
-    shown = meta["display_steps"]
-    imgs = [im.astype(np.float64) for im in a["img"]]
+def _hessian_panels(fig, axs, steps, images, n: int, edges=()):
+    """log10 |H| of one block at each step, one panel each on one colour scale, with its colour bar; ``edges``:
+    the offsets where the block's tensors meet (drawn as white lines); panels beyond the steps are hidden."""
+    imgs = [im.astype(np.float64) for im in images]
     vmin = max(-6.0, min(float(np.nanpercentile(i, 1)) for i in imgs))
     vmax = max(float(np.nanmax(i)) for i in imgs)
-    fig = new_figure(WIDTH, 3.4)
-    axs = fig.subplots(1, len(shown))
-    n = sum(int(np.prod(t["shape"])) for t in meta["tensors"])
-    edges = np.cumsum([0] + [int(np.prod(t["shape"])) for t in meta["tensors"]])
-    for ax, st, img in zip(axs, shown, imgs):
+    for ax, st, img in zip(axs, steps, imgs):
         im = ax.imshow(img, extent=(0, n, n, 0), cmap="viridis", vmin=vmin, vmax=vmax)
-        for e in edges[1:-1]:
+        for e in edges:
             ax.axhline(e, color="white", lw=0.5)
             ax.axvline(e, color="white", lw=0.5)
-        ax.set_title(f"step {st}")
+        ax.set_title(f"step {int(st)}")
         ax.set_xticks([])
         ax.set_yticks([])
-    pool = f" (means over {meta['pool']}×{meta['pool']} cells)" if meta["pool"] > 1 else ""
+    for ax in axs[len(imgs):]:
+        ax.set_visible(False)
     fig.colorbar(im, ax=list(axs), shrink=0.9, pad=0.02, label=r"$\log_{10}(|H_{ij}| + 10^{-6})$")
+
+
+def plot_hessian_blocks(result):
+    """The theorem's model: log10 |H| of the block type's Hessian at the displayed steps."""
+    meta = result.meta
+    fig = new_figure(WIDTH, 3.4)
+    axs = fig.subplots(1, len(meta["display_steps"]))
+    n = sum(int(np.prod(t["shape"])) for t in meta["tensors"])
+    edges = np.cumsum([0] + [int(np.prod(t["shape"])) for t in meta["tensors"]])
+    _hessian_panels(fig, axs, meta["display_steps"], result.arrays["img"], n, edges[1:-1])
+    pool = f" (means over {meta['pool']}×{meta['pool']} cells)" if meta["pool"] > 1 else ""
     fig.suptitle(", ".join(tensor_label(t["name"]) for t in meta["tensors"]) + pool)
     return fig
+
+
+def plot_list_hessian(result, g: str):
+    """The authors' model: log10 |H| over their list ``g`` at each step, as their figure draws it."""
+    a, info = result.arrays, result.meta["lists"][g]
+    cols = 3
+    rows = -(-len(a[f"img_{g}"]) // cols)
+    fig = new_figure(WIDTH, 2.5 * rows + 0.9)
+    axs = np.atleast_1d(fig.subplots(rows, cols)).ravel()
+    _hessian_panels(fig, axs, a["steps"], a[f"img_{g}"], info["n"])
+    pool = f", means over {info['pool']}×{info['pool']} cells" if info["pool"] > 1 else ""
+    fig.suptitle(f"{info['label']}: {info['n']} parameters{pool}")
+    return fig
+
+
+def _list_plot(g: str):
+    def plot(result):
+        return plot_list_hessian(result, g)
+    plot.__doc__ = f"log10 |H| of the list {g!r} at each step, as their figure draws it."
+    return plot
+
+
+def list_message(g: str):
+    """The caption's message of the authors' Hessian over list ``g``: its spectral norm at the first and last step."""
+    def msg(result) -> str:
+        a, info = result.arrays, result.meta["lists"][g]
+        s = a[f"spec_{g}"]
+        return (f"The spectral norm of the {info['label']} block goes from {float(s[0]):.3g} at step {int(a['steps'][0])} "
+                f"to {float(s[-1]):.3g} at step {int(a['steps'][-1])}.")
+    return msg
 
 
 def plot_norms(result):
@@ -124,17 +173,35 @@ def key_numbers(r) -> dict:
             "‖W‖_F at the last step": float(a["param_fro"][-1])}
 
 
+def _list_numbers(g: str):
+    def numbers(r) -> dict:
+        a = r.arrays
+        return {f"‖H‖_2 {g} at the last step": float(a[f"spec_{g}"][-1]),
+                f"‖W‖_F {g} at the last step": float(a[f"param_{g}"][-1])}
+    return numbers
+
+
 # ----------------------------------------------------------------------------- the results of this module
-def _type_spec(fig: str, n: int, finding: Finding | None = None) -> FigureSpec:
+def _specs(fig: str, finding: Finding | None = None) -> tuple[FigureSpec, FigureSpec]:
+    """Fig. ``n`` on the theorem's model and on the authors' model."""
+    n = int(fig[3:])
     t = TYPES[fig][0]
-    return FigureSpec(fig, f"Fig. {n}", f"fig{n:02d}_{t}", f"{t}: entries and Hessian blocks over the first training steps",
-                      TRAJECTORY, lambda j: compute_type(j.name, j.deps["trajectory"]),
-                      {"entries": plot_entries, "hessian": plot_hessian_blocks, "norms": plot_norms},
-                      {p: captions.dynamics(fig, p) for p in ("entries", "hessian", "norms")},
-                      depends=("trajectory",), override_key="trajectory", finding=finding, key_numbers=key_numbers)
+    g = FIGURES[fig]
+    lists = (g, "ffn_weights") if g == "feedforward" else (g,)
+    return (FigureSpec(fig, f"Fig. {n}", f"fig{n:02d}_{t}", f"{t}: entries and Hessian blocks over the first training steps",
+                       TRAJECTORY, lambda j: compute_type(j.name, j.deps["trajectory"]),
+                       {"entries": plot_entries, "hessian": plot_hessian_blocks, "norms": plot_norms},
+                       {p: captions.dynamics(fig, p) for p in ("entries", "hessian", "norms")},
+                       depends=("trajectory",), override_key="trajectory", finding=finding, key_numbers=key_numbers),
+            FigureSpec(f"{fig}_authors", f"Fig. {n}", f"fig{n:02d}_{g}_authors",
+                       f"{LISTS[g][1]}: Hessian blocks over the first 1,000 steps, the authors' model", AUTHORS_SETTINGS,
+                       lambda j: lists_of(j.deps["trajectory_authors"], lists),
+                       {("hessian" if x == g else x): _list_plot(x) for x in lists},
+                       {("hessian" if x == g else x): list_message(x) for x in lists},
+                       depends=("trajectory_authors",), needs=AUTHORS_NEEDS, rank=0, key_numbers=_list_numbers(g)))
 
 
 # the text of Figs. 7-11 describes the blocks over the first 1,000 steps and makes no claim
-SPECS = (_type_spec("fig7", 7, Finding("figs7_11", "Figs. 7–11: the blocks over the first 1,000 steps",
-                                       "notebooks/fig07_11_training_dynamics", claim=False)),
-         *(_type_spec(f"fig{n}", n) for n in (8, 9, 10, 11)))
+SPECS = (*_specs("fig7", Finding("figs7_11", "Figs. 7–11: the blocks over the first 1,000 steps",
+                                 "notebooks/fig07_11_training_dynamics", claim=False)),
+         *(spec for n in (8, 9, 10, 11) for spec in _specs(f"fig{n}")))

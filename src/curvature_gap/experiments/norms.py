@@ -1,43 +1,34 @@
-"""Fig. 5 (parameter-block and Hessian-block norms) and the trajectory of the first training steps behind
-Figs. 5 and 7-11.
+"""Fig. 5: parameter-block and Hessian-block norms, on either model, and the sentence it supports.
 
-The trajectory follows the very training run the trained model comes from: the weights after each
-snapshot step are saved while it trains (``train.train(snapshot_steps=...)``), so snapshot ``s`` is the
-model after ``s`` optimiser steps; a run trained without them is replayed exactly instead. At each
-snapshot the followed Hessian blocks of the fixed batch (the first training images) are computed
-(:mod:`.dynamics_blocks`); step 0 is Fig. 3's Hessian. Norms are Frobenius unless marked spectral.
+On the theorem's model (``fig5``): the norms of every parameter unit at initialisation and trained (the Hessians
+of Figs. 3 and 4) and of the block's groups over the first training steps (the trajectory, :mod:`.trajectory`). On
+the authors' model (``fig5_authors``, and ``fig5_authors_exact`` for their recipe trained in float32): their
+figure, the parameter and Hessian norms of their five parameter lists against the step (:mod:`.trajectory`
+describes how their code takes them). One claim rule reads both (:func:`keys_values`). Norms are Frobenius
+unless marked spectral.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import math
-import shutil
-import time
 
 import matplotlib
 import numpy as np
-import torch
-from tqdm.auto import tqdm
 
-from ..hessian import hessian
-from ..io import save_npz_atomic
+from .. import captions
 from ..model import param_groups
-from ..train import run_key
-from .context import Context
-from .dynamics_blocks import TYPES, snapshot_record, trajectory_groups, trajectory_pairs
-from .heatmaps import group_table
-from .hessians import units_of
 from ..plotting import WIDTH, new_figure, short_label
 from ..row import Row
-from .. import captions
 from .claims import claim_verdict, not_run
-from .hessians import SETS, STATISTICS
-from .settings import TRAJECTORY, TrajectorySettings
+from .context import Context
+from .hessians import SETS, STATISTICS, units_of
 from .spec import FigureSpec, Finding
+from .trajectory import AUTHORS_EXACT_SETTINGS, AUTHORS_NEEDS, AUTHORS_SETTINGS, LISTS, PLOTTED, flat_weights, lists_of
 
-__all__ = ["snapshot_steps", "compute_trajectory", "compute_norms", "plot_parameters", "plot_hessians",
-           "plot_parameters_over_training", "plot_hessians_over_training", "UNIT_ORDER", "NormsSettings", "keys_values", "MUCH_SMALLER", "SPECS"]
+__all__ = ["compute_norms", "plot_parameters", "plot_hessians", "plot_parameters_over_training",
+           "plot_hessians_over_training", "plot_lists", "lists_message", "arithmetic_comparison", "UNIT_ORDER",
+           "NormsSettings", "keys_values", "MUCH_SMALLER", "SPECS"]
 
 
 @dataclass(frozen=True)
@@ -56,85 +47,7 @@ _UNIT_LABEL = {"W_Q": "$W_Q$", "W_K": "$W_K$", "W_V": "$W_V$", "W_1": "$W_1$", "
                "LN2": "LN2", "b_1": "$b_1$", "b_2": "$b_2$", "embed": "embed", "pos": "pos", "head": "head"}
 
 
-def snapshot_steps(s: TrajectorySettings, total_steps: int) -> list[int]:
-    n = min(s.n_steps, total_steps)
-    return sorted({st for st in s.steps if st <= n} | {0, n} | {d for d in s.display_steps if d <= n})
-
-
-def _flat(model) -> np.ndarray:
-    """The parameters as one NumPy vector (a copy to the CPU for storage, whatever the model's device)."""
-    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()]).numpy()
-
-
-def _model_at_step(ctx: Context, s: TrajectorySettings, step: int):
-    """The training run's model after ``step`` steps (``Context.model``: its saved snapshot, else an exact replay)."""
-    return ctx.model(s.model, step)[0]
-
-
-def compute_trajectory(ctx: Context, s: TrajectorySettings, fig3, chash: str, store) -> tuple[dict, dict]:
-    cfg = ctx.recipe(s.model)
-    ds = ctx.data(s.model)
-    steps = snapshot_steps(s, math.ceil(len(ds.train) / cfg.batch_size) * cfg.epochs)
-    ctx.model(s.model)  # trains (saving the snapshots) if it has not been trained yet
-    partial = store.partial_dir("trajectory", chash)
-    partial.mkdir(parents=True, exist_ok=True)
-    batch = ctx.first_images(s.model, s.batch_size)
-    init = ctx.model(s.model, 0)[0]
-    pairs = trajectory_pairs(init)
-    ctx.log(f"trajectory: {len(steps)} snapshots over the first {steps[-1]} steps, {len(pairs)} Hessian blocks each")
-    for step in tqdm(steps, desc="trajectory snapshots", unit="snap", disable=not ctx.progress):
-        f = partial / f"step_{step:07d}.npz"
-        if f.exists():
-            with np.load(f, allow_pickle=False) as z:
-                if "step" in z.files and int(z["step"]) == step:
-                    continue
-        m = _model_at_step(ctx, s, step)
-        if step == 0:  # Fig. 3's Hessian: the same model and batch
-            rec = {k[4:]: fig3.arrays[k] for k in fig3.arrays if k.startswith("dyn_")}
-            rec["seconds"] = 0.0
-        else:
-            t0 = time.perf_counter()
-            with ctx.phase("hessian"):
-                blocks = (hessian(m, batch, blocks=pairs, chunk=s.fast_chunk) if s.fast_chunk
-                          else hessian(m, batch, blocks=pairs))
-            # computed on ctx's device; to the CPU only to store them (NumPy)
-            blocks = {k: v.cpu().numpy().astype(np.float64) for k, v in blocks.items()}
-            rec = snapshot_record(blocks, m, step in s.display_steps, s.eps, s.display_cells)
-            rec["seconds"] = time.perf_counter() - t0
-        with torch.no_grad():
-            rec["loss"] = float(torch.nn.functional.cross_entropy(m(batch[0]), batch[1]))
-        rec["w"] = _flat(m)
-        rec["step"] = step
-        save_npz_atomic(f, rec)
-    recs = []
-    for step in steps:
-        with np.load(partial / f"step_{step:07d}.npz", allow_pickle=False) as z:
-            recs.append({k: z[k] for k in z.files})
-    arrays = dict(steps=np.array(steps), w=np.stack([r["w"] for r in recs]).astype(np.float32),
-                  diag_fro=np.stack([r["diag_fro"] for r in recs]), diag_spec=np.stack([r["diag_spec"] for r in recs]),
-                  pair_fro=np.stack([r["pair_fro"] for r in recs]), loss=np.array([float(r["loss"]) for r in recs]),
-                  hessian_seconds=np.array([float(r["seconds"]) for r in recs]))
-    shown = [st for st in steps if st in s.display_steps]
-    pools = {}
-    for t, _ in TYPES.values():
-        arrays[f"fro_{t}"] = np.array([float(r[f"fro_{t}"]) for r in recs])
-        arrays[f"spec_{t}"] = np.array([float(r[f"spec_{t}"]) for r in recs])
-        arrays[f"img_{t}"] = np.stack([r[f"img_{t}"] for r in recs if int(r["step"]) in s.display_steps])
-        pools[t] = int(next(r[f"pool_{t}"] for r in recs if int(r["step"]) in s.display_steps))
-    meta = dict(profile=ctx.profile, model=s.model, display_steps=shown, run_key=run_key(cfg),
-                batch_size=s.batch_size, groups=trajectory_groups(init), pools=pools,
-                hessian_method="curvature_gap.hessian.hessian, blocks (step 0: Fig. 3's dense Hessian)",
-                **group_table(init))
-    return arrays, meta
-
-
-def finish_trajectory(ctx: Context, chash: str, store) -> None:
-    """Remove the partial snapshots (and any replay run) once the trajectory result is saved."""
-    shutil.rmtree(store.partial_dir("trajectory", chash), ignore_errors=True)
-    for d in ctx.runs_dir.glob("*/replay"):
-        shutil.rmtree(d, ignore_errors=True)
-
-
+# -------------------------------------------------------------------- the theorem's model
 def param_unit_norms(w: np.ndarray, units: dict) -> dict[str, dict[str, float]]:
     """``{unit: {"fro": ‖W_u‖_F, "rms": ‖W_u‖_F/√n_u}}`` of a flat parameter vector."""
     w = np.asarray(w, dtype=np.float64)
@@ -142,7 +55,6 @@ def param_unit_norms(w: np.ndarray, units: dict) -> dict[str, dict[str, float]]:
             for u, idx in units.items()}
 
 
-# -------------------------------------------------------------------- Fig. 5
 def compute_norms(ctx: Context, s: NormsSettings, deps: dict) -> tuple[dict, dict]:
     """Parameter-unit and Hessian-unit norms at init and trained (the Hessians of Figs. 3 and 4) and the
     followed block norms over the trajectory."""
@@ -152,7 +64,7 @@ def compute_norms(ctx: Context, s: NormsSettings, deps: dict) -> tuple[dict, dic
     units = units_of(init)
     meta = dict(profile=ctx.profile, model=s.model, batch_size=deps["fig3"].meta["batch_size"],
                 units=[u for u in UNIT_ORDER if u in units], groups=t.meta["groups"],
-                param_norms={"init": param_unit_norms(_flat(init), units), "trained": param_unit_norms(_flat(trained), units)},
+                param_norms={"init": param_unit_norms(flat_weights(init), units), "trained": param_unit_norms(flat_weights(trained), units)},
                 hessian_stats={"init": deps["fig3"].meta["unit_stats"], "trained": deps["fig4"].meta["unit_stats"]},
                 checkpoint_trained=deps["fig4"].meta["checkpoint"], trajectory_steps=int(t.arrays["steps"][-1]),
                 hessian_method="curvature_gap.hessian.hessian (exact); over training, the followed blocks only")
@@ -228,6 +140,54 @@ def plot_hessians_over_training(result):
     return _plot_group_lines(result, "diag_spec_steps", r"$\|H_{gg}\|_2$", "Hessian-block norms (spectral)")
 
 
+# -------------------------------------------------------------------- the authors' model (draw results; compute nothing)
+def plot_lists(result):
+    """Their Fig. 5: the lists' parameter norms (left) and Hessian spectral norms (right) against the step;
+    their five lines solid, the feed-forward weights (not in their figure) dashed."""
+    a, meta = result.arrays, result.meta
+    fig = new_figure(WIDTH, 4.4)
+    axs = fig.subplots(1, 2)
+    for ax, key, title, ylabel in ((axs[0], "param", "Parameters' norm", r"$\|W\|_F$"),
+                                   (axs[1], "spec", "Hessians' norm", r"$\|H\|_2$")):
+        for g in (g for g in LISTS if g in meta["lists"]):  # their legend's order (a stored meta is key-sorted)
+            extra = g not in PLOTTED
+            ax.plot(a["steps"], a[f"{key}_{g}"], marker="o", ms=3, lw=1.2 if extra else 1.6, ls="--" if extra else "-",
+                    color="0.45" if extra else None, label=meta["lists"][g]["label"] + (" (not in their figure)" if extra else ""))
+        ax.set_yscale("log")
+        ax.set_xlabel("training step")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    fig.legend(*axs[0].get_legend_handles_labels(), loc="outside lower center", ncol=3)  # never over a curve
+    return fig
+
+
+def lists_message(result) -> str:
+    """The caption's message of the authors' figure: the two highest Hessian norms at the last step."""
+    a, meta = result.arrays, result.meta
+    last = {g: float(a[f"spec_{g}"][-1]) for g in PLOTTED}
+    top = sorted(last, key=lambda g: -last[g])
+    lab = {g: meta["lists"][g]["label"] for g in meta["lists"]}
+    return (f"At step {int(a['steps'][-1])} the largest Hessian spectral norms are {lab[top[0]]} and {lab[top[1]]}; "
+            f"their 'FeedForward' line is the second LayerNorm's (the feed-forward weights: "
+            f"{float(a['spec_ffn_weights'][-1]):.3g}).")
+
+
+def arithmetic_comparison(authors, exact) -> dict:
+    """What their bf16 arithmetic changes on Fig. 5, from the two results (``fig5_authors``: their bf16 run,
+    ``fig5_authors_exact``: the float32 run of the same recipe, seed and batch): the LayerNorm γ entries still
+    exactly 1.0 at each step, and each list's parameter and Hessian norms at the last step in both."""
+    a, e = authors.arrays, exact.arrays
+    last = int(a["steps"][-1])
+    lists = {g: dict(label=authors.meta["lists"][g]["label"],
+                     param=(float(a[f"param_{g}"][-1]), float(e[f"param_{g}"][-1])),
+                     spec=(float(a[f"spec_{g}"][-1]), float(e[f"spec_{g}"][-1])),
+                     param_start=float(a[f"param_{g}"][0]))
+             for g in LISTS if g in authors.meta["lists"] and f"param_{g}" in e}  # their legend's order
+    return dict(step=last, steps=[int(x) for x in a["steps"]], gamma_total=authors.meta["gamma_total"],
+                gamma_at_one=([int(x) for x in a["gamma_at_one"]], [int(x) for x in e["gamma_at_one"]]), lists=lists)
+
+
 # ----------------------------------------------------------------------------- the claim
 # Fig. 5's "the other blocks exhibit much smaller absolute entries" names no factor. "Much smaller" is read
 # as at most half the smaller of W_K and W_V: the most lenient reading that still says more than "smaller"
@@ -247,33 +207,71 @@ def _reading(panel: str, reading: str) -> str:
     return f"{'initialised' if state == 'init' else 'trained'} {what}, {_FIG5_LABELS[st]}"
 
 
-def keys_values(result) -> Row:
-    """Fig. 5: W_K and W_V are the two largest weight matrices, and the other three much smaller (see module doc)."""
-    what = ("'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much smaller "
-            f"absolute entries': W_K and W_V are the two largest of the weight matrices, and each of the other three "
-            f"is at most {MUCH_SMALLER:g} × the smaller of them, in the parameter-norm panel and in the Hessian-norm "
-            "panel")
+def kv_reading(values: dict, keys: tuple) -> tuple[list, bool, float, bool]:
+    """One reading of Fig. 5's sentence, ``values`` a line or bar per block (the five weight matrices, or the
+    authors' five lists) and ``keys`` the Keys and Values among them: (the blocks ordered largest first, whether
+    the two largest are ``keys``, the largest other over the smaller of ``keys``, whether the sentence holds: the
+    two largest are ``keys`` and every other is at most :data:`MUCH_SMALLER` × the smaller of them)."""
+    order = sorted(values, key=lambda u: -values[u])
+    others = [u for u in values if u not in keys]
+    ratio = max(values[u] for u in others) / min(values[k] for k in keys)
+    top_two = set(order[:2]) == set(keys)
+    return order, top_two, ratio, top_two and ratio <= MUCH_SMALLER
+
+
+def kv_verdict(holds: dict) -> tuple[str, float, str]:
+    """The verdict of Fig. 5's sentence from ``holds`` (a group of readings -> reading -> whether the sentence
+    holds in it): reproduced when it holds in every reading of some group, partly when in some reading, not
+    reproduced otherwise; the value is the best group's fraction of readings. Groups are the readings that
+    stand for one figure: on the theorem's model each panel (its statistics are alternative readings of
+    'magnitude'), on the authors' model their one figure (both panels at every step). Returns (verdict, value,
+    best group)."""
+    frac = {p: sum(v.values()) / len(v) for p, v in holds.items()}
+    best = max(frac, key=frac.get)
+    return claim_verdict([any(any(v.values()) for v in holds.values())], frac[best] == 1.0), frac[best], best
+
+
+def _kv_what(name: str) -> str:
+    if name == "fig5":
+        return ("'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much "
+                "smaller absolute entries': W_K and W_V are the two largest of the weight matrices, and each of the "
+                f"other three is at most {MUCH_SMALLER:g} × the smaller of them, in the parameter-norm panel and in "
+                "the Hessian-norm panel")
+    return ("'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much smaller "
+            "absolute entries', on Fig. 5 as the authors' code draws it (their model, their five parameter lists, "
+            f"steps 0–1000): at each step and in each panel, every other line is at most {MUCH_SMALLER:g} × the lower "
+            "of Keys and Values")
+
+
+def keys_values(result, name: str = "fig5") -> Row:
+    """Fig. 5's sentence on result ``name`` (``fig5``: the theorem's model, its weight matrices in each panel and
+    statistic; ``fig5_authors``: the authors' figure, their five lists at each step), by one rule
+    (:func:`kv_reading`, :func:`kv_verdict`; "much smaller" as the comment on :data:`MUCH_SMALLER` reads it)."""
+    what = _kv_what(name)
     if result is None:
-        return not_run("fig5.keys_values", "fig5", what, "fig5")
+        return not_run(f"{name}.keys_values", name, what, name)
+    verdict, value, note, details = (_kv_units if name == "fig5" else _kv_lists)(result)
+    return Row(id=f"{name}.keys_values", result=name, kind="claim", claim="reproduced", expected=None, what=what,
+               verdict=verdict, value=value, tolerance=MUCH_SMALLER, profile=result.config["profile"],
+               evidence=[str(result.json_path)], note=note, details=details)
+
+
+def _kv_units(result) -> tuple:
+    """The theorem's model: each panel's readings are its statistics at initialisation and trained."""
     m = result.meta
     weights = [u for u in SETS["weights"][1] if u in m["param_norms"]["init"]]
-    others = [u for u in weights if u not in ("W_K", "W_V")]
     panels, values = {"parameters": {}, "hessians": {}}, {"parameters": {}, "hessians": {}}
+    top_two, ratio, much_smaller, holds = ({"parameters": {}, "hessians": {}} for _ in range(4))
     for state in ("init", "trained"):
         for key, panel, stats in (("param_norms", "parameters", _PARAM_STATS), ("hessian_stats", "hessians", _HESS_STATS)):
             for st in stats:
-                v = {u: m[key][state][u][st] for u in weights}
-                values[panel][f"{state}/{st}"] = v
-                panels[panel][f"{state}/{st}"] = sorted(weights, key=lambda u: -v[u])
-    top_two = {p: {k: set(order[:2]) == {"W_K", "W_V"} for k, order in per.items()} for p, per in panels.items()}
-    # the largest of the other three as a fraction of the smaller of W_K and W_V ("much smaller": ≤ MUCH_SMALLER)
-    ratio = {p: {k: max(v[u] for u in others) / min(v["W_K"], v["W_V"]) for k, v in per.items()}
-             for p, per in values.items()}
-    much_smaller = {p: {k: r <= MUCH_SMALLER for k, r in per.items()} for p, per in ratio.items()}
-    holds = {p: {k: top_two[p][k] and much_smaller[p][k] for k in per} for p, per in panels.items()}
-    frac = {p: sum(v.values()) / len(v) for p, v in holds.items()}
-    best = max(frac, key=frac.get)
-    everywhere = frac[best] == 1.0
+                k = f"{state}/{st}"
+                values[panel][k] = {u: m[key][state][u][st] for u in weights}
+                panels[panel][k], top_two[panel][k], ratio[panel][k], holds[panel][k] = kv_reading(values[panel][k],
+                                                                                                    ("W_K", "W_V"))
+                much_smaller[panel][k] = ratio[panel][k] <= MUCH_SMALLER
+    verdict, value, best = kv_verdict(holds)
+    everywhere = value == 1.0
     n = sum(len(v) for v in holds.values())
     n_top = sum(sum(v.values()) for v in top_two.values())
     n_small = sum(sum(v.values()) for v in much_smaller.values())
@@ -304,14 +302,69 @@ def keys_values(result) -> Row:
     low_p, low_k = min(((p, k) for p, per in ratio.items() for k in per), key=lambda pk: ratio[pk[0]][pk[1]])
     note += (f". — W_K and W_V on top: {per_panel}. The largest of the other three over the smaller of W_K, W_V is "
              f"at least {ratio[low_p][low_k]:.2f} ({_reading(low_p, low_k)}); 'much smaller' needs ≤ {MUCH_SMALLER:g}")
-    return Row(id="fig5.keys_values", result="fig5", kind="claim", claim="reproduced", expected=None, what=what,
-               verdict=claim_verdict([n_both > 0], everywhere), value=frac[best], tolerance=MUCH_SMALLER,
-               profile=result.config["profile"], evidence=[str(result.json_path)], note=note,
-               details={"orders": panels, "top_two": top_two, "others_over_smaller_of_KV": ratio,
-                        "much_smaller": much_smaller, "holds": holds, "much_smaller_factor": MUCH_SMALLER,
-                        "parameter_statistics": _PARAM_STATS,
-                        "hessian_statistics": {k: STATISTICS[k][0] for k in _HESS_STATS}})
+    return verdict, value, note, {"orders": panels, "top_two": top_two, "others_over_smaller_of_KV": ratio,
+                                  "much_smaller": much_smaller, "holds": holds, "much_smaller_factor": MUCH_SMALLER,
+                                  "parameter_statistics": _PARAM_STATS,
+                                  "hessian_statistics": {k: STATISTICS[k][0] for k in _HESS_STATS}}
 
+
+def _list_readings(a, lists) -> dict:
+    """The authors' figure: {"parameters/step N" | "hessians/step N": (order, top two, ratio, holds)} over the
+    steps and both panels, of the lines ``lists``."""
+    out = {}
+    for key, panel in (("param", "parameters"), ("spec", "hessians")):
+        for i, st in enumerate(a["steps"]):
+            out[f"{panel}/step {int(st)}"] = kv_reading({g: float(a[f"{key}_{g}"][i]) for g in lists}, ("keys", "values"))
+    return out
+
+
+def _kv_lists(result) -> tuple:
+    """The authors' model: their figure's readings (both panels at every step), on each run of their recipe."""
+    a = result.arrays
+    theirs = _list_readings(a, PLOTTED)
+    fixed = _list_readings(a, tuple(g for g in PLOTTED if g != "feedforward") + ("ffn_weights",))
+    verdict, value, _ = kv_verdict({"figure": {k: h for k, (_, _, _, h) in theirs.items()}})
+    n = len(theirs)
+    n_ok = sum(h for _, _, _, h in theirs.values())
+    n_top = sum(t for _, t, _, _ in theirs.values())
+    n_fixed = sum(h for _, _, _, h in fixed.values())
+    low = min(theirs, key=lambda k: theirs[k][2])
+    lab = {g: result.meta["lists"][g]["label"] for g in result.meta["lists"]}
+    note = (f"Keys and Values are the two highest lines in {n_top}/{n} readings, and the other three at most "
+            f"{MUCH_SMALLER:g} × the lower of them in {n_ok}/{n}. The closest reading is {low}: the largest other "
+            f"line ({lab[next(g for g in theirs[low][0] if g not in ('keys', 'values'))]}) over the lower of Keys and "
+            f"Values is {theirs[low][2]:.2f}. Their 'FeedForward' line is LN2's γ, β; with the feed-forward weights in "
+            f"its place the sentence holds in {n_fixed}/{n} readings")
+    runs = result.meta.get("run_seeds") or []
+    per_run = [dict(seed=result.meta.get("run_seed"), holds=n_ok, of=n, verdict=verdict)]
+    for r, seed in enumerate(runs):  # other runs (their initialisation is unseeded): the same reading on each
+        a_r = {k: a[k] for k in ("steps",)}
+        for g in PLOTTED:
+            a_r[f"param_{g}"], a_r[f"spec_{g}"] = a[f"runs_param_{g}"][r], a[f"runs_spec_{g}"][r]
+        holds_r = {k: h for k, (_, _, _, h) in _list_readings(a_r, PLOTTED).items()}
+        per_run.append(dict(seed=seed, holds=sum(holds_r.values()), of=n, verdict=kv_verdict({"figure": holds_r})[0]))
+    if runs:
+        vs = [p["verdict"] for p in per_run]
+        verdict = ("reproduced" if all(v == "reproduced" for v in vs) else
+                   "not reproduced" if all(v == "not reproduced" for v in vs) else "partly reproduced")
+        value = sum(v == "reproduced" for v in vs) / len(vs)
+        per_run_text = ", ".join(f"{p['holds']}/{n}" for p in per_run)
+        note = (f"Over {len(per_run)} runs (seeds {', '.join(str(p['seed']) for p in per_run)}; their initialisation "
+                f"is unseeded) the sentence holds in every reading in {sum(v == 'reproduced' for v in vs)}/{len(vs)} "
+                f"runs (readings per run: {per_run_text}). The run of "
+                f"seed {per_run[0]['seed']}: " + note)
+    spread = {g: a[f"spread_{g}"] for g in PLOTTED if f"spread_{g}" in a}
+    if spread:
+        worst = max(spread, key=lambda g: spread[g].max() / spread[g].min())
+        note += (f". Their notebook gives each list its own batch (a fresh pass of the loader per section); at step "
+                 f"{int(a['steps'][-1])} a list's Hessian norm varies across those five batches by up to "
+                 f"{spread[worst].max() / spread[worst].min():.2f}× ({lab[worst]} {spread[worst].min():.3g}–"
+                 f"{spread[worst].max():.3g})")
+    return verdict, value, note, {"theirs": {k: dict(holds=h, ratio=r, order=o) for k, (o, _, r, h) in theirs.items()},
+                                  "with_ffn_weights": {k: dict(holds=h, ratio=r, order=o)
+                                                       for k, (o, _, r, h) in fixed.items()},
+                                  "runs": per_run, "batch_spread": {g: v.tolist() for g, v in spread.items()},
+                                  "much_smaller_factor": MUCH_SMALLER}
 
 def key_numbers(r) -> dict:
     """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
@@ -321,6 +374,11 @@ def key_numbers(r) -> dict:
         out[f"‖{u}‖_F trained"] = m["param_norms"]["trained"][u]["fro"]
         out[f"‖H_{u}‖_2 trained"] = m["hessian_stats"]["trained"][u]["spectral"]
     return out
+
+
+def _lists_numbers(r) -> dict:
+    a = r.arrays
+    return {f"‖H‖_2 {g}, last step": float(a[f"spec_{g}"][-1]) for g in ("keys", "values", "feedforward", "ffn_weights")}
 
 
 # ----------------------------------------------------------------------------- the results of this module
@@ -336,7 +394,15 @@ SPECS = (
                depends=("fig3", "fig4", "trajectory"), override_key="norms", key_numbers=key_numbers,
                rows=lambda res: [keys_values(res.get("fig5"))],
                finding=Finding("fig5", "Fig. 5: Keys and Values have the highest norms", "notebooks/fig05_block_norms")),
-    FigureSpec("trajectory", "Figs. 5, 7-11", "", "snapshots of the first training steps", TRAJECTORY,
-               lambda j: compute_trajectory(j.ctx, j.settings, j.deps["fig3"], j.config_hash, j.store),
-               depends=("fig3",), finish=lambda j: finish_trajectory(j.ctx, j.config_hash, j.store), internal=True),
+    FigureSpec("fig5_authors", "Fig. 5", "fig05_norms_authors", "parameter and Hessian norms over the first 1,000 "
+               "steps, the authors' model", AUTHORS_SETTINGS, lambda j: lists_of(j.deps["trajectory_authors"], tuple(LISTS)),
+               {"norms": plot_lists}, {"norms": lists_message}, depends=("trajectory_authors",), needs=AUTHORS_NEEDS, rank=0,
+               key_numbers=_lists_numbers, rows=lambda res: [keys_values(res.get("fig5_authors"), "fig5_authors")],
+               finding=Finding("fig5_authors", "Fig. 5 on the authors' model: Keys and Values have the highest norms",
+                               "notebooks/fig05_block_norms")),
+    FigureSpec("fig5_authors_exact", "Fig. 5", "fig05_norms_authors_exact", "parameter and Hessian norms over the "
+               "first 1,000 steps, the authors' model, float32 run", AUTHORS_EXACT_SETTINGS,
+               lambda j: lists_of(j.deps["trajectory_authors_exact"], tuple(LISTS)), {"norms": plot_lists},
+               {"norms": lists_message}, depends=("trajectory_authors_exact",), needs=AUTHORS_NEEDS, rank=0,
+               key_numbers=_lists_numbers),
 )
