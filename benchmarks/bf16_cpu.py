@@ -26,7 +26,7 @@ import torch
 from _bench import Run, add_switches, out_path
 from curvature_gap.config import recipe_for
 from curvature_gap.cost import random_datasets
-from curvature_gap.experiments.authors_landscape import loader_pass
+from curvature_gap.experiments.running_mean import loader_pass
 from curvature_gap.model import build_model
 from curvature_gap.train import load_datasets, train
 

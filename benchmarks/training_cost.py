@@ -14,7 +14,7 @@ values, so every measurement runs the package's own code on random images of CIF
   evaluation of the 10,000-image test split it ends with (full mode; ``--no-epoch`` leaves it out);
 * ``evaluation`` — that test evaluation alone (``cost.evaluation_seconds``);
 * ``fig6_pass`` / ``fig12_pass`` — seconds per batch of the pass at fixed weights
-  (``experiments.authors_landscape.loader_pass``, ``--pass-batches`` batches), without and with the gradient;
+  (``experiments.running_mean.loader_pass``, ``--pass-batches`` batches), without and with the gradient;
 * for comparison, ``step`` and ``evaluation`` of the 8-block CIFAR-100 model of Table 1 under this companion's
   recipe (batch 256, 200 epochs: Fig. 6 on the theorem's block).
 
@@ -42,7 +42,9 @@ from _bench import Run, add_switches, out_path
 from curvature_gap.config import recipe_for
 from curvature_gap.cost import (SPLIT_SIZES, evaluation_seconds, model_title, random_datasets, seconds_per_step,
                                 synchronize)
-from curvature_gap.experiments.authors_landscape import FIG6_SETTINGS, FIG12_SETTINGS, loader_pass
+from curvature_gap.experiments.assumption import AUTHORS_SETTINGS as FIG12_SETTINGS
+from curvature_gap.experiments.convergence import AUTHORS_SETTINGS as FIG6_SETTINGS
+from curvature_gap.experiments.running_mean import loader_pass
 from curvature_gap.model import build_model
 from curvature_gap.train import load_datasets, train
 

@@ -1,20 +1,29 @@
-"""Fig. 6: loss-landscape convergence at the trained weights w*.
+"""Fig. 6: loss-landscape convergence at the trained weights w*, on the theorem's model and on the authors'.
 
 The paper's procedure: (1) train to convergence, keep w*; (2) start from the empty dataset, add data
 batch by batch and take the mean loss L_k over the k batches seen; (3) plot |L_{k+1} − L_k| against k
-on log-log axes with its EMA and a linear trend. Here the per-sample losses l_i(w*) are computed
-once (:mod:`curvature_gap.landscape.losses`); each random order of the data then gives L_k exactly,
-and |L_{k+1} − L_k| is averaged over ``n_permutations`` orders. The trend is a least-squares line in
-log-log space through log-spaced k >= ``fit_k_min`` (theory: slope −1, from the identity
-L_{k+1} − L_k = (b_{k+1} − L_k)/(k+1), b_{k+1} the (k+1)-th batch mean). Theorem 7's right-hand side at
-w = w* (where its curvature term vanishes) is drawn over it.
+on log-log axes with its EMA and a linear trend. Two protocols compute it, named by the settings:
 
-The x-axis is the number of training samples, k × batch size (the paper's caption: "the number of
-training samples in the dataset"); the points are at whole batches, as in the paper's procedure.
+* the theorem's model (:class:`ConvergenceSettings`, Table 1's models): the per-sample losses l_i(w*) are
+  computed once (:mod:`curvature_gap.landscape.losses`); each random order of the data then gives L_k exactly,
+  and |L_{k+1} − L_k| is averaged over ``n_permutations`` orders. Theorem 7's right-hand side at w = w* (where
+  its curvature term vanishes) is drawn over it. The x-axis is the number of training samples, k × batch size
+  (the paper's caption: "the number of training samples in the dataset"); the points are at whole batches, as
+  in the paper's procedure.
+* the authors' model as their code computes it (:class:`.running_mean.LoaderPassSettings`): one pass of their
+  loader at w* (:func:`.running_mean.compute_loader_pass`), |L_{k+1} − L_k| at every batch, drawn as their
+  notebook draws it. The paper profile is their ``loss_landscape_convergence.yaml``: the 8-block CIFAR-100 model
+  at step 10,000 of the run of seed 42, 26 epochs of its loader (``fig6_authors``); where CIFAR-100 cannot be
+  had, ``fig6_authors_mnist`` (their bf16 run) and ``fig6_authors_mnist_exact`` (float32) select Fig. 6's
+  numbers from the MNIST passes both figures share.
+
+The trend is a least-squares line in log-log space through log-spaced k >= ``fit_k_min``
+(:func:`.running_mean.fit_loglog`; theory: slope −1, from the identity L_{k+1} − L_k = (b_{k+1} − L_k)/(k+1),
+b_{k+1} the (k+1)-th batch mean), and one rule reads it on every model (:func:`slope_verdict`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,9 +35,12 @@ from ..plotting import WIDTH, loglog_axes, new_figure
 from ..row import Row
 from .. import captions
 from .claims import not_run
+from .running_mean import (MNIST_EXACT_SETTINGS, MNIST_NEEDS, MNIST_SETTINGS as PASS_SETTINGS, SMOKE,
+                           LoaderPassSettings, compute_loader_pass, fit_loglog, on_loader, pass_title, select)
 from .spec import FigureSpec, Finding
 
-__all__ = ["compute_convergence", "ema", "loglog_ema", "fit_loglog", "plot_convergence", "ConvergenceSettings", "convergence_slope", "SLOPE_TOL", "SPECS"]
+__all__ = ["compute_convergence", "ema", "loglog_ema", "fit_loglog", "plot_convergence", "message", "ConvergenceSettings",
+           "convergence_slope", "slope_verdict", "key_numbers", "SLOPE_TOL", "AUTHORS_SETTINGS", "SPECS"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,9 @@ SETTINGS = {
 }
 # the stand-in for Fig. 6 where CIFAR-100 or a GPU is missing: the same procedure on the MNIST model
 MNIST_SETTINGS = {"paper": ConvergenceSettings(model="mnist")}
+# the authors' model: their loss_landscape_convergence.yaml (common.seed 42: the run and the loader of seed 42), no
+# gradient; smoke: the pass of their MNIST smoke run
+AUTHORS_SETTINGS = {"paper": LoaderPassSettings(run_seed=42, gradients=False), "smoke": replace(SMOKE, gradients=False)}
 
 
 def ema(x: np.ndarray, beta: float) -> np.ndarray:
@@ -76,21 +91,6 @@ def loglog_ema(k: np.ndarray, y: np.ndarray, beta: float, per_decade: int = 20) 
     kk = np.geomspace(k[0], k[-1], n)
     ly = np.interp(np.log10(kk), np.log10(k), np.log10(y))
     return kk, 10 ** ema(ly, beta)
-
-
-def fit_loglog(k: np.ndarray, y: np.ndarray, k_min: int, n_points: int) -> dict:
-    """Least-squares line log10 y = a log10 k + b through log-spaced k >= k_min (``k`` increasing; where it skips
-    values, the first k at or above each log-spaced target)."""
-    k = np.asarray(k)
-    k_hi = int(k.max())
-    k_min = min(max(1, k_min), k_hi)
-    ks = np.unique(np.round(np.geomspace(k_min, k_hi, n_points)).astype(int))
-    sel = np.unique(np.searchsorted(k, ks))  # the first k >= each target, once each (k need not be consecutive)
-    X, Y = np.log10(k[sel]), np.log10(y[sel])
-    a, b = np.polyfit(X, Y, 1)
-    resid = Y - (a * X + b)
-    r2 = 1 - float(resid @ resid) / float(((Y - Y.mean()) ** 2).sum())
-    return dict(slope=float(a), intercept=float(b), r2=r2, k_fit=k[sel].astype(int).tolist())
 
 
 def compute_convergence(ctx: Context, s: ConvergenceSettings) -> tuple[dict, dict]:
@@ -117,20 +117,42 @@ def compute_convergence(ctx: Context, s: ConvergenceSettings) -> tuple[dict, dic
     return arrays, meta
 
 
+# -------------------------------------------------------------------- the figure (draws a result; computes nothing)
 def plot_convergence(result):
-    """|L_{k+1} − L_k| against the number of training samples, with its EMA, trend and Theorem 7's bound."""
+    """|L_{k+1} − L_k| against the number of training samples with its smoothed curve and fitted trend: on the
+    theorem's model the mean over random orders with its 10–90 % band, its EMA and Theorem 7's bound; on the
+    authors' model one pass over their loader as their notebook draws it (the exponentially weighted mean over
+    batches without the last ``drop_last`` batches, and a fan of fixed k⁻¹ guides), the fitted slope of the
+    verdict (on the raw points) beside it."""
     a, meta = result.arrays, result.meta
     b = meta["batch_size"]
-    n = a["k"] * b
     fit = meta["fit"]
-    fig = new_figure(WIDTH, 5.8)
+    loader = on_loader(result)
+    fig = new_figure(WIDTH, 5.2 if loader else 5.8)
     ax = fig.subplots()
-    ax.fill_between(n, a["q10"], a["q90"], color="tab:blue", alpha=0.12, lw=0, label="10–90 % over orders")
-    ax.plot(n, a["mean_abs_diff"], color="tab:blue", lw=0.6, alpha=0.45, label=f"mean over {meta['n_permutations']} orders")
-    ax.plot(a["k_ema"] * b, a["ema"], color="tab:blue", lw=2.0, label="EMA")
+    if loader:
+        keep = slice(0, len(a["delta"]) - meta.get("drop_last", 0))
+        x = a["n_samples"][keep]
+        ax.plot(x, a["delta"][keep], color="tab:blue", lw=0.5, alpha=0.35, label="each batch")
+        ax.plot(x, a["ewm"][keep], color="tab:blue", lw=2.0, label=f"EWM, α = {meta.get('ewm_alpha', 0.02):g} (theirs)")
+        y_lo, y_hi = np.nanpercentile(a["ewm"][keep], [1, 99])
+        for i in range(int(np.floor(np.log10(y_lo * x[0]))) - 1, int(np.ceil(np.log10(y_hi * x[-1]))) + 1):
+            ax.plot(x, 10.0 ** i / x, color="0.7", lw=0.8, ls=":", label=r"$k^{-1}$ guides" if i == int(
+                np.floor(np.log10(y_lo * x[0]))) - 1 else None)
+        ax.set_ylim(max(y_lo / 3, float(np.min(a["delta"][keep][a["delta"][keep] > 0]))), y_hi * 3)
+        trend = dict(color="0.3", lw=1.6, ls="--", label=f"fitted on every batch: slope {fit['slope']:.3f}")
+    else:
+        n = a["k"] * b
+        ax.fill_between(n, a["q10"], a["q90"], color="tab:blue", alpha=0.12, lw=0, label="10–90 % over orders")
+        ax.plot(n, a["mean_abs_diff"], color="tab:blue", lw=0.6, alpha=0.45, label=f"mean over {meta['n_permutations']} orders")
+        ax.plot(a["k_ema"] * b, a["ema"], color="tab:blue", lw=2.0, label="EMA")
+        trend = dict(color="0.45", lw=1.6, label=f"linear trend, slope {fit['slope']:.3f}")
     kk = np.array([fit["k_fit"][0], a["k"][-1]], dtype=float)
-    ax.plot(kk * b, 10 ** (fit["slope"] * np.log10(kk) + fit["intercept"]), color="0.45", lw=1.6,
-            label=f"linear trend, slope {fit['slope']:.3f}")
+    ax.plot(kk * b, 10 ** (fit["slope"] * np.log10(kk) + fit["intercept"]), **trend)
+    if loader:
+        loglog_axes(ax, f"training samples seen ({meta['n_batches']} batches of {b}, {meta['epochs']} epochs)",
+                    r"$|\mathcal{L}_{k+1}(w^*) - \mathcal{L}_k(w^*)|$", pass_title(meta), legend_ncol=3)
+        return fig
     ax.plot(n, a["theorem7_rhs"], color="tab:red", ls="--", label=r"Theorem 7 at $w^*$: $2\ell_{\max}/(k+1)$")
     loglog_axes(ax, rf"training samples $k\,b$ ($k$ batches of $b = {b}$, up to {meta['n_batches']} batches)",
                 r"$|\mathcal{L}_{k+1}(w^*) - \mathcal{L}_k(w^*)|$",
@@ -138,27 +160,25 @@ def plot_convergence(result):
     return fig
 
 
+def message(result) -> str:
+    """The caption's message: the fitted slope against the 1/k law."""
+    if not on_loader(result):
+        return captions.fig6(result)
+    f = result.meta["fit"]
+    return f"The fitted log-log slope is {f['slope']:.3f} (R² {f['r2']:.3f}); the running-mean identity alone predicts −1."
+
+
+def key_numbers(r) -> dict:
+    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
+    m = r.meta
+    out = {"fitted slope": m["fit"]["slope"], "R²": m["fit"]["r2"]}
+    if not on_loader(r):
+        out.update({"ℓ_max = max loss at w*": m["loss_max"], "mean loss at w*": m["loss_mean"]})
+    return out
+
+
 # ----------------------------------------------------------------------------- the claim
 SLOPE_TOL = 0.1  # a fitted log-log slope within 0.1 of -1 "follows" the 1/k prediction (the paper gives no number)
-
-
-def convergence_slope(result, standin=None) -> Row:
-    """Fig. 6: the fitted log-log slope of the CIFAR-100 model is −1 within ``SLOPE_TOL``."""
-    what = f"'the log-log trend follows this prediction': fitted slope of |L_(k+1) − L_k| against k within {SLOPE_TOL} of −1 (8-block CIFAR-100 model)"
-    if result is None:
-        row = not_run("fig6.slope", "fig6", what, "fig6", "CIFAR-100 and a GPU")
-        if standin is not None:
-            f = standin.meta["fit"]
-            row.note = (f"Needs CIFAR-100 (not obtainable offline) and the Table 1 model trained for "
-                        f"{recipe_for('cifar100', 'paper').epochs} epochs. The MNIST "
-                        f"stand-in (1 block) gives slope {f['slope']:.3f} (R² {f['r2']:.3f}), which the running-mean "
-                        "identity alone predicts for any bounded loss.")
-        return row
-    f = result.meta["fit"]
-    return Row(id="fig6.slope", result="fig6", kind="claim", claim="reproduced", expected=None, what=what,
-               verdict=slope_verdict(f["slope"]), value=f["slope"], tolerance=SLOPE_TOL,
-               profile=result.config["profile"], evidence=[str(result.json_path)],
-               note=f"slope {f['slope']:.3f}, R² {f['r2']:.3f}, {result.meta['n_samples']:,} samples")
 
 
 def slope_verdict(slope: float) -> str:
@@ -167,11 +187,41 @@ def slope_verdict(slope: float) -> str:
     return "reproduced" if abs(slope + 1) <= SLOPE_TOL else "not reproduced"
 
 
-def key_numbers(r) -> dict:
-    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
-    m = r.meta
-    return {"fitted slope": m["fit"]["slope"], "R²": m["fit"]["r2"], "ℓ_max = max loss at w*": m["loss_max"],
-            "mean loss at w*": m["loss_mean"]}
+_STANDIN = "Needs CIFAR-100 (not obtainable offline) and the 8-block model trained to step 10,000 of the authors' recipe."
+# per result with a verdict: the model its row is about, what it needs, and how the note counts the data
+_MODELS = {
+    "fig6": dict(model="8-block CIFAR-100 model", needs="CIFAR-100 and a GPU",
+                 standin=lambda f: (f"Needs CIFAR-100 (not obtainable offline) and the Table 1 model trained for "
+                                    f"{recipe_for('cifar100', 'paper').epochs} epochs. The MNIST stand-in (1 block) "
+                                    f"gives slope {f['slope']:.3f} (R² {f['r2']:.3f}), which the running-mean "
+                                    "identity alone predicts for any bounded loss."),
+                 data=lambda m: f"{m['n_samples']:,} samples"),
+    "fig6_authors": dict(model="the authors' 8-block CIFAR-100 model, one pass of their loader",
+                         needs="CIFAR-100, and the authors' recipe trained to step 10,000 (hours on a CPU: a GPU)",
+                         standin=lambda f: (f"{_STANDIN} Their MNIST model (1 block) gives slope {f['slope']:.3f} "
+                                            f"(R² {f['r2']:.3f}) as a stand-in, which the running-mean identity alone "
+                                            "predicts for any bounded loss."),
+                         data=lambda m: f"{m['n_batches']:,} batches of their loader"),
+}
+
+
+def convergence_slope(result, standin=None, name: str = "fig6") -> Row:
+    """Fig. 6's row on the model of result ``name`` (``fig6``: the theorem's CIFAR-100 model; ``fig6_authors``:
+    the authors'): the fitted log-log slope of |L_(k+1) − L_k| is −1 within ``SLOPE_TOL`` (:func:`slope_verdict`);
+    without the result, "not run" with the MNIST ``standin``'s slope in the note."""
+    on = _MODELS[name]
+    what = (f"'the log-log trend follows this prediction': fitted slope of |L_(k+1) − L_k| against k within {SLOPE_TOL} "
+            f"of −1 ({on['model']})")
+    if result is None:
+        row = not_run(f"{name}.slope", name, what, name, on["needs"])
+        if standin is not None:
+            row.note = on["standin"](standin.meta["fit"])
+        return row
+    f = result.meta["fit"]
+    return Row(id=f"{name}.slope", result=name, kind="claim", claim="reproduced", expected=None, what=what,
+               verdict=slope_verdict(f["slope"]), value=f["slope"], tolerance=SLOPE_TOL,
+               profile=result.config["profile"], evidence=[str(result.json_path)],
+               note=f"slope {f['slope']:.3f}, R² {f['r2']:.3f}, {on['data'](result.meta)}")
 
 
 # ----------------------------------------------------------------------------- the results of this module
@@ -179,15 +229,39 @@ def _compute(j):
     return compute_convergence(j.ctx, j.settings)
 
 
+def _compute_authors(j):
+    return compute_loader_pass(j.ctx, j.settings)
+
+
+_ARRAYS = ("n_samples", "k", "delta", "running_loss", "ewm")  # Fig. 6's arrays of a loader pass
+_PLOT, _MESSAGE = {"convergence": plot_convergence}, {"convergence": message}
+
+
+def _rows(name: str):
+    return lambda res: [convergence_slope(res.get(name), res.get(f"{name}_mnist"), name)]
+
+
 SPECS = (
+    FigureSpec("fig6_authors", "Fig. 6", "fig06_loss_convergence_authors", "the loss difference |L(k+1) − L(k)| "
+               "against k, the authors' model", AUTHORS_SETTINGS, _compute_authors, _PLOT, _MESSAGE,
+               needs="CIFAR-100 (paper) / MNIST (smoke)", rank=0, key_numbers=key_numbers, rows=_rows("fig6_authors"),
+               rows_read=("fig6_authors", "fig6_authors_mnist"),
+               finding=Finding("fig6_authors", "Fig. 6 on the authors' model: |L_(k+1) − L_k| follows 1/k (CIFAR-100)",
+                               "notebooks/fig06_loss_convergence")),
+    FigureSpec("fig6_authors_mnist", "Fig. 6", "fig06_loss_convergence_authors_mnist", "the loss difference "
+               "|L(k+1) − L(k)| against k, the authors' MNIST model, their bf16 run (stand-in)", PASS_SETTINGS,
+               select(_ARRAYS), _PLOT, _MESSAGE, depends=("authors_mnist_pass",), needs=MNIST_NEEDS, rank=0,
+               key_numbers=key_numbers),
+    FigureSpec("fig6_authors_mnist_exact", "Fig. 6", "fig06_loss_convergence_authors_mnist_exact", "the loss "
+               "difference |L(k+1) − L(k)| against k, the authors' MNIST model, float32 run (stand-in)",
+               MNIST_EXACT_SETTINGS, select(_ARRAYS, "authors_mnist_pass_exact"), _PLOT, _MESSAGE,
+               depends=("authors_mnist_pass_exact",), needs=MNIST_NEEDS, rank=0, key_numbers=key_numbers),
     FigureSpec("fig6", "Fig. 6", "fig06_loss_convergence", "the loss difference |L(k+1) − L(k)| against k", SETTINGS,
-               _compute, {"convergence": plot_convergence}, {"convergence": captions.fig6}, needs="CIFAR-100 (paper) / MNIST (smoke)",
-               override_key="convergence", key_numbers=key_numbers, rows=lambda res: [convergence_slope(res.get("fig6"), res.get("fig6_mnist"))],
-               rows_read=("fig6", "fig6_mnist"),
+               _compute, _PLOT, _MESSAGE, needs="CIFAR-100 (paper) / MNIST (smoke)", override_key="convergence",
+               key_numbers=key_numbers, rows=_rows("fig6"), rows_read=("fig6", "fig6_mnist"),
                finding=Finding("fig6", "Fig. 6: |L_(k+1) − L_k| follows 1/k (CIFAR-100)",
                                "notebooks/fig06_loss_convergence")),
     FigureSpec("fig6_mnist", "Fig. 6 (MNIST stand-in)", "fig06_loss_convergence_mnist",
-               "the loss difference |L(k+1) − L(k)| against k, MNIST model", MNIST_SETTINGS, _compute,
-               {"convergence": plot_convergence}, {"convergence": captions.fig6}, override_key="convergence_mnist",
-               key_numbers=key_numbers),
+               "the loss difference |L(k+1) − L(k)| against k, MNIST model", MNIST_SETTINGS, _compute, _PLOT, _MESSAGE,
+               override_key="convergence_mnist", key_numbers=key_numbers),
 )
