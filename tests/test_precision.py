@@ -1,5 +1,5 @@
 """precision: the authors' bf16 arithmetic (emulated bf16 GEMM on the CPU, the LayerNorm γ freeze) and the
-protocol names; the Fig. 12 sums that depend on it are tested in experiments/test_authors_landscape.py."""
+protocol names; the Fig. 12 sums that depend on it are tested in experiments/test_experiments_running_mean.py."""
 from __future__ import annotations
 
 import dataclasses
