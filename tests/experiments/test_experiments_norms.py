@@ -100,3 +100,18 @@ def test_the_fig5_verdict_is_a_count_over_runs_when_there_are_several():
     assert "Over 3 runs (seeds 37, 0, 1" in row.note and "2/3 runs" in row.note
     meta["run_seeds"] = []
     assert norms.keys_values(res, "fig5_authors").verdict == "reproduced"
+
+
+def test_one_rule_reads_either_models_blocks():
+    """kv_reading is the sentence on one reading, whatever the blocks are named (the theorem's weight matrices,
+    the authors' lists); kv_verdict groups readings: every reading of some group, some reading, or none."""
+    order, top, ratio, holds = norms.kv_reading({"W_Q": 1.0, "W_K": 4.0, "W_V": 2.0, "W_1": 0.5, "W_2": 0.2},
+                                                ("W_K", "W_V"))
+    assert order == ["W_K", "W_V", "W_Q", "W_1", "W_2"] and top and ratio == 0.5 and holds  # at the factor: holds
+    order, top, ratio, holds = norms.kv_reading({"queries": 1.5, "keys": 4.0, "values": 2.0, "layernorm": 0.1},
+                                                ("keys", "values"))
+    assert top and ratio == 0.75 and not holds                                               # on top, not much smaller
+    assert not norms.kv_reading({"queries": 5.0, "keys": 4.0, "values": 20.0}, ("keys", "values"))[1]
+    assert norms.kv_verdict({"a": {"x": True, "y": True}, "b": {"x": False}}) == ("reproduced", 1.0, "a")
+    assert norms.kv_verdict({"a": {"x": True, "y": False}, "b": {"x": False}}) == ("partly reproduced", 0.5, "a")
+    assert norms.kv_verdict({"figure": {"x": False}})[:2] == ("not reproduced", 0.0)
