@@ -131,7 +131,8 @@ def test_an_undeclared_key_or_an_unmeasured_declaration_is_refused():
     with pytest.raises(KeyError, match="Hd"):  # the measuring function adds to a key nobody declared
         _run(_mutated(('A["Hfd"].add(', 'A["Hd"].add(')))
     with pytest.raises(ValueError, match="nothing was measured"):  # a declaration its group never measures
-        _run(_mutated(('"Hfd", tol=FD_TOL),', '"Hfd", tol=FD_TOL),\n    FormulaCheck("toy.idle", "appB", "w", "idle"),')))
+        idle = '\n    FormulaCheck("toy.idle", "appB", "w", "idle"),'
+        _run(_mutated(('"Hfd", tol=FD_TOL),', '"Hfd", tol=FD_TOL),' + idle)))
     with pytest.raises(ValueError, match="measured a printed form"):  # a printed form without expected=
         _run(_mutated((' expected="corrected"),', '),')))
 
