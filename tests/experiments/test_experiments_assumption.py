@@ -57,3 +57,19 @@ def test_the_accumulation_rows_say_whether_the_plotted_curve_is_the_quantity():
     fine = asm.accumulation_rows(_result({**_STANDIN12, "theirs_over_exact": 0.99, "exact_drift": 0.6}))
     assert [r.verdict for r in fine] == ["holds", "holds"] and not any(r.finding for r in fine)
     assert [r.verdict for r in asm.accumulation_rows(None)] == ["not run", "not run"]
+
+
+def test_assumption_rows_without_a_result_are_not_run_and_name_the_command():
+    a1 = asm.assumption_rows(None)
+    assert [r.id for r in a1] == ["assumption1.zero", "fig12.validity_increases"]
+    assert all(not r.ran and "curvature-gap reproduce --only fig12" in r.command for r in a1)
+
+
+def test_assumption_rows_from_a_result():
+    meta = dict(grad_norm_full=1e-3, rms_per_sample_grad_norm=1.0, n_samples=100, decreasing=True,
+                slope_small_k=-0.5, k_floor=1e6)
+    zero, fig12 = asm.assumption_rows(_result(meta))
+    assert zero.verdict == "fails" and zero.value == 1e-3 and zero.finding      # the paper claims it holds
+    assert fig12.verdict == "reproduced" and fig12.value == -0.5 and "k^-1/2" in fig12.note
+    zero, fig12 = asm.assumption_rows(_result(dict(meta, grad_norm_full=1e-9, decreasing=False)))
+    assert zero.verdict == "holds" and fig12.verdict == "not reproduced"

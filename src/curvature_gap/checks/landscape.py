@@ -2,19 +2,20 @@
 
 Theorem 7 is checked twice: on one self-attention layer at an exact minimiser (synthetic, always run;
 :func:`curvature_gap.landscape.theorem7.sa_check`) and on the trained MNIST ViT (from the ``theorem7``
-result). Assumption 1 and the paper's reading of Fig. 12 come from the ``fig12`` result. Without a
-result, the rows are ``not run`` and name the command that computes them.
+result). Assumption 1 and the paper's reading of Fig. 12 come from the ``fig12`` result, in Fig. 12's module
+(:func:`curvature_gap.experiments.assumption.assumption_rows`). Without a result, the rows are ``not run`` and
+name the command that computes them.
 """
 from __future__ import annotations
 
 from ..bounds.registry import RTOL
+from ..experiments.assumption import ASSUMPTION_TOL, assumption_rows
 from ..landscape.theorem7 import T0_FLOOR, moved, sa_check
 from ..row import Row
 
 __all__ = ["run_checks", "sa_rows", "vit_rows", "assumption_rows", "IDENTITY_TOL", "ASSUMPTION_TOL"]
 
 IDENTITY_TOL = 1e-12  # float64 rounding of a running mean over ≤ 60,000 terms of size O(1)
-ASSUMPTION_TOL = 1e-6  # "∇L_k(w*) = 0": the gradient below 1e-6 of the typical per-sample gradient
 
 _T7 = ("|L_{k+1}(w) − L_k(w)| ≤ 2ℓ_max/(k+1) + M‖w − w*‖²/(k+1)")
 
@@ -97,47 +98,6 @@ def vit_rows(result) -> list[Row]:
                     verdict="holds" if resid <= IDENTITY_TOL else "fails", value=resid, tolerance=IDENTITY_TOL,
                     profile=result.config["profile"], evidence=[str(result.json_path)]))
     return rows
-
-
-def assumption_rows(result, standin=None) -> list[Row]:
-    """Assumption 1 taken literally, and the paper's reading of Fig. 12: the claim from the ``fig12`` result (the
-    CIFAR-100 model of Table 1), "not run at paper scale" with the MNIST stand-in's numbers without it; Assumption 1
-    itself from whichever trained model was measured."""
-    measured = result if result is not None else standin
-    claim_what = ("'its validity increases with … a larger number of samples': log-log slope of the root-mean-square "
-                  "‖∇L_k(w*)‖ over all orders of the data against k, over k ≤ N/10 (negative: reproduced; the "
-                  "CIFAR-100 model of Table 1)")
-    if measured is None:
-        cmd = "curvature-gap reproduce --only fig12_mnist (needs MNIST; trains the model if needed)"
-        return [Row(id="assumption1.zero", result="assumption1", kind="identity", claim="holds", verdict="not run",
-                    what="∇L_k(w*) = 0 for every k", profile="paper", command=cmd),
-                Row(id="fig12.validity_increases", result="fig12", kind="claim", claim="reproduced", verdict="not run",
-                    what=claim_what, profile="paper", command=cmd)]
-    m = measured.meta
-    rel = m["grad_norm_full"] / m["rms_per_sample_grad_norm"]
-    prof = measured.config["profile"]
-    data = "CIFAR-100" if m.get("model") == "cifar100" else "MNIST"
-    averaging = (f"slope {m['slope_small_k']:.3f}: the decrease is the k^-1/2 (slope -0.5) that averaging alone "
-                 f"produces; it would level off at ‖∇L_N(w*)‖ near k = {m['k_floor']:.3g}" if m.get("k_floor") else
-                 f"slope {m['slope_small_k']:.3f}")
-    rows = [Row(id="assumption1.zero", result="assumption1", kind="identity", claim="holds", expected=None,
-                what="∇L_k(w*) = 0 for every k; value = min over k of ‖∇L_k(w*)‖ (at k = N: the full training set) "
-                     "/ rms_i ‖∇l_i(w*)‖", verdict="holds" if rel <= ASSUMPTION_TOL else "fails", value=rel,
-                tolerance=ASSUMPTION_TOL, profile=prof, evidence=[str(measured.json_path)],
-                instances=f"{m['n_samples']:,} training images, trained {data} model of Table 1",
-                note=f"‖∇L_N(w*)‖ = {m['grad_norm_full']:.3g} against a per-sample rms of "
-                     f"{m['rms_per_sample_grad_norm']:.3g}: w* is an approximate minimiser of L_N only; for k < N "
-                     "the gradient is larger still")]
-    if result is None:
-        row = Row(id="fig12.validity_increases", result="fig12", kind="claim", claim="reproduced", verdict="not run",
-                  what=claim_what, profile="paper",
-                  command="curvature-gap reproduce --only fig12 (needs CIFAR-100 and the Table 1 CIFAR-100 model)")
-        row.note = ("Needs CIFAR-100 (not obtainable offline) and the Table 1 CIFAR-100 model. The MNIST stand-in "
-                    f"(1 block) gives {averaging}.")
-        return rows + [row]
-    return rows + [Row(id="fig12.validity_increases", result="fig12", kind="claim", claim="reproduced", expected=None,
-                       what=claim_what, verdict="reproduced" if m["decreasing"] else "not reproduced",
-                       value=m["slope_small_k"], profile=prof, evidence=[str(result.json_path)], note=averaging)]
 
 
 def run_checks(fig12=None, theorem7=None, fig12_mnist=None) -> list[Row]:
