@@ -1,6 +1,6 @@
 """What every benchmark records about its run, the two switches every benchmark has, and what the benchmarks
 that time each method in its own process share (:func:`run_worker`, :func:`timed`, :func:`max_rel_err`,
-:func:`mark_speedup`).
+:func:`mark_speedup`, :func:`count_flops`).
 
 Each script under ``benchmarks/`` writes one JSON document (``--out``; for a full run the default is
 ``benchmarks/<name>.json``, which ``benchmarks/report.py`` renders into ``benchmarks/RESULTS.md``)::
@@ -194,6 +194,19 @@ def timed(fn, repeats: int, warmup: bool = True):
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     return out, {"seconds": statistics.median(times), "times": times, "cpu_seconds": statistics.median(cpu)}
+
+
+def count_flops(fn) -> float:
+    """The floating-point operations of one call of ``fn``, as ``torch.utils.flop_counter.FlopCounterMode`` counts
+    them: the matrix products (``mm``, ``bmm``, ``addmm``, convolutions, attention kernels), 2 per multiply-add,
+    forward and backward alike; element-wise work is not counted. Run apart from the timed calls (the counter
+    intercepts every operation), so it changes no timing."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return float(counter.get_total_flops())
 
 
 def max_rel_err(a, b) -> float:

@@ -25,7 +25,8 @@ memory VmHWM is its own; ``base_mb`` after imports and building the layer; ``--q
 so its peak is the process's); the median of ``--repeats``
 timed runs after one untimed warm-up (HVPs: of 5; the ViT-Tiny block tasks: one run, no warm-up). Per row the error
 ``max|ours − ref| / max|ref|`` against the case's autograd reference; per case the ratio fastest
-autodiff / closed form.
+autodiff / closed form. At the ViT-Tiny size each method's matrix-product FLOPs are also counted, in one more
+untimed call (``_bench.count_flops``): there both routes are bound by the same products.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _bench import Run, mark_speedup, max_rel_err, out_path, peak_mb, per_process_args, run_worker, timed
+from _bench import Run, count_flops, mark_speedup, max_rel_err, out_path, peak_mb, per_process_args, run_worker, timed
 
 NAME = "layer_hessian"
 KINDS = ("torch", "timm", "vit", "bert")
@@ -99,7 +100,10 @@ def _worker(spec: dict) -> dict:
     else:
         out = out.detach()
     torch.save(out, spec["save"])
-    return {"seconds": t["seconds"], "times": t["times"], "base_mb": base, "peak_mb": peak_mb(),
+    peak = peak_mb()
+    out = None
+    flops = count_flops(fn) if spec.get("flops") else None
+    return {"seconds": t["seconds"], "times": t["times"], "base_mb": base, "peak_mb": peak, "flops": flops,
             "parameters": sum(p.numel() for p in layer.parameters()), "status": "ok"}
 
 
@@ -128,7 +132,7 @@ def run(quick: bool, repeats: int, threads: int, tmp: Path) -> list[dict]:
         for method, chunk in methods:
             path = tmp / f"{len(rows)}-{len(case_rows)}.pt"
             spec = dict(kind=kind, size=list(sizes[size]), task=task, method="closed" if method == "closed form" else "auto",
-                        chunk=chunk, threads=threads, warmup=not big_blocks,
+                        chunk=chunk, threads=threads, warmup=not big_blocks, flops=size == "ViT-Tiny size",
                         repeats=1 if big_blocks else max(repeats, HVP_REPEATS) if task == "hvp" else repeats,
                         save=str(path))
             res = _worker(spec) if quick else run_worker(__file__, spec)
@@ -136,6 +140,7 @@ def run(quick: bool, repeats: int, threads: int, tmp: Path) -> list[dict]:
             r = dict(size=size, layer=TITLES[kind], kind=kind, task=task, N=N, L=L, d=d, heads=h, d_ff=dff,
                      method=method, chunk=chunk, repeats=spec["repeats"], seconds=res.get("seconds"),
                      times=res.get("times"), peak_mb=res.get("peak_mb"), base_mb=res.get("base_mb"),
+                     flops=res.get("flops"),
                      parameters=res.get("parameters"), max_rel_err=None, status=res.get("status", "error"))
             if res.get("error"):
                 r["note"] = res["error"]

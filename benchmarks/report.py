@@ -447,11 +447,20 @@ def render_layer_hessian(doc: dict) -> list[str]:
              f"{st.get('threads_per_method', doc['threads'])} thread(s), "
              f"median of {st.get('repeats', '?')} run(s) after a warm-up (ViT-Tiny block tasks: one run); error "
              "against the first (autograd) row of its case.")
+    def flops(r):
+        """`` (matrix products: X GFLOP closed form, Y autodiff)`` where the benchmark counted them."""
+        auto = next((a for a in doc["rows"] if (a["size"], a["layer"], a["task"], a["method"]) ==
+                     (r["size"], r["layer"], r["task"], r["fastest_autodiff"])), {})
+        if r.get("flops") is None or auto.get("flops") is None:
+            return ""
+        return (f" (matrix products: {r['flops'] / 1e9:.4g} GFLOP closed form, {auto['flops'] / 1e9:.4g} GFLOP "
+                "autodiff)")
+
     return closed_form_table(
         doc, intro, [("size", "---"), ("layer", "---"), ("task", "---"), ("parameters", "---:")],
         lambda r: [r["size"], r["layer"], r["task"], fmt(r.get("parameters"), "{:,}")],
         lambda r: (f"- {r['size']}, {r['layer']}, {r['task']}: closed form {secs(r['seconds'])} s vs "
-                   f"{r['fastest_autodiff']} — **{r['speedup']:.1f}×**."))
+                   f"{r['fastest_autodiff']} — **{r['speedup']:.1f}×**{flops(r)}."))
 
 
 def render_authors_hessian(doc: dict) -> list[str]:
