@@ -56,8 +56,10 @@ QUICK = Sizes(
 
 def device_test_args(device: str, sizes: Sizes = FULL) -> list[str]:
     """The pytest arguments of step a: the device-parametrised tests on ``device``."""
+    # addopts cleared: the project's addopts name nbval's options, and these tests need no notebook plugin,
+    # so the check also runs in an environment without the dev extra (a GPU image's own torch, say)
     return ["-m", "pytest", "-q", "-m", "device", "--device", device, "tests/test_device.py",
-            "-p", "no:cacheprovider", *sizes.device_tests]
+            "-p", "no:cacheprovider", "-o", "addopts=-ra", *sizes.device_tests]
 
 # Upper-bound seconds per (sub)step on an H200 host with 16 CPU cores; a step starts only if its
 # estimate fits the remaining budget.
