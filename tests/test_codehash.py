@@ -42,9 +42,13 @@ def copy(tmp_path, monkeypatch):
     dst = tmp_path / "curvature_gap"
     shutil.copytree(SRC, dst, ignore=shutil.ignore_patterns("__pycache__"))
     real = codehash._module_tree
+    edited: set[Path] = set()
 
     def from_copy(module):
+        """The copy's tree of an edited file; the original's (the same text, already parsed) of the others."""
         rel = Path(module.__file__).resolve().relative_to(SRC)
+        if rel not in edited:
+            return real(module)
         return codehash._tree(str(dst / rel), (dst / rel).stat().st_mtime_ns)
 
     monkeypatch.setattr(codehash, "_module_tree", from_copy)
@@ -54,6 +58,7 @@ def copy(tmp_path, monkeypatch):
         text = p.read_text()
         assert text.count(old) >= 1, f"{old!r} is not in {rel}: the test no longer edits what it names"
         p.write_text(text.replace(old, new, 1))
+        edited.add(Path(rel))
 
     yield edit
     monkeypatch.setattr(codehash, "_module_tree", real)

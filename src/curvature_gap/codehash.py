@@ -98,11 +98,25 @@ def reached(*roots, via: tuple = ()) -> dict[str, str]:
         key, node, module = found
         if key in seen:
             continue
-        node = _Normalise().visit(copy.deepcopy(node))
-        seen[key] = ast.dump(node)
+        seen[key], node = _normalised(node)
         todo.extend(_references(node, module))
         todo.extend(_via_references(node, via))
     return seen
+
+
+# (normalised dump, normalised tree) per definition's syntax tree: a definition reached by several roots, or by
+# several code hashes of a process, is copied and normalised once. Keyed by the nodes themselves (identity), which
+# live as long as :func:`_tree`'s cache; a wrapper ``ast.Module`` (lambdas, constants) is keyed by its statements.
+_NORMALISED: dict = {}
+
+
+def _normalised(node: ast.AST) -> tuple[str, ast.AST]:
+    key = tuple(node.body) if type(node) is ast.Module else node
+    hit = _NORMALISED.get(key)
+    if hit is None:
+        norm = _Normalise().visit(copy.deepcopy(node))
+        hit = _NORMALISED[key] = (ast.dump(norm), norm)
+    return hit
 
 
 def _via_references(node: ast.AST, via: dict) -> list:
