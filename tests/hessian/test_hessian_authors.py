@@ -137,7 +137,8 @@ def test_the_theorem_variant_keeps_its_path_and_its_hessian():
 @pytest.mark.slow
 def test_the_authors_mnist_model_equals_curvlinops_on_sampled_columns():
     m = cg.build_model("authors_mnist", seed=0)
-    x, y = _batch(32, seed=7, dtype=torch.float32)
+    # batch 8: the columns' equality does not depend on the batch size (sample chunks: the test above)
+    x, y = _batch(8, seed=7, dtype=torch.float32)
     groups = cg.param_groups(m)
     P = groups[-1].stop
     g = torch.Generator().manual_seed(8)
