@@ -27,7 +27,8 @@ Savings over generic Hessian-vector products, all exact:
   stops at ``g``; the other triangle follows from symmetry ``H = Hᵀ``;
 * **batched tangents:** ``c`` directions travel together in the layout (B, n, c, d), so every
   weight product is one GEMM ((B·n·c, d_in) @ (d_in, d_out)) and every Hessian-row contraction
-  over tokens is one GEMM with inner dimension B·n; attention tangents use (B, c, n, n);
+  over tokens is one GEMM with inner dimension B·n; attention tangents use the row layout (B, n, c, n)
+  (:mod:`.ops.attention`), in which each of their products is one batched GEMM;
 * **token-sized row sums:** the softmax adjoint tangent's row sums are token-sized (:mod:`.ops.attention`);
 * **closed-form last FFN:** :meth:`ViTSecondOrder.last_ffn_hessian` gives the (W1, b1, W2, b2)
   block of the last block from per-token quantities (see its docstring; with GELU it has one more,
@@ -424,7 +425,7 @@ class ViTSecondOrder:
         dq = linear.jvp(b.x, dx, w("query"), T("query"), T("query_bias"))
         dk = linear.jvp(b.x, dx, w("key"), T("key"), T("key_bias"))
         dA = attention.jvp(b.A, b.q, b.k, dq, dk, c)
-        dax, dx_a = attention.mix_jvp(b.A, b.x, dA, dx, c)
+        dax, dx_c = attention.mix_jvp(b.A, b.x, dA, dx, c)
         dv = linear.jvp(b.ax, dax, w("value"), T("value"), T("value_bias"))
         do = linear.jvp(b.v, dv, w("out"), T("out"), T("out_bias")) if cfg.out_proj else dv
         n1, rstd1 = b.n1.unsqueeze(2), b.rstd1.unsqueeze(2)
@@ -436,7 +437,7 @@ class ViTSecondOrder:
         n2, rstd2 = b.n2.unsqueeze(2), b.rstd2.unsqueeze(2)
         dn2, m_nu2 = layernorm.jvp(n2, rstd2, add(dy, df))
         dout = layernorm.affine_jvp(n2, dn2, w("ln2.weight"), T("ln2.weight"), T("ln2.bias"))
-        return dict(dx=dx, dq=dq, dk=dk, dA=dA, dx_a=dx_a, dax=dax, dv=dv, dn1=dn1, m_nu1=m_nu1, dy=dy, dh=dh,
+        return dict(dx=dx, dq=dq, dk=dk, dA=dA, dx_c=dx_c, dax=dax, dv=dv, dn1=dn1, m_nu1=m_nu1, dy=dy, dh=dh,
                     dr=dr, dn2=dn2, m_nu2=m_nu2, dout=dout)
 
     def _block_vjp_tangent(self, i: int, b: _Block, t: dict, ddx, tan: dict, c: int, put):
@@ -480,7 +481,7 @@ class ViTSecondOrder:
         ddax = linear.vjp_tangent(b.d_v, ddv, w("value"), T("value"))
         dxi = t.get("dx")
         ddq, ddk, ddx_att = attention.vjp_tangent(b.A, b.x, b.q, b.k, b.ax, b.att, b.d_ax, t.get("dA"), t.get("dax"),
-                                                  t.get("dx_a"), t.get("dq"), t.get("dk"), ddax, c)
+                                                  t.get("dx_c"), t.get("dq"), t.get("dk"), ddax, c)
         stop = put(g + "query", lin_rows(b.x, dxi, b.att.d_q, ddq, "query", cfg.qkv_bias))
         put(g + "key", lin_rows(b.x, dxi, b.att.d_k, ddk, "key", cfg.qkv_bias))  # after query: stops with it
         if stop:

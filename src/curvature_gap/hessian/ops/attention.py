@@ -10,7 +10,11 @@
   ``δk̇ = s (δṪᵀ q + δTᵀ q̇)`` (here δT carries the factor s already); the input receives
   ``Aᵀ δȧx + Ȧᵀ δax``.
 
-Tangents of q, k, x, ax are in the token layout (B, n, c, ·); tangents of T and A in (B, c, n, n).
+Layouts: tangents of q, k, x, ax are in the token layout (B, n, c, ·); tangents of T and A in the row layout
+(B, n, c, n) (query token i, tangent, key token j). In that layout every product with a token-layout tensor
+is one batched GEMM over the images whose output is already in its destination layout ((B, n·c, n) @ (B, n, ·),
+(B, n, ·) @ (B, ·, c·n)): no tangent-sized attention tensor is ever permuted; only the token-sized ẋ, k̇ and two
+results are (measured: the adjoint tangent 8.2 -> 5.5 ms per call at the MNIST model's B = 32, n = 49, c = 16).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import torch
 from ...model import attention_probs
 from .linear import add
 
-__all__ = ["primal", "Adjoint", "vjp", "jvp", "mix_jvp", "vjp_tangent", "tok2att", "att2tok"]
+__all__ = ["primal", "Adjoint", "vjp", "jvp", "mix_jvp", "vjp_tangent"]
 
 
 def primal(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -35,19 +39,28 @@ def scale_of(q: torch.Tensor) -> float:
     return 1.0 / math.sqrt(q.shape[-1])
 
 
-def tok2att(t: torch.Tensor, B: int) -> torch.Tensor:
-    """Token layout (B, n, c, k) -> attention layout (B, c, n, k), contiguous."""
-    return t.expand(B, *t.shape[1:]).permute(0, 2, 1, 3).contiguous()
+def _full(t: torch.Tensor, B: int) -> torch.Tensor:
+    """A token-layout tangent (B or 1, n, c, k) with its batch axis expanded to B (a view)."""
+    return t.expand(B, *t.shape[1:])
 
 
-def att2tok(t: torch.Tensor) -> torch.Tensor:
-    """Attention layout (B, c, n, k) -> token layout (B, n, c, k), contiguous."""
-    return t.permute(0, 2, 1, 3).contiguous()
+def _rows(t: torch.Tensor, B: int) -> torch.Tensor:
+    """Token layout (B, n, c, k) -> (B, n·c, k) (a view where the layout allows)."""
+    n, c, k = t.shape[1:]
+    return _full(t, B).reshape(B, n * c, k)
+
+
+def _cols(t: torch.Tensor, B: int) -> torch.Tensor:
+    """Token layout (B, n, c, k) -> (B, k, c·n): the tangent as the right factor of ``(B, ·, k) @ (B, k, c·n)``
+    (one token-sized copy)."""
+    n, c, k = t.shape[1:]
+    return _full(t, B).permute(0, 3, 2, 1).reshape(B, k, c * n)
 
 
 @dataclass
 class Adjoint:
-    """Primal adjoints of the attention: δA, ρ = rowsum(A ∘ δA), δT (scaled), δq, δk, and Aᵀ δax."""
+    """Primal adjoints of the attention: δA, ρ = rowsum(A ∘ δA), δT (scaled), δq, δk, Aᵀ δax; and, for the
+    adjoint tangent, ``sA = s A`` and ``sDr = s (δA − ρ)``."""
 
     d_A: torch.Tensor
     rho: torch.Tensor
@@ -55,78 +68,87 @@ class Adjoint:
     d_q: torch.Tensor
     d_k: torch.Tensor
     d_x: torch.Tensor
+    sA: torch.Tensor
+    sDr: torch.Tensor
 
 
 def vjp(A, x, q, k, d_ax) -> Adjoint:
     """The adjoints of the attention from δax (B, n, d)."""
+    s = scale_of(q)
     d_A = d_ax @ x.transpose(-1, -2)
     rho = (A * d_A).sum(-1, keepdim=True)
-    d_Ts = A * (d_A - rho) * scale_of(q)
-    return Adjoint(d_A, rho, d_Ts, d_Ts @ k, d_Ts.transpose(-1, -2) @ q, A.transpose(-1, -2) @ d_ax)
+    d_Ts = A * (d_A - rho) * s
+    return Adjoint(d_A, rho, d_Ts, d_Ts @ k, d_Ts.transpose(-1, -2) @ q, A.transpose(-1, -2) @ d_ax,
+                   A * s, (d_A - rho) * s)
 
 
 def jvp(A, q, k, dq, dk, c: int):
-    """Ȧ (B, c, n, n) from q̇, k̇ (token layout, either None); None when both are."""
+    """Ȧ (B, n, c, n) from q̇, k̇ (token layout, either None); None when both are."""
     if dq is None and dk is None:
         return None
     Bs, n = A.shape[:2]
-    dT = None
-    if dq is not None:
-        dT = (tok2att(dq, Bs).view(Bs, c * n, -1) @ k.transpose(-1, -2)).view(Bs, c, n, n)
-    if dk is not None:  # q k̇ᵀ as B·c small products (a transposed add would be ~3x slower)
-        dk_a = tok2att(dk, Bs)
-        q_rep = q.unsqueeze(1).expand(Bs, c, n, q.shape[-1]).reshape(Bs * c, n, -1)
-        qdk = torch.bmm(q_rep, dk_a.view(Bs * c, n, -1).transpose(1, 2)).view(Bs, c, n, n)
-        dT = qdk if dT is None else dT.add_(qdk)
-    dT.mul_(scale_of(q))
-    A4 = A.unsqueeze(1)
+    s = scale_of(q)
+    dT = None  # (B, n, c·n) viewed as the row layout
+    if dq is not None:  # s q̇ kᵀ: (B, n·c, d_K) @ (B, d_K, n)
+        dT = torch.bmm(_rows(dq, Bs), (k * s).transpose(1, 2)).view(Bs, n, c * n)
+    if dk is not None:  # s q k̇ᵀ: (B, n, d_K) @ (B, d_K, c·n)
+        dT = torch.bmm(q * s, _cols(dk, Bs)) if dT is None else dT.baddbmm_(q * s, _cols(dk, Bs))
+    dT = dT.view(Bs, n, c, n)
+    A4 = A.unsqueeze(2)
     return dT.sub_((A4 * dT).sum(-1, keepdim=True)).mul_(A4)
 
 
 def mix_jvp(A, x, dA, dx, c: int):
-    """(ȧx = Ȧ x + A ẋ in the token layout, ẋ in the attention layout (kept for the adjoint tangent))."""
+    """(ȧx = Ȧ x + A ẋ in the token layout, ẋ as (B, d, c·n) for the adjoint tangent's δax ẋᵀ, or None)."""
     Bs, n, d = x.shape
-    dax = dx_a = None
-    if dA is not None:
-        dax = att2tok((dA.view(Bs, c * n, n) @ x).view(Bs, c, n, d))
-    if dx is not None:
-        dx_a = tok2att(dx, Bs)
-        dax = add(dax, (A @ dx.expand(Bs, n, c, d).reshape(Bs, n, c * d)).view(Bs, n, c, d))
-    return dax, dx_a
+    dax = dx_c = None
+    if dA is not None:  # Ȧ x: (B, n·c, n) @ (B, n, d)
+        dax = torch.bmm(dA.view(Bs, n * c, n), x)
+    if dx is not None:  # A ẋ: (B, n, n) @ (B, n, c·d)
+        dx_c = _cols(dx, Bs)
+        dxv = _full(dx, Bs).reshape(Bs, n, c * d)
+        dax = torch.bmm(A, dxv) if dax is None else dax.view(Bs, n, c * d).baddbmm_(A, dxv)
+    return (None if dax is None else dax.view(Bs, n, c, d)), dx_c
 
 
-def vjp_tangent(A, x, q, k, ax, adj: Adjoint, d_ax, dA, dax, dx_a, dq, dk, ddax, c: int):
-    """(δq̇, δk̇, δẋ from the mixing: Aᵀ δȧx + Ȧᵀ δax), each in the token layout or None."""
+def vjp_tangent(A, x, q, k, ax, adj: Adjoint, d_ax, dA, dax, dx_c, dq, dk, ddax, c: int):
+    """(δq̇, δk̇, δẋ from the mixing: Aᵀ δȧx + Ȧᵀ δax), each in the token layout or None; ``dx_c`` is ẋ as
+    :func:`mix_jvp` returns it."""
     Bs, n, d = x.shape
-    A4 = A.unsqueeze(1)
-    ddA = None  # δȦ = δȧx xᵀ + δax ẋᵀ, layout (B, c, n, n)
+    ddA = None  # δȦ = δȧx xᵀ + δax ẋᵀ, (B, n, c·n)
     if ddax is not None:
-        ddA = (tok2att(ddax, Bs).view(Bs, c * n, d) @ x.transpose(-1, -2)).view(Bs, c, n, n)
-    if dx_a is not None:  # δax ẋᵀ as B·c small products
-        dax_rep = d_ax.unsqueeze(1).expand(Bs, c, n, d).reshape(Bs * c, n, d)
-        xd = torch.bmm(dax_rep, dx_a.view(Bs * c, n, d).transpose(1, 2)).view(Bs, c, n, n)
-        ddA = xd if ddA is None else ddA.add_(xd)
-    ddTs = None
+        ddA = torch.bmm(_rows(ddax, Bs), x.transpose(1, 2)).view(Bs, n, c * n)
+    if dx_c is not None:
+        ddA = torch.bmm(d_ax, dx_c) if ddA is None else ddA.baddbmm_(d_ax, dx_c)
+    ddTs = None  # s δṪ in the row layout (B, n, c, n)
     if ddA is not None or dA is not None:
-        rs = None if ddax is None else (ddax * ax.unsqueeze(2)).sum(-1)
+        rs = None if ddax is None else (_full(ddax, Bs) * ax.unsqueeze(2)).sum(-1)
         if dax is not None:
             rs = add(rs, (dax * d_ax.unsqueeze(2)).sum(-1))
-        rs = rs.transpose(1, 2).unsqueeze(-1)  # (B, n, c) -> (B, c, n, 1)
-        ddTs = (-rs * A4) if ddA is None else ddA.sub_(rs).mul_(A4)
+        rs = rs.unsqueeze(-1)  # (B, n, c, 1)
+        sA4 = adj.sA.unsqueeze(2)
+        ddTs = -rs * sA4 if ddA is None else ddA.view(Bs, n, c, n).sub_(rs).mul_(sA4)
         if dA is not None:
-            ddTs = ddTs.add_(dA * (adj.d_A - adj.rho).unsqueeze(1))
-        ddTs = ddTs.mul_(scale_of(q))
+            ddTs = ddTs.addcmul_(dA, adj.sDr.unsqueeze(2))
     ddq = ddk = None
     if ddTs is not None:
-        ddq = att2tok((ddTs.view(Bs, c * n, n) @ k).view(Bs, c, n, -1))
-        ddk = att2tok(ddTs.transpose(-1, -2) @ q.unsqueeze(1))
-    if dk is not None:
-        ddq = add(ddq, (adj.d_Ts @ dk.expand(Bs, *dk.shape[1:]).reshape(Bs, n, -1)).view(Bs, n, c, -1))
-    if dq is not None:
-        ddk = add(ddk, (adj.d_Ts.transpose(-1, -2) @ dq.expand(Bs, *dq.shape[1:]).reshape(Bs, n, -1)).view(Bs, n, c, -1))
+        flat = ddTs.view(Bs, n, c * n)
+        ddq = torch.bmm(ddTs.view(Bs, n * c, n), k).view(Bs, n, c * k.shape[-1])  # δṪ k, token layout
+        ddk = torch.bmm(flat.transpose(1, 2), q).view(Bs, c, n, -1).permute(0, 2, 1, 3)  # δṪᵀ q, token layout
+    if dk is not None:  # δT k̇
+        dkv = _full(dk, Bs).reshape(Bs, n, -1)
+        ddq = torch.bmm(adj.d_Ts, dkv) if ddq is None else ddq.baddbmm_(adj.d_Ts, dkv)
+    if dq is not None:  # δTᵀ q̇
+        t = torch.bmm(adj.d_Ts.transpose(1, 2), _full(dq, Bs).reshape(Bs, n, -1)).view(Bs, n, c, -1)
+        ddk = t if ddk is None else t.add_(ddk)
+    elif ddk is not None:
+        ddk = ddk.contiguous()
+    if ddq is not None:
+        ddq = ddq.view(Bs, n, c, -1)
     ddx = None
-    if ddax is not None:
-        ddx = (A.transpose(-1, -2) @ ddax.reshape(Bs, n, c * d)).view(Bs, n, c, d)
-    if dA is not None:
-        ddx = add(ddx, att2tok(dA.transpose(-1, -2) @ d_ax.unsqueeze(1)))
+    if ddax is not None:  # Aᵀ δȧx
+        ddx = torch.bmm(A.transpose(1, 2), _full(ddax, Bs).reshape(Bs, n, c * d)).view(Bs, n, c, d)
+    if dA is not None:  # Ȧᵀ δax: (B, c·n, n) @ (B, n, d), to the token layout
+        t = torch.bmm(dA.view(Bs, n, c * n).transpose(1, 2), d_ax).view(Bs, c, n, d).permute(0, 2, 1, 3)
+        ddx = t.contiguous() if ddx is None else ddx.add_(t)
     return ddq, ddk, ddx

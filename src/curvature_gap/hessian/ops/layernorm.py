@@ -26,12 +26,20 @@ def primal(u: torch.Tensor, eps: float, gamma=None, beta=None):
     return n_hat, rstd, affine(n_hat, gamma, beta)
 
 
+def _rowdot(t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """``Σ_k t[..., k] p[..., 0, k]``: a tangent (..., c, d) against a primal row (..., 1, d) -> (..., c, 1), as a
+    batched matrix-vector product (no temporary of the tangent's size)."""
+    return t @ p.transpose(-1, -2)
+
+
 def jvp(n_hat, rstd, du):
     """Forward tangent of n̂: ``r (u̇ − mean u̇ − n̂ mean(n̂ u̇))``; returns (n̂̇, mean(n̂ u̇)), or (None, None)."""
     if du is None:
         return None, None
-    m_nu = (n_hat * du).mean(-1, keepdim=True)
-    return rstd * (du - du.mean(-1, keepdim=True) - n_hat * m_nu), m_nu
+    m_nu = _rowdot(du, n_hat) / du.shape[-1]
+    out = du * rstd
+    out.sub_(rstd * du.mean(-1, keepdim=True))
+    return out.addcmul_(n_hat, rstd * m_nu, value=-1), m_nu
 
 
 def vjp(n_hat, rstd, d_n):
@@ -42,16 +50,20 @@ def vjp(n_hat, rstd, d_n):
 
 def vjp_tangent(n_hat, rstd, m_nu, dn_hat, d_n, d_u, s, dd_n):
     """Tangent of the adjoint (see module doc). n_hat, rstd, d_n (= δn̂), d_u (= δu), s are primal (broadcast
-    over c); m_nu = mean(n̂ u̇) and dn_hat = n̂̇ are forward tangents (or None), dd_n = δn̂̇ (or None)."""
-    out = inner = None
-    if dn_hat is not None:
-        out = -(rstd * m_nu) * d_u - rstd * (dn_hat * s)
-        inner = (dn_hat * d_n).mean(-1, keepdim=True)
+    over c); m_nu = mean(n̂ u̇) and dn_hat = n̂̇ are forward tangents (or None), dd_n = δn̂̇ (or None).
+    Computed in place on one output, the row means as matrix-vector products."""
+    out = inner = None  # inner: Σ (n̂̇ δn̂ + n̂ δn̂̇) over the row
     if dd_n is not None:
-        inner = add(inner, (n_hat * dd_n).mean(-1, keepdim=True))
-        out = add(out, rstd * (dd_n - dd_n.mean(-1, keepdim=True)))
+        out = dd_n * rstd
+        out.sub_(rstd * dd_n.mean(-1, keepdim=True))
+        inner = _rowdot(dd_n, n_hat)
+    if dn_hat is not None:
+        t = _rowdot(dn_hat, d_n)
+        inner = t if inner is None else inner.add_(t)
+        out = dn_hat * (-(rstd * s)) if out is None else out.addcmul_(dn_hat, rstd * s, value=-1)
+        out.addcmul_(d_u, rstd * m_nu, value=-1)
     if inner is not None:
-        out = out - rstd * n_hat * inner
+        out.addcmul_(n_hat, rstd * inner / n_hat.shape[-1], value=-1)
     return out
 
 
