@@ -199,12 +199,17 @@ def render_hessian(doc: dict) -> list[str]:
                    if cl.get("cpu_seconds") and ours.get("cpu_seconds") else "")
             bullets.append(f"Dense, batch {B}, float32: ours {secs(ours['seconds'])} s vs curvlinops (chunk "
                            f"{cl.get('chunk') or best.get(str(B), '?')}, full run) {secs(cl['seconds'])} s: "
-                           f"**{cl['seconds'] / ours['seconds']:.1f}×** faster (target ≥ 5×){cpu}.")
+                           f"{cl['seconds'] / ours['seconds']:.1f}× faster{cpu}.")
         if _ok(tuned):
             cpu = (f" ({tuned['cpu_seconds'] / ours['cpu_seconds']:.1f}× in CPU time)"
                    if tuned.get("cpu_seconds") and ours.get("cpu_seconds") else "")
             bullets.append(f"With the same allocator setting in both processes: curvlinops {secs(tuned['seconds'])} s, "
                            f"ours {secs(ours['seconds'])} s: {tuned['seconds'] / ours['seconds']:.1f}×{cpu}.")
+        fastest = min((r for r in (cl, tuned) if _ok(r)), key=lambda r: r["seconds"], default=None)
+        if fastest is not None:
+            ratio = fastest["seconds"] / ours["seconds"]
+            bullets.append(f"Against the fastest curvlinops configuration of this run ({fastest['method']}): "
+                           f"**{ratio:.1f}×** (target ≥ 6×: {'met' if ratio >= 6 else 'not met'}).")
         if _ok(noalloc):
             bullets.append(f"Ours without the allocator setting: {secs(noalloc['seconds'])} s "
                            f"({fmt(noalloc.get('cpu_seconds'))} CPU s).")

@@ -137,6 +137,43 @@ def test_attention_rules():
     close(adj.d_x, gx, 1e-12)
 
 
+def test_attention_scores_bilinear_form_rules():
+    """The scores as the bilinear form T = s x̃ M x̃ᵀ (M = W̃_Q W̃_Kᵀ): the forward tangent of a direction Ṁ, the
+    rows of M (x fixed) and ∂L/∂M, for φ(A x) with M, x̃ = [x, 1] as the inputs."""
+    x = r(B, n, 3)
+    xt = torch.cat([x, torch.ones(B, n, 1, dtype=x.dtype)], -1)
+    M = r(4, 4, scale=0.5)
+    dM = r(c, 4, 4)
+    s = attention.scale_of(torch.zeros(1, 1, 4))  # as for d_K = 4 (the query's width sets the scale)
+    q = xt @ M  # then q kᵀ s = x̃ M x̃ᵀ s with k = x̃ and the scale of d_K = 4
+    A = attention.primal(q, xt)
+    ax = A @ x
+    phi, d_ax, w2 = phi_parts(ax)
+    dA = attention.jvp(A, q, xt, None, None, c, dM, xt)
+    dax, dx_c = attention.mix_jvp(A, x, dA, None, c)
+    adj = attention.vjp(A, x, q, xt, d_ax)
+    ddTs = attention.scores_vjp_tangent(x, ax, adj, d_ax, dA, dax, dx_c, w2.unsqueeze(2) * dax, c)
+    rows = attention.scores_rows(xt, ddTs, c)
+    per_sample = attention.scores_rows(xt, ddTs, c, per_sample=True)
+    close(per_sample.sum(0), rows, 1e-14)
+    fn = lambda M_: torch.softmax(xt @ M_ @ xt.transpose(1, 2) * s, -1) @ x  # noqa: E731
+    check(untok(dax), (rows,), references(fn, (M,), (dM,), phi))
+    close(attention.scores_grad(xt, adj), torch.autograd.functional.vjp(fn, M, d_ax)[1], 1e-12)
+
+
+def test_per_sample_rows_sum_to_the_rows():
+    """The rows per sample (used to mix the embedding's columns from the positions' pass) sum to the rows."""
+    x, dx, dC, ddC = r(B, n, 4), tok(r(c, B, n, 4)), r(B, n, 6), tok(r(c, B, n, 6))
+    close(linear.weight_rows(x, dx, dC, ddC, (4, 6), c, x, per_sample=True).sum(0),
+          linear.weight_rows(x, dx, dC, ddC, (4, 6), c, x), 1e-14)
+    close(linear.weight_rows(x, None, dC, ddC, (4, 6), c, x, per_sample=True).sum(0),
+          linear.weight_rows(x, None, dC, ddC, (4, 6), c, x), 1e-14)
+    close(linear.bias_rows(ddC, 6, c, x, per_sample=True).sum(0), linear.bias_rows(ddC, 6, c, x), 1e-14)
+    nh, dn, dy, ddy = r(B, n, 1, 6), tok(r(c, B, n, 6)), r(B, n, 1, 6), tok(r(c, B, n, 6))
+    for a, b_ in zip(layernorm.affine_rows(nh, dn, dy, ddy, c, per_sample=True), layernorm.affine_rows(nh, dn, dy, ddy, c)):
+        close(a.sum(0), b_, 1e-14)
+
+
 def test_cross_entropy_rules():
     z, y = r(4, 5), torch.tensor([0, 3, 1, 4])
     dz = r(c, 4, 5)

@@ -19,7 +19,10 @@ Methods (all exact; they differ in cost only)
   cross-entropy (:mod:`._vit`): block-triangular (rows at or after the tangent's group, then
   ``H = Hᵀ``), tangents batched in GEMM-friendly layouts, batch processed in sample chunks; the
   last block's FFN×FFN block in closed form (GGN through the logits + per-token LayerNorm and
-  W1–W2 terms, + the GELU curvature term, as GEMMs over tokens).
+  W1–W2 terms, + the GELU curvature term, as GEMMs over tokens). For the dense Hessian two more
+  exact shortcuts: each block's query and key columns come from one pass over the scores' bilinear
+  form M = W̃_Q W̃_Kᵀ (:func:`_bilinear_blocks`), and with learned positions the patch embedding's
+  columns are mixed, sample by sample, from the positions' pass (:func:`_embed_from_pos`).
 * ``"functorch"`` — the same block-triangular scheme with ``torch.func`` ``vmap(jvp(grad))`` for
   any ``nn.Module`` and loss.
 * ``"curvlinops"`` — ``curvlinops.HessianLinearOperator @ I`` in column chunks (the paper's tool).
@@ -155,40 +158,166 @@ def _vit_blocks(so: ViTSecondOrder, pairs: list[tuple[str, str]], chunk, sample_
     return out
 
 
-def _dense_plan(so: ViTSecondOrder, closed_form: list[str]) -> list[tuple[str, list[str]]]:
+def _bilinear_blocks(so: ViTSecondOrder) -> list[int]:
+    """Blocks whose query and key columns come from one pass over the bilinear form of their scores.
+
+    With one head the loss sees W̃_Q and W̃_K (the weights with their bias rows, (D, d_K)) only through
+    M = W̃_Q W̃_Kᵀ (D × D), since q kᵀ = x̃ M x̃ᵀ. So H[w, Q] and H[w, K] for every later w are H[w, M]
+    mapped by ∂M/∂W̃ (a GEMM with W̃_K or W̃_Q), and the (Q, K)² block is (∂M/∂θ)ᵀ H_MM (∂M/∂θ) plus
+    the first-order term ∂L/∂M_ij at (W̃_Q[i, o], W̃_K[j, o]); one pass of D² tangents replaces two of D·d_K
+    each. Used where D² < 2 D d_K, i.e. D < 2 d_K (every configured model: D = d_K or d_K + 1).
+    """
+    D = so.cfg.d_model + int(so.cfg.qkv_bias)
+    return list(range(so.n_blocks)) if D < 2 * so.cfg.d_k else []
+
+
+# The per-sample rows of one pass of the positions (sample chunk × tangents × parameters) this route may hold to
+# mix the patch embedding's columns from them (:func:`_embed_from_pos`); over it, the embedding has its own pass.
+EMBED_FROM_POS_BYTES = 512 * 2 ** 20
+
+
+def _embed_from_pos(so: ViTSecondOrder, chunk: int, sample_chunk: int | None) -> bool:
+    """Whether the patch embedding's columns come from the learned positions' pass.
+
+    The tokens are x0[b, t] = E x_p[b, t] + e + pos[t], so a tangent on E[k, j] moves sample b's token t by
+    x_p[b, t, j] e_k, and one on e[k] by e_k at every token: each is, sample by sample, a weighted sum of
+    the position tangents e_(t, k). The loss is a sum over samples, so with R_b[(t, k)] the per-sample rows of
+    the positions' pass (all groups from the embedding on; ∂²x0/∂E² = 0 adds no term)
+    H[:, E[k, j]] = Σ_b Σ_t x_p[b, t, j] R_b[(t, k)] and H[:, e[k]] = Σ_b Σ_t R_b[(t, k)]: the positions'
+    pass computes its rows per sample and mixes them with these weights (:meth:`ViTSecondOrder.columns`'s
+    ``mix``), and the embedding needs no pass. Needs learned positions, and is used while the per-sample
+    rows fit in :data:`EMBED_FROM_POS_BYTES`.
+    """
+    names = [g.name for g in so.groups]
+    if "pos" not in names or "embed" not in names:
+        return False
+    P = so.groups[-1].stop
+    return (sample_chunk or so.B) * chunk * P * so.xp.element_size() <= EMBED_FROM_POS_BYTES
+
+
+def _dense_plan(so: ViTSecondOrder, closed_form: list[str], bilinear: list[int] = (),
+                embed_from_pos: bool = False) -> list[tuple[str, list[str]]]:
     """(column group, row groups) passes that together cover every pair of groups once.
 
     In forward order each group's pass computes the rows of the groups after it (block triangle);
     groups in ``closed_form`` get no pass: their rows are added to every other group's pass and
-    their own block comes from :meth:`ViTSecondOrder.last_ffn_hessian`.
+    their own block comes from :meth:`ViTSecondOrder.last_ffn_hessian`. For the blocks in ``bilinear``
+    the query and key passes are one pass over the virtual group ``block{i}.scores``
+    (:func:`_bilinear_blocks`), with the rows of the groups after the key. With ``embed_from_pos`` the
+    embedding has no pass (:func:`_embed_from_pos`).
     """
     order = [g.name for g in so.groups]
     plan = []
     for gi, g in enumerate(order):
-        if g in closed_form:
+        if g in closed_form or (g == "embed" and embed_from_pos):
             continue
         rows = order[gi:] + [h for h in closed_form if order.index(h) < gi]
+        block, _, part = g.partition(".")
+        if block.startswith("block") and int(block[len("block"):]) in bilinear and part in ("query", "key"):
+            if part == "query":
+                plan.append((f"{block}.scores", [f"{block}.scores"] + rows[2:]))
+            continue
         plan.append((g, rows))
     return plan
 
 
-def _vit_dense(so: ViTSecondOrder, chunk, sample_chunk, closed_form: bool = True) -> torch.Tensor:
+def _embed_mix(so: ViTSecondOrder, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sample weights of the position tangents ``idx`` (flat (t, k) indices of ``pos``) for
+    :func:`_embed_from_pos`: (B, c, 1 + patch_dim) = [1 (the position's own column), x_p[b, t, :]], and the
+    columns of E (c·patch_dim,) the second part adds to: E[k, j] at k·patch_dim + j (row-major)."""
+    d = so.cfg.d_model
+    t, k = idx // d, idx % d
+    xp = so.xp[:, t, :]  # (B, c, patch_dim)
+    pd = xp.shape[-1]
+    mix = torch.cat([torch.ones(*xp.shape[:2], 1, dtype=xp.dtype, device=xp.device), xp], 2)
+    dest = (k[:, None] * pd + torch.arange(pd, device=idx.device)[None]).reshape(-1)
+    return mix, dest
+
+
+def _scores_to_qk(so: ViTSecondOrder, i: int, H_M: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Query and key columns of block ``i`` from its scores' columns ``H_M`` (row group -> (|row|, D²)).
+
+    Returns ``{"<row>|query": H[row, Q], "<row>|key": H[row, K]}`` for every row group but the scores, and the
+    (Q, K)² block as ``"query|query"``, ``"query|key"``, ``"key|key"`` (see :func:`_bilinear_blocks`)."""
+    WQ, WK = so.scores_factors(i)
+    D = WQ.shape[0]
+
+    def to_q(X):  # (r, D²) columns of M -> (r, D·d_K) columns of W̃_Q: Σ_b X[:, (a, b)] W̃_K[b, o]
+        return (X.view(-1, D, D) @ WK).reshape(X.shape[0], -1)
+
+    def to_k(X):  # -> columns of W̃_K: Σ_a X[:, (a, j)] W̃_Q[a, o]
+        return (X.view(-1, D, D).transpose(1, 2) @ WQ).reshape(X.shape[0], -1)
+
+    g = f"block{i}.scores"
+    out = {}
+    for row, X in H_M.items():
+        if row != g:
+            out[f"{row}|query"], out[f"{row}|key"] = to_q(X), to_k(X)
+    HMM = H_M[g]
+    HMQ, HMK = to_q(HMM), to_k(HMM)  # (D², D·d_K)
+    out["query|query"] = to_q(HMQ.T.contiguous()).T
+    out["key|key"] = to_k(HMK.T.contiguous()).T
+    QK = to_q(HMK.T.contiguous()).T  # (D·d_K, D·d_K): rows Q, columns K
+    dk = WQ.shape[1]
+    # first-order term: ∂²M_ab/∂W̃_Q[i, o]∂W̃_K[j, o'] = δ_ai δ_bj δ_oo', times ∂L/∂M_ij
+    G = so.scores_grad(i)
+    QK.view(D, dk, D, dk).add_(G[:, None, :, None] * torch.eye(dk, dtype=G.dtype, device=G.device)[None, :, None, :])
+    out["query|key"] = QK
+    return out
+
+
+def _vit_dense(so: ViTSecondOrder, chunk, sample_chunk, closed_form: bool = True, bilinear: bool = True,
+               embed_from_pos: bool = True) -> torch.Tensor:
+    """The dense Hessian by the passes of :func:`_dense_plan` (``closed_form``: the last FFN block from
+    :meth:`ViTSecondOrder.last_ffn_hessian`; ``bilinear``: query and key columns from the scores' bilinear
+    form, :func:`_bilinear_blocks`; ``embed_from_pos``: the embedding's columns from the positions' pass,
+    :func:`_embed_from_pos`; all exact, False computes those columns by their own passes)."""
     groups = {g.name: g for g in so.groups}
     P = so.groups[-1].stop
     H = torch.empty(P, P, dtype=so.dtype, device=so.device)
     cf = _closed_form_groups(so) if closed_form else []
+    ch_pos, sc_pos = default_chunks(so.device, "pos")
+    mixed = embed_from_pos and _embed_from_pos(so, chunk or ch_pos, sample_chunk if sample_chunk is not None else sc_pos)
     done = set()
-    for col, rows in _dense_plan(so, cf):
-        g = groups[col]
+    for col, rows in _dense_plan(so, cf, _bilinear_blocks(so) if bilinear else (), mixed):
+        size = so.group_size(col)
         ch, sc = default_chunks(so.device, col)
         ch, sc = chunk or ch, sample_chunk if sample_chunk is not None else sc
-        for s in range(0, g.size, ch):
-            idx = torch.arange(s, min(g.size, s + ch), device=so.device)
-            res = so.columns(so.group_basis(col, idx), rows, sc)
+        parts = {r: [] for r in rows}
+        emb = None
+        if col == "pos" and mixed:  # H[r, E] for the rows from the embedding on, accumulated over the pass
+            emb_rows = rows[rows.index("embed"):]
+            n_w = so.p["embed.weight"].numel()
+            emb = {r: torch.zeros(n_w, groups[r].size, dtype=so.dtype, device=so.device) for r in emb_rows}
+        for s in range(0, size, ch):
+            idx = torch.arange(s, min(size, s + ch), device=so.device)
+            if emb is None:
+                res = so.columns(so.group_basis(col, idx), rows, sc)
+            else:
+                mix, dest = _embed_mix(so, idx)
+                res = so.columns(so.group_basis(col, idx), rows, sc, mix, emb_rows)
+                for r in emb_rows:
+                    emb[r].index_add_(0, dest, res[r][:, 1:].reshape(-1, groups[r].size))
+                    res[r] = res[r][:, 0]
             for r in rows:
-                H[groups[r].slice, g.start + s:g.start + s + len(idx)] = res[r].T
-        for r in rows:
-            done.add((r, col))
+                parts[r].append(res[r])
+        blocks = {r: torch.cat(parts[r]).T for r in rows}  # H[r, col]
+        if emb is not None:  # and H[r, e] = Σ_t H[r, pos(t, ·)]
+            d = so.cfg.d_model
+            for r in emb_rows:
+                H[groups[r].slice, groups["embed"].slice] = torch.cat([emb[r].T, blocks[r].view(-1, so.cfg.n_tokens, d).sum(1)], 1)
+                done.add((r, "embed"))
+        if col.endswith(".scores"):
+            i = int(col[len("block"):-len(".scores")])
+            qk = _scores_to_qk(so, i, blocks)
+            q, k = f"block{i}.query", f"block{i}.key"
+            blocks = {(r, c): qk[f"{r}|{c[len(f'block{i}.'):]}"] for r in rows if r != col for c in (q, k)}
+            blocks[(q, q)], blocks[(k, k)], blocks[(k, q)] = qk["query|query"], qk["key|key"], qk["query|key"].T
+        else:
+            blocks = {(r, col): blocks[r] for r in rows}
+        for (r, c), blk in blocks.items():
+            H[groups[r].slice, groups[c].slice] = blk
+            done.add((r, c))
     if cf:
         s = slice(groups[cf[0]].start, groups[cf[1]].stop)
         H[s, s] = so.last_ffn_hessian()

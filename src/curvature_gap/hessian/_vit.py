@@ -33,6 +33,12 @@ Savings over generic Hessian-vector products, all exact:
 * **closed-form last FFN:** :meth:`ViTSecondOrder.last_ffn_hessian` gives the (W1, b1, W2, b2)
   block of the last block from per-token quantities (see its docstring; with GELU it has one more,
   diagonal, term).
+* **the scores' bilinear form:** a tangent of the virtual group ``block{i}.scores`` (M = W̃_Q W̃_Kᵀ, D × D;
+  :meth:`ViTSecondOrder.scores_input`) enters as ``Ṫ = s x̃ Ṁ x̃ᵀ`` and has rows ``Σ x̃ᵀ (s δṪ) x̃``, from which the
+  dense route maps the query and key columns (:func:`curvature_gap.hessian._bilinear_blocks`);
+* **per-sample rows:** :meth:`ViTSecondOrder.columns` can return rows mixed over the samples with given weights,
+  from which the dense route takes the patch embedding's columns out of the positions' pass
+  (:func:`curvature_gap.hessian._embed_from_pos`).
 
 Shapes: B images, n tokens, d = d_V, d_K, d_ff, K classes, c tangent directions; bias tangents (c, o).
 Parameters keep their stored orientation (``X @ W`` for block weights, ``nn.Linear``'s (out, in) for
@@ -302,23 +308,62 @@ class ViTSecondOrder:
         return H
 
     # ------------------------------------------------------------------ tangents
+    # ------------------------------------------------------------------ the scores' bilinear form
+    def scores_input(self, i: int, b: _Block | None = None) -> torch.Tensor:
+        """x̃ (B, n, D) of block ``i``: its input, with a column of ones where Q and K have biases, so that
+        ``q kᵀ = x̃ M x̃ᵀ`` with ``M = W̃_Q W̃_Kᵀ``, ``W̃ = [W; bᵀ]`` (D = d + 1 with biases, else d)."""
+        x = (b or self.blocks[i]).x
+        if not self.cfg.qkv_bias:
+            return x
+        return torch.cat([x, torch.ones(*x.shape[:2], 1, dtype=x.dtype, device=x.device)], -1)
+
+    def scores_factors(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(W̃_Q, W̃_K), each (D, d_K): the query and key weights with their bias rows, in the row-major order
+        of the groups ``block{i}.query`` and ``block{i}.key``."""
+        w = lambda name: self._w(i, name)  # noqa: E731
+        if not self.cfg.qkv_bias:
+            return w("query"), w("key")
+        return torch.cat([w("query"), w("query_bias")[None]]), torch.cat([w("key"), w("key_bias")[None]])
+
+    def scores_grad(self, i: int) -> torch.Tensor:
+        """∂L/∂M (D, D) of block ``i``'s bilinear form (:func:`.ops.attention.scores_grad`)."""
+        return attention.scores_grad(self.scores_input(i), self.blocks[i].att)
+
+    def _row_index(self, group: str) -> float:
+        """Backward position of a row group: its forward index; ``block{i}.scores`` (the virtual group of
+        M = W̃_Q W̃_Kᵀ, :meth:`scores_input`) sits between the key and the value."""
+        if group.endswith(".scores"):
+            return self.group_index[group[:-len("scores")] + "key"] + 0.5
+        return self.group_index[group]
+
+    def _group_params(self, group: str) -> list[tuple[str, torch.Size]]:
+        if group.endswith(".scores"):
+            i = int(group[len("block"):-len(".scores")])
+            D = self.cfg.d_model + int(self.cfg.qkv_bias)
+            return [(f"blocks.{i}.scores", torch.Size((D, D)))]
+        return [(name, self.p[name].shape) for name in self.groups[self.group_index[group]].param_names]
+
+    def group_size(self, group: str) -> int:
+        """Entries of a parameter group, or of a virtual ``block{i}.scores`` group (D²)."""
+        return sum(shp.numel() for _, shp in self._group_params(group))
+
+    # ------------------------------------------------------------------ tangents
     def group_basis(self, group: str, cols: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Unit tangents e_j (j = flat indices within ``group``) as a dict name -> (c, *shape)."""
-        g = self.groups[self.group_index[group]]
-        return self.group_tangent(group, torch.nn.functional.one_hot(cols, g.size).to(self.dtype))
+        """Unit tangents e_j (j = flat indices within ``group``, a parameter group or a virtual
+        ``block{i}.scores``) as a dict name -> (c, *shape)."""
+        return self.group_tangent(group, torch.nn.functional.one_hot(cols, self.group_size(group)).to(self.dtype))
 
     def group_tangent(self, group: str, V: torch.Tensor) -> dict[str, torch.Tensor]:
         """Split (c, group size) directions into a dict parameter name -> (c, *shape)."""
-        g = self.groups[self.group_index[group]]
         out, off = {}, 0
-        for name in g.param_names:
-            shp = self.p[name].shape
-            k = self.p[name].numel()
+        for name, shp in self._group_params(group):
+            k = shp.numel()
             out[name] = V[:, off:off + k].reshape(V.shape[0], *shp)
             off += k
         return out
 
-    def columns(self, tangent: dict[str, torch.Tensor], rows: list[str], sample_chunk: int | None = None) -> dict[str, torch.Tensor]:
+    def columns(self, tangent: dict[str, torch.Tensor], rows: list[str], sample_chunk: int | None = None,
+                mix: torch.Tensor | None = None, mixed_rows=()) -> dict[str, torch.Tensor]:
         """Hessian-times-tangent restricted to the parameter groups ``rows``.
 
         ``tangent`` maps parameter names to (c, *shape) directions; names not given are zero.
@@ -326,19 +371,28 @@ class ViTSecondOrder:
         must not be requested when they would need the backward tangent beyond the input (always
         allowed: every group's rows are computed when asked for). ``sample_chunk`` processes the
         batch in pieces (sum over pieces; identical result).
+
+        ``mix`` (B, c, m): sample weights. The loss is a sum over samples, so a row is a sum of per-sample
+        rows R_b; with ``mix`` the result of each group in ``mixed_rows`` is (c, m, group size),
+        ``Σ_b mix[b, c, μ] R_b[c]`` (weights of ones give the plain rows). :func:`curvature_gap.hessian._vit_dense`
+        uses it for the patch embedding's columns from the positions' pass.
         """
         B = self.B
         step = sample_chunk or B
         total: dict[str, torch.Tensor] | None = None
         for s0 in range(0, B, step):
-            part = self._columns(tangent, rows, slice(s0, min(B, s0 + step)))
+            sl = slice(s0, min(B, s0 + step))
+            part = self._columns(tangent, rows, sl, None if mix is None else mix[sl], mixed_rows)
             total = part if total is None else {k: total[k] + part[k] for k in total}
         return total
 
 
-    def _columns(self, tan: dict[str, torch.Tensor], rows: list[str], sl: slice) -> dict[str, torch.Tensor]:
+    def _columns(self, tan: dict[str, torch.Tensor], rows: list[str], sl: slice, mix=None,
+                 mixed_rows=()) -> dict[str, torch.Tensor]:
         """H V restricted to the rows of groups ``rows`` for the samples ``sl``: forward tangents to the loss,
-        then adjoint tangents back to the earliest requested group (each op's rules from :mod:`.ops`)."""
+        then adjoint tangents back to the earliest requested group (each op's rules from :mod:`.ops`); with
+        ``mix`` (the samples' weights, (|sl|, c, m)) the rows of ``mixed_rows`` are computed per sample and mixed
+        (:meth:`columns`)."""
         c = next(iter(tan.values())).shape[0]
         ntok = self.cfg.n_tokens
         p = self.p
@@ -375,24 +429,32 @@ class ViTSecondOrder:
         # ---------------- adjoint tangents, stopping when all rows are done
         res: dict[str, torch.Tensor] = {}
         want = set(rows)
-        earliest = min(self.group_index[r] for r in rows)
+        earliest = min(self._row_index(r) for r in rows)
+
+        mixed = set(mixed_rows) if mix is not None else set()
+        ps = lambda group: group in mixed  # noqa: E731  rows per sample, then mixed
 
         def put(group, parts):
             """Store the rows of ``group`` if asked; True when no earlier group is asked for (stop)."""
             if group in want:
-                res[group] = torch.cat([t.reshape(c, -1) for t in parts], 1)
-            return earliest >= self.group_index[group]
+                if ps(group):  # (c, m, B) @ (c, B, size), part by part
+                    res[group] = torch.cat([torch.bmm(mix.permute(1, 2, 0), t.reshape(mix.shape[0], c, -1).transpose(0, 1))
+                                            for t in parts], 2)
+                else:
+                    res[group] = torch.cat([t.reshape(c, -1) for t in parts], 1)
+            return earliest >= self._row_index(group)
 
         d_z = self.d_z[sl]
         ddz = cross_entropy.vjp_tangent(self.probs[sl], dz, self.B)
         if "head" in want:
-            gw = torch.zeros(c, *Wh.shape, dtype=self.dtype, device=self.device)
-            gb = torch.zeros(c, Wh.shape[0], dtype=self.dtype, device=self.device)
+            lead, b_ = ((m.shape[0], c), "b") if ps("head") else ((c,), "")
+            gw = torch.zeros(*lead, *Wh.shape, dtype=self.dtype, device=self.device)
+            gb = torch.zeros(*lead, Wh.shape[0], dtype=self.dtype, device=self.device)
             if ddz is not None:
-                gw = gw + torch.einsum("bck,bd->ckd", ddz, m)
-                gb = gb + ddz.sum(0)
+                gw = gw + torch.einsum(f"bck,bd->{b_}ckd", ddz, m)
+                gb = gb + (ddz if ps("head") else ddz.sum(0))
             if dm is not None:
-                gw = gw + torch.einsum("bk,bcd->ckd", d_z, dm)
+                gw = gw + torch.einsum(f"bk,bcd->{b_}ckd", d_z, dm)
             put("head", [gw, gb])
         if earliest >= self.group_index["head"]:
             return res
@@ -401,19 +463,21 @@ class ViTSecondOrder:
             ddm = add(ddm, torch.einsum("bk,ckd->bcd", d_z, tan["head.weight"]))
         ddx = None if ddm is None else (ddm / ntok).unsqueeze(1).expand(m.shape[0], ntok, c, -1)
         for i in reversed(range(self.n_blocks)):
-            ddx, stop = self._block_vjp_tangent(i, blocks[i], fwd[i], ddx, tan, c, put)
+            ddx, stop = self._block_vjp_tangent(i, blocks[i], fwd[i], ddx, tan, c, put, want, ps)
             if stop:
                 return res
         if "embed" in want:
+            lead = (xp.shape[0], c) if ps("embed") else (c,)
             if ddx is None:
-                gw, gb = torch.zeros(c, *p["embed.weight"].shape, dtype=self.dtype, device=self.device), \
-                    torch.zeros(c, p["embed.bias"].shape[0], dtype=self.dtype, device=self.device)
+                gw, gb = torch.zeros(*lead, *p["embed.weight"].shape, dtype=self.dtype, device=self.device), \
+                    torch.zeros(*lead, p["embed.bias"].shape[0], dtype=self.dtype, device=self.device)
             else:
-                gw, gb = linear.tok_contract(ddx, xp), ddx.sum((0, 1))
+                gw, gb = linear.tok_contract(ddx, xp, ps("embed")), linear.tok_sum(ddx, ps("embed"))
             put("embed", [gw, gb])
         if "pos" in want:
-            put("pos", [torch.zeros(c, *p["pos"].shape, dtype=self.dtype, device=self.device) if ddx is None
-                        else ddx.sum(0).transpose(0, 1)])
+            lead = (xp.shape[0], c) if ps("pos") else (c,)
+            put("pos", [torch.zeros(*lead, *p["pos"].shape, dtype=self.dtype, device=self.device) if ddx is None
+                        else ddx.transpose(1, 2) if ps("pos") else ddx.sum(0).transpose(0, 1)])
         return res
 
     def _block_jvp(self, i: int, b: _Block, dx, tan: dict, c: int) -> dict:
@@ -424,7 +488,8 @@ class ViTSecondOrder:
         T = lambda name: tan.get(pre + name)  # noqa: E731
         dq = linear.jvp(b.x, dx, w("query"), T("query"), T("query_bias"))
         dk = linear.jvp(b.x, dx, w("key"), T("key"), T("key_bias"))
-        dA = attention.jvp(b.A, b.q, b.k, dq, dk, c)
+        dM = T("scores")  # a tangent of the scores' bilinear form (virtual group block{i}.scores)
+        dA = attention.jvp(b.A, b.q, b.k, dq, dk, c, dM, None if dM is None else self.scores_input(i, b))
         dax, dx_c = attention.mix_jvp(b.A, b.x, dA, dx, c)
         dv = linear.jvp(b.ax, dax, w("value"), T("value"), T("value_bias"))
         do = linear.jvp(b.v, dv, w("out"), T("out"), T("out_bias")) if cfg.out_proj else dv
@@ -440,50 +505,62 @@ class ViTSecondOrder:
         return dict(dx=dx, dq=dq, dk=dk, dA=dA, dx_c=dx_c, dax=dax, dv=dv, dn1=dn1, m_nu1=m_nu1, dy=dy, dh=dh,
                     dr=dr, dn2=dn2, m_nu2=m_nu2, dout=dout)
 
-    def _block_vjp_tangent(self, i: int, b: _Block, t: dict, ddx, tan: dict, c: int, put):
+    def _block_vjp_tangent(self, i: int, b: _Block, t: dict, ddx, tan: dict, c: int, put, want: set,
+                           ps=lambda group: False):
         """Adjoint tangents of block ``i`` from the output's ``ddx``, storing the rows of its groups with
-        ``put``; returns (the input's adjoint tangent, stop) where stop means no earlier rows are asked for."""
+        ``put`` (the rows of the virtual ``block{i}.scores`` only when in ``want``); returns (the input's adjoint
+        tangent, stop) where stop means no earlier rows are asked for; ``ps(group)``: that group's rows per
+        sample."""
         pre, g, cfg = f"blocks.{i}.", f"block{i}.", self.cfg
         w = lambda name: self._w(i, name)  # noqa: E731
         T = lambda name: tan.get(pre + name)  # noqa: E731
         u = lambda a: a.unsqueeze(2)  # noqa: E731  primal (B, n, k) -> (B, n, 1, k)
         n2, rstd2, d_out, dn2 = u(b.n2), u(b.rstd2), u(b.d_out), t.get("dn2")
-        if put(g + "ln2", layernorm.affine_rows(n2, dn2, d_out, ddx, c)):
+        if put(g + "ln2", layernorm.affine_rows(n2, dn2, d_out, ddx, c, ps(g + "ln2"))):
             return None, True
         ddn2 = layernorm.affine_vjp_tangent(d_out, ddx, w("ln2.weight"), T("ln2.weight"))
         ddu2 = layernorm.vjp_tangent(n2, rstd2, t.get("m_nu2"), dn2, u(b.d_n2), u(b.d_u2), u(b.s2), ddn2)
 
-        def lin_rows(x, dx_, dC, ddC, name, bias: bool):
-            rows = [linear.weight_rows(x, dx_, dC, ddC, w(name).shape, c, x)]
+        def lin_rows(x, dx_, dC, ddC, name, bias: bool, group: str):
+            rows = [linear.weight_rows(x, dx_, dC, ddC, w(name).shape, c, x, ps(group))]
             if bias:
-                rows.append(linear.bias_rows(ddC, w(name).shape[-1], c, x))
+                rows.append(linear.bias_rows(ddC, w(name).shape[-1], c, x, ps(group)))
             return rows
 
-        if put(g + "ffn2", lin_rows(b.r, t.get("dr"), b.d_u2, ddu2, "ffn2.weight", cfg.ffn_bias)):
+        if put(g + "ffn2", lin_rows(b.r, t.get("dr"), b.d_u2, ddu2, "ffn2.weight", cfg.ffn_bias, g + "ffn2")):
             return None, True
         ddr = linear.vjp_tangent(b.d_u2, ddu2, w("ffn2.weight"), T("ffn2.weight"))
         ddh = activation.vjp_tangent(b.mask, b.curv, b.d_r, ddr, t.get("dh"))
-        if put(g + "ffn1", lin_rows(b.y, t.get("dy"), b.d_h, ddh, "ffn1.weight", cfg.ffn_bias)):
+        if put(g + "ffn1", lin_rows(b.y, t.get("dy"), b.d_h, ddh, "ffn1.weight", cfg.ffn_bias, g + "ffn1")):
             return None, True
         ddy = add(ddu2, linear.vjp_tangent(b.d_h, ddh, w("ffn1.weight"), T("ffn1.weight")))
         n1, rstd1, d_y, dn1 = u(b.n1), u(b.rstd1), u(b.d_y), t.get("dn1")
-        if put(g + "ln1", layernorm.affine_rows(n1, dn1, d_y, ddy, c)):
+        if put(g + "ln1", layernorm.affine_rows(n1, dn1, d_y, ddy, c, ps(g + "ln1"))):
             return None, True
         ddn1 = layernorm.affine_vjp_tangent(d_y, ddy, w("ln1.weight"), T("ln1.weight"))
         ddu1 = layernorm.vjp_tangent(n1, rstd1, t.get("m_nu1"), dn1, u(b.d_n1), u(b.d_u1), u(b.s1), ddn1)
         ddv = ddu1  # δv̇ (= δȯ without W_O)
         if cfg.out_proj:  # rows of W_O: v̇ᵀ δo + vᵀ δȯ; of b_O: Σ δȯ
-            if put(g + "out", lin_rows(b.v, t.get("dv"), b.d_u1, ddu1, "out", cfg.out_proj_bias)):
+            if put(g + "out", lin_rows(b.v, t.get("dv"), b.d_u1, ddu1, "out", cfg.out_proj_bias, g + "out")):
                 return None, True
             ddv = linear.vjp_tangent(b.d_u1, ddu1, w("out"), T("out"))
-        if put(g + "value", lin_rows(b.ax, t.get("dax"), b.d_v, ddv, "value", cfg.qkv_bias)):
+        if put(g + "value", lin_rows(b.ax, t.get("dax"), b.d_v, ddv, "value", cfg.qkv_bias, g + "value")):
             return None, True
         ddax = linear.vjp_tangent(b.d_v, ddv, w("value"), T("value"))
         dxi = t.get("dx")
+        ddTs = attention.scores_vjp_tangent(b.x, b.ax, b.att, b.d_ax, t.get("dA"), t.get("dax"), t.get("dx_c"), ddax, c)
+        if g + "scores" in want:
+            xt = self.scores_input(i, b)
+            D = xt.shape[-1]
+            lead = (xt.shape[0], c) if ps(g + "scores") else (c,)
+            rows = torch.zeros(*lead, D, D, dtype=self.dtype, device=self.device) if ddTs is None else \
+                attention.scores_rows(xt, ddTs, c, ps(g + "scores"))
+            if put(g + "scores", [rows]):
+                return None, True
         ddq, ddk, ddx_att = attention.vjp_tangent(b.A, b.x, b.q, b.k, b.ax, b.att, b.d_ax, t.get("dA"), t.get("dax"),
-                                                  t.get("dx_c"), t.get("dq"), t.get("dk"), ddax, c)
-        stop = put(g + "query", lin_rows(b.x, dxi, b.att.d_q, ddq, "query", cfg.qkv_bias))
-        put(g + "key", lin_rows(b.x, dxi, b.att.d_k, ddk, "key", cfg.qkv_bias))  # after query: stops with it
+                                                  t.get("dx_c"), t.get("dq"), t.get("dk"), ddax, c, ddTs)
+        stop = put(g + "query", lin_rows(b.x, dxi, b.att.d_q, ddq, "query", cfg.qkv_bias, g + "query"))
+        put(g + "key", lin_rows(b.x, dxi, b.att.d_k, ddk, "key", cfg.qkv_bias, g + "key"))  # after query: stops with it
         if stop:
             return None, True
         ddx = add(ddu1, ddx_att)

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import torch
 
 from ...model import attention_probs
-from .linear import add
+from .linear import add, tok_contract_rev
 
-__all__ = ["primal", "Adjoint", "vjp", "jvp", "mix_jvp", "vjp_tangent"]
+__all__ = ["primal", "Adjoint", "vjp", "jvp", "mix_jvp", "scores_vjp_tangent", "vjp_tangent", "scores_grad",
+           "scores_rows"]
 
 
 def primal(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -82,15 +83,22 @@ def vjp(A, x, q, k, d_ax) -> Adjoint:
                    A * s, (d_A - rho) * s)
 
 
-def jvp(A, q, k, dq, dk, c: int):
-    """Ȧ (B, n, c, n) from q̇, k̇ (token layout, either None); None when both are."""
-    if dq is None and dk is None:
+def jvp(A, q, k, dq, dk, c: int, dM=None, xt=None):
+    """Ȧ (B, n, c, n) from q̇, k̇ (token layout, either None) and a tangent Ṁ (c, D, D) of the bilinear form
+    ``T = s x̃ M x̃ᵀ`` (``M = W̃_Q W̃_Kᵀ``, ``x̃`` (B, n, D) the block input with a column of ones where Q and K
+    have biases; :func:`scores_rows`); None when all are None."""
+    if dq is None and dk is None and dM is None:
         return None
     Bs, n = A.shape[:2]
     s = scale_of(q)
     dT = None  # (B, n, c·n) viewed as the row layout
     if dq is not None:  # s q̇ kᵀ: (B, n·c, d_K) @ (B, d_K, n)
         dT = torch.bmm(_rows(dq, Bs), (k * s).transpose(1, 2)).view(Bs, n, c * n)
+    if dM is not None:  # s (x̃ Ṁ) x̃ᵀ: (B, n·c, D) @ (B, D, n)
+        D = dM.shape[-1]
+        xM = (xt.reshape(-1, D) @ dM.permute(1, 0, 2).reshape(D, c * D)).view(Bs, n * c, D)
+        t = torch.bmm(xM, (xt * s).transpose(1, 2)).view(Bs, n, c * n)
+        dT = t if dT is None else dT.add_(t)
     if dk is not None:  # s q k̇ᵀ: (B, n, d_K) @ (B, d_K, c·n)
         dT = torch.bmm(q * s, _cols(dk, Bs)) if dT is None else dT.baddbmm_(q * s, _cols(dk, Bs))
     dT = dT.view(Bs, n, c, n)
@@ -111,25 +119,47 @@ def mix_jvp(A, x, dA, dx, c: int):
     return (None if dax is None else dax.view(Bs, n, c, d)), dx_c
 
 
-def vjp_tangent(A, x, q, k, ax, adj: Adjoint, d_ax, dA, dax, dx_c, dq, dk, ddax, c: int):
-    """(δq̇, δk̇, δẋ from the mixing: Aᵀ δȧx + Ȧᵀ δax), each in the token layout or None; ``dx_c`` is ẋ as
-    :func:`mix_jvp` returns it."""
+def scores_vjp_tangent(x, ax, adj: Adjoint, d_ax, dA, dax, dx_c, ddax, c: int):
+    """``s δṪ`` (B, n, c, n), the adjoint tangent of the scores, or None; ``dx_c`` is ẋ as :func:`mix_jvp`
+    returns it."""
     Bs, n, d = x.shape
     ddA = None  # δȦ = δȧx xᵀ + δax ẋᵀ, (B, n, c·n)
     if ddax is not None:
         ddA = torch.bmm(_rows(ddax, Bs), x.transpose(1, 2)).view(Bs, n, c * n)
     if dx_c is not None:
         ddA = torch.bmm(d_ax, dx_c) if ddA is None else ddA.baddbmm_(d_ax, dx_c)
-    ddTs = None  # s δṪ in the row layout (B, n, c, n)
-    if ddA is not None or dA is not None:
-        rs = None if ddax is None else (_full(ddax, Bs) * ax.unsqueeze(2)).sum(-1)
-        if dax is not None:
-            rs = add(rs, (dax * d_ax.unsqueeze(2)).sum(-1))
-        rs = rs.unsqueeze(-1)  # (B, n, c, 1)
-        sA4 = adj.sA.unsqueeze(2)
-        ddTs = -rs * sA4 if ddA is None else ddA.view(Bs, n, c, n).sub_(rs).mul_(sA4)
-        if dA is not None:
-            ddTs = ddTs.addcmul_(dA, adj.sDr.unsqueeze(2))
+    if ddA is None and dA is None:
+        return None
+    rs = None if ddax is None else (_full(ddax, Bs) * ax.unsqueeze(2)).sum(-1)
+    if dax is not None:
+        rs = add(rs, (dax * d_ax.unsqueeze(2)).sum(-1))
+    rs = rs.unsqueeze(-1)  # (B, n, c, 1)
+    sA4 = adj.sA.unsqueeze(2)
+    ddTs = -rs * sA4 if ddA is None else ddA.view(Bs, n, c, n).sub_(rs).mul_(sA4)
+    if dA is not None:
+        ddTs = ddTs.addcmul_(dA, adj.sDr.unsqueeze(2))
+    return ddTs
+
+
+def scores_grad(xt, adj: Adjoint) -> torch.Tensor:
+    """``∂L/∂M = Σ_B x̃ᵀ (s δT) x̃`` (D, D) for the bilinear form ``T = s x̃ M x̃ᵀ``."""
+    return (xt.transpose(1, 2) @ adj.d_Ts @ xt).sum(0)
+
+
+def scores_rows(xt, ddTs, c: int, per_sample: bool = False) -> torch.Tensor:
+    """Hessian rows of the bilinear form's matrix M: the tangent of :func:`scores_grad` for tangents that enter
+    at M (ẋ = 0), ``Σ_B x̃ᵀ (s δṪ) x̃`` -> (c, D, D), or each sample's (B, c, D, D)."""
+    Bs, n, _, _ = ddTs.shape
+    y = torch.bmm(ddTs.view(Bs, n * c, n), xt).view(Bs, n, c, -1)  # s δṪ x̃ in the token layout
+    return tok_contract_rev(xt, y, per_sample)
+
+
+def vjp_tangent(A, x, q, k, ax, adj: Adjoint, d_ax, dA, dax, dx_c, dq, dk, ddax, c: int, ddTs=None):
+    """(δq̇, δk̇, δẋ from the mixing: Aᵀ δȧx + Ȧᵀ δax), each in the token layout or None; ``dx_c`` is ẋ as
+    :func:`mix_jvp` returns it; ``ddTs`` is :func:`scores_vjp_tangent`'s result when already computed."""
+    Bs, n, d = x.shape
+    if ddTs is None:
+        ddTs = scores_vjp_tangent(x, ax, adj, d_ax, dA, dax, dx_c, ddax, c)
     ddq = ddk = None
     if ddTs is not None:
         flat = ddTs.view(Bs, n, c * n)

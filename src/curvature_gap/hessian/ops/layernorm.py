@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ...model import affine, layer_norm_parts
-from .linear import add
+from .linear import add, tok_sum
 
 __all__ = ["primal", "jvp", "vjp", "vjp_tangent", "affine_jvp", "affine_vjp", "affine_vjp_tangent", "affine_rows"]
 
@@ -90,13 +90,15 @@ def affine_vjp_tangent(d_y, dd_y, gamma, dgamma=None):
     return out
 
 
-def affine_rows(n_hat, dn_hat, d_y, dd_y, c: int):
-    """Hessian rows of (γ, β): ``Σ (δẏ n̂ + δy n̂̇)`` and ``Σ δẏ`` over (B, n), each (c, d)."""
+def affine_rows(n_hat, dn_hat, d_y, dd_y, c: int, per_sample: bool = False):
+    """Hessian rows of (γ, β): ``Σ (δẏ n̂ + δy n̂̇)`` and ``Σ δẏ`` over (B, n), each (c, d); ``per_sample``:
+    the sums over n only, each (B, c, d)."""
     d = n_hat.shape[-1]
-    gw = gb = torch.zeros(c, d, dtype=n_hat.dtype, device=n_hat.device)
+    lead = (n_hat.shape[0], c) if per_sample else (c,)
+    gw = gb = torch.zeros(*lead, d, dtype=n_hat.dtype, device=n_hat.device)
     if dd_y is not None:
-        gw = gw + (dd_y * n_hat).sum((0, 1))
-        gb = gb + dd_y.sum((0, 1))
+        gw = gw + tok_sum(dd_y * n_hat, per_sample)
+        gb = gb + tok_sum(dd_y, per_sample)
     if dn_hat is not None:
-        gw = gw + (d_y * dn_hat).sum((0, 1))
+        gw = gw + tok_sum(d_y * dn_hat, per_sample)
     return gw, gb

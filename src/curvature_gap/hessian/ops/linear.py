@@ -14,8 +14,8 @@ import torch
 
 from ...model import linear as primal  # the model's own map, x W (+ b): one implementation of the forward
 
-__all__ = ["primal", "add", "lin", "act_times_tangent", "tok_contract", "tok_contract_rev", "bias_tangent", "jvp", "vjp",
-           "vjp_tangent", "weight_rows", "bias_rows"]
+__all__ = ["primal", "add", "lin", "act_times_tangent", "tok_contract", "tok_contract_rev", "tok_sum", "bias_tangent",
+           "jvp", "vjp", "vjp_tangent", "weight_rows", "bias_rows"]
 
 
 def add(a, b):
@@ -38,21 +38,33 @@ def act_times_tangent(x: torch.Tensor, dw: torch.Tensor) -> torch.Tensor:
     return (x @ dw.permute(1, 0, 2).reshape(i, c * o)).view(*x.shape[:-1], c, o)
 
 
-def tok_contract(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Σ over (B, n) of aᵀ b for a (B, n, c, i) tangent and b (B, n, o) primal -> (c, i, o).
+def tok_contract(a: torch.Tensor, b: torch.Tensor, per_sample: bool = False) -> torch.Tensor:
+    """Σ over (B, n) of aᵀ b for a (B, n, c, i) tangent and b (B, n, o) primal -> (c, i, o); ``per_sample``:
+    the sum over n only, (B, c, i, o) (contiguous).
 
-    Computed as (bᵀ a)ᵀ: (o, B·n) @ (B·n, c·i) is about twice as fast as the transposed-left form.
+    Computed as (bᵀ a)ᵀ: (o, B·n) @ (B·n, c·i) is about twice as fast as the transposed-left form; per sample
+    the transposed-left form ((B, c·i, n) @ (B, n, o)) is as fast and needs no permute.
     """
-    c, i = a.shape[-2:]
+    Bs, n, c, i = a.shape
     o = b.shape[-1]
+    if per_sample:
+        return torch.bmm(a.reshape(Bs, n, c * i).transpose(1, 2), b).view(Bs, c, i, o)
     return (b.reshape(-1, o).T @ a.reshape(-1, c * i)).view(o, c, i).permute(1, 2, 0)
 
 
-def tok_contract_rev(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Σ over (B, n) of aᵀ b for a (B, n, i) primal and b (B, n, c, o) tangent -> (c, i, o)."""
-    c, o = b.shape[-2:]
+def tok_contract_rev(a: torch.Tensor, b: torch.Tensor, per_sample: bool = False) -> torch.Tensor:
+    """Σ over (B, n) of aᵀ b for a (B, n, i) primal and b (B, n, c, o) tangent -> (c, i, o); ``per_sample``:
+    (B, c, i, o)."""
+    Bs, n, c, o = b.shape
     i = a.shape[-1]
+    if per_sample:
+        return torch.bmm(a.transpose(1, 2), b.reshape(Bs, n, c * o)).view(Bs, i, c, o).transpose(1, 2)
     return (a.reshape(-1, i).T @ b.reshape(-1, c * o)).view(i, c, o).transpose(0, 1)
+
+
+def tok_sum(t: torch.Tensor, per_sample: bool = False) -> torch.Tensor:
+    """Σ over (B, n) of a (B, n, ...) tensor; ``per_sample``: over n only."""
+    return t.sum(1) if per_sample else t.sum((0, 1))
 
 
 def bias_tangent(db: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -81,18 +93,22 @@ def vjp_tangent(dC, ddC, W, dW=None):
     return out
 
 
-def weight_rows(x, dx, dC, ddC, shape, c: int, like: torch.Tensor) -> torch.Tensor:
-    """Hessian rows of W, ``Ẋᵀ δC + Xᵀ δĊ`` (c, in, out); zeros when both tangents are None."""
+def weight_rows(x, dx, dC, ddC, shape, c: int, like: torch.Tensor, per_sample: bool = False) -> torch.Tensor:
+    """Hessian rows of W, ``Ẋᵀ δC + Xᵀ δĊ`` (c, in, out), or each sample's (B, c, in, out); zeros when both
+    tangents are None."""
     out = None
     if dx is not None:
-        out = tok_contract(dx, dC)
+        out = tok_contract(dx, dC, per_sample)
     if ddC is not None:
-        out = add(out, tok_contract_rev(x, ddC))
-    return torch.zeros(c, *shape, dtype=like.dtype, device=like.device) if out is None else out
+        t = tok_contract_rev(x, ddC, per_sample)
+        out = t if out is None else out.add_(t) if per_sample else out + t
+    lead = (like.shape[0], c) if per_sample else (c,)
+    return torch.zeros(*lead, *shape, dtype=like.dtype, device=like.device) if out is None else out
 
 
-def bias_rows(ddC, size: int, c: int, like: torch.Tensor) -> torch.Tensor:
-    """Hessian rows of b, ``Σ_{B, n} δĊ`` (c, out)."""
+def bias_rows(ddC, size: int, c: int, like: torch.Tensor, per_sample: bool = False) -> torch.Tensor:
+    """Hessian rows of b, ``Σ_{B, n} δĊ`` (c, out), or each sample's (B, c, out)."""
     if ddC is None:
-        return torch.zeros(c, size, dtype=like.dtype, device=like.device)
-    return ddC.sum((0, 1))
+        lead = (like.shape[0], c) if per_sample else (c,)
+        return torch.zeros(*lead, size, dtype=like.dtype, device=like.device)
+    return tok_sum(ddC, per_sample)
