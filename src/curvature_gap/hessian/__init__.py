@@ -167,8 +167,7 @@ def _bilinear_blocks(so: ViTSecondOrder) -> list[int]:
     the first-order term ∂L/∂M_ij at (W̃_Q[i, o], W̃_K[j, o]); one pass of D² tangents replaces two of D·d_K
     each. Used where D² < 2 D d_K, i.e. D < 2 d_K (every configured model: D = d_K or d_K + 1).
     """
-    D = so.cfg.d_model + int(so.cfg.qkv_bias)
-    return list(range(so.n_blocks)) if D < 2 * so.cfg.d_k else []
+    return list(range(so.n_blocks)) if so.scores_dim() < 2 * so.cfg.d_k else []
 
 
 # The per-sample rows of one pass of the positions (sample chunk × tangents × parameters) this route may hold to
@@ -207,16 +206,15 @@ def _dense_plan(so: ViTSecondOrder, closed_form: list[str], bilinear: list[int] 
     embedding has no pass (:func:`_embed_from_pos`).
     """
     order = [g.name for g in so.groups]
+    qk = {f"block{i}.{part}": i for i in bilinear for part in ("query", "key")}
     plan = []
     for gi, g in enumerate(order):
-        if g in closed_form or (g == "embed" and embed_from_pos):
+        if g in closed_form or (g == "embed" and embed_from_pos) or g.endswith(".key") and g in qk:
             continue
         rows = order[gi:] + [h for h in closed_form if order.index(h) < gi]
-        block, _, part = g.partition(".")
-        if block.startswith("block") and int(block[len("block"):]) in bilinear and part in ("query", "key"):
-            if part == "query":
-                plan.append((f"{block}.scores", [f"{block}.scores"] + rows[2:]))
-            continue
+        if g in qk:  # the query's place: one pass over M, rows from the value on
+            g = so.scores_group(qk[g])
+            rows = [g] + rows[2:]
         plan.append((g, rows))
     return plan
 
@@ -234,11 +232,11 @@ def _embed_mix(so: ViTSecondOrder, idx: torch.Tensor) -> tuple[torch.Tensor, tor
     return mix, dest
 
 
-def _scores_to_qk(so: ViTSecondOrder, i: int, H_M: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _scores_to_qk(so: ViTSecondOrder, i: int, H_M: dict[str, torch.Tensor]) -> dict[tuple[str, str], torch.Tensor]:
     """Query and key columns of block ``i`` from its scores' columns ``H_M`` (row group -> (|row|, D²)).
 
-    Returns ``{"<row>|query": H[row, Q], "<row>|key": H[row, K]}`` for every row group but the scores, and the
-    (Q, K)² block as ``"query|query"``, ``"query|key"``, ``"key|key"`` (see :func:`_bilinear_blocks`)."""
+    Returns ``{(row, col): H[row, col]}`` for col the query and the key and every row group but the scores,
+    and the (Q, K)² block as (Q, Q), (K, K) and (K, Q) (see :func:`_bilinear_blocks`)."""
     WQ, WK = so.scores_factors(i)
     D = WQ.shape[0]
 
@@ -248,21 +246,21 @@ def _scores_to_qk(so: ViTSecondOrder, i: int, H_M: dict[str, torch.Tensor]) -> d
     def to_k(X):  # -> columns of W̃_K: Σ_a X[:, (a, j)] W̃_Q[a, o]
         return (X.view(-1, D, D).transpose(1, 2) @ WQ).reshape(X.shape[0], -1)
 
-    g = f"block{i}.scores"
+    g, q, k = so.scores_group(i), f"block{i}.query", f"block{i}.key"
     out = {}
     for row, X in H_M.items():
         if row != g:
-            out[f"{row}|query"], out[f"{row}|key"] = to_q(X), to_k(X)
+            out[(row, q)], out[(row, k)] = to_q(X), to_k(X)
     HMM = H_M[g]
     HMQ, HMK = to_q(HMM), to_k(HMM)  # (D², D·d_K)
-    out["query|query"] = to_q(HMQ.T.contiguous()).T
-    out["key|key"] = to_k(HMK.T.contiguous()).T
+    out[(q, q)] = to_q(HMQ.T.contiguous()).T
+    out[(k, k)] = to_k(HMK.T.contiguous()).T
     QK = to_q(HMK.T.contiguous()).T  # (D·d_K, D·d_K): rows Q, columns K
     dk = WQ.shape[1]
     # first-order term: ∂²M_ab/∂W̃_Q[i, o]∂W̃_K[j, o'] = δ_ai δ_bj δ_oo', times ∂L/∂M_ij
     G = so.scores_grad(i)
     QK.view(D, dk, D, dk).add_(G[:, None, :, None] * torch.eye(dk, dtype=G.dtype, device=G.device)[None, :, None, :])
-    out["query|key"] = QK
+    out[(k, q)] = QK.T
     return out
 
 
@@ -307,12 +305,9 @@ def _vit_dense(so: ViTSecondOrder, chunk, sample_chunk, closed_form: bool = True
             for r in emb_rows:
                 H[groups[r].slice, groups["embed"].slice] = torch.cat([emb[r].T, blocks[r].view(-1, so.cfg.n_tokens, d).sum(1)], 1)
                 done.add((r, "embed"))
-        if col.endswith(".scores"):
-            i = int(col[len("block"):-len(".scores")])
-            qk = _scores_to_qk(so, i, blocks)
-            q, k = f"block{i}.query", f"block{i}.key"
-            blocks = {(r, c): qk[f"{r}|{c[len(f'block{i}.'):]}"] for r in rows if r != col for c in (q, k)}
-            blocks[(q, q)], blocks[(k, k)], blocks[(k, q)] = qk["query|query"], qk["key|key"], qk["query|key"].T
+        i = so.scores_block(col)
+        if i is not None:
+            blocks = _scores_to_qk(so, i, blocks)
         else:
             blocks = {(r, col): blocks[r] for r in rows}
         for (r, c), blk in blocks.items():

@@ -307,8 +307,22 @@ class ViTSecondOrder:
         H[p1:, :p1] = H[:p1, p1:].T
         return H
 
-    # ------------------------------------------------------------------ tangents
     # ------------------------------------------------------------------ the scores' bilinear form
+    @staticmethod
+    def scores_group(i: int) -> str:
+        """The name of block ``i``'s virtual group M = W̃_Q W̃_Kᵀ (:meth:`scores_input`)."""
+        return f"block{i}.scores"
+
+    @staticmethod
+    def scores_block(group: str) -> int | None:
+        """The block of a virtual ``block{i}.scores`` group; None for any other group."""
+        block, _, part = group.partition(".")
+        return int(block[len("block"):]) if part == "scores" else None
+
+    def scores_dim(self) -> int:
+        """D, the side of M: d, plus 1 where Q and K have biases."""
+        return self.cfg.d_model + int(self.cfg.qkv_bias)
+
     def scores_input(self, i: int, b: _Block | None = None) -> torch.Tensor:
         """x̃ (B, n, D) of block ``i``: its input, with a column of ones where Q and K have biases, so that
         ``q kᵀ = x̃ M x̃ᵀ`` with ``M = W̃_Q W̃_Kᵀ``, ``W̃ = [W; bᵀ]`` (D = d + 1 with biases, else d)."""
@@ -332,15 +346,13 @@ class ViTSecondOrder:
     def _row_index(self, group: str) -> float:
         """Backward position of a row group: its forward index; ``block{i}.scores`` (the virtual group of
         M = W̃_Q W̃_Kᵀ, :meth:`scores_input`) sits between the key and the value."""
-        if group.endswith(".scores"):
-            return self.group_index[group[:-len("scores")] + "key"] + 0.5
-        return self.group_index[group]
+        i = self.scores_block(group)
+        return self.group_index[group] if i is None else self.group_index[f"block{i}.key"] + 0.5
 
     def _group_params(self, group: str) -> list[tuple[str, torch.Size]]:
-        if group.endswith(".scores"):
-            i = int(group[len("block"):-len(".scores")])
-            D = self.cfg.d_model + int(self.cfg.qkv_bias)
-            return [(f"blocks.{i}.scores", torch.Size((D, D)))]
+        i = self.scores_block(group)
+        if i is not None:
+            return [(f"blocks.{i}.scores", torch.Size((self.scores_dim(),) * 2))]
         return [(name, self.p[name].shape) for name in self.groups[self.group_index[group]].param_names]
 
     def group_size(self, group: str) -> int:
@@ -549,13 +561,13 @@ class ViTSecondOrder:
         ddax = linear.vjp_tangent(b.d_v, ddv, w("value"), T("value"))
         dxi = t.get("dx")
         ddTs = attention.scores_vjp_tangent(b.x, b.ax, b.att, b.d_ax, t.get("dA"), t.get("dax"), t.get("dx_c"), ddax, c)
-        if g + "scores" in want:
+        if self.scores_group(i) in want:
             xt = self.scores_input(i, b)
             D = xt.shape[-1]
-            lead = (xt.shape[0], c) if ps(g + "scores") else (c,)
+            lead = (xt.shape[0], c) if ps(self.scores_group(i)) else (c,)
             rows = torch.zeros(*lead, D, D, dtype=self.dtype, device=self.device) if ddTs is None else \
-                attention.scores_rows(xt, ddTs, c, ps(g + "scores"))
-            if put(g + "scores", [rows]):
+                attention.scores_rows(xt, ddTs, c, ps(self.scores_group(i)))
+            if put(self.scores_group(i), [rows]):
                 return None, True
         ddq, ddk, ddx_att = attention.vjp_tangent(b.A, b.x, b.q, b.k, b.ax, b.att, b.d_ax, t.get("dA"), t.get("dax"),
                                                   t.get("dx_c"), t.get("dq"), t.get("dk"), ddax, c, ddTs)
