@@ -50,3 +50,19 @@ def test_the_quick_numbers_of_the_old_downloads_are_reported():
     assert any("405" in p and "'Verdict: fails. repaired: smallest bound/exact 12'" in p for p in problems), problems
     assert any("4e+02" in p for p in problems)
     assert problems[-1] == "self_attention.ipynb: the download shows 2 outputs, its page 4"
+
+
+def test_a_printed_line_cut_into_chunks_reads_as_the_same_line():
+    """Where the kernel cuts printed text into stream chunks depends on its timing (the fresh-clone CI run of
+    2026-12-04 built `self_attention` with one printed line in two chunks); chunks of one stream in a row are one
+    text, a different stream or an output between them is not."""
+    line = "thm1.printed@minimiser | loss below 1e-20: True\n"
+    whole = _nb({"output_type": "stream", "name": "stdout", "text": line})
+    cut = _nb({"output_type": "stream", "name": "stdout", "text": line[:22]},
+              {"output_type": "stream", "name": "stdout", "text": line[22:]})
+    assert downloads.shown(cut) == downloads.shown(whole) == [line.strip()]
+    assert downloads.differences(downloads.shown(whole), downloads.shown(cut)) == []
+    other = _nb({"output_type": "stream", "name": "stdout", "text": "a\n"},
+                {"output_type": "stream", "name": "stderr", "text": "b\n"}, _md("c"),
+                {"output_type": "stream", "name": "stdout", "text": "d\n"})
+    assert downloads.shown(other) == ["a", "b", "c", "d"]

@@ -41,21 +41,30 @@ def _text(value) -> str:
 def shown(nb) -> list[str]:
     """What a reader reads in a notebook's outputs, in order, as plain text: every Markdown, HTML (verdict
     boxes, figure captions; tags and images dropped: a page links its figure files, a run outside the build
-    inlines them) and printed output."""
+    inlines them) and printed output. Consecutive printed chunks of one stream are one text: where the kernel
+    cuts a printed line into chunks depends on its flush timing (a line of ``self_attention`` came as two chunks
+    on a loaded machine and as one otherwise)."""
     out = []
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
+        stream = None  # the stream the last output printed to, while its chunks run on
         for o in cell.get("outputs", []):
             if o.get("output_type") == "stream":
-                out.append(_text(o.get("text", "")))
+                text = "".join(o.get("text", ""))
+                if stream == o.get("name"):
+                    out[-1] += text
+                else:
+                    out.append(text)
+                stream = o.get("name")
                 continue
+            stream = None
             data = o.get("data") or {}
             for mime in ("text/markdown", "text/html"):
                 if mime in data:
-                    out.append(_text(data[mime]))
+                    out.append(data[mime])
                     break
-    return [t for t in out if t]
+    return [t for t in map(_text, out) if t]
 
 
 def differences(page: list[str], download: list[str], name: str = "") -> list[str]:
