@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="every closed form, bound and claim of the paper, one row each")
     p.add_argument("--json", default=None, help="also write the rows as JSON to this path")
-    p.add_argument("--quick", action="store_true", help="fewer random instances, no adversarial search (same rows; "
+    p.add_argument("--quick", action="store_true", help="fewer random instances, no worst-case search (same rows; "
                    "the smallest ratios found are larger than the book's, which come from the full run)")
     p.add_argument("--findings", action="store_true", help="print one verdict per result of the paper instead of the rows")
     p.add_argument("--results-dir", default="results", help="cached results of the trained model (default: %(default)s)")
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", default="results")
     p.add_argument("--published-dir", default=None, help="default: published/ of the checkout")
 
-    p = sub.add_parser("bounds", help="the bound sweeps and adversarial search, tables and counter-examples")
+    p = sub.add_parser("bounds", help="the bound sweeps and the worst-case search, tables and counter-examples")
     p.add_argument("--out", default="results/bounds", help="tables and counter-examples (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="fewer sweep points, one seed")
     p.add_argument("--save-counterexamples", default=None, metavar="DIR",

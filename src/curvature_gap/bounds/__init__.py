@@ -17,7 +17,7 @@ Modules:
 * :mod:`.titles`      — the title and TeX of a bound row, for the errata page (read from the declarations);
 * :mod:`.sweeps`      — σ, attention sharpness, Q/K balance (also at a minimiser and under uniform
   attention), width, length, LayerNorm shape; summaries, slopes, counter-examples and their replay;
-* :mod:`.adversarial` — gradient search for the worst instance of a check;
+* :mod:`.search` — the one worst-case search of every bound (multi-start Adam on log(bound/exact));
 * :mod:`.training`    — init vs trained MNIST model (per sample and batch, curvlinops);
 * :mod:`.ce`          — Theorem 6 for the cross-entropy loss through the ViT's head;
 * :mod:`.run`         — ``curvature-gap bounds``: tables, summaries and counter-examples on disk.

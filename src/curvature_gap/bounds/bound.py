@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Bound", "Search", "by_id", "ratio", "holds", "RTOL", "ZERO", "PARTS", "ROLES"]
+__all__ = ["Bound", "by_id", "ratio", "holds", "RTOL", "ZERO", "PARTS", "ROLES"]
 
 RTOL = 1e-9
 ZERO = 1e-12
@@ -30,19 +30,6 @@ Terms = Callable[[dict], list]  # q -> [(sub, bound, exact), ...]
 
 
 @dataclass(frozen=True)
-class Search:
-    """How the adversarial search (:mod:`.adversarial`) descends on a bound whose terms can be read off
-    differentiable quantities: Adam on ``log(bound/exact)`` over the instance's free entries (``X, W_Q, W_K, W_V,
-    Target`` for a self-attention bound, ``X`` for a LayerNorm one)."""
-
-    need: tuple[str, ...]  # the quantity groups the terms read: "H", "G", "Z1", "dA", "Phi_<kl>" (self-attention,
-    #                        adversarial.sa_quantities) or "J", "H", "dP", "d2P" (quantities.layernorm_quantities)
-    steps: int | None = None  # Adam steps of the one-start search (adversarial.run); None: not searched there
-    quick: bool = False  # also in the quick one-start search (60 steps; curvature-gap verify)
-    starts: tuple[str, ...] = ("random",)  # the regimes (adversarial.STARTS) a Theorem-6 proof step is searched from
-
-
-@dataclass(frozen=True)
 class Bound:
     """One bound (or intermediate lemma) of the paper, or of this companion, and everything the software does with it.
 
@@ -53,7 +40,8 @@ class Bound:
     changes its verdict is a regression either way. ``claim`` is what the paper implies ("holds"; ``None`` for the
     companion's own checks: roles "repair" and "reference"); ``errata`` are the ids (:mod:`curvature_gap.theory.errata`)
     its verdict depends on. ``title`` and ``tex`` are what the errata page shows of it (a failing bound with a claim
-    needs both)."""
+    needs both). Every bound of a part with synthetic instances is searched by :mod:`.search` (the quantities it
+    needs are read off its terms)."""
 
     id: str
     part: str
@@ -68,7 +56,9 @@ class Bound:
     applies: Callable[[dict], bool] | None = None  # evaluated only where applies(q) (default: everywhere)
     tensors: bool = False  # its terms read the second-derivative tensors ξ, H_tr, Φ (expensive at L = 49)
     hessian: bool = False  # its terms read the loss Hessian (every self-attention bound is evaluated with it)
-    search: Search | None = None
+    repairs: str | None = None  # a companion's repair: the id of the bound (of the paper) it repairs
+    twin_of: str | None = None  # a bound whose ratio is this one's times a factor of the shape alone (L, d): the
+    #                             search finds both minima at the same instances, so it searches that one only
     trained: bool = False  # reported at the trained MNIST block too (rows bounds.mnist.*)
     by_construction: str | None = None  # why it cannot fail with exact ingredients (said on its row)
     title: str | None = None  # in words, for the errata page (the evidence names a step by it)
@@ -84,6 +74,8 @@ class Bound:
             raise ValueError(f"bound {self.id!r}: give both title and tex, or neither")
         if self.fails is not None and not self.fails.strip():
             raise ValueError(f"bound {self.id!r}: a known failure says why it fails")
+        if self.repairs is not None and self.role != "repair":
+            raise ValueError(f"bound {self.id!r}: only a repair (role 'repair') repairs another bound")
 
     @property
     def expect(self) -> str:

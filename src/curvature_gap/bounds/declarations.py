@@ -2,7 +2,7 @@
 
 A declaration holds everything about its bound: the inequality in words, where the paper states it, the two
 sides (``terms``: the formula of :mod:`.formulas` against the exact quantity of :mod:`.quantities`), the expected
-verdict (a known failure says why), how the adversarial search treats it, and its title and TeX for the errata
+verdict (a known failure says why), what it repairs (a companion's repair), and its title and TeX for the errata
 page. Each group of bounds is one tuple; :data:`BOUNDS` (read by :mod:`.registry`) is all of them, keyed by id, in
 the order of the rows. The code hash of whatever evaluates the bounds reaches every declaration through it.
 """
@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 
 from . import formulas
-from .bound import Bound, Search, by_id
+from .bound import Bound, by_id
 
 __all__ = ["BOUNDS", "admissible", "ADMISSIBLE_TOL"]
 
 T1 = "Theorem 1 (§3.1)"
 C1 = "Theorem 1 proof (App. C.1)"
 R1 = "Theorem 1, repaired (this companion)"
+R6 = "Theorem 6 proof, block (2,1) repaired (this companion)"
 C6 = "Theorem 6 proof (App. C.6)"
 L4 = "Lemma 4 (App. D)"
 PROP = "Proposition (App. D)"
@@ -58,10 +59,12 @@ def _thm1_row(variant: str, b: str):
 
 
 def _thm1_maxblock(variant: str):
+    """The largest of the four rows against each of the nine blocks: the smallest ratio is the bound's, at the
+    largest block (the sub it names)."""
     def terms(q):
         rows = _theorem1(q, variant, variant != "printed")
-        worst = max(((p + r) for p in "QKV" for r in "QKV"), key=lambda s: q[f"H_{s}"])
-        return [(worst, max(rows[b] for b in ("VV", "QQ", "VQ", "QK")), q[f"H_{worst}"])]
+        top = formulas.largest(rows[b] for b in ("VV", "QQ", "VQ", "QK"))
+        return [(p + r, top, q[f"H_{p}{r}"]) for p in "QKV" for r in "QKV"]
     return terms
 
 
@@ -75,12 +78,10 @@ def admissible(q: dict) -> bool:
     return q["R"] <= ADMISSIBLE_TOL * max(1.0, q["norm_T"]) and q["attn_uniform_dev"] <= ADMISSIBLE_TOL
 
 
-WHOLE = Search(need=("H", "G"), steps=80)  # the search of a bound on the whole Hessian (through the Hessian)
-
 THEOREM1 = (
     Bound("thm1.printed", "sa", T1, "‖H_i‖_2 ≤ M with M as printed in the statement (per-sample Hessian of the SA "
           "MSE w.r.t. W_Q, W_K, W_V), at every instance evaluated (the statement's w* is not enforced)", "thm1",
-          _thm1_whole("printed"), role="statement", fails=MISSING_KK, search=WHOLE, trained=True,
+          _thm1_whole("printed"), role="statement", fails=MISSING_KK, trained=True,
           title="Theorem 1 as printed, on the instances evaluated",
           tex=_n(r"\mathbf H_i") + r"\le M\quad\text{(}M\text{ as printed in the statement)}"),
     Bound("thm1.printed.admissible", "sa", T1, "‖H_i‖_2 ≤ M as printed, only at instances that satisfy every "
@@ -91,12 +92,12 @@ THEOREM1 = (
           tex=_n(r"\mathbf H_i(\mathbf w^*)") + r"\le M\quad\text{at loss }0\text{ and uniform attention }"
           r"\mathbf A=\tfrac1L\mathbf 1\mathbf 1^\top"),
     Bound("thm1.proof", "sa", C1, "‖H_i‖_2 ≤ M with M as at the end of the proof (constants 2, √rank(F−Target))",
-          "thm1", _thm1_whole("proof"), fails=MISSING_KK, search=WHOLE,
+          "thm1", _thm1_whole("proof"), fails=MISSING_KK,
           title="Theorem 1, proof: the constant the proof ends with",
           tex=_n(r"\mathbf H_i") + r"\le M_{\text{proof}}\quad\text{(constants }2\text{ and }"
           r"\sqrt{\operatorname{rank}(\mathbf F-\mathbf{Target})}\text{)}"),
     *(Bound(f"thm1.proof.{b}", "sa", C1, f"‖H({b[0]},{b[1]})‖_2 ≤ row {b} of the proof's final expression", "thm1",
-            _thm1_row("proof", b), search=WHOLE if b in ("QQ", "QK") else None)
+            _thm1_row("proof", b))
       for b in ("VV", "QQ", "VQ", "QK")),
     Bound("thm1.printed.maxblock", "sa", T1, "max over all 9 blocks of ‖H(W_i,W_j)‖ ≤ max of the 4 printed rows "
           "(the step '3 max_ij' needs it; no row bounds the K–K and V–K blocks)", "thm1", _thm1_maxblock("printed"),
@@ -111,10 +112,10 @@ THEOREM1 = (
           r"r^{\text{proof}}_{QQ},r^{\text{proof}}_{VQ},r^{\text{proof}}_{QK}\big)"),
     Bound("thm1.repaired", "sa", R1, "‖H_i‖_2 ≤ M_rep = 3 max(VV, QQ, KK, VQ, VK, QK): the printed rows with "
           "‖∂A/∂T‖ ≤ 1/2 in place of 1/L and the K–K, V–K rows added by the Q ↔ K symmetry", "thm1",
-          _thm1_whole("repaired"), role="repair", claim=None, search=Search(need=("H", "G"), steps=80, quick=True),
-          trained=True),
+          _thm1_whole("repaired"), role="repair", claim=None, trained=True),
     *(Bound(f"thm1.repaired.{b}", "sa", R1, f"‖H({b[0]},{b[1]})‖_2 ≤ row {b} of the repaired bound", "thm1",
-            _thm1_row("repaired", b), role="repair", claim=None) for b in ("VV", "QQ", "KK", "VQ", "VK", "QK")),
+            _thm1_row("repaired", b), role="repair", claim=None, twin_of="thm1.proof.VV" if b == "VV" else None)
+      for b in ("VV", "QQ", "KK", "VQ", "VK", "QK")),
 )
 
 
@@ -122,23 +123,23 @@ def _thm1_term(t: str):
     return lambda q: [(t[3:], formulas.theorem1_terms(*_sa_args(q), rank=q["rank_FT"])[t], q[t])]
 
 
-# term -> (the inequality in words, search steps in the one-start search or None, known failure, title, TeX)
+# term -> (the inequality in words, known failure, title, TeX)
 _HO_TEX = r"\le\frac{2}{L^3d_Vd_K}"
 _THM1_TERMS = {
-    "Ho_VV": ("‖H_o(V,V)‖ ≤ 2L/d_V ‖X‖²", None, None, None, None),
-    "Ho_QQ": ("‖H_o(Q,Q)‖ ≤ 2/(L³d_Vd_K)‖W_K‖²‖W_V‖²‖X‖⁶", 80, ONE_OVER_L, "Theorem 1, proof: the Q–Q term",
+    "Ho_VV": ("‖H_o(V,V)‖ ≤ 2L/d_V ‖X‖²", None, None, None),
+    "Ho_QQ": ("‖H_o(Q,Q)‖ ≤ 2/(L³d_Vd_K)‖W_K‖²‖W_V‖²‖X‖⁶", ONE_OVER_L, "Theorem 1, proof: the Q–Q term",
               _n(r"\mathbf H_o(\mathbf W_Q,\mathbf W_Q)") + _HO_TEX + WK + "^2" + WV + "^2" + X + "^6"),
-    "Ho_VQ": ("‖H_o(V,Q)‖ ≤ 2/(L d_V√d_K)‖W_V‖‖W_K‖‖X‖⁴", 80, None, None, None),
-    "Ho_QK": ("‖H_o(Q,K)‖ ≤ 2/(L³d_Vd_K)‖W_K‖‖W_Q‖‖W_V‖²‖X‖⁶", 80, ONE_OVER_L, "Theorem 1, proof: the Q–K term",
+    "Ho_VQ": ("‖H_o(V,Q)‖ ≤ 2/(L d_V√d_K)‖W_V‖‖W_K‖‖X‖⁴", None, None, None),
+    "Ho_QK": ("‖H_o(Q,K)‖ ≤ 2/(L³d_Vd_K)‖W_K‖‖W_Q‖‖W_V‖²‖X‖⁶", ONE_OVER_L, "Theorem 1, proof: the Q–K term",
               _n(r"\mathbf H_o(\mathbf W_Q,\mathbf W_K)") + _HO_TEX + WK + WQ + WV + "^2" + X + "^6"),
-    "Hf_QQ": ("‖H_f(Q,Q)‖ ≤ 12/(d_Vd_K)√r(L‖X‖‖W_V‖+‖T‖)‖W_V‖‖W_K‖²‖X‖⁵", None, None, None, None),
-    "Hf_VQ": ("‖H_f(V,Q)‖ ≤ 2√r/(L²√(d_Vd_K))(L‖X‖‖W_V‖+‖T‖)‖W_K‖‖X‖³", 80, None, None, None),
-    "Hf_QK": ("‖H_f(Q,K)‖ ≤ sum of the two derived terms (12/(Ld_Vd_K)… + 2√d_V/(L²d_V√d_K)…)", 80, None, None, None),
+    "Hf_QQ": ("‖H_f(Q,Q)‖ ≤ 12/(d_Vd_K)√r(L‖X‖‖W_V‖+‖T‖)‖W_V‖‖W_K‖²‖X‖⁵", None, None, None),
+    "Hf_VQ": ("‖H_f(V,Q)‖ ≤ 2√r/(L²√(d_Vd_K))(L‖X‖‖W_V‖+‖T‖)‖W_K‖‖X‖³", None, None, None),
+    "Hf_QK": ("‖H_f(Q,K)‖ ≤ sum of the two derived terms (12/(Ld_Vd_K)… + 2√d_V/(L²d_V√d_K)…)", None, None, None),
 }
 THEOREM1_TERMS = tuple(
     Bound(f"thm1.term.{t}", "sa", C1, w, "thm1", _thm1_term(t), errata=(UNIFORM,) if fails else (), fails=fails,
-          search=Search(need=("H", "G"), steps=steps, quick=t == "Ho_QQ") if steps else None, title=title, tex=tex)
-    for t, (w, steps, fails, title, tex) in _THM1_TERMS.items())
+          title=title, tex=tex, twin_of="thm1.proof.VV" if t == "Ho_VV" else None)
+    for t, (w, fails, title, tex) in _THM1_TERMS.items())
 
 
 def _sa_lemma(lemma: str, exact: str):
@@ -151,14 +152,14 @@ def _sa_lemma(lemma: str, exact: str):
 
 THEOREM1_LEMMAS = (
     Bound("sa.dA_dT", "sa", C1, "‖∂A/∂T‖_2 ≤ 1/L (uniform attention, Noci et al. Lemma A.3, used for all attention)",
-          "thm1", _sa_lemma("dA_dT", "dA_dT"), errata=(UNIFORM,), fails=ONE_OVER_L, search=Search(need=("dA",)),
+          "thm1", _sa_lemma("dA_dT", "dA_dT"), errata=(UNIFORM,), fails=ONE_OVER_L,
           title="Theorem 1, proof: the softmax Jacobian at any attention",
           tex=_n(r"\partial\mathbf A/\partial\mathbf T") + r"\le\frac1L\quad\text{(its value at uniform attention, "
           r"used for every attention)}"),
     Bound("sa.dA_dT_general", "sa", C1, "‖∂A/∂T‖_2 ≤ 1/2 (general softmax rows, by Gershgorin)", "thm1",
           _sa_lemma("dA_dT_general", "dA_dT"), role="reference", claim=None),
     Bound("sa.Z1", "sa", C1, "‖Z_1‖_2 ≤ ‖X‖³/L", "thm1", _sa_lemma("Z1", "Z1"), errata=(UNIFORM,),
-          fails=ONE_OVER_L + " (‖Z_1‖ carries ‖∂A/∂T‖)", search=Search(need=("Z1",), steps=150, quick=True),
+          fails=ONE_OVER_L + " (‖Z_1‖ carries ‖∂A/∂T‖)",
           title="Theorem 1, proof: the norm of Z₁", tex=_n(r"\mathbf Z_1") + r"\le\frac{" + X + "^3}{L}"),
     Bound("sa.A", "sa", C1, "‖A‖_2 ≤ L", "thm1", _sa_lemma("A", "A")),
     Bound("sa.A_sqrtL", "sa", C1, "‖A‖_2 ≤ √L (row-stochastic A: ‖A‖_1 = 1, ‖A‖_∞ ≤ L)", "thm1",
@@ -202,7 +203,7 @@ LEMMA4 = tuple(b for k, (w, title, tex) in _LEMMA4.items() for b in (
           trained=k in ("J", "H"), title=title, tex=tex),
     Bound(f"lemma4.{k}.std", "ln", L4, w + ", σ_min = min_i ‖M_i‖_2/√n (the σ of P = diag⁻¹(σ) the proof uses)",
           "lemma4", _lemma4(k, "std"), role="repair", claim=None, trained=k in ("J", "H"),
-          search=Search(need=("J",), steps=80) if k == "J" else None)))
+)))
 
 
 # ----------------------------------------------------------------------------- the Proposition and Theorem 6
@@ -210,11 +211,12 @@ def _proposition(q) -> dict:
     return formulas.proposition(q["L"], q["d_V"], q["d_ff"], q["norm_Y"], q["norm_1"], q["norm_2"])
 
 
-def _explicit(q) -> dict:
-    """App. C.6's estimates at the block's quantities ``q`` (:func:`.formulas.theorem6_explicit`)."""
+def _explicit(q, mirror_21: bool = False) -> dict:
+    """App. C.6's estimates at the block's quantities ``q`` (:func:`.formulas.theorem6_explicit`; ``mirror_21``:
+    block (2,1) estimated as the proof estimates block (1,2))."""
     n = {k: q[f"norm_{k}"] for k in ("X", "Q", "K", "V", "1", "2")}
     return formulas.theorem6_explicit(n, q["L"], q["d_V"], q["d_K"], q["d_ff"], q["norm_relu"], q["R"], q["ln_U"],
-                                      q["ln_S"]["row_norm_min"])
+                                      q["ln_S"]["row_norm_min"], mirror_21=mirror_21)
 
 
 def _has_hessian(q) -> bool:
@@ -247,12 +249,17 @@ THEOREM6 = (
           title="Theorem 6: the displayed per-block inequality", tex=_BLOCK_TEX),
     Bound("thm6.block.explicit", "block", C6, "‖H_tr^(i,j)‖ ≤ the same with every ingredient replaced by its App. C.6 "
           "estimate (per pair): the explicit per-block bound the statement refers to (\"Explicit expressions for each "
-          "bound are stated in the proof\")", "thm6",
-          lambda q: [(i + j, _explicit(q)[f"pair_{i}{j}"], q[f"Htr_{i}{j}"]) for i, j in formulas.PAIRS],
-          role="statement", tensors=True, fails="it takes the ξ_21 estimate; " + XI21_SWAPPED + " (block (2,1))",
-          title="Theorem 6: the explicit bound on each block, as the proof states it",
+          "bound are stated in the proof\"); the proof writes out blocks (1,1), (1,2), (1,k), (k,l) and then \"etc.\"",
+          "thm6", lambda q: [(i + j, _explicit(q)[f"pair_{i}{j}"], q[f"Htr_{i}{j}"]) for i, j in formulas.PAIRS],
+          role="proof", tensors=True, fails="block (2,1), which the proof never writes out, takes the ξ_21 estimate; "
+          + XI21_SWAPPED, title="Theorem 6, proof: the explicit bound on each block, instantiated from App. C.6",
           tex=r"\begin{aligned}&" + _BLOCK_TEX + r"\\&\text{with every factor replaced by its App. C.6 estimate}"
           r"\end{aligned}"),
+    Bound("thm6.block.explicit.repaired", "block", R6, "the explicit per-block bound with block (2,1) estimated as the "
+          "proof estimates its mirror (1,2): ‖ξ_21‖ = ‖∂B_2/∂W_1‖ ≤ √d_V‖Y‖ (the estimate App. C.6 prints as ξ_12's) in "
+          "place of √d_ff‖W_2‖", "thm6",
+          lambda q: [(i + j, _explicit(q, mirror_21=True)[f"pair_{i}{j}"], q[f"Htr_{i}{j}"]) for i, j in formulas.PAIRS],
+          role="repair", claim=None, tensors=True, repairs="thm6.block.explicit"),
     Bound("thm6.full.exact", "block", "Theorem 6, whole-Hessian inequality", "‖H‖ ≤ M_tr = 5 max_ij(2/(Ld_V)"
           "‖∂Z/∂W_i‖‖∂Z/∂W_j‖ + ‖R^tr‖‖H_tr^(i,j)‖), exact ingredients", "thm6",
           lambda q: [("", formulas.theorem6_full(q, q["L"], q["d_V"])[0], q["H"])], role="statement",
@@ -260,7 +267,8 @@ THEOREM6 = (
           title="Theorem 6: the displayed whole-Hessian inequality",
           tex=_n(r"\mathbf H") + r"\le M_{\rm tr}\quad\text{(exact ingredient norms)}"),
     Bound("thm6.full.explicit", "block", C6, "‖H‖ ≤ M_tr with all ingredients from App. C.6, Lemma 4 (stated σ_min) "
-          "and the Proposition", "thm6", lambda q: [("", _explicit(q)["M_tr"], q["H"])], role="statement",
+          "and the Proposition: the explicit whole-Hessian constant", "thm6",
+          lambda q: [("", _explicit(q)["M_tr"], q["H"])], role="proof",
           applies=_has_hessian, hessian=True, trained=True, title="Theorem 6: the explicit whole-Hessian bound",
           tex=_n(r"\mathbf H") + r"\le M_{\rm tr}\quad\text{(every ingredient replaced by its App. C.6 estimate)}"),
     Bound("thm6.B1", "block", C6, "‖B_1‖ ≤ ‖W_2‖‖Y‖", "thm6", lambda q: [("", q["norm_2"] * q["norm_Y"], q["B_1"])]),
@@ -283,8 +291,7 @@ def _jacobian(k: str):
 THEOREM6_JACOBIANS = (
     Bound("thm6.GV", "block", C6, "‖G_V‖ = ‖∂F/∂W_V‖ ≤ L‖X‖", "thm6", _jacobian("V")),
     *(Bound(f"thm6.G{k}", "block", C6, f"‖G_{k}‖ ≤ ‖W_V‖‖W_{o}‖‖X‖³/(L√d_K)", "thm6", _jacobian(k), errata=(UNIFORM,),
-            fails=ONE_OVER_L + f" (G_{k} carries ‖∂A/∂T‖; the ratio falls like 2/L)",
-            search=Search(need=("G",), steps=150, quick=k == "Q"), title=f"Theorem 6, proof: the bound on G_{k}",
+            fails=ONE_OVER_L + f" (G_{k} carries ‖∂A/∂T‖; the ratio falls like 2/L)", title=f"Theorem 6, proof: the bound on G_{k}",
             tex=_n(rf"\mathbf G_{k}") + r"\le\frac{" + WV + (WK if k == "Q" else WQ) + X + r"^3}{L\sqrt{d_K}}")
       for k, o in (("Q", "K"), ("K", "Q"))),
 )
@@ -301,56 +308,43 @@ def _phi(kl: str, loss_factor: bool):
     return terms
 
 
-def _phi_sym(loss_factor: bool):
-    def terms(q):
-        e, unfactor = _explicit(q), q["L"] * q["d_V"] / 2
-        return [(kl, e[f"Phi_{kl}"] if loss_factor else unfactor * e[f"Phi_{kl}"], q[f"Phi_{kl}"])
-                for kl in ("KK", "QV", "VK", "KV", "KQ")]
-    return terms
-
-
 WITH_LOSS_FACTOR = ("Φ is a second derivative of the attention output alone, yet the printed bound carries the loss "
                     "factor 2/(L d_V) (erratum lemma2-phi-loss-factor): too small by L d_V/2")
-_PHI = {  # kl -> (the inequality in words, known failure as printed, known failure without the loss factor)
-    "QQ": ("‖Φ_QQ‖ = ‖∂²F/∂W_Q²‖ ≤ 12/(L d_V d_K)‖W_V‖‖W_K‖²‖X‖⁵",
-           WITH_LOSS_FACTOR + " (its ratio falls like 1/(L d_V))", None),
-    "VQ": ("‖Φ_VQ‖ ≤ 2/(L²√(d_Vd_K))‖W_K‖‖X‖³", WITH_LOSS_FACTOR, ONE_OVER_L),
-    "QK": ("‖Φ_QK‖ ≤ 12/(Ld_Vd_K)‖W_V‖‖W_K‖‖W_Q‖‖X‖⁵ + 2/(L²√(d_Vd_K))‖W_V‖‖X‖³", WITH_LOSS_FACTOR, None),
-    "sym": ("the 'by symmetry' Φ bounds (KK, QV, VK, KV, KQ: Q↔K exchanged)", WITH_LOSS_FACTOR, ONE_OVER_L),
+_A, _B = r"\frac{12}{Ld_Vd_K}", r"\frac{2}{L^2\sqrt{d_Vd_K}}"
+# kl -> (the inequality in words, known failure without the loss factor, TeX of the right-hand side). The last five
+# are "by symmetry" (App. C.6 writes out QQ, VQ and QK and says the others follow): Q ↔ K exchanged in the bound.
+_PHI = {
+    "QQ": ("‖Φ_QQ‖ = ‖∂²F/∂W_Q²‖ ≤ 12/(L d_V d_K)‖W_V‖‖W_K‖²‖X‖⁵", None, _A + WV + WK + "^2" + X + "^5"),
+    "VQ": ("‖Φ_VQ‖ ≤ 2/(L²√(d_Vd_K))‖W_K‖‖X‖³", ONE_OVER_L, _B + WK + X + "^3"),
+    "QK": ("‖Φ_QK‖ ≤ 12/(Ld_Vd_K)‖W_V‖‖W_K‖‖W_Q‖‖X‖⁵ + 2/(L²√(d_Vd_K))‖W_V‖‖X‖³", None,
+           _A + WV + WK + WQ + X + "^5+" + _B + WV + X + "^3"),
+    "KK": ("‖Φ_KK‖ ≤ 12/(L d_V d_K)‖W_V‖‖W_Q‖²‖X‖⁵ (by symmetry: QQ with Q ↔ K)", None, _A + WV + WQ + "^2" + X + "^5"),
+    "VK": ("‖Φ_VK‖ ≤ 2/(L²√(d_Vd_K))‖W_Q‖‖X‖³ (by symmetry: VQ with Q ↔ K)", ONE_OVER_L, _B + WQ + X + "^3"),
+    "QV": ("‖Φ_QV‖ = ‖∂²F/∂W_Q∂W_V‖ ≤ 2/(L²√(d_Vd_K))‖W_K‖‖X‖³ (by symmetry: the bound of VQ)", ONE_OVER_L,
+           _B + WK + X + "^3"),
+    "KV": ("‖Φ_KV‖ ≤ 2/(L²√(d_Vd_K))‖W_Q‖‖X‖³ (by symmetry: the bound of VK)", ONE_OVER_L, _B + WQ + X + "^3"),
+    "KQ": ("‖Φ_KQ‖ ≤ 12/(Ld_Vd_K)‖W_V‖‖W_K‖‖W_Q‖‖X‖⁵ + 2/(L²√(d_Vd_K))‖W_V‖‖X‖³ (by symmetry: QK with Q ↔ K)", None,
+           _A + WV + WK + WQ + X + "^5+" + _B + WV + X + "^3"),
 }
-_PHI_SEARCH = {kl: Search(need=(f"Phi_{kl}",), starts=("random", "uniform")) for kl in ("QQ", "VQ", "QK")}
 _PHI_AS = r"\quad\text{(}\boldsymbol\Phi\text{ with the loss factor }\tfrac{2}{Ld_V}\text{)}"
-_PHI_WORDS = {  # kl (.no_loss_factor) -> (title, TeX) of the errata page
-    "QQ": ("Theorem 6, proof: the bound on Φ_QQ, as printed",
-           _n(r"\boldsymbol\Phi_{QQ}") + r"\le\frac{12}{Ld_Vd_K}" + WV + WK + "^2" + X + r"^5" + _PHI_AS),
-    "VQ": ("Theorem 6, proof: the bound on Φ_VQ, as printed",
-           _n(r"\boldsymbol\Phi_{VQ}") + r"\le\frac{2}{L^2\sqrt{d_Vd_K}}" + WK + X + r"^3" + _PHI_AS),
-    "VQ.no_loss_factor": ("Theorem 6, proof: the bound on Φ_VQ, without the loss factor",
-                          _n(r"\boldsymbol\Phi_{VQ}") + r"\le\frac{2}{L^2\sqrt{d_Vd_K}}" + WK + X
-                          + r"^3\quad\text{(}\boldsymbol\Phi=\partial^2\mathbf F/\partial\mathbf W_V\partial\mathbf W_Q\text{)}"),
-    "QK": ("Theorem 6, proof: the bound on Φ_QK, as printed",
-           _n(r"\boldsymbol\Phi_{QK}") + r"\le\frac{12}{Ld_Vd_K}" + WV + WK + WQ + X + r"^5+\frac{2}{L^2\sqrt{d_Vd_K}}"
-           + WV + X + "^3"),
-    "sym": ("Theorem 6, proof: the Φ bounds “by symmetry”, as printed",
-            _n(r"\boldsymbol\Phi_{kl}") + r"\le\text{the bound of }\boldsymbol\Phi_{QQ},\boldsymbol\Phi_{VQ}\text{ or }"
-            r"\boldsymbol\Phi_{QK}\text{ with }Q\leftrightarrow K,\quad kl\in\{KK,QV,VK,KV,KQ\}"),
-    "sym.no_loss_factor": ("Theorem 6, proof: the Φ bounds “by symmetry”, without the loss factor",
-                           _n(r"\boldsymbol\Phi_{kl}") + r"\le\text{the same bounds, for }\boldsymbol\Phi=\partial^2"
-                           r"\mathbf F/\partial\mathbf W_k\partial\mathbf W_l,\quad kl\in\{KK,QV,VK,KV,KQ\}"),
-}
+_PHI_WITHOUT = r"\quad\text{(}\boldsymbol\Phi=\partial^2\mathbf F/\partial\mathbf W_k\partial\mathbf W_l\text{)}"
+
+
 def _phi_pair(kl: str) -> tuple[Bound, Bound]:
     """The Φ bound ``kl`` of :data:`_PHI` as printed, and without the loss factor."""
-    w, printed_fails, fails = _PHI[kl]
-    err = (LOSS_FACTOR,) + ((UNIFORM,) if kl != "QQ" else ())
-    terms = (_phi_sym(True), _phi_sym(False)) if kl == "sym" else (_phi(kl, True), _phi(kl, False))
-    title, tex = _PHI_WORDS.get(kl, (None, None))
-    title2, tex2 = _PHI_WORDS.get(kl + ".no_loss_factor", (None, None))
+    w, fails, rhs = _PHI[kl]
+    err = (LOSS_FACTOR,) + ((UNIFORM,) if fails else ())
+    lhs = _n(rf"\boldsymbol\Phi_{{{kl}}}") + r"\le"
+    sym = "" if kl in ("QQ", "VQ", "QK") else " (by symmetry)"
     return (Bound(f"thm6.Phi.{kl}", "block", C6, w + ", as printed (with the loss factor 2/(L d_V) of erratum "
-                  "lemma2-phi-loss-factor)", "thm6", terms[0], errata=err, fails=printed_fails, tensors=True,
-                  search=_PHI_SEARCH.get(kl), title=title, tex=tex),
+                  "lemma2-phi-loss-factor)", "thm6", _phi(kl, True), errata=err, twin_of=f"thm6.Phi.{kl}.no_loss_factor",
+                  fails=WITH_LOSS_FACTOR + (" (its ratio falls like 1/(L d_V))" if kl in ("QQ", "KK") else ""),
+                  tensors=True, title=f"Theorem 6, proof: the bound on Φ_{kl}{sym}, as printed", tex=lhs + rhs + _PHI_AS),
             Bound(f"thm6.Phi.{kl}.no_loss_factor", "block", C6, w + " with the loss factor 2/(L d_V) removed: a "
-                  "failure that remains is not the loss-factor erratum", "thm6", terms[1], errata=err[1:], fails=fails,
-                  tensors=True, search=_PHI_SEARCH.get(kl), title=title2, tex=tex2))
+                  "failure that remains is not the loss-factor erratum", "thm6", _phi(kl, False), errata=err[1:],
+                  fails=fails, tensors=True,
+                  **(dict(title=f"Theorem 6, proof: the bound on Φ_{kl}{sym}, without the loss factor",
+                          tex=lhs + rhs + _PHI_WITHOUT) if fails else {})))
 
 
 THEOREM6_PHI = tuple(b for kl in _PHI for b in _phi_pair(kl))

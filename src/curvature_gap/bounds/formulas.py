@@ -54,15 +54,33 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from ..exact.derivatives import ATTENTION_ORDER, BLOCK_ORDER
 
 __all__ = [
     "theorem1", "theorem1_multihead", "MH_PAIRS", "theorem1_terms", "sa_lemmas", "lemma4", "proposition", "theorem6_block",
-    "theorem6_full", "theorem6_explicit", "jacobian_bounds", "phi_bounds", "PAIRS", "ATT",
+    "theorem6_full", "theorem6_explicit", "jacobian_bounds", "phi_bounds", "PAIRS", "ATT", "largest", "root",
 ]
 
 ATT = ATTENTION_ORDER  # ("K", "Q", "V")
 PAIRS = [(i, j) for i in BLOCK_ORDER for j in BLOCK_ORDER]
+
+
+def largest(values):
+    """``max(values)`` of numbers or 0-d tensors: a tensor maximum as soon as one is a tensor, so that the
+    formulas stay differentiable and can be batched (``torch.func.vmap``) by the worst-case search, which
+    has no Python ``max`` of tensors."""
+    values = list(values)
+    if not any(isinstance(v, torch.Tensor) for v in values):
+        return max(values)
+    ref = next(v for v in values if isinstance(v, torch.Tensor))
+    return torch.stack([v if isinstance(v, torch.Tensor) else torch.as_tensor(v, dtype=ref.dtype) for v in values]).amax(0)
+
+
+def root(x):
+    """``√x`` of a number or a tensor (``rank(F − Target)`` is a tensor in the batched search)."""
+    return torch.sqrt(x) if isinstance(x, torch.Tensor) else math.sqrt(x)
 
 
 def _resid(nX, nV, nT, L):
@@ -95,7 +113,7 @@ def theorem1(nX, nQ, nK, nV, nT, L, d_V, d_K, rank=None, variant="printed") -> d
         QK = (2 / (L * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6
               + 4 * s * r / (L * d_V * math.sqrt(d_K)) * nV * (3 * L * nK * nQ * nX ** 5 + d_V / 2 * nX ** 3))
         rows = {"VV": VV, "QQ": qq(nK), "KK": qq(nQ), "VQ": vq(nK), "VK": vq(nQ), "QK": QK}
-        return {"M": 3 * max(rows.values()), **rows}
+        return {"M": 3 * largest(rows.values()), **rows}
     if variant == "printed":
         s = math.sqrt(min(L, d_V))
         QQ = 8 / (L ** 3 * d_V * d_K) * nK ** 2 * nV ** 2 * nX ** 6 + 12 / (d_V * d_K) * s * r * nV * nK ** 2 * nX ** 5
@@ -103,7 +121,7 @@ def theorem1(nX, nQ, nK, nV, nT, L, d_V, d_K, rank=None, variant="printed") -> d
         QK = (8 / (L ** 3 * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6
               + 4 * s * r / (L * d_V * math.sqrt(d_K)) * nV * (3 * L * nK * nQ * nX ** 5 + d_V / L * nX ** 3))
     elif variant == "proof":
-        s = math.sqrt(min(L, d_V) if rank is None else rank)
+        s = root(min(L, d_V) if rank is None else rank)
         QQ = 2 / (L ** 3 * d_V * d_K) * nK ** 2 * nV ** 2 * nX ** 6 + 12 / (d_V * d_K) * s * r * nV * nK ** 2 * nX ** 5
         VQ = 2 / (L * d_V * math.sqrt(d_K)) * nV * nK * nX ** 4 + 2 * s / (L ** 2 * math.sqrt(d_V * d_K)) * r * nK * nX ** 3
         QK = (2 / (L ** 3 * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6
@@ -111,7 +129,7 @@ def theorem1(nX, nQ, nK, nV, nT, L, d_V, d_K, rank=None, variant="printed") -> d
     else:
         raise ValueError(f"unknown Theorem 1 variant {variant!r}; choose printed, proof or repaired")
     rows = {"VV": VV, "QQ": QQ, "VQ": VQ, "QK": QK}
-    return {"M": 3 * max(rows.values()), **rows}
+    return {"M": 3 * largest(rows.values()), **rows}
 
 
 MH_PAIRS = ("QQ", "KK", "VV", "OO", "QK", "QV", "KV", "QO", "KO", "VO")
@@ -145,7 +163,7 @@ def theorem1_multihead(nX, nQ, nK, nV, nO, nT, L, d, h) -> dict:
            "VO": math.sqrt(L) * nX, "VV": 0.0, "OO": 0.0}
     rho = math.sqrt(min(L, d)) * (math.sqrt(h * L) * nX * nV * nO + nT)
     rows = {ij: 2 / (L * d) * (g[ij[0]] * g[ij[1]] + rho * phi[ij]) for ij in MH_PAIRS}
-    out = {"M": 4 * max(rows.values()), **rows, "rho": rho}
+    out = {"M": 4 * largest(rows.values()), **rows, "rho": rho}
     out.update({f"g_{k}": v for k, v in g.items()})
     out.update({f"phi_{k}": v for k, v in phi.items()})
     return out
@@ -158,7 +176,7 @@ def theorem1_terms(nX, nQ, nK, nV, nT, L, d_V, d_K, rank) -> dict:
     ``2/(L d_V d_K)·6``, equals ``12/(L d_V d_K)``).  ``Hf_QK`` is the un-factored sum of its two
     terms as derived (the factored final form differs in the first term by ``L√d_K/(2√d_V)``).
     """
-    r = _resid(nX, nV, nT, L) * math.sqrt(rank)
+    r = _resid(nX, nV, nT, L) * root(rank)
     return {
         "Ho_VV": 2 * L / d_V * nX ** 2,
         "Ho_QQ": 2 / (L ** 3 * d_V * d_K) * nK ** 2 * nV ** 2 * nX ** 6,
@@ -180,7 +198,7 @@ def sa_lemmas(nX, nV, nT, L, d_V, rank) -> dict:
         "A": float(L),
         "A_sqrtL": math.sqrt(L),
         "M1": L * nX,
-        "R": math.sqrt(rank) * _resid(nX, nV, nT, L),
+        "R": root(rank) * _resid(nX, nV, nT, L),
         "S": math.sqrt(d_V),
         "d2A_dT2": 6.0,
         "Z2": 6 * nX ** 5,
@@ -219,7 +237,7 @@ def theorem6_full(q: dict, L: int, d_V: int, out_curv: float | None = None) -> t
     """
     c = 2 / (L * d_V) if out_curv is None else out_curv
     terms = {(i, j): c * q[f"dZ_{i}"] * q[f"dZ_{j}"] + q["R"] * q[f"Htr_{i}{j}"] for i, j in PAIRS}
-    return 5 * max(terms.values()), terms
+    return 5 * largest(terms.values()), terms
 
 
 def phi_bounds(nX, nQ, nK, nV, L, d_V, d_K) -> dict:
@@ -243,7 +261,7 @@ def jacobian_bounds(nX, nQ, nK, nV, L, d_K) -> dict:
 
 
 def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: float, R: float,
-                      lnU: dict, lnS_sigma: float, out_curv: float | None = None) -> dict:
+                      lnU: dict, lnS_sigma: float, out_curv: float | None = None, mirror_21: bool = False) -> dict:
     """App. C.6 instantiated: every ingredient of Theorem 6 replaced by its printed estimate.
 
     ``n`` holds ``X, Q, K, V, 1, 2`` spectral norms; ``nrelu = ‖σ(Y W_1)‖`` (``‖B_2‖``, printed as
@@ -266,7 +284,7 @@ def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: flo
     for k in ATT:
         b[f"B_{k}"] = b["J_SY"] * b["J_Y"] * b[f"G_{k}"]
     b["xi_11"] = b["xi_22"] = 0.0
-    b["xi_12"], b["xi_21"] = math.sqrt(d_V) * nY, math.sqrt(d_ff) * n2
+    b["xi_12"], b["xi_21"] = math.sqrt(d_V) * nY, (math.sqrt(d_V) * nY if mirror_21 else math.sqrt(d_ff) * n2)
     for k in ATT:
         b[f"xi_1{k}"] = math.sqrt(d_ff) * n2 * b["J_Y"] * b[f"G_{k}"]
         b[f"xi_2{k}"] = math.sqrt(d_V) * n1 * b["J_Y"] * b[f"G_{k}"]

@@ -1,4 +1,4 @@
-"""Theorem 1 for h heads with an output projection: exact quantities, instances and the adversarial search.
+"""Theorem 1 for h heads with an output projection: exact quantities and instances.
 
 The layer of :func:`.formulas.theorem1_multihead`, bias-free multi-head attention as
 ``torch.nn.MultiheadAttention(d, h, bias=False)`` computes it, written in the theory's orientation:
@@ -11,27 +11,22 @@ Hessian of l w.r.t. ``(W_Q, W_K, W_V, W_O)`` (each ``vec_r``), from ``torch.func
 :func:`forward` in float64; :func:`pytorch_hessian` is the same Hessian by reverse-over-reverse autograd
 of PyTorch's own module (MATH attention backend), the reference the exact quantity is checked against.
 
-The search is the one the single-head repaired bound is put on trial with (:mod:`.adversarial`): Adam on
-``log(bound/exact)`` over every entry of the instance (X, the four weights, Target), from seeded starts in
-named regimes (:data:`STARTS`), each proposal re-evaluated by :func:`evaluate`, the best one recorded.
+The bound, its blocks and the softmax lemma behind its second-order rows are searched by the one worst-case search
+of every bound (:mod:`.search`), over every entry of the instance (X, the four weights, Target).
 """
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch.func import hessian
 
 from ..exact import linalg as la
 from . import formulas
-from .adversarial import descend
 
 __all__ = ["MHInstance", "forward", "loss", "instance", "exact", "evaluate", "pytorch_hessian", "to_pytorch_index",
-           "search", "run", "STARTS", "SEARCH", "QUICK_SEARCH", "softmax_d2_ratio", "softmax_d2_search",
-           "search_extent", "softmax_d2", "BLOCKS"]
+           "softmax_d2_ratio", "softmax_d2", "BLOCKS"]
 
 BLOCKS = ("Q", "K", "V", "O")
 
@@ -78,34 +73,15 @@ def loss(X, WQ, WK, WV, WO, Target, h: int, mask=None) -> torch.Tensor:
     return (forward(X, WQ, WK, WV, WO, h, mask) - Target).pow(2).mean()
 
 
-# Where a search starts (the single-head search's regimes, and the two rebalancings that leave F unchanged):
-# scale factors of (W_Q, W_K, W_V, W_O) and whether Target = F.
-STARTS = {
-    "random": dict(),
-    "value-dominated": dict(qk=0.25),          # scores / 16: attention near uniform
-    "one-hot": dict(qk=8.0),                   # scores × 64: rows of A close to one-hot
-    "minimiser": dict(fit=True),               # Target = F: loss 0 at the start
-    "rebalanced": dict(q=8.0, k=1 / 8, v=8.0, o=1 / 8),   # W_Q W_Kᵀ and W_V W_O unchanged: F unchanged
-}
-
-
-def instance(L: int, d: int, h: int, seed: int, start: str = "random") -> MHInstance:
-    """A seeded instance: X, Target ~ N(0, 1), weights ~ N(0, 1/d), then the regime ``start`` (:data:`STARTS`)."""
-    if start not in STARTS:
-        raise ValueError(f"unknown start {start!r}; choose one of {', '.join(STARTS)}")
+def instance(L: int, d: int, h: int, seed: int) -> MHInstance:
+    """A seeded instance: X, Target ~ N(0, 1), weights ~ N(0, 1/d) (the search's families scale it)."""
     if d % h:
         raise ValueError(f"d = {d} is not divisible by h = {h}")
     g = torch.Generator().manual_seed(1_000_003 * int(seed) + 7_919 * L + 101 * d + h)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
     X, T = r(L, d), r(L, d)
     WQ, WK, WV, WO = (r(d, d) / math.sqrt(d) for _ in range(4))
-    st = STARTS[start]
-    qk = st.get("qk", 1.0)
-    WQ, WK = WQ * qk * st.get("q", 1.0), WK * qk * st.get("k", 1.0)
-    WV, WO = WV * st.get("v", 1.0), WO * st.get("o", 1.0)
-    if st.get("fit"):
-        T = forward(X, WQ, WK, WV, WO, h)
-    return MHInstance(X, WQ, WK, WV, WO, T, h, dict(L=L, d=d, h=h, seed=seed, start=start, source="start"))
+    return MHInstance(X, WQ, WK, WV, WO, T, h, dict(L=L, d=d, h=h, seed=seed, source="random"))
 
 
 def _hessian(X, WQ, WK, WV, WO, T, h, mask=None) -> torch.Tensor:
@@ -189,73 +165,6 @@ def pytorch_hessian(inst: MHInstance, causal: bool = False) -> torch.Tensor:
     return H[idx][:, idx]
 
 
-# ----------------------------------------------------------------------------- the search
-# full: every regime of STARTS × L × h × seeds; quick (verify --quick, the pages): fewer, shorter
-SEARCH = dict(L=(4, 8), d=4, h=(1, 2, 4), seeds=(0, 1), steps=80, lr=0.05)
-QUICK_SEARCH = dict(L=(4,), d=4, h=(1, 2), seeds=(0,), steps=25, lr=0.05)
-# the short sequences, searched too in the full run (one seed): L = 2, and L = 1, degenerate (A ≡ 1), reported apart
-SHORT_SEARCH = dict(SEARCH, L=(1, 2), h=(1, 2), seeds=(0,))
-# searched at an exact minimiser (Target = F kept at every step) in the full run, from one-hot attention
-TIED_SEARCH = dict(SEARCH, L=(2, 4, 8), h=(1, 2), seeds=(0,), start="one-hot")
-
-
-def search(L: int, d: int, h: int, seed: int, start: str, steps: int, lr: float = 0.05,
-           tie_target: bool = False) -> tuple[MHInstance, float]:
-    """One Adam run on ``log(M/‖H‖_2)`` over every entry of the instance from :func:`instance`; returns the
-    instance with the smallest ratio seen, as :func:`evaluate` computes it (the differentiable ratio only
-    proposes). ``tie_target``: ``Target = F`` at every step (an exact global minimiser, loss 0), the returned
-    instance too."""
-    base = instance(L, d, h, seed, start)
-    params = [t.clone().requires_grad_(True) for t in base.tensors()[:5 if tie_target else 6]]
-
-    def ratio():
-        q = exact(*params, forward(*params, h), h) if tie_target else exact(*params, h)
-        return _bound(q, L, d, h)["M"] / q["norm_H"]
-
-    best, _ = descend(params, ratio, steps, lr)
-    if tie_target:
-        best = [*best, forward(*best, h)]
-    inst = MHInstance(*best, h, dict(base.meta, source="adversarial", steps=steps, tied=tie_target))
-    return inst, min(r["ratio"] for r in evaluate(inst) if r["check"] == "mh")
-
-
-def search_extent(quick: bool) -> str:
-    """How far the bound was searched, in words (stated on its row and page)."""
-    def grid(s):
-        return (f"L ∈ {{{', '.join(map(str, s['L']))}}} × h ∈ {{{', '.join(map(str, s['h']))}}} × {len(s['seeds'])} "
-                f"seed{'s' if len(s['seeds']) > 1 else ''}")
-    grids = [QUICK_SEARCH] if quick else [SEARCH, SHORT_SEARCH]
-    n = sum(len(STARTS) * len(s["L"]) * len(s["h"]) * len(s["seeds"]) for s in grids)
-    t = TIED_SEARCH
-    tied = "" if quick else (f", and {len(t['L']) * len(t['h']) * len(t['seeds'])} kept at an exact minimiser (Target = "
-                             f"F at every step, from {t['start']} attention, {grid(t)})")
-    return (f"{n} Adam starts of {grids[0]['steps']} steps on log(bound/exact) ({', '.join(STARTS)} regimes × "
-            f"({'; '.join(grid(s) for s in grids)}), d = {grids[0]['d']}), each start also evaluated as drawn{tied}")
-
-
-def run(quick: bool = False, log: Callable[[str], None] | None = None) -> list[dict]:
-    """Records of :func:`evaluate` at every start (as drawn, ``stage = "start"``) and at the best instance of
-    its search (``stage = "searched"``); each record carries L, d, h, seed, start."""
-    out = []
-    runs = [(start, L, h, seed, s) for s in ([QUICK_SEARCH] if quick else [SEARCH, SHORT_SEARCH]) for start in STARTS
-            for L in s["L"] for h in s["h"] for seed in s["seeds"]]
-    if not quick:
-        t = TIED_SEARCH
-        runs += [(t["start"], L, h, seed, dict(t, tied=True)) for L in t["L"] for h in t["h"] for seed in t["seeds"]]
-    for start, L, h, seed, s in runs:
-        t0 = time.perf_counter()
-        tied = s.get("tied", False)
-        tag = dict(L=L, d=s["d"], h=h, seed=seed, start=start, minimiser=tied)
-        if not tied:
-            out += [dict(r, stage="start", **tag) for r in evaluate(instance(L, s["d"], h, seed, start))]
-        inst, ratio = search(L, s["d"], h, seed, start, s["steps"], s["lr"], tie_target=tied)
-        out += [dict(r, stage="searched", **tag) for r in evaluate(inst)]
-        if log:
-            log(f"  multi-head bound {start}, L={L}, h={h}, seed={seed}: ratio {ratio:.4g} "
-                f"({time.perf_counter() - t0:.1f}s)")
-    return out
-
-
 # ----------------------------------------------------------------------------- the softmax lemma
 def softmax_d2(z, t, s):
     """``(∂²a/∂z²)[t, s]`` of ``a = softmax(z)`` (rows): ``a ∘ (w − ⟨a, w⟩)``, ``w = t̃ ∘ s̃``, ``t̃ = t − ⟨a, t⟩``."""
@@ -269,24 +178,3 @@ def softmax_d2(z, t, s):
 def softmax_d2_ratio(z, t, s):
     """``‖t‖‖s‖ / ‖∂²a/∂z²[t, s]‖`` per row (the lemma says ≥ 1)."""
     return t.norm(dim=-1) * s.norm(dim=-1) / softmax_d2(z, t, s).norm(dim=-1)
-
-
-def softmax_d2_search(n: int, steps: int, seed: int = 0) -> torch.Tensor:
-    """Smallest ratio of :func:`softmax_d2_ratio` per row after Adam on its log, over ``n`` rows of lengths
-    2 … 9 and logit scales 1 … 8 (float64, seeded); the ratio at the best point of each row."""
-    g = torch.Generator().manual_seed(seed)
-    best = []
-    for i in range(n):
-        m, scale = 2 + i % 8, 2.0 ** (i % 4)
-        z, t, s = (torch.randn(m, generator=g, dtype=torch.float64) * c for c in (scale, 1.0, 1.0))
-        ps = [x.clone().requires_grad_(True) for x in (z, t, s)]
-        opt = torch.optim.Adam(ps, lr=0.05)
-        lo = math.inf
-        for _ in range(steps):
-            r = softmax_d2_ratio(*ps)
-            lo = min(lo, float(r.detach()))
-            opt.zero_grad()
-            torch.log(r).backward()
-            opt.step()
-        best.append(lo)
-    return torch.tensor(best, dtype=torch.float64)

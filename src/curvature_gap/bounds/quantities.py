@@ -27,17 +27,20 @@ import math
 from typing import Callable
 
 import torch
-from torch.func import grad, jacfwd, jacrev, vmap
+from torch.func import grad, hessian, jacfwd, jacrev, vmap
 
 from ..exact import linalg as la
+from ..params import flat_view, offsets
 from ..exact.derivatives import BLOCK_ORDER, SA_ORDER, block_slices, dense_hessian, flat_loss, hessian_norm, split_blocks
-from ..exact.forward import block_forward, block_output, ffn_residual, inv_std, layernorm, sa_forward, sa_parts
+from ..exact.forward import (attention_matrix, block_forward, block_output, ffn_residual, inv_std, layernorm,
+                             sa_forward, sa_parts)
 from ..exact.instances import Instance
 from ..theory.attention import S_shuffle, Z1, Z2_norm, dA_dT_norm, d2A_dT2_norm
 
 __all__ = [
     "sa_exact", "block_exact", "layernorm_exact", "layernorm_quantities", "layernorm_inputs", "LN_PARTS",
-    "sa_jacobians", "hessian_split", "block_Z", "block_S", "SA_ORDER", "BLOCK_ORDER",
+    "sa_jacobians", "hessian_split", "block_Z", "block_S", "SA_ORDER", "BLOCK_ORDER", "sa_quantities",
+    "block_quantities", "group_of",
 ]
 
 _BLK_IDX = {"Q": 1, "K": 2, "V": 3, "1": 4, "2": 5}  # position in block_forward's arguments
@@ -58,7 +61,7 @@ LN_PARTS = ("J", "H", "dP", "d2P")
 
 
 def layernorm_quantities(U: torch.Tensor, need=LN_PARTS) -> dict:
-    """The quantities of :func:`layernorm_exact` as tensors, differentiable in ``U`` (the adversarial
+    """The quantities of :func:`layernorm_exact` as tensors, differentiable in ``U`` (the worst-case
     search descends through them), for the derivative norms in ``need`` only; the input data
     (``norm``, ``row_norm_min``, ``std_min``, ``m``, ``n``) always."""
     m, n = U.shape
@@ -97,9 +100,10 @@ def layernorm_inputs(U: torch.Tensor) -> dict:
 
 # ----------------------------------------------------------------------------- self-attention
 def sa_jacobians(X, W_Q, W_K, W_V) -> dict:
-    """``{p: G_p = ∂vec_r F/∂vec_r W_pᵀ}`` for p in Q, K, V, by ``jacrev``; each (L d_V, n_p)."""
+    """``{p: G_p = ∂vec_r F/∂vec_r W_pᵀ}`` for p in Q, K, V, by one ``jacrev``; each (L d_V, n_p)."""
     L, d = X.shape
-    return {p: jacrev(sa_forward, argnums=1 + k)(X, W_Q, W_K, W_V).reshape(L * d, -1) for k, p in enumerate(SA_ORDER)}
+    J = jacrev(sa_forward, argnums=(1, 2, 3))(X, W_Q, W_K, W_V)
+    return {p: j.reshape(L * d, -1) for p, j in zip(SA_ORDER, J)}
 
 
 def hessian_split(H: torch.Tensor, G: dict, norm: Callable) -> dict:
@@ -125,8 +129,8 @@ def sa_exact(inst: Instance, hessian: bool = True) -> dict:
         "norm_V": la.spectral_norm(WV), "norm_T": la.spectral_norm(T),
         "rank_FT": int(torch.linalg.matrix_rank(F - T)), "L": L, "d_V": d, "d_K": inst.d_K,
         "A": la.spectral_norm(A), "M1": la.spectral_norm(A @ X), "R": float((F - T).norm()),
-        "dA_dT": dA_dT_norm(A), "d2A_dT2": d2A_dT2_norm(A),
-        "Z1": la.spectral_norm(Z1(X, A)), "Z2": Z2_norm(X, A),
+        "dA_dT": float(dA_dT_norm(A)), "d2A_dT2": float(d2A_dT2_norm(A)),
+        "Z1": la.spectral_norm(Z1(X, A)), "Z2": float(Z2_norm(X, A)),
         "S": la.spectral_norm(S_shuffle(d)),
         "attn_max": float(A.max(dim=1).values.mean()), "attn_uniform_dev": float((A - 1.0 / L).abs().max()),
     }
@@ -181,8 +185,9 @@ def _pair_norms(name: str, fn: Callable, args: list, order, dense_limit: float) 
 
 
 def block_exact(inst: Instance, hessian: bool = True, tensors: bool = True,
-                dense_limit: float = la.DENSE_LIMIT, dense_hessian_limit: float = 5e6) -> dict:
-    """Exact quantities of the transformer block at ``inst`` (see module doc).
+                dense_limit: float = la.DENSE_LIMIT, dense_hessian_limit: float = 5e6, need=None) -> dict:
+    """Exact quantities of the transformer block at ``inst`` (see module doc); ``need``: only the quantity groups
+    named (:func:`group_of`, besides those always computed), for one bound's evaluation; None: every group.
 
     Keys: ``J_Y, H_Y, J_Z, H_Z, J_SY``, ``G_{k}`` (k ∈ Q,K,V), ``B_{i}``, ``dZ_{i}`` (i ∈ 1,2,K,Q,V),
     ``xi_{i}{j}``, ``Htr_{i}{j}``, ``Phi_{k}{l}``, ``H`` (the loss Hessian's spectral norm: dense
@@ -204,18 +209,178 @@ def block_exact(inst: Instance, hessian: bool = True, tensors: bool = True,
         "norm_FFN": la.spectral_norm(relu @ inst.W_2), "norm_relu": la.spectral_norm(relu),
         "R": float((Z - inst.Target).norm()), "attn_max": float(fw["A"].max(dim=1).values.mean()),
     }
-    lnU, lnS = layernorm_exact(U), layernorm_exact(S)
-    out.update(ln_U=lnU, ln_S=lnS, J_Y=lnU["J"], H_Y=lnU["H"], J_Z=lnS["J"], H_Z=lnS["H"])
-    out["J_SY"] = la.spectral_norm(jacrev(ffn_residual)(Y, inst.W_1, inst.W_2).reshape(L * d, L * d))
-    for k in ("Q", "K", "V"):
-        out[f"G_{k}"] = la.spectral_norm(jacrev(sa_forward, argnums=_BLK_IDX[k])(*args[:4]).reshape(L * d, -1))
+    wants = (lambda g: True) if need is None else (lambda g: g in need)
+    if wants("ln"):
+        lnU, lnS = layernorm_exact(U), layernorm_exact(S)
+        out.update(ln_U=lnU, ln_S=lnS, J_Y=lnU["J"], H_Y=lnU["H"], J_Z=lnS["J"], H_Z=lnS["H"])
+    if wants("JSY"):
+        out["J_SY"] = la.spectral_norm(jacrev(ffn_residual)(Y, inst.W_1, inst.W_2).reshape(L * d, L * d))
+    if wants("G"):
+        for k in ("Q", "K", "V"):
+            out[f"G_{k}"] = la.spectral_norm(jacrev(sa_forward, argnums=_BLK_IDX[k])(*args[:4]).reshape(L * d, -1))
     for i in BLOCK_ORDER:
-        out[f"B_{i}"] = la.spectral_norm(jacrev(block_S, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
-        out[f"dZ_{i}"] = la.spectral_norm(jacrev(block_Z, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
+        if wants("B"):
+            out[f"B_{i}"] = la.spectral_norm(jacrev(block_S, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
+        if wants("dZ"):
+            out[f"dZ_{i}"] = la.spectral_norm(jacrev(block_Z, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
     for name, fn, order, nargs in () if not tensors else (("xi", block_S, BLOCK_ORDER, 6), ("Htr", block_Z, BLOCK_ORDER, 6),
                                    ("Phi", sa_forward, ("Q", "K", "V"), 4)):
-        out.update(_pair_norms(name, fn, args[:nargs], order, dense_limit))
-    if hessian:
+        if need is None or any(g.startswith(name + "_") for g in need):
+            out.update(_pair_norms(name, fn, args[:nargs], order, dense_limit))
+    if hessian and wants("H"):
         f, x, _ = flat_loss(inst, BLOCK_ORDER, "block")
         out["H"] = hessian_norm(f, x, dense=x.numel() * L * d <= dense_hessian_limit)
     return out
+
+
+# ----------------------------------------------------------------------------- for the worst-case search
+# The search (:mod:`.search`) descends on bound/exact, so it needs the quantities as tensors, differentiable in the
+# instance and batched over starts (``torch.func.vmap``: no Python number is read off a tensor), and only those a
+# bound reads. The keys of each part fall in groups; a bound's groups are those of the keys its terms read
+# (:func:`.search.needs`). Keys of no group (the weights' norms, the shape) are always there. The rows' own
+# evaluation (:func:`sa_exact`, :func:`block_exact`, :func:`layernorm_exact`) differentiates the same forward
+# passes; ``tests/bounds/test_bounds_search.py`` checks that both give the same numbers.
+_SA_GROUPS = {"H": "H", "G_": "G", "dA_dT": "dA", "Z1": "Z1", "Z2": "Z2", "A": "A",
+              "attn_uniform_dev": "A", "M1": "M1", "R": "R", "S": "S", "d2A_dT2": "d2A"}
+_BLOCK_GROUPS = {"ln_U": "ln", "ln_S": "ln", "J_Y": "ln", "H_Y": "ln", "J_Z": "ln", "H_Z": "ln", "J_SY": "JSY",
+                 "G_": "G", "B_": "B", "dZ_": "dZ", "H": "H"}
+_LN_GROUPS = {k: k for k in LN_PARTS}
+
+
+def group_of(part: str, key: str) -> str | None:
+    """The group of quantity ``key`` of ``part`` ("sa", "ln", "prop" or "block"; :func:`sa_quantities`,
+    :func:`layernorm_quantities`, :func:`block_quantities`), None for one that is always computed. A pair's
+    second derivative (``xi_12``, ``Htr_KQ``, ``Phi_VK``) is a group of its own; ``H_QK`` (a block of the
+    self-attention Hessian) belongs to ``H``."""
+    if part in ("prop", "block") and key.split("_")[0] in ("xi", "Htr", "Phi"):
+        return key
+    if part == "sa" and key.split("_")[0] in ("Phi", "H", "Ho", "Hf") and "_" in key:
+        return key  # one Φ pair; one block of the Hessian or of its outer-product / functional parts
+    groups = {"sa": _SA_GROUPS, "ln": _LN_GROUPS}.get(part, _BLOCK_GROUPS)
+    if key in groups:
+        return groups[key]
+    return next((g for k, g in groups.items() if k.endswith("_") and key.startswith(k)), None)
+
+
+def sa_quantities(X, W_Q, W_K, W_V, Target, need, rank) -> dict:
+    """The quantities of :func:`sa_exact` in the groups ``need`` (:func:`group_of`) as tensors, differentiable in
+    ``X, W_Q, W_K, W_V, Target`` (each (L, d), (d, d_K), (d, d_K), (d, d), (L, d)) and batchable; ``rank`` is
+    ``rank(F − Target)``, piecewise constant, given (the search computes it outside the batched function)."""
+    norm = la.matrix_norms  # ‖·‖_2, differentiable
+    L, d = X.shape
+    A = attention_matrix(X, W_Q, W_K)
+    F = A @ X @ W_V
+    q = {"norm_X": norm(X), "norm_Q": norm(W_Q), "norm_K": norm(W_K), "norm_V": norm(W_V), "norm_T": norm(Target),
+         "rank_FT": rank, "L": L, "d_V": d, "d_K": W_Q.shape[1]}
+    if "A" in need:
+        q["A"], q["attn_uniform_dev"] = norm(A), (A - 1.0 / L).abs().max()
+    if "M1" in need:
+        q["M1"] = norm(A @ X)
+    if "R" in need:
+        q["R"] = (F - Target).pow(2).sum().sqrt()
+    if "S" in need:
+        q["S"] = norm(S_shuffle(d, X))
+    if "dA" in need:
+        q["dA_dT"] = dA_dT_norm(A)
+    if "d2A" in need:
+        q["d2A_dT2"] = d2A_dT2_norm(A)
+    if "Z1" in need:
+        q["Z1"] = norm(Z1(X, A))
+    if "Z2" in need:
+        q["Z2"] = Z2_norm(X, A)
+    pairs = {(g[4], g[5]) for g in need if g.startswith("Phi_")}  # Φ_kl = ∂²F/∂W_k∂W_l, (L d_V n_k) × n_l
+    for (k, l), v in _pair_norm_tensors(sa_forward, [X, W_Q, W_K, W_V], SA_ORDER, pairs).items():
+        q[f"Phi_{k}{l}"] = v
+    blocks = {g for g in need if g.split("_")[0] in ("H", "Ho", "Hf") and "_" in g}  # e.g. "H_VQ", "Hf_QK"
+    split = any(not g.startswith("H_") for g in blocks)  # the outer-product / functional split needs G
+    if "G" in need or split:
+        G = sa_jacobians(X, W_Q, W_K, W_V)
+        q["G_Q"], q["G_K"], q["G_V"] = norm(G["Q"]), norm(G["K"]), norm(G["V"])
+    if "H" in need or blocks:
+        f, x, sizes = flat_loss(Instance(X, W_Q, W_K, W_V, None, None, Target), SA_ORDER, "sa")
+        H = hessian(f)(x)
+        if "H" in need:
+            q["H"] = la.sym_abs_max(H)
+        sl = block_slices(SA_ORDER, sizes)
+        for g in blocks:
+            kind, pq = g.split("_")
+            B = H[sl[pq[0]], sl[pq[1]]]
+            if kind != "H":
+                Ho = 2.0 / (L * d) * G[pq[0]].T @ G[pq[1]]
+                B = Ho if kind == "Ho" else B - Ho
+            q[g] = norm(B)
+    return q
+
+
+def _ln_q(U: torch.Tensor) -> dict:
+    return layernorm_quantities(U, need=("J", "H"))
+
+
+def _pair_norm_tensors(fn: Callable, args: list, names: tuple, pairs: set) -> dict:
+    """``{(i, j): ‖∂²fn/∂W_i∂W_j‖_2}`` (the matrix (out · n_i, n_j)) for the weight pairs ``pairs`` (names of
+    ``names``, the arguments of ``fn`` after X, in that order) as tensors: one second derivative over the flat
+    vector of the weights the pairs touch (forward over reverse when the output is smaller than that vector, else
+    forward over forward: the cheaper of out · P and P² passes), each norm the root of the largest eigenvalue of its
+    n_j × n_j Gram."""
+    used = [n for n in names if any(n in p for p in pairs)]
+    if not used:
+        return {}
+    W = {n: args[1 + names.index(n)] for n in used}
+    unflat = flat_view(used, [W[n].shape for n in used])
+
+    def g(v):
+        a = list(args)
+        for n, w in unflat(v).items():
+            a[1 + names.index(n)] = w
+        return fn(*a).reshape(-1)
+
+    x = torch.cat([W[n].reshape(-1) for n in used])
+    out_n = fn(*args).numel()
+    T = (jacfwd(jacrev(g)) if out_n < x.numel() else jacfwd(jacfwd(g)))(x)  # (out, P, P)
+    sl = offsets(used, [W[n].numel() for n in used])
+    out = {}
+    for i, j in pairs:
+        M = T[:, sl[i], sl[j]].reshape(-1, W[j].numel())
+        out[(i, j)] = la.gram_roots(M.mT @ M)
+    return out
+
+
+_BLOCK_ARGS = ("Q", "K", "V", "1", "2")  # the weights after X in block_forward's arguments
+
+
+def block_quantities(X, W_Q, W_K, W_V, W_1, W_2, Target, need) -> dict:
+    """The quantities of :func:`block_exact` in the groups ``need`` (:func:`group_of`) as tensors, differentiable
+    in the instance (X (L, d_V), W_Q, W_K (d_V, d_K), W_V (d_V, d_V), W_1 (d_V, d_ff), W_2 (d_ff, d_V), Target
+    (L, d_V)) and batchable; the same keys, with ``ln_U`` and ``ln_S`` as :func:`layernorm_quantities` of the two
+    LayerNorm inputs. Second derivatives are formed densely (the search's shapes are small)."""
+    norm = la.matrix_norms
+    args = [X, W_Q, W_K, W_V, W_1, W_2]
+    L, d = X.shape
+    fw = block_forward(*args)
+    Y, S, Z = fw["Y"], fw["S"], fw["Z"]
+    relu = torch.relu(Y @ W_1)
+    q = {"L": L, "d_V": d, "d_K": W_Q.shape[1], "d_ff": W_1.shape[1],
+         "norm_X": norm(X), "norm_Q": norm(W_Q), "norm_K": norm(W_K), "norm_V": norm(W_V), "norm_1": norm(W_1),
+         "norm_2": norm(W_2), "norm_Y": norm(Y), "norm_S": norm(S), "norm_FFN": norm(relu @ W_2),
+         "norm_relu": norm(relu), "R": (Z - Target).pow(2).sum().sqrt()}
+    if "ln" in need:
+        q["ln_U"], q["ln_S"] = _ln_q(fw["U"]), _ln_q(S)
+        q.update(J_Y=q["ln_U"]["J"], H_Y=q["ln_U"]["H"], J_Z=q["ln_S"]["J"], H_Z=q["ln_S"]["H"])
+    if "JSY" in need:
+        q["J_SY"] = norm(jacrev(ffn_residual)(Y, W_1, W_2).reshape(L * d, L * d))
+    if "G" in need:
+        for k in ("Q", "K", "V"):
+            q[f"G_{k}"] = norm(jacrev(sa_forward, argnums=_BLK_IDX[k])(*args[:4]).reshape(L * d, -1))
+    for g, fn in (("B", block_S), ("dZ", block_Z)):
+        if g in need:
+            for i in BLOCK_ORDER:
+                q[f"{g}_{i}"] = norm(jacrev(fn, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
+    for name, fn, names, nargs in (("xi", block_S, _BLOCK_ARGS, 6), ("Htr", block_Z, _BLOCK_ARGS, 6),
+                                   ("Phi", sa_forward, _BLOCK_ARGS[:3], 4)):
+        pairs = {(g.split("_")[1][0], g.split("_")[1][1]) for g in need if g.startswith(name + "_")}
+        for (i, j), v in _pair_norm_tensors(fn, args[:nargs], names, pairs).items():
+            q[f"{name}_{i}{j}"] = v
+    if "H" in need:
+        f, x, _ = flat_loss(Instance(X, W_Q, W_K, W_V, W_1, W_2, Target), BLOCK_ORDER, "block")
+        q["H"] = la.sym_abs_max(hessian(f)(x))
+    return q

@@ -2,9 +2,9 @@
 
 A bound is one :class:`~.bound.Bound`: its words, the paper result it is evidence for, the two sides it compares (its
 ``terms``, read off the exact quantities), what the software expects of it (it holds, or it fails for the reason
-given), whether and how the adversarial search can descend on it, and its title and inequality for the errata page.
+given), and its title and inequality for the errata page.
 :data:`BOUNDS` holds the declared ones; every other view — :data:`CHECKS`, :func:`known_failures`,
-:data:`INEQUALITIES`, the search lists of :mod:`.adversarial`, the bounds reported at the trained model — is read
+:data:`INEQUALITIES`, the bounds :mod:`.search` searches, the bounds reported at the trained model — is read
 from them, on every access. :func:`register` adds a bound (the paper's are declared in :mod:`.declarations`).
 
 Each record is ``{"check", "sub", "bound", "exact", "ratio"}``; ``sub`` names the block pair, the LayerNorm input
@@ -17,10 +17,10 @@ from typing import Callable, Iterator
 
 from ..exact.instances import Instance
 from . import quantities
-from .bound import PARTS, RTOL, ZERO, Bound, Search, by_id, holds, ratio
+from .bound import PARTS, RTOL, ZERO, Bound, by_id, holds, ratio
 from .declarations import BOUNDS
 
-__all__ = ["Bound", "Search", "BOUNDS", "CHECKS", "INEQUALITIES", "PARTS", "register", "known_failures",
+__all__ = ["Bound", "BOUNDS", "CHECKS", "INEQUALITIES", "PARTS", "register", "known_failures",
            "part_of", "needs_tensors", "records", "term", "evaluate", "ratio", "holds", "RTOL", "ZERO"]
 
 
@@ -70,14 +70,16 @@ def needs_tensors(check: str) -> bool:
     return BOUNDS[check].tensors
 
 
-def records(parts, q: dict, sub: str | None = None, tensors: bool = True) -> list[dict]:
+def records(parts, q: dict, sub: str | None = None, tensors: bool = True, only: str | None = None) -> list[dict]:
     """The records of every bound of ``parts`` (a part or a tuple of parts) from the quantities ``q``, in
     declaration order; ``sub`` replaces each record's own (the LayerNorm input, the sample); ``tensors=False``
-    skips the bounds that need the second-derivative tensors."""
+    skips the bounds that need the second-derivative tensors; ``only``: the records of that bound alone."""
     parts = (parts,) if isinstance(parts, str) else tuple(parts)
     out = []
     for b in list(BOUNDS.values()):
-        if b.part not in parts or (b.tensors and not tensors) or (b.applies is not None and not b.applies(q)):
+        if b.part not in parts or (b.tensors and not tensors) or (only is not None and b.id != only):
+            continue
+        if b.applies is not None and not b.applies(q):
             continue
         for s, bound, exact in b.terms(q):
             bound, exact = float(bound), float(exact)
@@ -87,7 +89,7 @@ def records(parts, q: dict, sub: str | None = None, tensors: bool = True) -> lis
 
 
 def term(check: str, q: dict):
-    """``(bound, exact)`` of a single-entry bound from the quantities ``q`` (floats or tensors: the adversarial
+    """``(bound, exact)`` of a single-entry bound from the quantities ``q`` (floats or tensors: the worst-case
     search differentiates ``bound / exact``)."""
     (_, b, e), *more = BOUNDS[check].terms(q)
     if more:
@@ -96,21 +98,26 @@ def term(check: str, q: dict):
 
 
 def evaluate(inst: Instance, parts=("sa", "ln", "prop", "block"), tensors: bool = True,
-             hessian: bool = True, ln_input: str = "block") -> list[dict]:
-    """All records of ``parts`` at ``inst``.
+             hessian: bool = True, ln_input: str = "block", only: str | None = None, need=None) -> list[dict]:
+    """All records of ``parts`` at ``inst``; ``only``: the records of that bound alone, its quantities computed with
+    ``need`` (its quantity groups, :func:`.quantities.block_exact`) when given.
 
     ``ln_input="block"`` evaluates Lemma 4 at the block's two LayerNorm inputs (``sub`` U and S); ``"X"`` at the
     raw matrix ``inst.X`` (the LayerNorm sweep). ``tensors=False`` skips the bounds that need ``ξ``, ``H_tr``,
     ``Φ``; ``hessian=False`` skips the loss Hessians.
     """
     recs: list[dict] = []
+    if need is not None and only is None:
+        raise ValueError("need restricts the quantities to one bound's: give that bound as only")
     if "sa" in parts:
-        recs += records("sa", quantities.sa_exact(inst, hessian=hessian))
+        recs += records("sa", quantities.sa_exact(inst, hessian=hessian), only=only)
     if "ln" in parts and ln_input == "X":
-        recs += records("ln", quantities.layernorm_exact(inst.X), "X")
+        recs += records("ln", quantities.layernorm_exact(inst.X), "X", only=only)
     if any(p in parts for p in ("block", "prop")) or ("ln" in parts and ln_input == "block"):
-        q = quantities.block_exact(inst, hessian=hessian and "block" in parts, tensors=tensors and "block" in parts)
+        q = quantities.block_exact(inst, hessian=hessian and "block" in parts, tensors=tensors and "block" in parts,
+                                   need=need)
         if "ln" in parts and ln_input == "block":
-            recs += records("ln", q["ln_U"], "U") + records("ln", q["ln_S"], "S")
-        recs += records(tuple(p for p in ("prop", "block") if p in parts), q, tensors=tensors and "block" in parts)
+            recs += records("ln", q["ln_U"], "U", only=only) + records("ln", q["ln_S"], "S", only=only)
+        recs += records(tuple(p for p in ("prop", "block") if p in parts), q, tensors=tensors and "block" in parts,
+                        only=only)
     return recs

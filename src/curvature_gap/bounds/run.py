@@ -1,9 +1,11 @@
-"""``curvature-gap bounds``: run the sweeps and the adversarial search, write the tables and counter-examples.
+"""``curvature-gap bounds``: run the sweeps and the worst-case search, write the tables and counter-examples.
 
 Outputs under ``out`` (default ``results/bounds``):
 
 * ``sweep_<name>.csv`` — one row per (swept value, seed, check, sub): bound, exact, ratio
-  (columns :data:`~.sweeps.CSV_FIELDS`); ``sweep_adversarial.csv`` for the adversarial search;
+  (columns :data:`~.sweeps.CSV_FIELDS`); ``sweep_search.csv`` for the worst-case search (:mod:`.search`), and
+  ``search_starts.csv``: every start of every cell, its family and the smallest ratio its descent saw (the trace
+  of which start won);
 * ``summary.json`` / ``summary.csv`` — one row per bound and intermediate lemma: verdict, min and
   median ratio, worst instance, fitted log-log slopes (exact and bound) per sweep;
 * ``counterexamples/<check>.json`` — the worst failing instance of every failing check, and the
@@ -23,8 +25,8 @@ from typing import Callable
 
 from ..io import atomic_write_json
 from ..provenance import software
-from . import adversarial
 from . import registry
+from . import search
 from . import sweeps
 
 __all__ = ["run_all"]
@@ -35,7 +37,7 @@ _SUMMARY_FIELDS = ["id", "verdict", "expect", "claim", "min_ratio", "min_ratio_s
 
 def run_all(out="results/bounds", quick: bool = False, save_counterexamples=None,
             log: Callable[[str], None] | None = print) -> dict:
-    """Run the sweeps and the adversarial search (see module doc); returns ``{"summary", "timings", ...}``."""
+    """Run the sweeps and the worst-case search (see module doc); returns ``{"summary", "timings", ...}``."""
     out = Path(out)
     log = log or (lambda s: None)
     t_all = time.perf_counter()
@@ -49,14 +51,16 @@ def run_all(out="results/bounds", quick: bool = False, save_counterexamples=None
         insts.update(i)
         timings[f"sweep_{s.name}"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    log("adversarial search")
-    r, i = adversarial.run(quick, log=log)
-    r2, i2 = adversarial.run_searches(quick, log=log)
-    r, i = r + r2, {**i, **i2}
-    sweeps.write_csv(out / "sweep_adversarial.csv", r)
+    log("worst-case search")
+    cells = search.search_all(search.objectives(), search.QUICK_BUDGET if quick else search.THOROUGH, log=log)
+    r, i = search.records_of(cells)
+    sweeps.write_csv(out / "sweep_search.csv", r)
+    sweeps.write_csv(out / "search_starts.csv", [dict(check=c, L=cell.L, d=cell.d, h=cell.h, **st)
+                                                 for c, cs in cells.items() for cell in cs for st in cell.starts],
+                     fields=["check", "L", "d", "h", "family", "seed", "ratio", "kept"])
     rows += r
     insts.update(i)
-    timings["adversarial"] = time.perf_counter() - t0
+    timings["search"] = time.perf_counter() - t0
     summary = sweeps.summarize(rows)
     worst, small = sweeps.pick_counterexamples(rows, insts)
     named = sweeps.named_counterexamples(rows, insts)

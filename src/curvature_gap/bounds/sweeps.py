@@ -55,7 +55,7 @@ __all__ = ["Sweep", "definitions", "run_sweep", "summarize", "slopes", "pick_cou
            "named_theorem1", "THEOREM1_SETTINGS", "minimiser_instance"]
 
 CSV_FIELDS = ["sweep", "x", "seed", "L", "d_V", "d_K", "d_ff", "sigma", "sharpness", "balance",
-              "attn_max", "target", "check", "sub", "bound", "exact", "ratio"]
+              "attn_max", "target", "check", "sub", "bound", "exact", "ratio", "family", "d", "h", "minimiser"]
 
 
 @dataclass
@@ -231,22 +231,57 @@ def slopes(rows: list[dict], check: str, sweep: str) -> dict | None:
     return out
 
 
-# how a ratio scales: records searched at several L (adversarial, ``scaling = "L"``) and the W₂ sweep
-SCALING_VARS = {"L": "L", "w2_scale": "‖W₂‖ scale s"}
+# how a ratio scales: the search's smallest ratio at each L (L ≥ 2), and the W₂ sweep; the direction each
+# approaches its asymptote (L → ∞, ‖W₂‖ → 0), which decides which local slopes are "the last"
+SCALING_VARS = {"L": ("L", +1), "w2_scale": ("‖W₂‖ scale s", -1)}
+CONVERGED = 0.05  # a law is stated only where the last two local slopes agree to this (issue: "law" words)
+
+
+def law_of(points: list[tuple[float, float]], var: str, toward: int) -> dict:
+    """A power law read off ``points`` (x, smallest ratio), or why none is stated.
+
+    The points are ordered toward the asymptote (``toward`` = +1: x → ∞, −1: x → 0) and the local log-log slopes
+    between neighbours are taken. A law is stated only when the last two local slopes agree within
+    :data:`CONVERGED`; it is then fitted over the tail of points whose local slopes all agree with the last within
+    that tolerance (``range``), and said in words: ``"≈ c/L"`` (slope −1), ``"≈ c/L^2"`` (−2), ``"≈ c, flat in L"``
+    (0), ``"∝ s"`` (+1 in s), else ``"≈ c·x^p"``. Returns ``{"points", "local_slopes", "converged", "slope",
+    "range", "law"}`` (``law`` None when the slopes have not converged)."""
+    pts = sorted(points, key=lambda p: p[0] * toward)
+    loc = [math.log(y2 / y1) / math.log(x2 / x1) for (x1, y1), (x2, y2) in zip(pts, pts[1:])]
+    out = {"points": [[x, y] for x, y in pts], "local_slopes": loc, "converged": False, "slope": None,
+           "range": None, "law": None}
+    if len(loc) < 2 or abs(loc[-1] - loc[-2]) > CONVERGED:
+        return out
+    a = len(loc) - 1
+    while a > 0 and abs(loc[a - 1] - loc[-1]) <= CONVERGED:
+        a -= 1
+    tail = pts[a:]
+    p = _fit([x for x, _ in tail], [y for _, y in tail])
+    c = lambda k: math.exp(statistics.mean(math.log(y) + k * math.log(x) for x, y in tail))  # noqa: E731  y ≈ c/x^k
+    lo, hi = sorted((tail[0][0], tail[-1][0]))
+    name = "L" if var == "L" else "s"
+    if abs(p + 1) <= CONVERGED and var == "L":
+        law = f"≈ {c(1):.2g}/L"
+    elif abs(p + 2) <= CONVERGED and var == "L":
+        law = f"≈ {c(2):.2g}/L^2"
+    elif abs(p) <= CONVERGED:
+        law = f"≈ {c(0):.3g}, flat in {name}"
+    elif abs(p - 1) <= CONVERGED and var != "L":
+        law = "∝ s (→ 0 as ‖W₂‖ → 0)"
+    else:
+        law = f"≈ {c(-p):.2g}·{name}^{p:.2f}"
+    out.update(converged=True, slope=p, range=[lo, hi], law=law)
+    return out
 
 
 def scaling(rs: list[dict]) -> list[dict]:
-    """How one check's smallest ratio moves with L (the searches at each L) and with the scale of W₂ (the
-    ``w2_scale`` sweep): ``[{"var", "points": [[x, min ratio], …], "slope", "law"}]``. ``slope`` is the
-    log-log least-squares slope; ``law`` says it in words: ``"≈ c/L"`` for a slope within 0.2 of −1
-    (c the geometric mean of ratio·L), ``"falls like L^slope"`` for another slope below −0.2,
-    ``"→ 0 as ‖W₂‖ → 0 (∝ s)"`` for a W₂ slope within 0.2 of +1 (``∝ s^slope`` for another above 0.2),
-    ``"∝ x^slope"`` (no trend worth stating) otherwise."""
+    """How one check's smallest ratio moves with L (the search, L ≥ 2, every width) and with the scale of W₂ (the
+    ``w2_scale`` sweep): ``[{"var", **law_of(…)}]`` for each with at least three points."""
     out = []
-    for var, label in SCALING_VARS.items():
+    for var, (label, toward) in SCALING_VARS.items():
         per: dict = {}
         for r in rs:
-            if var == "L" and r.get("scaling") == "L":
+            if var == "L" and r["sweep"] == "search" and int(r["L"]) >= 2:
                 x = float(r["L"])
             elif var == "w2_scale" and r["sweep"] == "w2_scale":
                 x = float(r["x"])
@@ -254,31 +289,17 @@ def scaling(rs: list[dict]) -> list[dict]:
                 continue
             if math.isfinite(r["ratio"]) and r["ratio"] > 0:
                 per[x] = min(per.get(x, math.inf), r["ratio"])
-        if len(per) < 2:
-            continue
-        xs = sorted(per)
-        ys = [per[x] for x in xs]
-        slope = _fit(xs, ys)
-        if var == "L" and abs(slope + 1) <= 0.2:
-            c = math.exp(statistics.mean(math.log(y * x) for x, y in zip(xs, ys)))
-            law = f"≈ {c:.2g}/L"
-        elif var == "L" and slope < -0.2:
-            law = f"falls like L^{slope:.2f}"
-        elif var == "w2_scale" and slope > 0.2:
-            law = "→ 0 as ‖W₂‖ → 0 (∝ " + ("s)" if abs(slope - 1) <= 0.2 else f"s^{slope:.2g})")
-        else:
-            law = f"∝ {'L' if var == 'L' else 's'}^{slope:.2f}"
-        widths = {r.get("d_V") for r in rs if var == "L" and r.get("scaling") == "L"}
-        if var == "L" and len(widths) == 1 and None not in widths:  # the law holds at this width: say which
-            label = f"L (d_V = {widths.pop()})"
-        out.append({"var": label, "points": [[x, y] for x, y in zip(xs, ys)], "slope": slope, "law": law})
+        if len(per) >= 3:
+            out.append({"var": label, **law_of(list(per.items()), var, toward)})
     return out
 
 
 def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dict]:
-    """One row per check: verdict, min ratio over everything (sweeps, training, adversarial
-    search), min and median over the natural sweeps (all but ``adversarial``), the worst instance,
-    slopes per sweep."""
+    """One row per check: verdict, min ratio over everything (sweeps, training, the worst-case search,
+    :mod:`.search`), min and median over the natural sweeps (all but the search), the worst instance (and, when
+    the search found it, the family, L, width, heads and seed of the start that won), slopes per sweep, how the
+    smallest ratio scales (:func:`scaling`), and what is reported apart: the degenerate L = 1 (A ≡ 1) and the
+    exact minimisers (Target = F), each by L."""
     by = {}
     for r in rows:
         by.setdefault(r["check"], []).append(r)
@@ -287,10 +308,10 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
         rs = by.get(cid, [])
         if not rs:
             continue
-        # a search record at a degenerate shape (the repaired Theorem 1 at L = 1, where A ≡ 1) is reported apart
         degenerate = [r for r in rs if r.get("degenerate") is True]
         rs = [r for r in rs if r.get("degenerate") is not True] or rs
-        natural = [r for r in rs if r["sweep"] != "adversarial"]
+        natural = [r for r in rs if r["sweep"] != "search"]
+        searched = [r for r in rs if r["sweep"] == "search"]
         finite = [r["ratio"] for r in natural if math.isfinite(r["ratio"])]
         worst = min(rs, key=lambda r: r["ratio"])
         mn = worst["ratio"]
@@ -298,20 +319,19 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
         if degenerate:
             apart["degenerate"] = {"min_ratio": min(r["ratio"] for r in degenerate),
                                    "L": sorted({int(r["L"]) for r in degenerate})}
-        at_min = [r for r in rs if r.get("minimiser") is True]
+        at_min = [r for r in searched if r.get("minimiser") is True]
         if at_min:
-            apart["at_minimiser"] = {"min_ratio": min(r["ratio"] for r in at_min),
-                                     "by_L": {int(L): min(r["ratio"] for r in at_min if int(r["L"]) == L)
-                                              for L in sorted({int(r["L"]) for r in at_min})}}
-        by_L = {}
-        for r in rs:
-            if r["sweep"] == "adversarial" and r.get("start") is not None and r.get("scaling") != "L":
-                by_L[int(r["L"])] = min(by_L.get(int(r["L"]), math.inf), r["ratio"])
-        if by_L:
-            apart["searched_by_L"] = dict(sorted(by_L.items()))
+            apart["at_minimiser"] = {"min_ratio": min(r["ratio"] for r in at_min), "by_L": _by(at_min, "L")}
+        if searched:
+            apart["searched_by_L"] = _by(searched, "L")
+            widths = sorted({int(r["d"]) for r in searched})
+            if len(widths) > 1:
+                apart["searched_by_width"] = {d: _by([r for r in searched if int(r["d"]) == d], "L") for d in widths}
+            won = min(searched, key=lambda r: r["ratio"])
+            apart["won_by"] = {k: won[k] for k in ("family", "L", "d", "h", "seed", "ratio")}
         meta = registry.CHECKS.get(cid, {})
         sweeps = sorted({r["sweep"] for r in rs})
-        sl = [s for s in (slopes(rs, cid, sw) for sw in sweeps) if s]
+        sl = [s for s in (slopes(rs, cid, sw) for sw in sweeps if sw != "search") if s]
         out.append({
             "id": cid, "ref": meta.get("ref", ""), "what": meta.get("what", ""), "result": meta.get("result"),
             "role": meta.get("role"), "claim": meta.get("claim"), "expect": meta.get("expect"),
@@ -319,11 +339,20 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
             "min_ratio": mn, "min_ratio_sweeps": min((r["ratio"] for r in natural), default=math.inf),
             "median_ratio": statistics.median(finite) if finite else math.inf,
             "n_records": len(rs), "n_fail": sum(1 for r in rs if not registry.holds(r["ratio"])),
-            "n_adversarial": len(rs) - len(natural),
+            "n_searched": len(searched),
             "worst": {k: worst.get(k) for k in ("sweep", "x", "seed", "sub", "bound", "exact", "L", "d_V", "d_K", "d_ff")},
             "sweeps": sweeps, "slopes": sl, "scaling": scaling(rs), **apart,
         })
     return out
+
+
+def _by(rs: list[dict], key: str) -> dict:
+    """The smallest ratio of ``rs`` for each value of ``key`` (e.g. L), in order."""
+    out: dict = {}
+    for r in rs:
+        k = int(r[key])
+        out[k] = min(out.get(k, math.inf), r["ratio"])
+    return dict(sorted(out.items()))
 
 
 # ----------------------------------------------------------------------------- counter-examples

@@ -1,9 +1,8 @@
 """Rows for every bound of the paper: the smallest ratio bound/exact over the instances evaluated.
 
 Instances: the synthetic sweeps of :mod:`curvature_gap.bounds.sweeps` (the ``mini`` set with ``quick``,
-the ``quick`` set and the adversarial searches otherwise: :func:`~curvature_gap.bounds.adversarial.run` and
-:func:`~curvature_gap.bounds.adversarial.run_searches`, every Theorem-6 proof step at each L and the repaired
-Theorem 1 from many starts), and always the replay of every committed
+the ``quick`` set and the worst-case search of every bound otherwise, :func:`curvature_gap.bounds.search.search_all`:
+the same families of starts and one budget for all, at L ∈ {1, 2, 4, 8, 16}), and always the replay of every committed
 counter-example (``curvature_gap/bounds/counterexamples/*.json``), whose recomputed ratio must equal
 the recorded one to 1e-6 and still fail (row ``bounds.counterexamples.replay``: a mismatch is a
 software failure). With a result of the trained MNIST model (``trained_bounds``), the key bounds are
@@ -14,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..bounds import adversarial
 from ..bounds import registry
+from ..bounds import search
 from ..bounds import sweeps
 from ..row import Row
 
@@ -32,16 +31,16 @@ def trained_checks() -> tuple[str, ...]:
 
 
 def synthetic_records(quick: bool, log=None) -> tuple[list[dict], dict]:
-    """Records and instances of the synthetic sweeps (and, unless ``quick``, the adversarial search)."""
+    """Records and instances of the synthetic sweeps (and, unless ``quick``, the worst-case search of every bound)."""
     rows, insts = [], {}
     for s in sweeps.definitions(quick=True, mini=quick):
         r, i = sweeps.run_sweep(s, log=log)
         rows += r
         insts.update(i)
     if not quick:
-        for r, i in (adversarial.run(quick=True, log=log), adversarial.run_searches(log=log)):
-            rows += r
-            insts.update(i)
+        r, i = search.records_of(search.search_all(search.objectives(), log=log))
+        rows += r
+        insts.update(i)
     return rows, insts
 
 
@@ -82,20 +81,24 @@ def rows_from_summary(summary: list[dict], replayed: list[dict], profile: str = 
         where = ", ".join(f"{k}={v}" for k, v in w.items() if k in ("sweep", "x", "seed", "sub") and v not in (None, ""))
         note = (f"{s['ref']}; {s['n_fail']}/{s['n_records']} instances fail; worst at {where}"
                 + (f"; log-log slopes {sl}" if sl else ""))
-        law = "; ".join(f"as {t['var']} grows: {t['law']}" for t in s.get("scaling", []))
+        law = "; ".join(f"as {t['var']} {'grows' if t['var'] == 'L' else 'falls'}: {t['law']} on "
+                        f"[{t['range'][0]:g}, {t['range'][1]:g}]" for t in s.get("scaling", []) if t["law"])
         if law:
             note += f"; bound/exact {law}"
         details = {"scaling": s["scaling"]} if s.get("scaling") else {}
-        if s["id"] == "thm1.repaired" and s.get("n_adversarial"):
-            details["searched"] = adversarial.repaired_search_extent()
+        if s.get("n_searched"):
+            details["searched"] = search.extent(space=search.objective(s["id"]).space.name)
         if w.get("sub") not in (None, ""):
             details["worst_sub"] = w["sub"]
         why = registry.BOUNDS[s["id"]].by_construction if s["id"] in registry.BOUNDS else None
         if why:
             details["by_construction"] = why
-        for k in ("degenerate", "at_minimiser", "searched_by_L"):
+        for k in ("degenerate", "at_minimiser", "searched_by_L", "searched_by_width", "won_by"):
             if s.get(k):
                 details[k] = s[k]
+        if s.get("won_by"):
+            wb = s["won_by"]
+            note += f"; the search's minimum from the {wb['family']} start at L = {wb['L']}, d = {wb['d']}"
         if s.get("degenerate"):
             note += (f"; at the degenerate L = {', '.join(map(str, s['degenerate']['L']))} (A ≡ 1), reported apart: "
                      f"bound/exact {s['degenerate']['min_ratio']:.4g}")

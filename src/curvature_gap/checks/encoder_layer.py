@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import warnings
 
-import statistics
-
 import torch
 
-from ..bounds import registry as bck
 from ..bounds import multihead as mhb
+from ..bounds import registry as bck
+from ..bounds import search, sweeps
 from ..exact import encoder_layer as ref
 from ..theory.encoder_layer import encoder_layer_hessian
 from ..row import Row
@@ -94,60 +93,47 @@ def _trap_rows() -> list[Row]:
 
 
 MH = f"{RESULT}.mh_bound"
-# the softmax lemma's search: rows (lengths 2 … 9, logit scales 1 … 8) and Adam steps per row
-SOFTMAX_SEARCH = {True: dict(n=8, steps=40), False: dict(n=32, steps=150)}
 
 
-def _bound_row(rid: str, recs: list[dict], what: str, role: str, extra_note: str = "", details=None) -> Row:
-    worst = min(recs, key=lambda r: r["ratio"])
-    ratios = [r["ratio"] for r in recs]
-    where = ", ".join(f"{k}={worst[k]}" for k in ("start", "stage", "L", "h", "seed", "sub") if worst.get(k) not in (None, ""))
-    return Row(id=rid, result=RESULT, kind="bound", role=role, what=what,
-               verdict="holds" if bck.holds(worst["ratio"]) else "fails", expected="holds", claim=None,
-               min_ratio=worst["ratio"], median_ratio=statistics.median(ratios), tolerance=bck.RTOL,
-               instances=f"{len(recs)} records", note=f"worst at {where}" + extra_note, details=details or {})
+def _bound_row(rid: str, s: dict, what: str, role: str, details: dict | None = None) -> Row:
+    """A row of the multi-head bound from its search summary ``s`` (:func:`curvature_gap.bounds.sweeps.summarize`)."""
+    w = s["worst"]
+    where = ", ".join(f"{k}={w[k]}" for k in ("x", "sub") if w.get(k) not in (None, ""))
+    note = f"worst at {where}"
+    if s.get("searched_by_L"):
+        note += "; by L: " + ", ".join(f"{L}: {v:.3g}" for L, v in s["searched_by_L"].items())
+    if s.get("degenerate"):
+        note += f"; {s['degenerate']['min_ratio']:.3g} at the degenerate L = 1 (A ≡ 1), reported apart"
+    if s.get("at_minimiser"):
+        note += f"; {s['at_minimiser']['min_ratio']:.3g} at an exact minimiser (loss 0)"
+    d = {k: s[k] for k in ("searched_by_L", "degenerate", "at_minimiser", "won_by", "scaling") if s.get(k)}
+    return Row(id=rid, result=RESULT, kind="bound", role=role, what=what, verdict=s["verdict"], expected="holds",
+               claim=None, min_ratio=s["min_ratio"], median_ratio=s["median_ratio"], tolerance=bck.RTOL,
+               instances=f"{s['n_records']} records", note=note, details={**d, **(details or {})})
 
 
 def _mh_rows(quick: bool) -> list[Row]:
-    recs = mhb.run(quick)
-    extent = mhb.search_extent(quick)
-    # L = 1 (one token: A ≡ 1) is degenerate: its smallest ratio is reported apart, not as the bound's
-    degenerate = [r for r in recs if r["check"] == "mh" and r["L"] == 1]
-    whole = [r for r in recs if r["check"] == "mh" and r["L"] > 1]
-    blocks = [r for r in recs if r["check"] == "mh.blocks"]
-    searched = min(r["ratio"] for r in whole if r["stage"] == "searched")
-    drawn = min(r["ratio"] for r in whole if r["stage"] == "start")
-    by_L = {L: min(r["ratio"] for r in whole if r["L"] == L) for L in sorted({r["L"] for r in whole})}
-    details = {"searched": extent, "min_ratio_start": drawn, "min_ratio_searched": searched, "searched_by_L": by_L}
-    extra = f"; smallest ratio {drawn:.3g} at the starts as drawn, {searched:.3g} after the search"
-    if degenerate:
-        details["degenerate"] = {"min_ratio": min(r["ratio"] for r in degenerate), "L": [1]}
-        extra += f" (L ≥ 2; {details['degenerate']['min_ratio']:.3g} at the degenerate L = 1, A ≡ 1)"
-    at_min = [r for r in whole if r.get("minimiser")]
-    if at_min:
-        details["at_minimiser"] = {"min_ratio": min(r["ratio"] for r in at_min)}
-        extra += f"; {details['at_minimiser']['min_ratio']:.3g} at an exact minimiser (loss 0)"
-    extra += "; by L: " + ", ".join(f"{L}: {v:.3g}" for L, v in by_L.items())
-    a = _bound_row(MH, whole, "‖H‖_2 ≤ M_h = 4 max over ten rows 2/(Ld)(g_i g_j + ρ φ_ij): the repaired Theorem 1 "
+    """The multi-head bound, its blocks and the softmax lemma, each searched by the one worst-case search
+    (:mod:`curvature_gap.bounds.search`; ``quick``: its coverage budget)."""
+    budget = search.QUICK_BUDGET if quick else search.BUDGET
+    recs, _ = search.records_of(search.search_all([*search.MH_OBJECTIVES, search.SOFTMAX_OBJECTIVE], budget))
+    s = {x["id"]: x for x in sweeps.summarize(recs, ("mh", "mh.blocks", "softmax_d2"))}
+    a = _bound_row(MH, s["mh"], "‖H‖_2 ≤ M_h = 4 max over ten rows 2/(Ld)(g_i g_j + ρ φ_ij): the repaired Theorem 1 "
                    "extended to h heads with W_O (Hessian of (1/(Ld))‖F − Target‖_F² w.r.t. W_Q, W_K, W_V, W_O)",
-                   "statement", f"{extra}; {extent}", details)
-    b = _bound_row(f"{MH}.blocks", blocks, "‖H(W_i, W_j)‖_2 ≤ row ij for each of the ten block pairs (the step before "
-                   "the 4×4 block inequality)", "proof")
-    s = SOFTMAX_SEARCH[quick]
-    r = mhb.softmax_d2_search(s["n"], s["steps"])
-    c = Row(id=f"{MH}.softmax_d2", result=RESULT, kind="bound", role="proof",
-            what="‖∂²a/∂z²[t, s]‖_2 ≤ ‖t‖_2‖s‖_2 for a softmax row a = softmax(z) (the lemma the bound's "
-                 "second-order rows use)", verdict="holds" if bck.holds(float(r.min())) else "fails", expected="holds",
-            min_ratio=float(r.min()), median_ratio=float(r.median()), tolerance=bck.RTOL,
-            instances=f"{s['n']} rows of lengths 2-9, logit scales 1-8",
-            note=f"Adam on log(bound/exact) over z, t, s, {s['steps']} steps per row")
+                   "statement", {"searched": search.extent(budget, "mh")})
+    b = _bound_row(f"{MH}.blocks", s["mh.blocks"], "‖H(W_i, W_j)‖_2 ≤ row ij for each of the ten block pairs (the "
+                   "step before the 4×4 block inequality)", "proof", {"searched": search.extent(budget, "mh")})
+    c = _bound_row(f"{MH}.softmax_d2", s["softmax_d2"], "‖∂²a/∂z²[t, s]‖_2 ≤ ‖t‖_2‖s‖_2 for a softmax row a = "
+                   "softmax(z) (the lemma the bound's second-order rows use)", "proof",
+                   {"searched": search.extent(budget, "softmax")})
     return [a, b, c, _pytorch_row()]
 
 
 def _pytorch_row() -> Row:
     err = 0.0
     for h in (1, 2, 4):
-        inst = mhb.instance(5, 4, h, 0, "one-hot")
+        inst = mhb.instance(5, 4, h, 0)
+        inst.W_Q, inst.W_K = 8 * inst.W_Q, 8 * inst.W_K  # near-one-hot attention
         L = inst.L
         for causal in (False, True):
             mask = torch.triu(torch.full((L, L), float("-inf"), dtype=torch.float64), 1) if causal else None

@@ -83,19 +83,19 @@ def d2A_dT2(A: torch.Tensor) -> torch.Tensor:
     return out.reshape(L ** 4, L ** 2)
 
 
-def dA_dT_norm(A: torch.Tensor) -> float:
+def dA_dT_norm(A: torch.Tensor) -> torch.Tensor:
     """``‖∂A/∂T‖_2`` of :func:`dA_dT` from its row blocks: the largest eigenvalue over rows (each block
-    ``diag(a_i) − a_i a_iᵀ`` is positive semi-definite)."""
-    return max(float(la.top_eigenvalues(J)) for J in dA_dT_blocks(A))
+    ``diag(a_i) − a_i a_iᵀ`` is positive semi-definite); a 0-d tensor, differentiable in ``A``."""
+    return la.top_eigenvalues(dA_dT_blocks(A)).max()
 
 
-def d2A_dT2_norm(A: torch.Tensor) -> float:
+def d2A_dT2_norm(A: torch.Tensor) -> torch.Tensor:
     """``‖∂²A/∂T²‖_2`` of :func:`d2A_dT2` without forming it: only row ``i`` of ``T`` enters row ``i`` of
     ``A``, so the Gram matrix is block diagonal with blocks ``Σ_j K_ijᵀ K_ij``; the norm is the largest
-    ``sqrt(λ_max)`` over rows."""
+    ``sqrt(λ_max)`` over rows (a 0-d tensor, differentiable in ``A``)."""
     K = d2A_dT2_blocks(A)
     G = torch.einsum("iabc,iabd->icd", K, K)
-    return float(la.gram_roots(G).max())
+    return la.gram_roots(G).max()
 
 
 def contract_d2A_dT2_blocks(A: torch.Tensor, Gbar: torch.Tensor) -> torch.Tensor:
@@ -151,12 +151,13 @@ def Z2(X, A) -> torch.Tensor:
     return kron4(eye(L, X), X.T, X.T, X.T) @ d2A_dT2(A) @ kron(X, X)
 
 
-def Z2_norm(X: torch.Tensor, A: torch.Tensor) -> float:
+def Z2_norm(X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     """``‖Z_2‖_2`` of :func:`Z2` without forming it.
 
     With ``Δa = J_i x_t`` (``x_t`` the t-th column of X) the directional derivative of ``J_i`` is
     ``K_i^(t) = diag(Δa) − Δa a_iᵀ − a_i Δaᵀ`` and ``Z_2[(i,p,q,r),(s,t)] = X_iq X_is (Xᵀ K_i^(t) X)_pr``.
-    Hence ``Z_2ᵀ Z_2 = Σ_i ‖x_i‖² (x_i x_iᵀ) ⊗ (C_i C_iᵀ)`` with ``C_i[t,(p,r)] = (Xᵀ K_i^(t) X)_pr``.
+    Hence ``Z_2ᵀ Z_2 = Σ_i ‖x_i‖² (x_i x_iᵀ) ⊗ (C_i C_iᵀ)`` with ``C_i[t,(p,r)] = (Xᵀ K_i^(t) X)_pr``
+    (a 0-d tensor, differentiable in ``X`` and ``A``).
     """
     L, d = X.shape
     J = dA_dT_blocks(A)  # (L, L, L)
@@ -164,11 +165,10 @@ def Z2_norm(X: torch.Tensor, A: torch.Tensor) -> float:
     K = (torch.diag_embed(Da) - Da[..., :, None] * A[:, None, None, :]
          - A[:, None, :, None] * Da[..., None, :])  # (L, d, L, L)
     C = torch.einsum("jp,itjl,lr->itpr", X, K, X).reshape(L, d, d * d)
-    G = torch.zeros(d * d, d * d, dtype=X.dtype)
-    for i in range(L):
-        xi = X[i]
-        G += float(xi @ xi) * torch.kron(torch.outer(xi, xi), C[i] @ C[i].T)
-    return float(la.gram_roots(G))
+    xx = X[:, :, None] * X[:, None, :]  # x_i x_iᵀ: (L, d, d)
+    CC = C @ C.transpose(-1, -2)  # C_i C_iᵀ: (L, d, d)
+    G = torch.einsum("i,iab,icd->acbd", (X * X).sum(1), xx, CC).reshape(d * d, d * d)
+    return la.gram_roots(G)
 
 
 def S_shuffle(d_V: int, ref: torch.Tensor | None = None) -> torch.Tensor:
