@@ -36,7 +36,7 @@ from .config import DATASET_OF, Recipe, config_hash
 from .device import resolve_device
 from .io import atomic_write_json, file_lock, load_torch, save_torch, state_sha256
 from .model import ViT, build_model
-from .precision import contexts_for, precision_code
+from .precision import arithmetic_for, module_logits, precision_code
 
 CKPT_NAME = "last.pt"
 MODEL_NAME = "model.pt"
@@ -139,11 +139,14 @@ def zero_pixel(mean, std) -> torch.Tensor:
     return torch.zeros_like(m).sub(m).div(torch.tensor(tuple(std), dtype=torch.float32))
 
 
-def rotate_nearest(images: torch.Tensor, degrees: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+def rotate_nearest(images: torch.Tensor, degrees: torch.Tensor, fill: torch.Tensor,
+                   flip: torch.Tensor | None = None) -> torch.Tensor:
     """Each image ``images[i]`` (B, C, H, W) rotated counter-clockwise by ``degrees[i]`` about the image
     centre, nearest neighbour, the area from outside filled with ``fill`` (C,): the geometry of
     torchvision's ``rotate`` (``RandomRotation``'s default ``InterpolationMode.NEAREST``, ``expand=False``,
-    centre of the image). Sampling and mask are ``grid_sample`` with ``align_corners=False``."""
+    centre of the image); then flipped left to right where ``flip`` (B,) bool is set. One ``grid_sample``
+    (``align_corners=False``) samples the image and a channel of ones beside it, whose zeros mark the pixels
+    that came from outside; a flip reverses the sampling grid's columns (each output pixel is sampled alone)."""
     b, c, h, w = images.shape
     a = torch.deg2rad(degrees.to(torch.float64))
     cos, sin = torch.cos(a), torch.sin(a)
@@ -152,10 +155,28 @@ def rotate_nearest(images: torch.Tensor, degrees: torch.Tensor, fill: torch.Tens
     theta[:, 0, 0], theta[:, 0, 1] = cos, -sin * h / w
     theta[:, 1, 0], theta[:, 1, 1] = sin * w / h, cos
     grid = nn.functional.affine_grid(theta.to(images.dtype), [b, c, h, w], align_corners=False).to(images.device)
-    out = nn.functional.grid_sample(images, grid, mode="nearest", padding_mode="zeros", align_corners=False)
-    inside = nn.functional.grid_sample(torch.ones(b, 1, h, w, dtype=images.dtype, device=images.device), grid,
-                                       mode="nearest", padding_mode="zeros", align_corners=False) > 0.5
-    return torch.where(inside, out, fill.to(images).view(1, c, 1, 1))
+    if flip is not None:
+        grid = torch.where(flip.to(images.device)[:, None, None, None], grid.flip(2), grid)
+    ones = torch.ones(b, 1, h, w, dtype=images.dtype, device=images.device)
+    out = nn.functional.grid_sample(torch.cat([images, ones], 1), grid, mode="nearest", padding_mode="zeros",
+                                    align_corners=False)
+    return torch.where(out[:, c:] > 0.5, out[:, :c], fill.to(images).view(1, c, 1, 1))
+
+
+def crop_padded(images: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, padding: int, fill: torch.Tensor,
+                flip: torch.Tensor | None = None) -> torch.Tensor:
+    """Each image ``images[i]`` (B, C, H, W) padded by ``padding`` pixels of ``fill`` (C,) and cropped back to H × W
+    at offset (``dy[i]``, ``dx[i]``) of the padded image, flipped left to right where ``flip`` (B,) bool is set:
+    one gather from the padded batch."""
+    b, c, h, w = images.shape
+    p = padding
+    padded = fill.to(images).view(1, c, 1, 1).expand(b, c, h + 2 * p, w + 2 * p).clone()
+    padded[:, :, p:p + h, p:p + w] = images
+    cols = dx[:, None] + torch.arange(w)[None]
+    if flip is not None:
+        cols = torch.where(flip[:, None], cols.flip(1), cols)
+    index = ((dy[:, None] + torch.arange(h)[None])[:, :, None] * (w + 2 * p) + cols[:, None, :]).reshape(b, 1, h * w)
+    return padded.reshape(b, c, -1).gather(2, index.expand(b, c, h * w).to(images.device)).reshape(b, c, h, w)
 
 
 def augment(images: torch.Tensor, g: torch.Generator, crop_padding: int, rotation_degrees: float, hflip: bool,
@@ -165,31 +186,28 @@ def augment(images: torch.Tensor, g: torch.Generator, crop_padding: int, rotatio
     In order (the order of the authors' ``_build_transforms``): a random crop of the image padded by
     ``crop_padding`` pixels of ``fill`` (offsets uniform on 0..2·padding in each direction, as
     ``RandomCrop.get_params``); a rotation by an angle uniform on [−d, d] degrees, ``d = rotation_degrees``
-    (:func:`rotate_nearest`, as ``RandomRotation(d, fill=0)``); a horizontal flip with probability 1/2
-    (``RandomHorizontalFlip()``). Each step is skipped when its parameter is 0 / False. ``fill`` (C,) is a
-    zero pixel after normalisation (:func:`zero_pixel`): crop and nearest-neighbour rotation only move and
-    fill pixels, so doing them after ``Normalize`` with that fill equals doing them before it, as
-    torchvision does.
+    (as ``RandomRotation(d, fill=0)``); a horizontal flip with probability 1/2 (``RandomHorizontalFlip()``).
+    Each step is skipped when its parameter is 0 / False. ``fill`` (C,) is a zero pixel after normalisation
+    (:func:`zero_pixel`): crop and nearest-neighbour rotation only move and fill pixels, so doing them after
+    ``Normalize`` with that fill equals doing them before it, as torchvision does.
+
+    The random numbers are drawn in that order from ``g`` (offsets, angles, flips); then the crop is one gather
+    (:func:`crop_padded`), the rotation one ``grid_sample`` (:func:`rotate_nearest`), and the flip reverses the
+    columns the last of them reads (bit for bit the images of cropping, rotating and flipping one after another).
     """
-    b, c, h, w = images.shape
-    fill = fill.to(images).view(1, c, 1, 1)
+    b = images.shape[0]
+    p = crop_padding
+    dy, dx = (torch.randint(0, 2 * p + 1, (b,), generator=g) for _ in range(2)) if p else (None, None)
+    angles = (torch.empty(b, dtype=torch.float64).uniform_(-rotation_degrees, rotation_degrees, generator=g)
+              if rotation_degrees else None)
+    flip = torch.rand(b, generator=g) < 0.5 if hflip else None
     out = images
-    if crop_padding:
-        p = crop_padding
-        padded = fill.expand(b, c, h + 2 * p, w + 2 * p).clone()
-        padded[:, :, p:p + h, p:p + w] = images
-        dy = torch.randint(0, 2 * p + 1, (b,), generator=g)
-        dx = torch.randint(0, 2 * p + 1, (b,), generator=g)
-        rows = (dy[:, None] + torch.arange(h)[None]).to(images.device)
-        cols = (dx[:, None] + torch.arange(w)[None]).to(images.device)
-        idx_b = torch.arange(b, device=images.device)[:, None, None]
-        out = padded.permute(0, 2, 3, 1)[idx_b, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2).contiguous()
-    if rotation_degrees:
-        angles = torch.empty(b, dtype=torch.float64).uniform_(-rotation_degrees, rotation_degrees, generator=g)
-        out = rotate_nearest(out, angles, fill.view(c))
-    if hflip:
-        flip = (torch.rand(b, generator=g) < 0.5).to(images.device)
-        out = torch.where(flip[:, None, None, None], out.flip(-1), out)
+    if p:
+        out = crop_padded(out, dy, dx, p, fill, flip if angles is None else None)
+    if angles is not None:
+        out = rotate_nearest(out, angles, fill, flip)
+    elif flip is not None and not p:
+        out = torch.where(flip.to(images.device)[:, None, None, None], out.flip(-1), out)
     return out
 
 
@@ -275,18 +293,16 @@ def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, recipe: Recipe,
-               lr: float, autocast=contextlib.nullcontext, gemm=contextlib.nullcontext) -> tuple[float, float]:
-    """One optimiser step at learning rate ``lr``: mean cross-entropy (under ``autocast()``), backward (both
-    under ``gemm()``: ``precision.gemm_for``), the gradients clipped to global 2-norm ``recipe.grad_clip``
-    (``clip_grad_norm_``, norm_type 2, as the authors' ``src/train/vit_classification.py``; None: not
-    clipped), the step. Returns (loss, the gradients' global 2-norm before clipping)."""
+               lr: float, logits=module_logits, cross_entropy=nn.functional.cross_entropy) -> tuple[float, float]:
+    """One optimiser step at learning rate ``lr``: the mean cross-entropy of ``logits(model, x)`` (the step's
+    arithmetic: ``precision.arithmetic_for``), backward, the gradients clipped to global 2-norm
+    ``recipe.grad_clip`` (``clip_grad_norm_``, norm_type 2, as the authors' ``src/train/vit_classification.py``;
+    None: not clipped), the step. Returns (loss, the gradients' global 2-norm before clipping)."""
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad(set_to_none=True)
-    with gemm():
-        with autocast():
-            loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
+    loss = cross_entropy(logits(model, x), y)
+    loss.backward()
     params = [p for p in model.parameters() if p.grad is not None]
     if recipe.grad_clip:
         norm = nn.utils.clip_grad_norm_(params, recipe.grad_clip, norm_type=2.0)
@@ -297,16 +313,18 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, ds: data_mod.TensorDataset, device, batch_size: int = 1000) -> tuple[float, float]:
-    """(mean cross-entropy, accuracy) of ``model`` on ``ds``."""
+def evaluate(model: nn.Module, ds: data_mod.TensorDataset, device, batch_size: int = 1000, logits=module_logits,
+             cross_entropy=nn.functional.cross_entropy) -> tuple[float, float]:
+    """(mean cross-entropy, accuracy) of ``model`` on ``ds``, in the arithmetic of ``logits`` and ``cross_entropy``
+    (``precision.arithmetic_for``; default: the model's own forward)."""
     model.eval()
     loss, correct = 0.0, 0
     for i in range(0, len(ds), batch_size):
         x = ds.images[i : i + batch_size].to(device)
         y = ds.labels[i : i + batch_size].to(device)
-        logits = model(x)
-        loss += nn.functional.cross_entropy(logits, y, reduction="sum").item()
-        correct += (logits.argmax(-1) == y).sum().item()
+        out = logits(model, x)
+        loss += cross_entropy(out, y, reduction="sum").item()
+        correct += (out.argmax(-1) == y).sum().item()
     model.train()
     return loss / len(ds), correct / len(ds)
 
@@ -367,7 +385,9 @@ def train(
     bf16 = recipe.precision == "bf16"
     model = build_model(recipe.model, seed=recipe.seed, **dict(recipe.model_overrides))
     model = model.to(dev, torch.bfloat16) if bf16 else model.to(dev)
-    autocast, gemm = contexts_for(recipe.precision, dev)
+    logits, cross_entropy = arithmetic_for(recipe.precision)
+    if recipe.torch_compile:
+        logits = torch.compile(logits, options={"emulate_precision_casts": True})
     opt = make_optimizer(model, recipe)
     step, history, wall_before, running = 0, [], 0.0, None
     if state is not None:
@@ -398,8 +418,7 @@ def train(
             save_torch(p, dict(config_hash=key, step=step, model=kept_weights()))
 
     def evaluate_split(split) -> tuple[float, float]:
-        with gemm(), autocast():
-            return evaluate(model, split, dev)
+        return evaluate(model, split, dev, logits=logits, cross_entropy=cross_entropy)
 
     last_good = step
     save_snapshot()
@@ -415,7 +434,7 @@ def train(
                 return {"interrupted_at_step": step}
             x, y = batch_at(recipe, ds.train, perm, b, step, fill, aug)
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-            lv, _ = train_step(model, opt, x, y, recipe, lr_at(recipe, step, total_steps), autocast, gemm)
+            lv, _ = train_step(model, opt, x, y, recipe, lr_at(recipe, step, total_steps), logits, cross_entropy)
             if not math.isfinite(lv) or (running is not None and lv > explode_factor * max(running, 1e-3)):
                 bar.close()
                 raise TrainingDiverged(
@@ -460,7 +479,7 @@ def train(
 @not_in_code_hash("it names the roots of a run's key; the loop does not run it")
 def training_code(recipe: Recipe) -> tuple:
     """The roots of the code that determines a run's weights: the loop and what the recipe picks (its order,
-    its augmentation, its precision's contexts)."""
+    its augmentation, its precision's forward and loss)."""
     aug = augmentation_for(recipe)
     return (train, ORDERS[recipe.shuffle]) + ((aug,) if aug is not None else ()) + precision_code(recipe.precision)
 
