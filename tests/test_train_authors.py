@@ -388,8 +388,8 @@ def test_deterministic_and_resumes_to_the_same_weights(tmp_path):
     a = tr.train(cfg, tmp_path / "a", datasets=ds, device="cpu", progress=False)
     b = tr.train(cfg, tmp_path / "b", datasets=ds, device="cpu", progress=False)
     assert a["weights_sha256"] == b["weights_sha256"]
-    assert tr.train(cfg, tmp_path / "c", datasets=ds, device="cpu", progress=False, max_steps=4) == \
-        {"interrupted_at_step": 4}
+    assert tr.train(cfg, tmp_path / "c", datasets=ds, device="cpu", progress=False, max_steps=4)[
+        "interrupted_at_step"] == 4
     c = tr.train(cfg, tmp_path / "c", datasets=ds, device="cpu", progress=False)
     assert c["weights_sha256"] == a["weights_sha256"] and c["steps"] == 9
     other = tr.train(dataclasses.replace(cfg, seed=38), tmp_path / "d", datasets=ds, device="cpu",

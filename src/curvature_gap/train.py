@@ -363,8 +363,11 @@ def train(
     split (never augmented) is evaluated; the weights after every ``recipe.snapshot_every`` steps and after each
     of ``snapshot_steps`` (0: the initialisation) are kept in ``snapshots/`` (bf16 weights widened exactly to
     float32), for the figures that read the weights along a run; they do not change training. ``max_steps``
-    stops after that many steps in total (``last.pt`` then lets a later call continue). ``datasets`` are whole
-    splits normalised to [-1, 1] (as ``data.load`` gives them); the recipe subsets and re-normalises them.
+    stops after that many steps in total (``last.pt`` then lets a later call continue; the return value is then
+    ``{"interrupted_at_step": step, "loop": ...}``). ``datasets`` are whole splits normalised to [-1, 1] (as
+    ``data.load`` gives them); the recipe subsets and re-normalises them. ``loop`` (also in the metrics): the steps
+    this call took and the wall seconds of their loop bodies (batch and :func:`train_step`; no setup, checkpoint,
+    snapshot or evaluation), the step time a user can plan with.
     """
     if not isinstance(recipe, Recipe):
         raise TypeError(f"train runs a config.Recipe, got {type(recipe).__name__}")
@@ -398,6 +401,7 @@ def train(
     orders, aug, fill = order_for(recipe, n_train), augmentation_for(recipe), zero_pixel(*recipe.normalize)
     keep = set(int(s) for s in snapshot_steps)
     snaps = out / SNAPSHOT_DIR
+    loop = dict(steps=0, seconds=0.0)
     t0 = time.perf_counter()
 
     def save_ckpt():
@@ -431,10 +435,13 @@ def train(
             if max_steps is not None and step >= max_steps:
                 bar.close()
                 save_ckpt()
-                return {"interrupted_at_step": step}
+                return {"interrupted_at_step": step, "loop": loop}
+            t_step = time.perf_counter()
             x, y = batch_at(recipe, ds.train, perm, b, step, fill, aug)
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             lv, _ = train_step(model, opt, x, y, recipe, lr_at(recipe, step, total_steps), logits, cross_entropy)
+            loop["steps"] += 1
+            loop["seconds"] += time.perf_counter() - t_step  # train_step's loss.item() waits for the device
             if not math.isfinite(lv) or (running is not None and lv > explode_factor * max(running, 1e-3)):
                 bar.close()
                 raise TrainingDiverged(
@@ -469,7 +476,7 @@ def train(
         test_loss=history[-1]["test_loss"], test_accuracy=history[-1]["test_acc"],
         wall_seconds=round(wall, 2), device=str(dev), precision=recipe.precision, torch_version=torch.__version__,
         python=platform.python_version(), weights_sha256=state_sha256(weights),
-        n_parameters=sum(p.numel() for p in model.parameters()), history=history,
+        n_parameters=sum(p.numel() for p in model.parameters()), history=history, loop=loop,
     )
     atomic_write_json(out / METRICS_NAME, metrics)
     return metrics
@@ -556,7 +563,8 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
       to ``k`` apart (same seed, same weights), its snapshot kept and the replay dropped.
 
     ``datasets``: whole splits (as ``data.load`` gives them), else the files under ``data_root``. Safe to call
-    from several processes at once (a file lock)."""
+    from several processes at once (a file lock). Where this call trained, the description has ``loop``: the
+    steps it took and their wall seconds (:func:`train`'s)."""
     if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
         raise TypeError(f"step must be None (the whole run) or an integer >= 0, got {step!r}; pass the device as "
                         "device=...")
@@ -567,6 +575,7 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
         return state, dict(config_hash=key, step=0, weights_sha256=state_sha256(state), run=str(out),
                            source=recipe.source, note="initialisation of the run")
     with file_lock(out / ".lock", f"training {out}"):
+        loop = None  # the loop timing of the training this call did (train's "loop"), if it trained
         if step is not None:
             state = load_snapshot(out, step, key)
             if state is None:
@@ -574,8 +583,8 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
                 past = ckpt.exists() and int(load_torch(ckpt).get("step", 0)) > step
                 where = out / "replay" if past else out
                 log(f"training {recipe.model}/{recipe.profile} (run {key}) to step {step} in {where}")
-                train(recipe, where, device, data_root=data_root, datasets=datasets, max_steps=step,
-                      progress=progress, snapshot_steps=(step,))
+                loop = train(recipe, where, device, data_root=data_root, datasets=datasets, max_steps=step,
+                             progress=progress, snapshot_steps=(step,))["loop"]
                 if past:
                     name = Path(SNAPSHOT_DIR) / f"step_{step:07d}.pt"
                     if (where / name).exists():
@@ -587,7 +596,7 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
                 raise RuntimeError(f"{out}: no snapshot of step {step} after training to it (does the run have "
                                    f"{step} steps?)")
             return state, dict(config_hash=key, step=step, weights_sha256=state_sha256(state), run=str(out),
-                               source=recipe.source)
+                               source=recipe.source, **({"loop": loop} if loop else {}))
         state, why = verify_checkpoint(out, key)
         if state is None:
             if why != "missing":
@@ -595,13 +604,13 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
                 (out / MODEL_NAME).unlink(missing_ok=True)
             log(f"training {recipe.model} ({recipe.profile}) into {out}/")
             try:
-                train(recipe, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
-                      snapshot_steps=snapshot_steps)
+                loop = train(recipe, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
+                             snapshot_steps=snapshot_steps)["loop"]
             except CheckpointMismatch as exc:
                 warnings.warn(f"{exc}; training from scratch", StaleCheckpointWarning, stacklevel=2)
                 (out / CKPT_NAME).unlink(missing_ok=True)
-                train(recipe, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
-                      snapshot_steps=snapshot_steps)
+                loop = train(recipe, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
+                             snapshot_steps=snapshot_steps)["loop"]
             state, why = verify_checkpoint(out, key)
             if state is None:
                 raise RuntimeError(f"training {recipe.model} did not leave a usable checkpoint: {why}")
@@ -611,7 +620,8 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
     info = dict(run_dir=str(out), config_hash=key, weights_sha256=metrics["weights_sha256"],
                 steps=metrics.get("steps"), test_accuracy=metrics.get("test_accuracy"),
                 train_accuracy=metrics.get("train_accuracy"), final_train_loss=metrics.get("final_train_loss"),
-                wall_seconds=metrics.get("wall_seconds"), device=metrics.get("device"))
+                wall_seconds=metrics.get("wall_seconds"), device=metrics.get("device"),
+                **({"loop": loop} if loop else {}))
     return state["model"], info
 
 
