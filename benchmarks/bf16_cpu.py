@@ -11,7 +11,7 @@ with the order rotated every round, in one process on ``--threads`` threads, and
 median of its rounds (the first round, compilation included, is not counted). A change of the machine's load then
 falls on every variant alike. Usage::
 
-    python benchmarks/bf16_cpu.py [--steps 40] [--rounds 7] [--threads 1] [--compile]
+    python benchmarks/bf16_cpu.py [--steps 30] [--rounds 11] [--threads 1] [--compile]
     python benchmarks/bf16_cpu.py --quick
 
 Rows (``what``): ``step`` (``variant``: ``float32``, ``bf16``, ``bf16_native_gemm``, ``bf16_previous``, and with
@@ -199,8 +199,8 @@ def measure_pass(cfg, raw, batches: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=40, help="timed steps per variant and round")
-    ap.add_argument("--rounds", type=int, default=7, help="timed rounds (after one untimed round)")
+    ap.add_argument("--steps", type=int, default=30, help="timed steps per variant and round")
+    ap.add_argument("--rounds", type=int, default=11, help="timed rounds (after one untimed round)")
     ap.add_argument("--pass-batches", type=int, default=60, help="timed batches of the Fig. 12 pass per arithmetic")
     ap.add_argument("--setup-calls", type=int, default=5, help="train() calls that train no step, timed")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: as reproduce's side-by-side runs)")

@@ -21,10 +21,10 @@ show, and both are arithmetic, not modelling:
 
 Emulation, not CUDA's own kernels: a bf16 GEMM is the float32 product of bf16 operands (each product is exact in
 float32) summed in float32 and rounded once, which is what cuBLAS computes up to the order of the float32 sums;
-a TF32 GEMM is the same with the operands first rounded to TF32's 10 fraction bits. Everything else is
-elementwise or a row reduction in the dtype the policy names. So a run differs from one on a GPU only by the
-order of float32 sums and the last bits of float32 ``exp``/``erf``, and a CPU run does not depend on which
-CPU's bf16 kernels it ran on. The step times are in ``benchmarks/bf16_cpu.json`` (``python
+a TF32 GEMM is the same with the operands first rounded to TF32's 10 fraction bits. Everything else is torch's
+own op (LayerNorm, softmax, GELU, the adds) in the dtype the policy names. So a run differs from one on a GPU
+only by the order of float32 sums and the last bits of float32 kernels (``exp``, ``erf``, LayerNorm's moments),
+and a CPU run does not depend on which CPU's bf16 kernels it ran on. The step times are in ``benchmarks/bf16_cpu.json`` (``python
 benchmarks/bf16_cpu.py``).
 """
 from __future__ import annotations
