@@ -554,8 +554,8 @@ def render_bf16_cpu(doc: dict) -> list[str]:
     lines += [f"| {r['label']} | {fmt(r['seconds'] * 1e3)} | {fmt(r['ratio_to_float32'], '{:.2f}')}× | "
               f"{', '.join(fmt(t * 1e3) for t in r['rounds'])} |" for r in steps]
     if compiled:
-        lines += ["", "Compiling (the first round beyond its steps): "
-                  + "; ".join(f"{v} {secs(c)} s" for v, c in compiled.items()) + "."]
+        lines += ["", "Compiling (the first round beyond its steps; torch's on-disk cache of an earlier compilation "
+                      "shortens it): " + "; ".join(f"{v} {secs(c)} s" for v, c in compiled.items()) + "."]
     setup = next((r for r in rows if r["what"] == "train_setup"), None)
     if setup:
         lines += ["", f"A `train()` call adds {fmt(setup['seconds'] * 1e3)} ms of setup to its steps (data, model, "
