@@ -58,7 +58,8 @@ AUTOCAST_SOURCES = {
               "_flatten_nd_linear (addmm of the flattened input), a 2-D one to addmm, one without a bias to matmul",
     "sdpa": "aten/src/ATen/native/transformers/attention.cpp: _scaled_dot_product_attention_math upcasts bf16 "
             "q, k, v to float32 (pytorch PR 128922, since 2.5), scales q and k each by sqrt(1/sqrt(E)), matmul, "
-            "_safe_softmax, matmul, .to(bf16); the fused kernels take 4-D inputs only, 3-D ones run this",
+            "_safe_softmax, matmul, .to(bf16); the fused kernels take 4-D inputs only (sdp_utils_cpp.h: "
+            "check_tensor_shapes), so 3-D ones run this",
     "cross entropy": "aten/src/ATen/native/Loss.cpp: cross_entropy_loss calls log_softmax(self, class_dim, "
                      "self.scalar_type()), then nll_loss_nd",
     "medium": "aten/src/ATen/Context.cpp: allowTF32CuBLAS() is float32_matmul_precision != HIGHEST, so "
