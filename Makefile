@@ -131,9 +131,9 @@ gpu-check: install
 book: install kernel data
 	$(PY) -m tools.book build --profile $(PROFILE) --device $(BOOK_DEVICE)
 
-# Checks the built book: links, offline MathJax, downloads, one verdict per result, no raw TeX, and in
-# headless Chromium legible figures and tables that fit a phone; screenshots in _build/screenshots/
-# (SHOTS=docs/screenshots to refresh the committed ones).
+# Checks the built book: links, offline MathJax, downloads, one verdict per result, no raw TeX, no number in
+# prose that no source backs, and in headless Chromium legible figures and tables that fit a phone; screenshots
+# in $(SHOTS) (never committed: .gitignore; CI keeps them as the run's `book-screenshots` artefact).
 SHOTS ?= _build/screenshots
 book-check: install
 	$(PY) -m tools.book check --shots $(SHOTS)
