@@ -126,7 +126,7 @@ gpu-check: install
 # Executes every notebook with papermill (-p profile $(PROFILE)) and builds _build/html with
 # jupyter-book -W -n --keep-going: any execution error or warning fails it (tools/book/build.py).
 # PROFILE=paper (the default) renders the committed published/paper/ results and computes nothing;
-# PROFILE=smoke computes toy-scale results on the fly (a pipeline check; CI executes its notebooks under nbval).
+# PROFILE=smoke computes toy-scale results on the fly (a pipeline check).
 # BOOK_JOBS notebooks run at once, each kernel on one BLAS thread (default: one per CPU, at most 2).
 book: install kernel data
 	$(PY) -m tools.book build --profile $(PROFILE) --device $(BOOK_DEVICE)

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", default="runs", help="training checkpoints (default: %(default)s)")
     p.add_argument("--published-dir", default=None, help="published results to compare with (default: published/)")
     p.add_argument("--allow-long-runs", action="store_true",
-                   help="start training runs estimated to take longer than 30 minutes on this device")
+                   help=f"start training runs estimated to take longer than {reproduce.LONG_RUN_S // 60} minutes on this device")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
     p = sub.add_parser("publish", help="copy the cached results into published/<profile>/ (after reproduce)")

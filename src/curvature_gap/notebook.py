@@ -22,7 +22,7 @@ from pathlib import Path
 # about neither the computation nor the page
 warnings.filterwarnings("ignore", message=r"IProgress not found")
 
-from . import checks, experiments  # noqa: E402
+from . import checks, experiments, myst  # noqa: E402
 from .experiments.claims import ranking_table  # noqa: E402
 from .row import Row  # noqa: E402
 from .config import DEVICES, PROFILES, MODELS, ConfigError, recipe_for  # noqa: E402
@@ -134,10 +134,18 @@ def readable_md(text: str) -> str:
     return "".join(out)
 
 
+def in_book_build() -> bool:
+    """Whether this kernel runs inside the book build (``tools/book``), which renders MyST itself."""
+    return bool(os.environ.get(STATIC_ENV))
+
+
 def show_markdown(text: str) -> None:
     """Display MyST Markdown in a notebook (printed outside IPython), its prose numbers formatted
-    (:func:`readable_md`)."""
+    (:func:`readable_md`). Outside the book build it is shown as plain Markdown (:func:`curvature_gap.myst.to_markdown`):
+    what plain Jupyter, Colab and Binder render, and what the page's download shows."""
     text = readable_md(text)
+    if not in_book_build():
+        text = myst.to_markdown(text, myst.from_checkout())
     try:
         from IPython.display import Markdown, display  # noqa: PLC0415 - IPython only exists inside a kernel
     except ModuleNotFoundError:  # pragma: no cover
