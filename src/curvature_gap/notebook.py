@@ -35,6 +35,7 @@ from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
 from .findings import Verdict, tex_powers, finding_of, model_words, result_entries  # noqa: E402
 from .bounds.titles import INEQUALITIES  # noqa: E402
+from .theory.errata import label as errata_label  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "published_rows", "RECOMPUTE", "show_markdown", "show_seed_leads", "show_figure", "figure", "rows", "show_rows",
            "scaling_md", "show_scaling",
@@ -381,10 +382,11 @@ def html_math(text: str) -> str:
 # with sub- and superscripts. A subscript follows a one-letter symbol (Latin or Greek, not inside a word, so that
 # ``w2_scale`` or ``no_loss_factor`` stay names; after a differential's d: ``dW_1``) or vec/diag/max/min; a
 # superscript follows anything.
-_SYMBOL = r"(?:(?:(?<![\w])|(?<=(?<![A-Za-z])d))[A-Za-zΑ-Ωα-ωϕϵ]|\b(?:vec|diag|max|min))"
+_SYMBOL = r"(?:(?:(?<![\w])|(?<=(?<![A-Za-z])d))[A-Za-zΑ-Ωα-ωϕϵ]|\b(?:vec|diag|max|min)|‖)"
 _GROUP = r"\{(?:[^{}]|\{[^{}]*\})*\}|\((?:[^()]|\([^()]*\))*\)"
-_SUB = re.compile(rf"({_SYMBOL})_({_GROUP}|[0-9]+(?:[A-Za-z](?![A-Za-z]))?|[A-Za-zΑ-Ωα-ω]+[0-9]*)")
-_SUP = re.compile(rf"\^({_GROUP}|-?[0-9.]*[0-9](?:/[0-9]+)?|[A-Za-z](?![A-Za-z]))")
+# a subscript of letters ends before another symbol's "_": d_Vd_K is d_V d_K, not d_{Vd} followed by _K
+_SUB = re.compile(rf"({_SYMBOL})_({_GROUP}|[0-9]+(?:[A-Za-z](?![A-Za-z]))?|[A-Za-zΑ-Ωα-ω]+[0-9]*(?!_))")
+_SUP = re.compile(rf"\^({_GROUP}|[-−]?[0-9.]*[0-9](?:/[0-9]+)?|[A-Za-z](?![A-Za-z]))")
 _TAGS = {"\ue000": "<sub>", "\ue001": "</sub>", "\ue002": "<sup>", "\ue003": "</sup>"}
 _MD_ENTITIES = {c: f"&#{ord(c)};" for c in "\\`*_|[]$"}
 
@@ -392,9 +394,14 @@ _MD_ENTITIES = {c: f"&#{ord(c)};" for c in "\\`*_|[]$"}
 def _marked(text: str) -> str:
     """``text`` with its sub- and superscripts between the private marks of :data:`_TAGS` (braces dropped)."""
     def body(g: str) -> str:
-        return _marked(g[1:-1] if g[:1] == "{" else g)
+        return _marked(g[1:-1] if g[:1] in "{(" else g)
 
-    text = _SUB.sub(lambda m: f"{m.group(1)}\ue000{body(m.group(2)) if m.group(2)[:1] != '(' else body(m.group(2)[1:-1])}\ue001", text)
+    # again until nothing changes: a symbol right after a subscript (d_Vd_K: d_K after d_V) is found on the next pass
+    for _ in range(4):
+        new = _SUB.sub(lambda m: f"{m.group(1)}\ue000{body(m.group(2))}\ue001", text)
+        if new == text:
+            break
+        text = new
     return _SUP.sub(lambda m: "ᵀ" if m.group(1) == "T" else f"\ue002{body(m.group(1))}\ue003", text)
 
 
@@ -408,10 +415,24 @@ def code_html(text: str) -> str:
     return esc
 
 
+_ERRATUM_ID = re.compile(r"\berratum ([a-z0-9]+(?:-[A-Za-z0-9]+)+)\b")
+
+
+def erratum_labels(text: str) -> str:
+    """``text`` with each erratum named by its number on the errata page (``erratum E9``), not by its id."""
+    def number(m: re.Match) -> str:
+        try:
+            return f"erratum {errata_label(m.group(1))}"
+        except KeyError:
+            return m.group(0)
+    return _ERRATUM_ID.sub(number, text)
+
+
 def text_html(text: str) -> str:
     """A row's description (``what``, ``note``) as HTML: these texts write formulas in code notation
-    (``I_{d_V} ⊗ W_K``), shown as text with sub- and superscripts (:func:`code_html`), never as would-be math."""
-    return f'<span class="cg-text">{code_html(text)}</span>'
+    (``I_{d_V} ⊗ W_K``), shown as text with sub- and superscripts (:func:`code_html`), never as would-be math;
+    errata by their number (:func:`erratum_labels`)."""
+    return f'<span class="cg-text">{code_html(erratum_labels(text))}</span>'
 
 
 def md_table(header: list[str], body: list[list[str]]) -> str:
@@ -434,7 +455,7 @@ def scaling_md(r: Row) -> str:
     as a reader writes them, powers as rendered math)."""
     tabs = r.details.get("scaling") or []
     body = [[code_html(t["var"]), readable(", ".join(f"{x:g}: {y:.3g}" for x, y in t["points"])),
-             md_math(tex_powers(readable(t["law"])))] for t in tabs]
+             md_math(tex_powers(readable(t["law"]).replace("^−", "^-")))] for t in tabs]  # L^−2.00 as math too
     return md_table(["as it grows", "smallest bound/exact found", "law"], body) if body else ""
 
 
@@ -520,7 +541,7 @@ def check_cell(r: Row) -> str:
     """A check in a reader's table: what it compares, in its own words (up to " vs ", the reference it is
     compared with), its id only in a hover (the every-check chapter lists them); code notation (``L_{k+1}``)
     written with sub- and superscripts (:func:`check_words`), never as would-be math."""
-    return check_words(readable(re.split(r" vs |; |: ", r.what, maxsplit=1)[0]).strip(), r.id)
+    return check_words(erratum_labels(readable(re.split(r" vs |; |: ", r.what, maxsplit=1)[0]).strip()), r.id)
 
 
 def sentence(text: str) -> str:

@@ -26,18 +26,31 @@ __all__ = ["shown", "differences", "run_download", "check_reproduced", "download
 
 _TAG = re.compile(r"<[^>]+>")
 _SPACE = re.compile(r"\s+")
+# What differs between two runs of a page that computes live without being one of its numbers: a value at float64
+# rounding (below 1e-12 in magnitude: it depends on the order of a sum, the threads, the BLAS), written as 8.4 × 10⁻¹⁶
+# or 8.4e-16, and a wall-clock time the page measures as it runs (0.014 s, 3 ms).
+_SCI = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:\s?×\s?10([⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+)|e([-+]\d+))")
+_TIME = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:ms|s)\b")
+_SUPERSCRIPT = str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")
+
+
+def _rounding(m: re.Match) -> str:
+    exponent = int((m.group(2) or "").translate(_SUPERSCRIPT) or m.group(3))
+    return "(float64 rounding)" if float(m.group(1)) * 10.0 ** exponent < 1e-12 else m.group(0)
 
 
 def _text(value) -> str:
     value = "".join(value) if isinstance(value, list) else str(value)
     text = _SPACE.sub(" ", html.unescape(_TAG.sub(" ", value))).strip()
+    text = _TIME.sub("(time)", _SCI.sub(_rounding, text))
     return text.replace(" · full size · PDF", "")  # a page links its figure files; a notebook has none beside it
 
 
 def shown(nb) -> list[str]:
     """What a reader reads in a notebook's outputs, in order, as plain text: every Markdown, HTML (verdict
     boxes, figure captions; tags and images dropped: a page links its figure files, a run outside the build
-    inlines them) and printed output. Consecutive printed chunks of one stream are one text: where the kernel
+    inlines them) and printed output; a value at float64 rounding and a time measured as the page runs are read
+    as such, not as their digits (they differ from run to run). Consecutive printed chunks of one stream are one text: where the kernel
     cuts a printed line into chunks depends on its flush timing (a line of ``self_attention`` came as two chunks
     on a loaded machine and as one otherwise)."""
     out = []
