@@ -382,7 +382,9 @@ def html_math(text: str) -> str:
 # with sub- and superscripts. A subscript follows a one-letter symbol (Latin or Greek, not inside a word, so that
 # ``w2_scale`` or ``no_loss_factor`` stay names; after a differential's d: ``dW_1``) or vec/diag/max/min; a
 # superscript follows anything.
-_SYMBOL = r"(?:(?:(?<![\w])|(?<=(?<![A-Za-z])d))[A-Za-zΑ-Ωα-ωϕϵ]|\b(?:vec|diag|max|min)|‖)"
+# (a product of one-letter symbols written together, Ld_V, is L d_V: a d after one capital starts a symbol)
+_SYMBOL = (r"(?:(?:(?<![\w])|(?<=(?<![A-Za-z])d))[A-Za-zΑ-Ωα-ωϕϵ]|(?<=(?<![A-Za-z])[A-Z])d(?=_)"
+           r"|\b(?:vec|diag|max|min)|‖)")
 _GROUP = r"\{(?:[^{}]|\{[^{}]*\})*\}|\((?:[^()]|\([^()]*\))*\)"
 # a subscript of letters ends before another symbol's "_": d_Vd_K is d_V d_K, not d_{Vd} followed by _K
 _SUB = re.compile(rf"({_SYMBOL})_({_GROUP}|[0-9]+(?:[A-Za-z](?![A-Za-z]))?|[A-Za-zΑ-Ωα-ω]+[0-9]*(?!_))")
@@ -531,8 +533,9 @@ def show_rows(rs: list[Row], caption: str = "") -> None:
 
 
 def check_words(words: str, check_id: str, strong: bool = False) -> str:
-    """Words about a check, in code notation (:func:`code_html`), with its id in a hover only."""
-    body = code_html(words)
+    """Words about a check, in code notation (:func:`code_html`), errata by their number (:func:`erratum_labels`),
+    with its id in a hover only."""
+    body = code_html(erratum_labels(words))
     return (f'<span class="cg-text cg-check" title="check {html.escape(check_id, quote=True)}">'
             + (f"<strong>{body}</strong>" if strong else body) + "</span>")
 
@@ -541,7 +544,7 @@ def check_cell(r: Row) -> str:
     """A check in a reader's table: what it compares, in its own words (up to " vs ", the reference it is
     compared with), its id only in a hover (the every-check chapter lists them); code notation (``L_{k+1}``)
     written with sub- and superscripts (:func:`check_words`), never as would-be math."""
-    return check_words(erratum_labels(readable(re.split(r" vs |; |: ", r.what, maxsplit=1)[0]).strip()), r.id)
+    return check_words(readable(re.split(r" vs |; |: ", r.what, maxsplit=1)[0]).strip(), r.id)
 
 
 def sentence(text: str) -> str:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 
@@ -60,7 +61,8 @@ def _duration(seconds: float) -> str:
         return f"{s} s"
     if s < 3600:
         return f"{s // 60} min {s % 60} s" if s < 600 else f"{round(s / 60)} min"
-    return f"{s // 3600} h {round((s % 3600) / 60)} min"
+    m = round(s / 60)
+    return f"{m // 60} h {m % 60} min"
 
 
 def _rows(root: Path) -> list[dict]:
@@ -165,7 +167,7 @@ def _result_numbers(root: Path) -> dict[str, Number]:
     doc = _json(pub / "fig3.json")
     if doc is not None:
         m, src = doc["meta"], "published/paper/fig3.json"
-        size = {n: int(__import__("math").prod(s)) for n, s in zip(m["param_names"], m["param_shapes"])}
+        size = {n: int(math.prod(s)) for n, s in zip(m["param_names"], m["param_shapes"])}
         out["mnist_wv_entries"] = Number(f"{size['blocks.0.value']:,}", f"{src} (meta param_shapes: blocks.0.value)")
         out["mnist_w1_entries"] = Number(f"{size['blocks.0.ffn1.weight']:,}",
                                          f"{src} (meta param_shapes: blocks.0.ffn1.weight)")

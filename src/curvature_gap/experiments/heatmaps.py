@@ -267,7 +267,7 @@ def plot_claim_block(ax, meta) -> None:
     i = names.index("block0.value")
     a, b = meta["group_starts"][i], meta["group_stops"][i]
     box = ax.add_patch(Rectangle((a, a), b - a, b - a, fill=False, edgecolor="#ff3b30", lw=1.6, zorder=5,
-                                 label=r"$W_V$–$W_V$: the block the paper's claim is about"))
+                                 label=r"$W_V$–$W_V$: the claim's block"))
     ax.figure.legend(handles=[box], loc="outside lower center", frameon=False, labelcolor="#d70015")
 
 
