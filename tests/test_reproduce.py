@@ -307,8 +307,14 @@ def test_publish_copies_the_cached_results_of_the_current_configuration(tmp_path
     with pytest.raises(ConfigError, match="b has no cached result.*curvature-gap reproduce --profile smoke --only b"):
         reproduce.publish("smoke", tmp_path / "results", tmp_path / "published", only="b")
     written = reproduce.publish("smoke", tmp_path / "results", tmp_path / "published")
-    assert sorted(Path(p).name for p in written) == ["a.json", "a.npz"]
+    assert sorted(Path(p).name for p in written) == ["a.json", "a.npz"], "no record of a reproduction in figures/"
     assert "not published (no cached result of the current configuration): b" in capsys.readouterr().out
+    written = reproduce.publish("smoke", tmp_path / "results", tmp_path / "published", figures_dir=tmp_path / "figures")
+    assert sorted(Path(p).name for p in written) == ["a.json", "a.npz", reproduce.PUBLISHED_RUN]
+    run = json.loads((tmp_path / "published" / "smoke" / reproduce.PUBLISHED_RUN).read_text())
+    assert run["command"] == "curvature-gap reproduce (test)" and run["per_result"]["a"]["status"] == "ok"
+    assert run["seconds"] > 0 and len(run["git"]["commit"] or "x" * 40) == 40 and "entries" not in run
+    assert set(run["split"]) == {"training", "Hessians", "rest", "floor"}, "the split the report states travels too"
     ctx = ex.Context(profile="smoke", results_dir=tmp_path / "other", published_dir=tmp_path / "published")
     assert ex.published_check("a", ctx).config_hash == ex.config_hash_of("a", ctx=ctx)
 

@@ -351,7 +351,7 @@ def write_report(outcomes: list[Outcome], ctx: ex.Context, published_dir, figure
                              "compute_phases": (o.result.provenance or {}).get("phases") if o.result is not None
                              and not o.cached else None} for o in outcomes}
     atomic_write_json(figures_dir / f"{REPORT}.json", {"command": command, "profile": ctx.profile, "seconds": total,
-                                                        "phases": phases, "split": split,
+                                                        "git": git_commit(), "phases": phases, "split": split,
                                                         "per_result": per_result, "host": h,
                                                         "load_average": {"start": load0, "end": load_average()},
                                                         "software": software(), "entries": entries})
@@ -429,10 +429,17 @@ def main(args) -> int:
     return code
 
 
-def publish(profile: str = "paper", results_dir="results", published_dir=None, only=None, out=None) -> list[str]:
+PUBLISHED_RUN = "reproduction.json"  # published/<profile>/: the reproduction behind the published results
+
+
+def publish(profile: str = "paper", results_dir="results", published_dir=None, only=None, out=None,
+            figures_dir="figures") -> list[str]:
     """Copy the cached results of the current configuration into ``published/<profile>/`` (for maintainers,
     after ``reproduce``); returns the files written. Results named in ``only`` must be cached; without
-    ``only``, results that are not (e.g. Fig. 6 without CIFAR-100) are listed and left as they are."""
+    ``only``, results that are not (e.g. Fig. 6 without CIFAR-100) are listed and left as they are. Without
+    ``only``, the record of the reproduction of this profile in ``figures_dir`` (how long it took, where, which
+    results it computed: what the book and the README state of it) goes beside them as
+    :data:`PUBLISHED_RUN`."""
     out = out or sys.stdout
     published_dir = Path(published_dir if published_dir is not None else (ex.default_published_dir() or "published"))
     ctx = ex.Context(profile=profile, results_dir=results_dir, progress=False)
@@ -452,5 +459,13 @@ def publish(profile: str = "paper", results_dir="results", published_dir=None, o
         path = store.root / "verify.json"
         checks.write_rows(path, rows, checks.rows_meta(False, results_dir))
         written.append(str(path))
+    record = Path(figures_dir) / f"{REPORT}.json"
+    if not only and record.is_file():
+        doc = json.loads(record.read_text())
+        if doc.get("profile") == profile:
+            keep = ("command", "profile", "seconds", "git", "phases", "split", "per_result", "host", "load_average",
+                    "software")
+            atomic_write_json(store.root / PUBLISHED_RUN, {k: doc[k] for k in keep if k in doc})
+            written.append(str(store.root / PUBLISHED_RUN))
     print(f"published {len(written)} files into {store.root}/", file=out)
     return written
