@@ -83,6 +83,25 @@ def test_the_readme_spans_are_rewritten_and_a_stale_one_is_a_problem(tmp_path):
     assert [p for p in numbers.render_readme(tmp_path, check=True) if "step_times" in p] == []
 
 
+def test_the_step_times_are_the_trained_arithmetics_of_the_benchmark(tmp_path):
+    """benchmarks/bf16_cpu.json's step rows of the arithmetics `curvature-gap train` runs, by variant (its
+    comparisons left to benchmarks/RESULTS.md); a run of the authors' recipe priced at the package's bf16 step."""
+    from curvature_gap.experiments.heatmaps import AUTHORS_TRAINED
+
+    (tmp_path / "benchmarks").mkdir()
+    path = tmp_path / "benchmarks" / "bf16_cpu.json"
+    said = numbers.numbers(tmp_path)
+    assert said["authors_run_estimate"].text.startswith("not measured yet"), "the substitution is always defined"
+    rows = [dict(what="step", variant="float32", seconds=0.0155), dict(what="step", variant="bf16", seconds=0.03),
+            dict(what="step", variant="bf16_previous", seconds=0.0228), dict(what="fig12_pass", variant="exact", seconds=1.0)]
+    path.write_text(json.dumps({"rows": rows, "machine": {"cpu": "AMD EPYC", "cpus": 2}, "load_average": [1.0, 2.0]}))
+    said = numbers.numbers(tmp_path)
+    assert said["step_times"].text == "15.5 ms (float32), 30.0 ms (bf16, CUDA's autocast emulated)"
+    n = AUTHORS_TRAINED["paper"].step
+    assert said["authors_run_estimate"].text == f"{round(n * 0.03 / 60)} minutes"
+    assert numbers.numbers(ROOT)["authors_run_estimate"].text.endswith(" minutes"), "the committed benchmark prices it"
+
+
 @pytest.mark.parametrize("name", sorted(numbers.numbers(ROOT)))
 def test_every_rendered_number_names_its_source(name):
     n = numbers.numbers(ROOT)[name]

@@ -41,7 +41,8 @@ from pathlib import Path
 import nbformat
 
 __all__ = ["Number", "numbers", "substitutions", "PAPER", "CLI_NOTES", "SETTING_WORDS", "setting_values",
-           "prose_sources", "prose_numbers", "prose_problems", "render_readme", "README_COMMAND"]
+           "prose_sources", "prose_numbers", "prose_problems", "render_readme", "README_COMMAND", "STEP_WORDS",
+           "RUN_VARIANT"]
 
 README_COMMAND = "python -m tools.book readme"
 
@@ -117,28 +118,36 @@ def _reproduction_numbers(root: Path) -> dict[str, Number]:
         + f") on {_machine(doc)}", f"{src} (seconds, command, per_result, phases, host, load_average)")}
 
 
+# the step rows of benchmarks/bf16_cpu.json the prose states: the arithmetics `curvature-gap train` runs
+# (--precision, --compile), in the reader's words; its other variants (bf16 on PyTorch's own GEMM kernels, the
+# package's previous bf16 arithmetic) are comparisons, tabled in benchmarks/RESULTS.md
+STEP_WORDS = {"float32": "float32", "bf16": "bf16, CUDA's autocast emulated",
+              "float32_compiled": "float32, torch.compile", "bf16_compiled": "bf16, CUDA's autocast emulated, torch.compile"}
+RUN_VARIANT = "bf16"  # the authors' runs train in the package's bf16 arithmetic: their step time prices a run
+
+
 def _bench_numbers(root: Path) -> dict[str, Number]:
-    """Every step time of ``benchmarks/bf16_cpu.json`` (rows ``what == "step"``, whatever their variants), and the
-    CIFAR-100 runs' costs derived from ``benchmarks/training_cost.json`` as ``benchmarks/RESULTS.md`` derives them."""
+    """The step times of ``benchmarks/bf16_cpu.json`` (rows ``what == "step"`` of the variants in
+    :data:`STEP_WORDS`), a run of the authors' recipe at the :data:`RUN_VARIANT` step time, and the CIFAR-100
+    runs' costs derived from ``benchmarks/training_cost.json`` as ``benchmarks/RESULTS.md`` derives them."""
     out = {}
     src = "benchmarks/bf16_cpu.json"
     doc = _json(root / src)
-    steps = [r for r in (doc or {}).get("rows", []) if r.get("what") == "step" and r.get("seconds") is not None]
+    steps = {r["variant"]: r for r in (doc or {}).get("rows", []) if r.get("what") == "step"
+             and r.get("variant") in STEP_WORDS and r.get("seconds") is not None}
+    missing = Number(f"not measured yet (`python benchmarks/bf16_cpu.py` writes `{src}`)", src)
+    out["step_times"] = out["step_machine"] = out["authors_run_estimate"] = missing
     if steps:
-        out["step_times"] = Number(", ".join(f"{1e3 * float(r['seconds']):.1f} ms ({r.get('variant') or r.get('precision')})"
-                                             for r in steps), f"{src} (rows: step)")
+        out["step_times"] = Number(", ".join(f"{1e3 * float(steps[v]['seconds']):.1f} ms ({words})"
+                                             for v, words in STEP_WORDS.items() if v in steps),
+                                   f"{src} (rows: step, variants {', '.join(v for v in STEP_WORDS if v in steps)})")
         out["step_machine"] = Number(_machine(doc), f"{src} (machine, load_average)")
-        bf16 = [r for r in steps if r.get("precision") == "bf16"]
-        run = next((r for r in bf16 if not r.get("emulated")), bf16[0] if bf16 else None)
-        if run is not None:  # a run of the authors' recipe to the step their figures read
-            from curvature_gap.experiments.heatmaps import AUTHORS_TRAINED  # noqa: PLC0415 - Fig. 4's checkpoint
+    if RUN_VARIANT in steps:  # a run of the authors' recipe to the step their figures read
+        from curvature_gap.experiments.heatmaps import AUTHORS_TRAINED  # noqa: PLC0415 - Fig. 4's checkpoint
 
-            n = AUTHORS_TRAINED["paper"].step
-            out["authors_run_estimate"] = Number(f"{round(n * float(run['seconds']) / 60)} minutes",
-                                                 f"{src} (step: {run.get('variant')}) × {n:,} steps")
-    else:
-        out["step_times"] = out["step_machine"] = out["authors_run_estimate"] = Number(
-            f"not measured yet (`python benchmarks/bf16_cpu.py` writes `{src}`)", src)
+        n = AUTHORS_TRAINED["paper"].step
+        out["authors_run_estimate"] = Number(f"{round(n * float(steps[RUN_VARIANT]['seconds']) / 60)} minutes",
+                                             f"{src} (step: {RUN_VARIANT}) × {n:,} steps")
     src = "benchmarks/training_cost.json"
     doc = _json(root / src)
     if doc is not None and doc.get("mode") == "full":
