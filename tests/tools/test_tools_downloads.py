@@ -156,6 +156,7 @@ def test_a_built_page_runs_as_downloaded_with_papermill_and_nbconvert(downloads)
     # committed rows are current (make book-check re-runs downloads with the default, against their pages)
     build.execute_notebook(src, page, dict(BUILD_PARAMS, seed=1, recompute="quick"), cwd=ROOT)
     build.tidy_notebook(page, ROOT)
+    plain.plain_download(page, PLAIN)  # then, as the build does, its text as plain Markdown
     assert check_download(page, ROOT, src) == []
     bin_dir = Path(sys.executable).parent
     ran = _run([str(bin_dir / "papermill"), str(page), str(downloads / "out.ipynb"), "-k", build.KERNEL,
