@@ -219,10 +219,17 @@ class MeanTokens(Op):
 
 
 class Embed(Op):
-    """``y = E[ids]``: E (slot ``weight``, (V, d)), ``ids`` (B, n) the (data) input."""
+    """``y = E[ids]``: E (slot ``weight``, (V, d)), ``ids`` (B, n) the (data) input. With ``padding_idx`` (as
+    ``nn.Embedding``) that row of E is a constant: it takes no tangent and has zero rows and gradient."""
 
     slots = ("weight",)
     n_in = 0
+
+    def __init__(self, padding_idx: int | None = None):
+        self.pad = padding_idx
+
+    def describe(self) -> str:
+        return "Embed" + ("" if self.pad is None else f"(padding_idx={self.pad})")
 
     def forward(self, xs, p):
         ids = xs[0]
@@ -234,7 +241,11 @@ class Embed(Op):
 
     def jvp(self, ctx, p, dxs, dp, c):
         dE = dp.get("weight")
-        return (None if dE is None else dE[:, ctx["ids"]].permute(1, 2, 0, 3)), {}
+        if dE is None:
+            return None, {}
+        ids = ctx["ids"]
+        out = dE[:, ids].permute(1, 2, 0, 3)
+        return (out if self.pad is None else out * (ids != self.pad)[..., None, None]), {}
 
     def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
         return []
@@ -242,20 +253,25 @@ class Embed(Op):
     def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False):
         ids, E = ctx["ids"], p["weight"]
         B, n = ids.shape
-        if dd_y is None:
-            lead = (B, c) if per_sample else (c,)
-            return {"weight": torch.zeros(*lead, *E.shape, dtype=E.dtype, device=E.device)}
-        if per_sample:
-            out = torch.zeros(B, c, *E.shape, dtype=E.dtype, device=E.device)
-            for b in range(B):
-                out[b].index_add_(1, ids[b], full(dd_y, B)[b].transpose(0, 1))
-            return {"weight": out}
-        out = torch.zeros(c, *E.shape, dtype=E.dtype, device=E.device)
-        return {"weight": out.index_add_(1, ids.reshape(-1), full(dd_y, B).reshape(B * n, c, -1).transpose(0, 1))}
+        lead = (B, c) if per_sample else (c,)
+        out = torch.zeros(*lead, *E.shape, dtype=E.dtype, device=E.device)
+        if dd_y is not None:
+            dd = full(dd_y, B)
+            if per_sample:
+                for b in range(B):
+                    out[b].index_add_(1, ids[b], dd[b].transpose(0, 1))
+            else:
+                out.index_add_(1, ids.reshape(-1), dd.reshape(B * n, c, -1).transpose(0, 1))
+            if self.pad is not None:
+                out[..., self.pad, :] = 0
+        return {"weight": out}
 
     def grads(self, ctx, p, slots):
         E, d_y = p["weight"], ctx["d_y"]
-        return {"weight": torch.zeros_like(E).index_add_(0, ctx["ids"].reshape(-1), d_y.reshape(-1, d_y.shape[-1]))}
+        g = torch.zeros_like(E).index_add_(0, ctx["ids"].reshape(-1), d_y.reshape(-1, d_y.shape[-1]))
+        if self.pad is not None:
+            g[self.pad] = 0
+        return {"weight": g}
 
 
 class Patches(Op):
