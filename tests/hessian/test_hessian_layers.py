@@ -276,7 +276,7 @@ def test_describe_reads_the_module():
     steps = describe(R.bert_layer())
     assert [s["submodule"] for s in steps][:4] == ["attention.self.query", "attention.self.key",
                                                    "attention.self.value", "attention.self"]
-    assert steps[3]["op"] == "Attention(heads=2)" and steps[-1]["submodule"] == "output.LayerNorm"
+    assert steps[3]["op"] == "Attention(h=2)" and steps[-1]["submodule"] == "output.LayerNorm"
     assert steps[-1]["output"] == "Z"
     used = [p for s in steps for p in s["parameters"]]
     assert sorted(used) == sorted(n for n, _ in R.bert_layer().named_parameters())

@@ -17,7 +17,7 @@ from curvature_gap.hessian.ops.attention import Attention
 from curvature_gap.hessian.ops.layernorm import LayerNorm
 from curvature_gap.hessian.ops.linear import Linear
 from curvature_gap.hessian.ops.loss import MSE, CrossEntropy, GivenLoss
-from curvature_gap.hessian.ops.tokens import Add, AddParam, Embed, MeanTokens, Prepend, Scale, Tokens
+from curvature_gap.hessian.ops.tokens import Add, AddParam, Embed, Pool, Prepend, Scale
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 B, n, c = 2, 5, 3
@@ -61,9 +61,9 @@ CASES = {
     "layerscale": (Scale(), [r(B, n, 4)], dict(weight=r(4))),
     "positions": (AddParam(), [r(B, n, 4)], dict(value=r(n, 4))),
     "class token": (Prepend(), [r(B, n, 4)], dict(value=r(1, 1, 4))),
-    "first token": (Tokens(0, 1), [r(B, n, 4)], {}),
-    "mean of tokens": (MeanTokens(), [r(B, n, 4)], {}),
-    "mean after the class token": (MeanTokens(1), [r(B, n, 4)], {}),
+    "first token": (Pool(0, 1), [r(B, n, 4)], {}),
+    "mean of tokens": (Pool(), [r(B, n, 4)], {}),
+    "mean after the class token": (Pool(1), [r(B, n, 4)], {}),
     "embedding lookup": (Embed(), [torch.tensor([[0, 3, 1, 3, 2], [4, 4, 0, 1, 2]])], dict(weight=r(6, 4))),
     "cross-entropy": (CrossEntropy(), [r(4, 1, 5), torch.tensor([0, 3, 1, 4])], {}),
     "mse": (MSE(), [r(B, n, 4), r(B, n, 4, seed=3)], {}),

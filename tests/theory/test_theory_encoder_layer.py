@@ -24,7 +24,6 @@ from curvature_gap.hessian.ops.attention import Attention
 from curvature_gap.hessian.ops.layernorm import LayerNorm
 from curvature_gap.theory import attention as at
 from curvature_gap.theory import block as bk
-from curvature_gap.theory import encoder_layer as el
 from curvature_gap.theory import encoder_layer_hessian
 from curvature_gap.theory import layernorm as ln
 
@@ -255,6 +254,68 @@ def test_activation_derivatives_against_central_differences_and_pytorch(name):
         assert ref.relative_error(d2, (f1(p + h) - f1(p - h)) / (2 * h)) <= FD_TOL
 
 
+# ------------------------------------------------------- the paper's and the authors' blocks as points of the family
+AUTHORS_BLOCK = dict(nhead=1, norm_first=False, activation="gelu", bias=True, ffn_bias=False, layer_norm_eps=1e-5,
+                     dropout=0.0, batch_first=True)
+"""The block of the authors' experiments: one head, ``W_O`` with bias, Q/K/V biases, GELU, an FFN *without*
+biases, post-norm ``nn.LayerNorm`` (γ, β) with ε = 1e-5. ``ffn_bias=False`` is represented by removing
+``linear1.bias`` and ``linear2.bias`` (set to None: they are not parameters, not in the Hessian)."""
+
+PAPER_BLOCK = dict(nhead=1, norm_first=False, activation="relu", bias=False, layer_norm_eps=0.0, dropout=0.0,
+                   batch_first=True)
+"""The paper's block (Theorem 5) as a layer: one head, ReLU, post-norm, no biases and LayerNorm without ε,
+with ``out_proj.weight = I`` (no W_O) and ``γ = 1`` (:func:`paper_block`)."""
+
+
+def authors_block(d_model: int, dim_feedforward: int, dtype=torch.float64, device=None) -> nn.TransformerEncoderLayer:
+    """An ``nn.TransformerEncoderLayer`` configured as :data:`AUTHORS_BLOCK` (PyTorch's initialisation)."""
+    cfg = {k: v for k, v in AUTHORS_BLOCK.items() if k != "ffn_bias"}
+    layer = nn.TransformerEncoderLayer(d_model, dim_feedforward=dim_feedforward, dtype=dtype, device=device, **cfg)
+    layer.linear1.bias = None
+    layer.linear2.bias = None
+    return layer
+
+
+def paper_block(W_Q, W_K, W_V, W_1, W_2) -> nn.TransformerEncoderLayer:
+    """The paper's block ``Z = LN(ReLU(Y W_1) W_2 + Y)``, ``Y = LN(X + softmax(X W_Q W_Kᵀ Xᵀ/√d) X W_V)`` as an
+    ``nn.TransformerEncoderLayer`` (:data:`PAPER_BLOCK`); the weights in the theory's orientation
+    (``X W``, :mod:`.block`): W_Q, W_K, W_V (d, d), W_1 (d, d_ff), W_2 (d_ff, d). Its parameters are
+    in_proj_weight = [W_Qᵀ; W_Kᵀ; W_Vᵀ], out_proj.weight = I, linear1.weight = W_1ᵀ, linear2.weight = W_2ᵀ,
+    norm1.weight = norm2.weight = 1."""
+    d, d_ff = W_1.shape
+    if W_Q.shape != (d, d):
+        raise ValueError("nn.TransformerEncoderLayer has d_K = d_model / nhead = d_model for one head: W_Q (d, d)")
+    layer = nn.TransformerEncoderLayer(d, dim_feedforward=d_ff, dtype=W_1.dtype, device=W_1.device, **PAPER_BLOCK)
+    with torch.no_grad():
+        layer.self_attn.in_proj_weight.copy_(torch.cat([W_Q.T, W_K.T, W_V.T], dim=0))
+        layer.self_attn.out_proj.weight.copy_(torch.eye(d, dtype=W_1.dtype, device=W_1.device))
+        layer.linear1.weight.copy_(W_1.T)
+        layer.linear2.weight.copy_(W_2.T)
+        layer.norm1.weight.fill_(1.0)
+        layer.norm2.weight.fill_(1.0)
+    return layer
+
+
+def paper_index(res, d_model: int, d_ff: int) -> torch.Tensor:
+    """Positions in ``res.dense`` of the theory's weights in :data:`curvature_gap.theory.block.BLOCK_PARAMS` order ("1", "2", "K",
+    "Q", "V"), each ``vec_r`` in the theory's orientation: ``H_theory = dense[idx][:, idx]``.
+
+    A theory matrix ``W = W_nnᵀ`` (in, out) whose ``W_nn`` (out, in) starts at row ``r0`` of a parameter at
+    offset ``o``: entry ``W[a, b]`` is ``o + (r0 + b)·in + a``. Rows 0, d, 2d of in_proj_weight hold W_Qᵀ,
+    W_Kᵀ, W_Vᵀ.
+    """
+    off, d = res.offsets(), d_model
+
+    def pos(name, r0, n_in, n_out):
+        a = torch.arange(n_in).repeat_interleave(n_out)
+        b = torch.arange(n_out).repeat(n_in)
+        return off[name] + (r0 + b) * n_in + a
+
+    ip = "self_attn.in_proj_weight"
+    return torch.cat([pos("linear1.weight", 0, d, d_ff), pos("linear2.weight", 0, d_ff, d),
+                      pos(ip, d, d, d), pos(ip, 0, d, d), pos(ip, 2 * d, d, d)])
+
+
 # ---------------------------------------------------------------------- named points of the family
 @pytest.mark.parametrize("shape,seed", [((5, 6, 6, 8), 0), ((4, 4, 4, 6), 1)])
 def test_the_paper_block_is_the_special_case_theorem5(shape, seed):
@@ -262,7 +323,7 @@ def test_the_paper_block_is_the_special_case_theorem5(shape, seed):
     (in_proj_weight, linear1.weight, linear2.weight), permuted by paper_index, is Theorem 5's
     (theory.block.loss_hessian) w.r.t. (W_1, W_2, W_K, W_Q, W_V)."""
     inst = random_instance(*shape, seed=seed, sharpness=1.5, away_from_kinks=True)
-    layer = el.paper_block(inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2)
+    layer = paper_block(inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2)
     assert [n for n, _ in layer.named_parameters()] == ["self_attn.in_proj_weight", "self_attn.out_proj.weight",
                                                         "linear1.weight", "linear2.weight", "norm1.weight",
                                                         "norm2.weight"]
@@ -272,7 +333,7 @@ def test_the_paper_block_is_the_special_case_theorem5(shape, seed):
     from curvature_gap.exact.forward import block_output
     Z_th = block_output(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2)
     assert ref.relative_error(res.Z, Z_th) <= 1e-13 and ref.relative_error(Z_nn, Z_th) <= 1e-13
-    idx = el.paper_index(res, inst.d_V, inst.d_ff)
+    idx = paper_index(res, inst.d_V, inst.d_ff)
     assert sorted(idx.tolist()) == sorted(set(idx.tolist()))
     H_th = bk.assemble(bk.loss_hessian(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2, inst.Target))
     assert ref.relative_error(res.dense[idx][:, idx], H_th) <= TOL
@@ -281,7 +342,7 @@ def test_the_paper_block_is_the_special_case_theorem5(shape, seed):
 
 
 def test_the_authors_block():
-    layer = el.authors_block(8, 12)
+    layer = authors_block(8, 12)
     names = [n for n, _ in layer.named_parameters()]
     assert "linear1.bias" not in names and "linear2.bias" not in names
     assert {"self_attn.in_proj_bias", "self_attn.out_proj.bias", "norm1.bias", "norm2.bias"} <= set(names)

@@ -10,7 +10,7 @@ moves LN1 and LN2 before the attention and the FFN and adds ``ln_f``)::
     one head:  o = (A a) W_V [+ b_V],  A = softmax(q kᵀ / √d_K)                       (Attention, Linear)
     h heads:   o = [A_j v_j]_j,  v = a W_V [+ b_V],  A_j = softmax(q_j k_jᵀ / √(d_K/h))
     [o = o W_O + b_O],  u1 = x + o,  y = LN1(u1),  u2 = y + act(y W_1 [+ b_1]) W_2 [+ b_2],  out = LN2(u2)
-    z = mean_tokens(out) W_hᵀ [+ b_h],  L = cross-entropy(z, labels)                 (MeanTokens, Linear, CrossEntropy)
+    z = mean_tokens(out) W_hᵀ [+ b_h],  L = cross-entropy(z, labels)                 (Pool, Linear, CrossEntropy)
 
 With one head ``A (a W_V + b_V) = (A a) W_V + b_V`` (the rows of A sum to one): the program mixes the tokens first,
 the order of :func:`curvature_gap.model.block_forward`, so its values are the model's bit for bit.
@@ -42,7 +42,7 @@ from .ops.attention import Attention
 from .ops.layernorm import LayerNorm, normalize_jvp, normalize_vjp_tangent
 from .ops.linear import Linear
 from .ops.loss import CrossEntropy
-from .ops.tokens import Add, AddParam, MeanTokens, Patches
+from .ops.tokens import Add, AddParam, Pool, Patches
 from .program import Node, Program, State, blocks, fill
 
 __all__ = ["ViTSecondOrder", "SUPPORTS", "unsupported", "unsupported_message", "program", "default_chunks", "dense",
@@ -140,7 +140,7 @@ def program(model: ViT) -> Program:
         nodes.append(Node("ln_f", LayerNorm(model.ln_f.eps), (x,), "features", pr(weight="ln_f.weight",
                                                                                    bias="ln_f.bias")))
         x = "features"
-    nodes += [Node("pool", MeanTokens(), (x,), "m"),
+    nodes += [Node("pool", Pool(), (x,), "m"),
               Node("head", Linear("out_in"), ("m",), "z", pr(weight="head.weight", bias="head.bias")),
               Node("loss", CrossEntropy(), ("z", "labels"), "loss")]
     groups = {g.name: g.param_names for g in param_groups(model)}
@@ -280,7 +280,7 @@ class ViTSecondOrder(State):
     # ------------------------------------------------------------------ the scores' bilinear form
     @staticmethod
     def scores_group(i: int) -> str:
-        """The name of block ``i``'s virtual group M = W̃_Q W̃_Kᵀ (:meth:`scores_input`)."""
+        """The name of block ``i``'s virtual group M = W̃_Q W̃_Kᵀ (the scores ``s x̃ M x̃ᵀ``)."""
         return f"block{i}.scores"
 
     @staticmethod
@@ -292,11 +292,6 @@ class ViTSecondOrder(State):
     def scores_dim(self) -> int:
         """D, the side of M: d, plus 1 where Q and K have biases."""
         return self.cfg.d_model + int(self.cfg.qkv_bias)
-
-    def scores_input(self, i: int) -> torch.Tensor:
-        """x̃ (B, n, D) of block ``i``: its attention's input, with a column of ones where Q and K have biases, so
-        that ``q kᵀ = x̃ M x̃ᵀ`` with ``M = W̃_Q W̃_Kᵀ``, ``W̃ = [W; bᵀ]``."""
-        return self.ctx(f"blocks.{i}.attention")["xt"]
 
     def scores_factors(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(W̃_Q, W̃_K), each (D, d_K): the query and key weights with their bias rows, in the row-major order

@@ -32,6 +32,7 @@ from .ops.activation import Activation
 from .ops.attention import Attention
 from .ops.layernorm import LayerNorm
 from .ops.linear import Linear
+from .ops.layout import add
 from .ops.loss import MSE, GivenLoss
 from .ops.tokens import Add, Scale
 from .program import Node, Program, State, blocks as program_blocks, dense, hvp
@@ -340,34 +341,24 @@ def attention_mask(N: int, L: int, attn_mask=None, key_padding_mask=None, is_cau
     with every key masked (its softmax is undefined).
     """
     ref = torch.zeros((), dtype=torch.float64) if ref is None else ref
-    parts = []
+    neg = lambda m: torch.zeros(m.shape, dtype=ref.dtype, device=ref.device).masked_fill(m.to(ref.device),  # noqa: E731
+                                                                                          float("-inf"))
+    M = None
     if attn_mask is not None:
-        if attn_mask.dim() == 2 and tuple(attn_mask.shape) != (L, L) or attn_mask.dim() == 3 and \
-                tuple(attn_mask.shape) != (N, L, L) or attn_mask.dim() not in (2, 3):
+        if tuple(attn_mask.shape) not in ((L, L), (N, L, L)):
             raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} is not supported: (L, L) = ({L}, {L}) "
                              f"shared by every sequence and head, or (N, L, L) = ({N}, {L}, {L}) one per sequence")
-        if attn_mask.dtype == torch.bool:
-            parts.append(torch.zeros(attn_mask.shape, dtype=ref.dtype, device=ref.device)
-                         .masked_fill(attn_mask.to(ref.device), float("-inf")))
-        elif attn_mask.is_floating_point():
-            parts.append(attn_mask.to(dtype=ref.dtype, device=ref.device))
-        else:
+        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
             raise ValueError(f"attn_mask of dtype {attn_mask.dtype} is not supported: pass a bool or a float mask")
+        M = neg(attn_mask) if attn_mask.dtype == torch.bool else attn_mask.to(dtype=ref.dtype, device=ref.device)
     if key_padding_mask is not None:
         if tuple(key_padding_mask.shape) != (N, L) or key_padding_mask.dtype != torch.bool:
             raise ValueError(f"key_padding_mask must be bool (N, L) = ({N}, {L}), True at padded keys; got "
                              f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
-        kp = torch.zeros(N, L, dtype=ref.dtype, device=ref.device).masked_fill(key_padding_mask.to(ref.device),
-                                                                              float("-inf"))
-        parts.append(kp[:, None, :].expand(N, L, L))
+        M = add(M, neg(key_padding_mask)[:, None, :].expand(N, L, L))
     if is_causal:
-        parts.append(torch.triu(torch.full((L, L), float("-inf"), dtype=ref.dtype, device=ref.device), diagonal=1))
-    if not parts:
-        return None
-    M = parts[0]
-    for p in parts[1:]:
-        M = M + p
-    if bool(torch.isneginf(M).all(dim=-1).any()):
+        M = add(M, neg(torch.ones(L, L, dtype=torch.bool).triu(1)))
+    if M is not None and bool(torch.isneginf(M).all(dim=-1).any()):
         raise ValueError("the attention mask masks every key of some query row: the softmax of that row is undefined")
     return M
 

@@ -28,7 +28,7 @@ from .layers import LayerHessian, assemble, is_class, layer_nodes, layernorm_of,
 from .ops.activation import Activation
 from .ops.linear import Linear
 from .ops.loss import CrossEntropy
-from .ops.tokens import Add, AddParam, Embed, MeanTokens, Patches, Prepend, Tokens
+from .ops.tokens import Add, AddParam, Embed, Pool, Patches, Prepend
 from .program import Node, Program, State, hvp
 
 __all__ = ["model_hessian", "model_hvp", "model_nodes", "describe", "SUPPORTED"]
@@ -45,6 +45,11 @@ SUPPORTED = {
         "attn_implementation 'sdpa' or 'eager' (check against autograd with 'sdpa': 'eager' rounds the softmax to "
         "float32); dropout any in eval mode. Not: a decoder (is_decoder), inputs_embeds, past key values"),
 }
+
+
+def _wb(module: nn.Module, name: str) -> dict:
+    """``{slot: parameter name}`` of the weight and bias of ``module`` (named ``name``) that are present."""
+    return {s: f"{name}.{s}" for s in ("weight", "bias") if getattr(module, s) is not None}
 
 
 def _identity_or(module: nn.Module, where: str, allowed: str) -> bool:
@@ -86,8 +91,7 @@ def _timm_vit(model, images: torch.Tensor, out: str | None) -> tuple[list, str, 
         raise ValueError("patch_drop (PatchDropout) in training mode is random: call model.eval()")
     d = model.embed_dim
     nodes = [Node("patch_embed", Patches(proj.kernel_size[0]), ("images",), "xp"),
-             Node("patch_embed.proj", Linear(), ("xp",), "x_patches",
-                  {s: f"patch_embed.proj.{s}" for s in ("weight", "bias") if getattr(proj, s) is not None})]
+             Node("patch_embed.proj", Linear(), ("xp",), "x_patches", _wb(proj, "patch_embed.proj"))]
     x = "x_patches"
     if model.pos_embed is not None and model.no_embed_class:
         nodes.append(Node("pos_embed", AddParam(), (x,), "x_pos", {"value": "pos_embed"}))
@@ -101,7 +105,7 @@ def _timm_vit(model, images: torch.Tensor, out: str | None) -> tuple[list, str, 
         x = "x_pos"
     if not _identity_or(model.norm_pre, "norm_pre", "LayerNorm"):
         nodes.append(Node("norm_pre", layernorm_of(model.norm_pre, "norm_pre", d), (x,), "x_pre",
-                          {s: f"norm_pre.{s}" for s in ("weight", "bias") if getattr(model.norm_pre, s) is not None}))
+                          _wb(model.norm_pre, "norm_pre")))
         x = "x_pre"
     for i, blk in enumerate(model.blocks):
         blk_nodes, x, _ = _prefixed(lambda: layer_nodes(blk, f"blocks.{i}.", x), f"blocks.{i}")
@@ -109,19 +113,17 @@ def _timm_vit(model, images: torch.Tensor, out: str | None) -> tuple[list, str, 
     for name in ("norm", "fc_norm"):
         if name == "fc_norm":
             pre = model.num_prefix_tokens if not model.pool_include_prefix else 0
-            pool = Tokens(0, 1) if model.global_pool == "token" else MeanTokens(pre)
+            pool = Pool(0, 1) if model.global_pool == "token" else Pool(pre)
             nodes.append(Node("pool", pool, (x,), "pooled"))
             x = "pooled"
         mod = getattr(model, name)
         if not _identity_or(mod, name, "LayerNorm"):
-            nodes.append(Node(name, layernorm_of(mod, name, d), (x,), f"x_{name}",
-                              {s: f"{name}.{s}" for s in ("weight", "bias") if getattr(mod, s) is not None}))
+            nodes.append(Node(name, layernorm_of(mod, name, d), (x,), f"x_{name}", _wb(mod, name)))
             x = f"x_{name}"
     if not isinstance(model.head, nn.Identity):
         if type(model.head) is not nn.Linear:
             raise ValueError(f"head = {type(model.head).__name__} is not supported: only nn.Linear or nn.Identity")
-        nodes.append(Node("head", Linear(), (x,), "logits",
-                          {s: f"head.{s}" for s in ("weight", "bias") if getattr(model.head, s) is not None}))
+        nodes.append(Node("head", Linear(), (x,), "logits", _wb(model.head, "head")))
         x = "logits"
     if out is not None:
         raise ValueError("output= chooses among BertModel's outputs; a timm VisionTransformer's output is its logits")
@@ -169,7 +171,7 @@ def _bert(model, input_ids: torch.Tensor, out: str | None, attention_mask=None, 
                   {"weight": E + "position_embeddings.weight"}),
              Node(E + "sum_position", Add(), ("e_wt", "e_pos"), "e_sum"),
              Node(E + "LayerNorm", layernorm_of(emb.LayerNorm, "embeddings.LayerNorm", d), ("e_sum",), "h_emb",
-                  {s: f"{E}LayerNorm.{s}" for s in ("weight", "bias") if getattr(emb.LayerNorm, s) is not None})]
+                  _wb(emb.LayerNorm, E + "LayerNorm"))]
     x = "h_emb"
     for i, lay in enumerate(model.encoder.layer):
         where = f"encoder.layer.{i}"
@@ -182,9 +184,8 @@ def _bert(model, input_ids: torch.Tensor, out: str | None, attention_mask=None, 
     if pooler is not None and out != "last_hidden_state":
         if type(pooler.dense) is not nn.Linear or type(pooler.activation) is not nn.Tanh:
             raise ValueError("pooler with another dense layer or activation than nn.Linear and nn.Tanh is not supported")
-        nodes += [Node("pooler.first_token", Tokens(0, 1), (last,), "first"),
-                  Node("pooler.dense", Linear(), ("first",), "pooled",
-                       {s: f"pooler.dense.{s}" for s in ("weight", "bias") if getattr(pooler.dense, s) is not None}),
+        nodes += [Node("pooler.first_token", Pool(0, 1), (last,), "first"),
+                  Node("pooler.dense", Linear(), ("first",), "pooled", _wb(pooler.dense, "pooler.dense")),
                   Node("pooler.activation", Activation("tanh"), ("pooled",), "pooler_output")]
         x = "pooler_output"
     elif out == "pooler_output":

@@ -1,5 +1,5 @@
-"""``torch.nn.TransformerEncoderLayer`` as the theory meets it: the paper's block and the authors' as points of
-PyTorch's family, and the family's Hessian under PyTorch's own argument names.
+"""``torch.nn.TransformerEncoderLayer``'s Hessian under PyTorch's own argument names (the paper's block and the
+authors' are points of its family: ``tests/theory/test_theory_encoder_layer.py`` builds them and checks Theorem 5).
 
 Beyond the paper: the paper's block (Theorem 5, :mod:`.block`) is one post-norm, single-head ReLU layer without
 ``W_O``, biases or LayerNorm affine parameters. PyTorch's layer adds heads, ``W_O``, biases, the LayerNorm's
@@ -13,19 +13,10 @@ Beyond the paper: the paper's block (Theorem 5, :mod:`.block`) is one post-norm,
 
 (``W`` in PyTorch's (out, in) orientation; ``x Wᵀ`` as ``nn.Linear`` computes it.)
 
-**The assembly.** The layer is a chain of primitives ``v_k = f_k(v_{parents}, θ_k)`` ending in ``Z``, with adjoints
-``v̄_k = ∂l/∂v_k``; the Hessian of ``l(Z(θ))`` is the Gauss–Newton decomposition summed over primitives,
-
-    H = J_Zᵀ (∂²l/∂Z²) J_Z + Σ_k J_{in(k)}ᵀ (v̄_k · ∂²f_k) J_{in(k)},
-
-where ``J_{in(k)}`` stacks the Jacobians of the inputs of ``f_k`` (and of ``θ_k``) with respect to θ and
-``v̄_k · ∂²f_k`` is the primitive's second derivative contracted with its adjoint. The engine evaluates it a
-column block at a time (:mod:`curvature_gap.hessian.program`: forward tangents, then the tangents of the adjoints,
-each primitive's rules from :mod:`curvature_gap.hessian.ops`), reading the layer as such a chain
-(:mod:`curvature_gap.hessian.layers`); nothing calls ``torch.autograd`` or ``torch.func``, and no Kronecker product
-is formed. :func:`encoder_layer_hessian` is that Hessian under the layer's own argument names (``src_mask``,
-``is_causal``), on one sequence; :func:`curvature_gap.layer_hessian` takes batches, blocks by name and the layers of
-timm and Hugging Face.
+Its Hessian is the engine's (:mod:`curvature_gap.hessian`: the layer read as a program of the op rules of
+:mod:`curvature_gap.hessian.ops`, no autograd); :func:`encoder_layer_hessian` gives it under the layer's own
+argument names (``src_mask``, ``is_causal``) on one sequence, :func:`curvature_gap.layer_hessian` for batches,
+blocks by name and the layers of timm and Hugging Face.
 
 Parameters are those of ``layer.named_parameters()``, in that order, each flattened row-major (``vec_r``); absent
 ones (``bias=False``, a removed FFN bias, ``elementwise_affine=False``) are simply not there. The loss is the
@@ -36,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["encoder_layer_hessian", "AUTHORS_BLOCK", "authors_block", "PAPER_BLOCK", "paper_block", "paper_index"]
+__all__ = ["encoder_layer_hessian"]
 
 
 def _sequence(layer: nn.TransformerEncoderLayer, X: torch.Tensor) -> torch.Tensor:
@@ -88,65 +79,3 @@ def encoder_layer_hessian(layer: nn.TransformerEncoderLayer, X: torch.Tensor, lo
     if target is not None:
         target = target.reshape(X.shape) if target.numel() == X.numel() else target
     return layer_hessian(layer, X, loss, target, attn_mask=src_mask, is_causal=is_causal, chunk=chunk)
-
-
-# ====================================================================== named points of the family
-AUTHORS_BLOCK = dict(nhead=1, norm_first=False, activation="gelu", bias=True, ffn_bias=False, layer_norm_eps=1e-5,
-                     dropout=0.0, batch_first=True)
-"""The block of the authors' experiments: one head, ``W_O`` with bias, Q/K/V biases, GELU, an FFN *without*
-biases, post-norm ``nn.LayerNorm`` (γ, β) with ε = 1e-5. ``ffn_bias=False`` is represented by removing
-``linear1.bias`` and ``linear2.bias`` (set to None: they are not parameters, not in the Hessian)."""
-
-PAPER_BLOCK = dict(nhead=1, norm_first=False, activation="relu", bias=False, layer_norm_eps=0.0, dropout=0.0,
-                   batch_first=True)
-"""The paper's block (Theorem 5) as a layer: one head, ReLU, post-norm, no biases and LayerNorm without ε,
-with ``out_proj.weight = I`` (no W_O) and ``γ = 1`` (:func:`paper_block`)."""
-
-
-def authors_block(d_model: int, dim_feedforward: int, dtype=torch.float64, device=None) -> nn.TransformerEncoderLayer:
-    """An ``nn.TransformerEncoderLayer`` configured as :data:`AUTHORS_BLOCK` (PyTorch's initialisation)."""
-    cfg = {k: v for k, v in AUTHORS_BLOCK.items() if k != "ffn_bias"}
-    layer = nn.TransformerEncoderLayer(d_model, dim_feedforward=dim_feedforward, dtype=dtype, device=device, **cfg)
-    layer.linear1.bias = None
-    layer.linear2.bias = None
-    return layer
-
-
-def paper_block(W_Q, W_K, W_V, W_1, W_2) -> nn.TransformerEncoderLayer:
-    """The paper's block ``Z = LN(ReLU(Y W_1) W_2 + Y)``, ``Y = LN(X + softmax(X W_Q W_Kᵀ Xᵀ/√d) X W_V)`` as an
-    ``nn.TransformerEncoderLayer`` (:data:`PAPER_BLOCK`); the weights in the theory's orientation
-    (``X W``, :mod:`.block`): W_Q, W_K, W_V (d, d), W_1 (d, d_ff), W_2 (d_ff, d). Its parameters are
-    in_proj_weight = [W_Qᵀ; W_Kᵀ; W_Vᵀ], out_proj.weight = I, linear1.weight = W_1ᵀ, linear2.weight = W_2ᵀ,
-    norm1.weight = norm2.weight = 1."""
-    d, d_ff = W_1.shape
-    if W_Q.shape != (d, d):
-        raise ValueError("nn.TransformerEncoderLayer has d_K = d_model / nhead = d_model for one head: W_Q (d, d)")
-    layer = nn.TransformerEncoderLayer(d, dim_feedforward=d_ff, dtype=W_1.dtype, device=W_1.device, **PAPER_BLOCK)
-    with torch.no_grad():
-        layer.self_attn.in_proj_weight.copy_(torch.cat([W_Q.T, W_K.T, W_V.T], dim=0))
-        layer.self_attn.out_proj.weight.copy_(torch.eye(d, dtype=W_1.dtype, device=W_1.device))
-        layer.linear1.weight.copy_(W_1.T)
-        layer.linear2.weight.copy_(W_2.T)
-        layer.norm1.weight.fill_(1.0)
-        layer.norm2.weight.fill_(1.0)
-    return layer
-
-
-def paper_index(res, d_model: int, d_ff: int) -> torch.Tensor:
-    """Positions in ``res.dense`` of the theory's weights in :data:`.block.BLOCK_PARAMS` order ("1", "2", "K",
-    "Q", "V"), each ``vec_r`` in the theory's orientation: ``H_theory = dense[idx][:, idx]``.
-
-    A theory matrix ``W = W_nnᵀ`` (in, out) whose ``W_nn`` (out, in) starts at row ``r0`` of a parameter at
-    offset ``o``: entry ``W[a, b]`` is ``o + (r0 + b)·in + a``. Rows 0, d, 2d of in_proj_weight hold W_Qᵀ,
-    W_Kᵀ, W_Vᵀ.
-    """
-    off, d = res.offsets(), d_model
-
-    def pos(name, r0, n_in, n_out):
-        a = torch.arange(n_in).repeat_interleave(n_out)
-        b = torch.arange(n_out).repeat(n_in)
-        return off[name] + (r0 + b) * n_in + a
-
-    ip = "self_attn.in_proj_weight"
-    return torch.cat([pos("linear1.weight", 0, d, d_ff), pos("linear2.weight", 0, d_ff, d),
-                      pos(ip, d, d, d), pos(ip, 0, d, d), pos(ip, 2 * d, d, d)])

@@ -58,9 +58,6 @@ class Activation(Op):
             raise ValueError(f"no second-order rule for activation {name!r}; have {', '.join(NAMES)}")
         self.name = name
 
-    def describe(self) -> str:
-        return f"Activation({self.name})"
-
     def forward(self, xs, p):
         r, a1, a2 = parts(xs[0], self.name)
         return r, {"a1": a1, "a2": a2}

@@ -62,38 +62,20 @@ class Attention(Op):
         self.h, self.mask, self.bilinear = int(heads), mask, bilinear
         self.slots = () if bilinear is None else ("scores",)
 
-    def describe(self) -> str:
-        return f"Attention(heads={self.h}" + (", masked" if self.mask is not None else "") + ")"
 
     # ------------------------------------------------------------------ heads into the sample axis
-    def _split(self, x):
-        """(B, n, h·e) -> (B·h, n, e)."""
-        if self.h == 1:
-            return x
-        B, n, he = x.shape
-        return x.reshape(B, n, self.h, he // self.h).transpose(1, 2).reshape(B * self.h, n, he // self.h)
-
-    def _merge(self, x):
-        """(B·h, n, e) -> (B, n, h·e)."""
-        if self.h == 1:
-            return x
-        Bh, n, e = x.shape
-        return x.view(Bh // self.h, self.h, n, e).transpose(1, 2).reshape(Bh // self.h, n, self.h * e)
-
-    def _split_t(self, t, B: int):
-        """Tangent (B or 1, n, c, h·e) -> (B·h, n, c, e)."""
+    def _split(self, t, B: int):
+        """(B or 1, n, [c,] h·e) -> (B·h, n, [c,] e): head j to sample b·h + j."""
         if t is None or self.h == 1:
             return t
-        t = full(t, B)
-        n, c, he = t.shape[1:]
-        return t.reshape(B, n, c, self.h, he // self.h).permute(0, 3, 1, 2, 4).reshape(B * self.h, n, c, he // self.h)
+        t = t.expand(B, *t.shape[1:])
+        return t.reshape(*t.shape[:-1], self.h, -1).movedim(-2, 1).reshape(B * self.h, *t.shape[1:-1], -1)
 
-    def _merge_t(self, t, B: int):
-        """Tangent (B·h, n, c, e) -> (B, n, c, h·e)."""
+    def _merge(self, t):
+        """(B·h, n, [c,] e) -> (B, n, [c,] h·e), the inverse of :meth:`_split`."""
         if t is None or self.h == 1:
             return t
-        n, c, e = t.shape[1:]
-        return t.reshape(B, self.h, n, c, e).permute(0, 2, 3, 1, 4).reshape(B, n, c, self.h * e)
+        return t.reshape(-1, self.h, *t.shape[1:]).movedim(1, -2).flatten(-2)
 
     def cut(self, ctx, sl):
         h = self.h
@@ -101,7 +83,7 @@ class Attention(Op):
 
     # ------------------------------------------------------------------ the rules
     def forward(self, xs, p):
-        q, k, v = (self._split(x) for x in xs[:3])
+        q, k, v = (self._split(x, x.shape[0]) for x in xs[:3])
         if self.mask is None:
             A = attention_probs(q, k)
         else:
@@ -117,7 +99,7 @@ class Attention(Op):
 
     def vjp(self, ctx, p, d_y, need):
         A, q, k, v, s = ctx["A"], ctx["q"], ctx["k"], ctx["v"], ctx["s"]
-        d_ax = self._split(d_y)
+        d_ax = self._split(d_y, d_y.shape[0])
         d_A = d_ax @ v.transpose(-1, -2)
         rho = (A * d_A).sum(-1, keepdim=True)
         d_Ts = A * (d_A - rho) * s
@@ -129,7 +111,7 @@ class Attention(Op):
         A, q, k, v, s = ctx["A"], ctx["q"], ctx["k"], ctx["v"], ctx["s"]
         Bs, n = A.shape[:2]
         B = Bs // self.h
-        dq, dk, dv = (self._split_t(t, B) for t in dxs)
+        dq, dk, dv = (self._split(t, B) for t in dxs)
         dM = dp.get("scores")
         dA = None
         if dq is not None or dk is not None or dM is not None:
@@ -157,7 +139,7 @@ class Attention(Op):
             dax = torch.bmm(A, dvv) if dax is None else dax.view(Bs, n, c * e_v).baddbmm_(A, dvv)
         if dax is not None:
             dax = dax.view(Bs, n, c, e_v)
-        return self._merge_t(dax, B), {"dq": dq, "dk": dk, "dA": dA, "dv_c": dv_c, "dax": dax}
+        return self._merge(dax), {"dq": dq, "dk": dk, "dA": dA, "dv_c": dv_c, "dax": dax}
 
     def _ddTs(self, ctx, t, ddax, c):
         """``s δṪ`` (B, n, c, n), the adjoint tangent of the scores, or None (kept in ``t``)."""
@@ -189,7 +171,7 @@ class Attention(Op):
         A, q, k, v, d_Ts = ctx["A"], ctx["q"], ctx["k"], ctx["v"], ctx["d_Ts"]
         Bs, n = A.shape[:2]
         B = Bs // self.h
-        ddax = self._split_t(dd_y, B)
+        ddax = self._split(dd_y, B)
         dq, dk, dA = t.get("dq"), t.get("dk"), t.get("dA")
         ddq = ddk = ddv = None
         if need[0] or need[1]:
@@ -217,7 +199,7 @@ class Attention(Op):
             if dA is not None:  # Ȧᵀ δax: (B, c·n, n) @ (B, n, e), to the token layout
                 t2 = torch.bmm(dA.view(Bs, n, c * n).transpose(1, 2), ctx["d_ax"]).view(Bs, c, n, e_v).permute(0, 2, 1, 3)
                 ddv = t2.contiguous() if ddv is None else ddv.add_(t2)
-        return [self._merge_t(ddq, B), self._merge_t(ddk, B), self._merge_t(ddv, B)]
+        return [self._merge(ddq), self._merge(ddk), self._merge(ddv)]
 
     def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False):
         """Rows of the virtual ``scores`` M: the tangent of ``Σ x̃ᵀ (s δT) x̃`` for tangents that enter at M

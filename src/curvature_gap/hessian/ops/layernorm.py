@@ -62,9 +62,6 @@ class LayerNorm(Op):
     def __init__(self, eps: float):
         self.eps = float(eps)
 
-    def describe(self) -> str:
-        return f"LayerNorm(ε={self.eps:g})"
-
     def forward(self, xs, p):
         n_hat, rstd = layer_norm_parts(xs[0], self.eps)
         g, b = p.get("weight"), p.get("bias")

@@ -27,9 +27,6 @@ class Linear(Op):
             raise ValueError(f"orientation must be 'in_out' (X @ W) or 'out_in' (nn.Linear), not {orientation!r}")
         self.nn = orientation == "out_in"
 
-    def describe(self) -> str:
-        return "Linear" + ("" if self.nn else "(X W)")
-
     def _w(self, p) -> torch.Tensor:
         """W as (in, out)."""
         W = p["weight"]

@@ -7,8 +7,7 @@
 * :class:`AddParam` — ``y = x + P`` with P (n, d) shared by the samples (learned positions): rows ``Σ_B δẏ``;
 * :class:`Prepend` — ``y = [P, x]`` along the tokens, P (1, k, d) shared by the samples (class and register
   tokens): rows ``Σ_B δẏ[:, :k]``;
-* :class:`Tokens` — ``y = x[:, a:b]`` (the class token's features): the adjoint fills the other tokens with 0;
-* :class:`MeanTokens` — ``y = mean over the tokens a… of x`` (mean pooling), (B, 1, d);
+* :class:`Pool` — ``y = mean over the tokens a…b of x`` (mean pooling, or the class token's features), (B, 1, d);
 * :class:`Embed` — ``y = E[ids]`` (a lookup in the table E (V, d) at the data ``ids`` (B, n)): ``ẏ = Ė[ids]``,
   rows of E: ``δẏ`` added at the rows ``ids``;
 * :class:`Patches` — the images' patches (B, n, C p p) (:func:`curvature_gap.model.patchify`), data.
@@ -21,7 +20,7 @@ from ...model import patchify
 from . import Op
 from .layout import add, full, tok_sum, zeros_rows
 
-__all__ = ["Add", "Scale", "AddParam", "Prepend", "Tokens", "MeanTokens", "Embed", "Patches"]
+__all__ = ["Add", "Scale", "AddParam", "Prepend", "Pool", "Embed", "Patches"]
 
 
 class Add(Op):
@@ -159,60 +158,30 @@ class Prepend(Op):
         return {"value": ctx["d_y"][:, :self._k(p)].sum(0, keepdim=True)}
 
 
-class Tokens(Op):
-    """``y = x[:, start:stop]``."""
+class Pool(Op):
+    """``y = mean_{start ≤ t < stop} x[:, t]``, kept as one token (B, 1, d): mean pooling (``stop`` None: to the
+    end) or one token's features (``stop = start + 1``); the adjoint spreads ``δy / m`` over those tokens."""
 
-    def __init__(self, start: int, stop: int):
+    def __init__(self, start: int = 0, stop: int | None = None):
         self.start, self.stop = start, stop
 
-    def describe(self) -> str:
-        return f"Tokens({self.start}:{self.stop})"
-
     def forward(self, xs, p):
-        return xs[0][:, self.start:self.stop], {"total": xs[0].shape[1]}
+        return xs[0][:, self.start:self.stop].mean(1, keepdim=True), {"total": xs[0].shape[1]}
 
-    def _pad(self, t, n_total: int):
-        """t (B, stop − start, ·) -> (B, n, ·) with zeros at the other tokens."""
-        out = t.new_zeros(t.shape[0], n_total, *t.shape[2:])
-        out[:, self.start:self.stop] = t
-        return out
-
-    def vjp(self, ctx, p, d_y, need):
-        return [self._pad(d_y, ctx["total"])]
-
-    def jvp(self, ctx, p, dxs, dp, c):
-        return dxs[0][:, self.start:self.stop], {}
-
-    def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
-        return [None if dd_y is None else self._pad(dd_y, ctx["total"])]
-
-
-class MeanTokens(Op):
-    """``y = mean_{t ≥ start} x[:, t]``, kept as one token (B, 1, d)."""
-
-    def __init__(self, start: int = 0):
-        self.start = start
-
-    def describe(self) -> str:
-        return "MeanTokens" + (f"(from {self.start})" if self.start else "")
-
-    def forward(self, xs, p):
-        x = xs[0]
-        return x[:, self.start:].mean(1, keepdim=True), {"total": x.shape[1]}
-
-    def _spread(self, t, n_total: int):
-        """δy (B, 1, ·) -> (B, n, ·): δy / m at the averaged tokens, 0 before them."""
-        m = n_total - self.start
-        out = (t / m).expand(t.shape[0], m, *t.shape[2:])
-        if self.start:
-            out = torch.cat([torch.zeros_like(t).expand(t.shape[0], self.start, *t.shape[2:]), out], 1)
+    def _spread(self, t, n: int):
+        """δy (B, 1, ·) -> (B, n, ·): δy / m at the pooled tokens, 0 at the others."""
+        stop = n if self.stop is None else self.stop
+        if self.start == 0 and stop == n:  # every token: a view
+            return (t / n).expand(t.shape[0], n, *t.shape[2:])
+        out = t.new_zeros(t.shape[0], n, *t.shape[2:])
+        out[:, self.start:stop] = t / (stop - self.start)
         return out
 
     def vjp(self, ctx, p, d_y, need):
         return [self._spread(d_y, ctx["total"])]
 
     def jvp(self, ctx, p, dxs, dp, c):
-        return dxs[0][:, self.start:].mean(1, keepdim=True), {}
+        return dxs[0][:, self.start:self.stop].mean(1, keepdim=True), {}
 
     def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
         return [None if dd_y is None else self._spread(dd_y, ctx["total"])]
@@ -227,9 +196,6 @@ class Embed(Op):
 
     def __init__(self, padding_idx: int | None = None):
         self.pad = padding_idx
-
-    def describe(self) -> str:
-        return "Embed" + ("" if self.pad is None else f"(padding_idx={self.pad})")
 
     def forward(self, xs, p):
         ids = xs[0]
@@ -281,9 +247,6 @@ class Patches(Op):
 
     def __init__(self, patch: int):
         self.patch = patch
-
-    def describe(self) -> str:
-        return f"Patches({self.patch})"
 
     def forward(self, xs, p):
         return patchify(xs[0], self.patch), {}
