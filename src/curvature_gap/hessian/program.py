@@ -197,8 +197,8 @@ class State:
         if sl.start == 0 and sl.stop == self.B:
             return self.ctxs
         key = (sl.start, sl.stop)
-        if key not in self._cuts:
-            self._cuts = {key: [nd.op.cut(ctx, sl) for nd, ctx in zip(self.program.nodes, self.ctxs)]}
+        if key not in self._cuts:  # views: kept for every sample chunk
+            self._cuts[key] = [nd.op.cut(ctx, sl) for nd, ctx in zip(self.program.nodes, self.ctxs)]
         return self._cuts[key]
 
     def _dp(self, i: int, tan: dict) -> dict:

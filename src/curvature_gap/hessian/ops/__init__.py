@@ -61,6 +61,7 @@ class Op:
 
     def describe(self) -> str:
         """The op as a table cell: its class and its settings that are numbers, names or flags (a mask: "masked")."""
-        kw = [f"{k}={v!r}" for k, v in vars(self).items() if isinstance(v, (bool, int, float, str))]
-        kw += [f"{k}=..." for k, v in vars(self).items() if torch.is_tensor(v)]
+        public = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        kw = [f"{k}={v!r}" for k, v in public.items() if isinstance(v, (bool, int, float, str))]
+        kw += [f"{k}=..." for k, v in public.items() if torch.is_tensor(v)]
         return f"{type(self).__name__}({', '.join(kw)})"

@@ -25,16 +25,16 @@ class Linear(Op):
     def __init__(self, orientation: str = "out_in"):
         if orientation not in ("in_out", "out_in"):
             raise ValueError(f"orientation must be 'in_out' (X @ W) or 'out_in' (nn.Linear), not {orientation!r}")
-        self.nn = orientation == "out_in"
+        self.orientation, self._nn = orientation, orientation == "out_in"
 
     def _w(self, p) -> torch.Tensor:
         """W as (in, out)."""
         W = p["weight"]
-        return W.reshape(W.shape[0], -1).T if self.nn else W
+        return W.reshape(W.shape[0], -1).T if self._nn else W
 
     def _dw(self, dW) -> torch.Tensor:
         """Ẇ as (c, in, out)."""
-        return dW.reshape(*dW.shape[:2], -1).transpose(1, 2) if self.nn else dW
+        return dW.reshape(*dW.shape[:2], -1).transpose(1, 2) if self._nn else dW
 
     def forward(self, xs, p):
         x, = xs
@@ -69,7 +69,7 @@ class Linear(Op):
         if "weight" in slots:
             W = p["weight"]
             rw = None
-            if self.nn:  # (c, out, in): δĊᵀ X + δCᵀ Ẋ
+            if self._nn:  # (c, out, in): δĊᵀ X + δCᵀ Ẋ
                 if dd_y is not None:
                     rw = tok_contract(dd_y, x, per_sample)
                 if dx is not None:
@@ -93,7 +93,7 @@ class Linear(Op):
         out = {}
         if "weight" in slots:
             g = x.reshape(-1, x.shape[-1]).T @ d_y.reshape(-1, d_y.shape[-1])  # (in, out)
-            out["weight"] = g.T if self.nn else g
+            out["weight"] = g.T if self._nn else g
         if "bias" in slots:
             out["bias"] = tok_sum(d_y)
         return out
