@@ -4,34 +4,16 @@ differences) and uses it in a program whose exact Hessian equals autograd's in f
 second-order rule, a wrong first-order rule and a tolerance no float64 Hessian meets."""
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from cases import REPO
+from cases import mutated_recipe, run_recipe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _recipe_code() -> str:
-    text = (REPO / "CONTRIBUTING.md").read_text()
-    return re.search(r"## Adding an operation.*?```python\n(.*?)```", text, re.S).group(1)
-
-
-def _run(code: str) -> dict:
-    ns: dict = {"__name__": "contributing_op_recipe"}
-    exec(compile(code, "CONTRIBUTING.md (Adding an operation)", "exec"), ns)
-    return ns
-
-
-def _mutated(old: str, new: str) -> str:
-    code = _recipe_code()
-    assert code.count(old) == 1, old
-    return code.replace(old, new)
+SECTION = "Adding an operation"
 
 
 def test_the_recipe_writes_checks_and_uses_an_op():
-    ns = _run(_recipe_code())
+    ns = run_recipe(SECTION)
     err = ns["err"]
     assert max(err[k] for k in ("vjp", "jvp", "hvp")) <= 1e-10 and 0 < err["hvp_fd"] <= 1e-6
     H, ref = ns["H"], ns["ref"]
@@ -42,15 +24,15 @@ def test_the_recipe_writes_checks_and_uses_an_op():
 
 def test_a_wrong_second_derivative_fails_the_recipe():
     with pytest.raises(AssertionError):
-        _run(_mutated("(2 + h * (1 - 2 * s))", "(2 + h * (1 - s))"))
+        run_recipe(SECTION, mutated_recipe(SECTION, "(2 + h * (1 - 2 * s))", "(2 + h * (1 - s))"))
 
 
 def test_a_wrong_first_derivative_fails_the_recipe():
     with pytest.raises(AssertionError):
-        _run(_mutated('return [d_y * ctx["a1"]]', 'return [d_y * ctx["a1"] * 1.001]'))
+        run_recipe(SECTION, mutated_recipe(SECTION, 'return [d_y * ctx["a1"]]', 'return [d_y * ctx["a1"] * 1.001]'))
 
 
 def test_a_tolerance_no_float64_hessian_meets_fails_the_recipe():
     with pytest.raises(AssertionError):
-        _run(_mutated("assert ((H - ref).abs().max() / ref.abs().max()).item() <= 1e-10",
+        run_recipe(SECTION, mutated_recipe(SECTION, "assert ((H - ref).abs().max() / ref.abs().max()).item() <= 1e-10",
                       "assert ((H - ref).abs().max() / ref.abs().max()).item() <= 1e-18"))

@@ -6,37 +6,20 @@ not support, a wrong Hessian and a route that would take a model it was not writ
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import pytest
 import torch
 
 import curvature_gap.hessian as hs
-from cases import REPO
+from cases import mutated_recipe, run_recipe
 from curvature_gap.config import MODEL_CONFIGS, ModelConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _recipe_code() -> str:
-    text = (REPO / "CONTRIBUTING.md").read_text()
-    return re.search(r"## Adding a model variant.*?```python\n(.*?)```", text, re.S).group(1)
-
-
-def _run(code: str) -> dict:
-    ns: dict = {"__name__": "contributing_variant_recipe"}
-    exec(compile(code, "CONTRIBUTING.md (Adding a model variant)", "exec"), ns)
-    return ns
-
-
-def _mutated(old: str, new: str) -> str:
-    code = _recipe_code()
-    assert code.count(old) == 1, old
-    return code.replace(old, new)
+SECTION = "Adding a model variant"
 
 
 def test_the_recipe_declares_builds_and_checks_a_variant():
-    ns = _run(_recipe_code())
+    ns = run_recipe(SECTION)
     cfg, model = ns["CFG"], ns["model"]
     # a value: a ModelConfig that differs from the theorem's block in the fields it names, registered nowhere
     assert isinstance(cfg, ModelConfig) and model.cfg is cfg and cfg.name not in MODEL_CONFIGS
@@ -58,18 +41,18 @@ def test_the_recipe_declares_builds_and_checks_a_variant():
 
 def test_a_tolerance_no_float64_hessian_meets_fails_the_recipe():
     with pytest.raises(AssertionError):
-        _run(_mutated("err <= 1e-10", "err <= 1e-18"))
+        run_recipe(SECTION, mutated_recipe(SECTION, "err <= 1e-10", "err <= 1e-18"))
 
 
 def test_a_model_the_route_does_not_support_fails_the_recipe():
     built = "model = build(CFG)\n"
     fused = "model = build(CFG)\nfor b in model.blocks:\n    b.ln1.fused = b.ln2.fused = True\nmodel.ln_f.fused = True\n"
     with pytest.raises(AssertionError):  # the recipe's own check, before the route is called
-        _run(_mutated(built, fused))
+        run_recipe(SECTION, mutated_recipe(SECTION, built, fused))
     # without that check, the route itself refuses it, naming it
-    code = _mutated(built, fused).replace('assert not unsupported(model, "vit") and SUPPORTS["vit"] == {}\n', "")
+    code = mutated_recipe(SECTION, built, fused).replace('assert not unsupported(model, "vit") and SUPPORTS["vit"] == {}\n', "")
     with pytest.raises(ValueError, match=r"this model \(tiny_pre_2heads\) has fused_ln=True .*Fix"):
-        _run(code)
+        run_recipe(SECTION, code)
 
 
 def test_a_wrong_hessian_fails_the_recipe(monkeypatch):
@@ -83,7 +66,7 @@ def test_a_wrong_hessian_fails_the_recipe(monkeypatch):
 
     monkeypatch.setattr(hs, "hessian", off_by_a_little)
     with pytest.raises(AssertionError):
-        _run(_recipe_code())
+        run_recipe(SECTION)
 
 
 def test_a_route_that_takes_an_unsupported_model_fails_the_recipe(monkeypatch):
@@ -96,4 +79,4 @@ def test_a_route_that_takes_an_unsupported_model_fails_the_recipe(monkeypatch):
 
     monkeypatch.setattr(hs, "hessian", takes_everything)
     with pytest.raises(AssertionError, match="accepted a model it does not support"):
-        _run(_recipe_code())
+        run_recipe(SECTION)

@@ -352,16 +352,18 @@ def hvp_autograd(layer, X, target, v: dict, **kw) -> dict:
     return {n: (torch.zeros_like(p) if h is None else h) for (n, p), h in zip(named.items(), hv)}
 
 
-def fd_column_error(layer, X, target, H: torch.Tensor, h: float = 1e-5, **mask) -> float:
+def fd_column_error(layer, X, target, H: torch.Tensor, h: float = 1e-5, loss_fn=None, **mask) -> float:
     """Central differences of the module's *first* derivatives against Hessian columns, for the middle entry
     of every parameter: ``max_j max|H e_j − (∇l(θ + h e_j) − ∇l(θ − h e_j)) / 2h| / max|H|`` with ∇l the
     module's first-order autograd (no double backward: independent of :func:`hessian_autograd`); ``H`` (P, P)
-    in ``named_parameters()`` order. The parameters are restored."""
+    in ``named_parameters()`` order; ``l`` is :func:`layer_loss` of ``X``, ``target`` and the masks, or
+    ``loss_fn()`` (a whole model's loss, :func:`model_loss`). The parameters are restored."""
     params = dict(layer.named_parameters())
+    loss_fn = loss_fn or (lambda: layer_loss(layer, X, target, **mask))
 
     def grad():
         with math_backend():
-            g = torch.autograd.grad(layer_loss(layer, X, target, **mask), list(params.values()))
+            g = torch.autograd.grad(loss_fn(), list(params.values()))
         return torch.cat([x.reshape(-1) for x in g])
 
     worst, o = 0.0, 0

@@ -19,11 +19,23 @@ from . import Op
 __all__ = ["CrossEntropy", "MSE", "GivenLoss"]
 
 
-class CrossEntropy(Op):
-    """The batch-mean cross-entropy of logits z (B, 1, K) at the (data) labels (B,)."""
+class _Loss(Op):
+    """A loss of the output z (the first input) and data: the program's last op. Its forward tangent is ż itself
+    (kept for the backward), its adjoint tangent ``δż = (∂²L/∂z²) ż`` (:meth:`curvature`)."""
 
     n_in = 1
-    separable = True
+    separable = True  # a sum over samples: a pass may take them in chunks
+
+    def jvp(self, ctx, p, dxs, dp, c):
+        return None, {"dz": dxs[0]}
+
+    def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
+        dz = t.get("dz")
+        return [None if dz is None else self.curvature(ctx, dz, c)]
+
+
+class CrossEntropy(_Loss):
+    """The batch-mean cross-entropy of logits z (B, 1, K) at the (data) labels (B,)."""
 
     def forward(self, xs, p):
         z, labels = xs
@@ -36,23 +48,14 @@ class CrossEntropy(Op):
         d_z = (probs - torch.nn.functional.one_hot(ctx["labels"], probs.shape[-1]).to(probs.dtype)) / ctx["batch"]
         return [d_z[:, None]]
 
-    def jvp(self, ctx, p, dxs, dp, c):
-        return None, {"dz": dxs[0]}
-
-    def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
-        dz = t.get("dz")
-        if dz is None:
-            return [None]
+    def curvature(self, ctx, dz, c):
         pz = ctx["p"].unsqueeze(1)  # (B, 1, K)
         dz = dz.reshape(dz.shape[0], c, -1)
-        return [(pz * (dz - (pz * dz).sum(-1, keepdim=True)) / ctx["batch"])[:, None]]
+        return (pz * (dz - (pz * dz).sum(-1, keepdim=True)) / ctx["batch"])[:, None]
 
 
-class MSE(Op):
+class MSE(_Loss):
     """``mean((z − target)²)`` over every entry; the target is data of z's shape."""
-
-    n_in = 1
-    separable = True
 
     def forward(self, xs, p):
         z, target = xs
@@ -64,19 +67,14 @@ class MSE(Op):
     def vjp(self, ctx, p, d_y, need):
         return [2.0 / ctx["count"] * ctx["r"]]
 
-    def jvp(self, ctx, p, dxs, dp, c):
-        return None, {"dz": dxs[0]}
-
-    def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
-        dz = t.get("dz")
-        return [None if dz is None else (2.0 / ctx["count"]) * dz]
+    def curvature(self, ctx, dz, c):
+        return (2.0 / ctx["count"]) * dz
 
 
-class GivenLoss(Op):
+class GivenLoss(_Loss):
     """A loss given by ``(dl_dZ, d2l_dZ2)``: tensors, or callables of the stacked rows Z (B·n, k), giving ∂L/∂Z
     (B·n, k) and ∂²L/∂Z² (B·n·k, B·n·k) (row-major)."""
 
-    n_in = 1
     separable = False
     unbatched = ("H2",)
 
@@ -97,13 +95,7 @@ class GivenLoss(Op):
     def vjp(self, ctx, p, d_y, need):
         return [ctx["g"]]
 
-    def jvp(self, ctx, p, dxs, dp, c):
-        return None, {"dz": dxs[0]}
-
-    def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
-        dz = t.get("dz")
-        if dz is None:
-            return [None]
+    def curvature(self, ctx, dz, c):
         B, n, _, k = dz.shape
         flat = dz.permute(2, 0, 1, 3).reshape(c, -1)  # (c, B n k)
-        return [(flat @ ctx["H2"].T).view(c, B, n, k).permute(1, 2, 0, 3)]
+        return (flat @ ctx["H2"].T).view(c, B, n, k).permute(1, 2, 0, 3)
