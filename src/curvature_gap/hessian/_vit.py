@@ -43,7 +43,7 @@ from .ops.layernorm import LayerNorm, normalize_jvp, normalize_vjp_tangent
 from .ops.linear import Linear
 from .ops.loss import CrossEntropy
 from .ops.tokens import Add, AddParam, Pool, Patches
-from .program import Node, Program, State, blocks, fill
+from .program import Node, Program, State, block_columns, blocks, fill
 
 __all__ = ["ViTSecondOrder", "SUPPORTS", "unsupported", "unsupported_message", "program", "default_chunks", "dense",
            "block_pairs", "closed_form_groups", "bilinear_blocks", "embed_from_pos", "dense_plan", "scores_to_qk",
@@ -493,27 +493,22 @@ def dense(so: ViTSecondOrder, chunk, sample_chunk, closed_form: bool = True, bil
     mixed = embed_mixed and embed_from_pos(so, *per_group("pos"))
     done = set()
     for col, rows in dense_plan(so, cf, bilinear_blocks(so) if bilinear else (), mixed):
-        size = so.group_size(col)
         ch, sc = per_group(col)
-        parts = {r: [] for r in rows}
-        emb = None
+        emb = pass_ = None
         if col == "pos" and mixed:  # H[r, E] for the rows from the embedding on, accumulated over the pass
             emb_rows = rows[rows.index("embed"):]
             n_w = so.params["embed.weight"].numel()
             emb = {r: torch.zeros(n_w, groups[r].size, dtype=so.dtype, device=so.device) for r in emb_rows}
-        for s in range(0, size, ch):
-            idx = torch.arange(s, min(size, s + ch), device=so.device)
-            if emb is None:
-                res = so.columns(so.group_basis(col, idx), rows, sc)
-            else:
+
+            def pass_(idx):
                 mix, dest = _embed_mix(so, idx)
                 res = so.columns(so.group_basis(col, idx), rows, sc, mix, emb_rows)
                 for r in emb_rows:
                     emb[r].index_add_(0, dest, res[r][:, 1:].reshape(-1, groups[r].size))
                     res[r] = res[r][:, 0]
-            for r in rows:
-                parts[r].append(res[r])
-        blks = {r: torch.cat(parts[r]).T for r in rows}  # H[r, col]
+                return res
+
+        blks = block_columns(so, col, rows, ch, sc, pass_)  # H[r, col]
         if emb is not None:  # and H[r, e] = Σ_t H[r, pos(t, ·)]
             d = so.cfg.d_model
             for r in emb_rows:

@@ -31,7 +31,7 @@ from ..params import offsets
 from .ops import Op
 from .ops.layout import add
 
-__all__ = ["Node", "Program", "State", "dense", "blocks", "hvp", "fill"]
+__all__ = ["Node", "Program", "State", "block_columns", "dense", "blocks", "hvp", "fill"]
 
 
 @dataclass
@@ -317,10 +317,24 @@ def fill(H: torch.Tensor, done: set, slices: dict) -> torch.Tensor:
     return H
 
 
+def block_columns(state: State, col: str, rows: list, chunk: int | None, sample_chunk: int | None = None,
+                  pass_=None) -> dict:
+    """``{row: H[row, col]}`` by passes over ``chunk`` unit directions of the group ``col`` at a time (None: all);
+    ``pass_(idx)`` may run each pass itself (the directions ``idx``; it returns :meth:`State.columns`'s result)."""
+    size = state.program.group_size(col)
+    step = size if chunk is None else chunk
+    parts = {r: [] for r in rows}
+    for s in range(0, size, step):
+        idx = torch.arange(s, min(size, s + step), device=state.device)
+        res = pass_(idx) if pass_ is not None else state.columns(state.group_basis(col, idx), rows, sample_chunk)
+        for r in rows:
+            parts[r].append(res[r])
+    return {r: torch.cat(parts[r]).T for r in rows}
+
+
 def dense(state: State, chunk: int | None = 128, sample_chunk: int | None = None) -> torch.Tensor:
-    """The dense Hessian (P, P) in ``program.order``: for each group in the order it enters, one pass per
-    ``chunk`` of its unit directions with the rows of the groups at or after it (the block triangle), then
-    :func:`fill`."""
+    """The dense Hessian (P, P) in ``program.order``: for each group in the order it enters, the passes of its unit
+    directions with the rows of the groups at or after it (the block triangle), then :func:`fill`."""
     prog = state.program
     order = prog.group_order()
     P = sum(prog.sizes.values())
@@ -330,17 +344,8 @@ def dense(state: State, chunk: int | None = 128, sample_chunk: int | None = None
     for gi, g in enumerate(order):
         if prog.position(g)[0] >= len(prog.nodes):
             continue  # no node reads it: zero rows and columns
-        rows = order[gi:]
-        size = prog.group_size(g)
-        step = size if chunk is None else chunk
-        parts = {r: [] for r in rows}
-        for s in range(0, size, step):
-            res = state.columns(state.group_basis(g, torch.arange(s, min(size, s + step), device=state.device)), rows,
-                                sample_chunk)
-            for r in rows:
-                parts[r].append(res[r])
-        for r in rows:
-            H[slices[r], slices[g]] = torch.cat(parts[r]).T
+        for r, blk in block_columns(state, g, order[gi:], chunk, sample_chunk).items():
+            H[slices[r], slices[g]] = blk
             done.add((r, g))
     return fill(H, done, slices)
 
@@ -373,12 +378,7 @@ def blocks(state: State, pairs: list, chunk: int | None = 128, sample_chunk: int
             if name not in prog.groups:
                 raise KeyError(f"unknown parameter group {name!r}; groups: {list(prog.groups)}")
         r, c = orientation(prog, row, col)
-        ch, sc = chunks(c) if chunks is not None else (chunk, sample_chunk)
-        size = prog.group_size(c)
-        step = size if ch is None else ch
-        cols = [state.columns(state.group_basis(c, torch.arange(s, min(size, s + step), device=state.device)), [r],
-                              sc)[r] for s in range(0, size, step)]
-        blk = torch.cat(cols).T  # H[r, c]
+        blk = block_columns(state, c, [r], *(chunks(c) if chunks is not None else (chunk, sample_chunk)))[r]
         out[(row, col)] = blk if (r, c) == (row, col) else blk.T.contiguous()
     return out
 
