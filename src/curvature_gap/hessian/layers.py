@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..params import offsets
 from .ops.activation import Activation
 from .ops.attention import Attention
 from .ops.layernorm import LayerNorm
@@ -381,11 +382,7 @@ class LayerHessian:
 
     def offsets(self) -> dict:
         """``{name: first index of the parameter in dense}``."""
-        out, o = {}, 0
-        for n, s in zip(self.names, self.sizes):
-            out[n] = o
-            o += s
-        return out
+        return {n: s.start for n, s in offsets(self.names, self.sizes).items()}
 
 
 def requested_pairs(blocks, names) -> list | None:

@@ -120,7 +120,7 @@ class State:
     """One forward and backward pass of ``program`` at ``params`` (name -> tensor; every real parameter a node
     reads) and ``inputs`` (name -> tensor, the program's data); then Hessian-vector passes (:meth:`columns`).
     Attributes: ``values`` (every value of the forward pass by name), ``loss`` (a float, or None for a loss given
-    by its derivatives), ``B`` (samples)."""
+    by its derivatives), ``B`` (samples), ``dtype`` and ``device`` (the output's)."""
 
     def __init__(self, program: Program, params: dict, inputs: dict):
         self.program = program
@@ -137,7 +137,7 @@ class State:
             vals[nd.out] = y
             self.ctxs.append(ctx)
         self.values = vals
-        out = vals[program.nodes[-1].out]
+        out, out_value = vals[program.nodes[-1].out], vals[program.nodes[-1].ins[0]]  # the loss, the output
         self.loss = None if out is None else float(out)
         first = program.nodes[0].ins[0]
         self.B = vals[first].shape[0]
@@ -154,14 +154,7 @@ class State:
                 if d is not None:
                     adj[v] = add(adj.get(v), d)
         self._cuts: dict = {}
-
-    @property
-    def dtype(self):
-        return self.values[self.program.nodes[-1].ins[0]].dtype
-
-    @property
-    def device(self):
-        return self.values[self.program.nodes[-1].ins[0]].device
+        self.dtype, self.device = out_value.dtype, out_value.device
 
     def gradient(self) -> dict[str, torch.Tensor]:
         """∂L/∂θ for every real parameter (zeros for one no node reads)."""

@@ -1,26 +1,14 @@
-"""``torch.nn.TransformerEncoderLayer``'s Hessian under PyTorch's own argument names (the paper's block and the
-authors' are points of its family: ``tests/theory/test_theory_encoder_layer.py`` builds them and checks Theorem 5).
+"""The Hessian of ``torch.nn.TransformerEncoderLayer`` under PyTorch's own argument names, on one sequence.
 
 Beyond the paper: the paper's block (Theorem 5, :mod:`.block`) is one post-norm, single-head ReLU layer without
-``W_O``, biases or LayerNorm affine parameters. PyTorch's layer adds heads, ``W_O``, biases, the LayerNorm's
-``γ, β`` and ``ε``, GELU, the pre-norm order and a causal mask. On one sequence X (L, d):
-
-    post-norm:  U_1 = X + SA(X),       Y = LN_1(U_1),  U_2 = Y + FFN(Y),  Z = LN_2(U_2)
-    pre-norm:   U_1 = X + SA(LN_1(X)),                 Z = U_1 + FFN(LN_2(U_1))
-    SA(A) = O W_Oᵀ + b_O,  O = multi-head attention of [Q, K, V] = A W_inᵀ + b_in
-    FFN(Y) = act(Y W_1ᵀ + b_1) W_2ᵀ + b_2,  act ∈ {ReLU, GELU (erf), GELU (tanh)}
-    LN(U) = γ ∘ (U - μ)/√(σ² + ε) + β   (row mean μ, population variance σ²)
-
-(``W`` in PyTorch's (out, in) orientation; ``x Wᵀ`` as ``nn.Linear`` computes it.)
-
-Its Hessian is the engine's (:mod:`curvature_gap.hessian`: the layer read as a program of the op rules of
-:mod:`curvature_gap.hessian.ops`, no autograd); :func:`encoder_layer_hessian` gives it under the layer's own
-argument names (``src_mask``, ``is_causal``) on one sequence, :func:`curvature_gap.layer_hessian` for batches,
-blocks by name and the layers of timm and Hugging Face.
-
-Parameters are those of ``layer.named_parameters()``, in that order, each flattened row-major (``vec_r``); absent
-ones (``bias=False``, a removed FFN bias, ``elementwise_affine=False``) are simply not there. The loss is the
-paper's MSE ``l = (1/(L d)) ||Z - Target||_F²`` (``nn.MSELoss()``) or any ``l`` given by ``∂l/∂Z`` and ``∂²l/∂Z²``.
+``W_O``, biases or LayerNorm affine parameters; PyTorch's layer adds heads, ``W_O``, biases, the LayerNorm's ``γ, β``
+and ``ε``, GELU, the pre-norm order and a causal mask (``tests/theory/test_theory_encoder_layer.py`` builds the
+paper's block and the authors' as points of this family and checks Theorem 5 on it). The Hessian is the engine's
+(:mod:`curvature_gap.hessian.layers`: the layer read as a program of the op rules of :mod:`curvature_gap.hessian.ops`,
+no autograd); :func:`encoder_layer_hessian` takes ``src_mask`` and ``is_causal`` as the layer's forward does,
+:func:`curvature_gap.layer_hessian` batches, blocks by name and the layers of timm and Hugging Face. Parameters in
+``layer.named_parameters()`` order, each flattened row-major; the loss the paper's MSE
+``l = (1/(L d)) ||Z - Target||_F²`` or any ``l`` given by ``∂l/∂Z`` and ``∂²l/∂Z²``.
 """
 from __future__ import annotations
 
