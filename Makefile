@@ -82,7 +82,7 @@ test-fast: install kernel $(DATA)/MNIST
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not slow" tests
 
 $(DATA)/MNIST:
-	$(CG) data --data-dir $(DATA)
+	$(CG) data --only mnist --data-dir $(DATA)
 
 # Benchmarks: each benchmarks/NAME.py writes benchmarks/NAME.json (machine, load average, threads,
 # versions, commit and its rows); benchmarks/report.py renders RESULTS.md's tables from them (--check:
@@ -126,14 +126,15 @@ gpu-check: install
 # Executes every notebook with papermill (-p profile $(PROFILE)) and builds _build/html with
 # jupyter-book -W -n --keep-going: any execution error or warning fails it (tools/book/build.py).
 # PROFILE=paper (the default) renders the committed published/paper/ results and computes nothing;
-# PROFILE=smoke computes toy-scale results on the fly (a pipeline check; CI executes its notebooks under nbval).
+# PROFILE=smoke computes toy-scale results on the fly (a pipeline check).
 # BOOK_JOBS notebooks run at once, each kernel on one BLAS thread (default: one per CPU, at most 2).
-book: install kernel data
+# It needs MNIST alone (fetched once, quietly: no line about CIFAR-100 in a successful build's log).
+book: install kernel $(DATA)/MNIST
 	$(PY) -m tools.book build --profile $(PROFILE) --device $(BOOK_DEVICE)
 
-# Checks the built book: links, offline MathJax, downloads, one verdict per result, no raw TeX, and in
-# headless Chromium legible figures and tables that fit a phone; screenshots in _build/screenshots/
-# (SHOTS=docs/screenshots to refresh the committed ones).
+# Checks the built book: links, offline MathJax, downloads, one verdict per result, no raw TeX, no number in
+# prose that no source backs, and in headless Chromium legible figures and tables that fit a phone; screenshots
+# in $(SHOTS) (never committed: .gitignore; CI keeps them as the run's `book-screenshots` artefact).
 SHOTS ?= _build/screenshots
 book-check: install
 	$(PY) -m tools.book check --shots $(SHOTS)

@@ -64,7 +64,7 @@ def device_test_args(device: str, sizes: Sizes = FULL) -> list[str]:
 # Upper-bound seconds per (sub)step on an H200 host with 16 CPU cores; a step starts only if its
 # estimate fits the remaining budget.
 ESTIMATE_S = {
-    "a": 120.0,          # pytest start-up, CUDA initialisation, four small tests
+    "a": 120.0,          # pytest start-up, CUDA initialisation, a few small tests (the autocast one: seconds)
     "b_probe": 45.0,     # MNIST load (md5 + parse) and 220 timed steps; the full run is sized from them
     "c_float32": 120.0,  # dense 4186 x 4186 Hessian at batch 128: GPU, then CPU
     "c_float64": 60.0,   # the same at batch 16 in float64

@@ -75,7 +75,7 @@ def _worker(spec: dict) -> dict:
     warnings.simplefilter("ignore")
     torch.set_num_threads(spec["threads"])
     from curvature_gap.exact import layers as R
-    from curvature_gap.theory.layers import layer_hessian, layer_hvp
+    from curvature_gap.hessian.layers import layer_hessian, layer_hvp
 
     layer, X, T = _layer(spec["kind"], tuple(spec["size"]))
     names = [n for n, _ in layer.named_parameters()]

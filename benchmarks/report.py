@@ -540,26 +540,40 @@ def render_training_cost(doc: dict) -> list[str]:
 
 
 def render_bf16_cpu(doc: dict) -> list[str]:
-    """Step and pass times per arithmetic, and what the paper profile's runs cost from them."""
+    """Step times per arithmetic (loop body of ``train``, interleaved rounds, medians), the setup of a ``train()``
+    call, the Fig. 12 pass, and what the paper profile's runs cost from them."""
     rows = doc["rows"]
-    step = {r["variant"]: r["seconds"] for r in rows if r["what"] == "step"}
+    steps = [r for r in rows if r["what"] == "step"]
+    step = {r["variant"]: r["seconds"] for r in steps}
+    compiled = {r["variant"]: r["seconds"] for r in rows if r["what"] == "compile"}
+    s = doc["settings"]
+    lines = [f"One step of the authors' MNIST recipe (batch, augmentation, forward, loss, backward, clipping, AdamW): "
+             f"the loop body of `train`, {s['steps']} steps per variant and round, {s['rounds']} interleaved rounds, "
+             "median; no setup inside the clock.", "",
+             "| arithmetic | ms per step | against float32 | rounds (ms per step) |", "|---|---|---|---|"]
+    lines += [f"| {r['label']} | {fmt(r['seconds'] * 1e3)} | {fmt(r['ratio_to_float32'], '{:.2f}')}× | "
+              f"{', '.join(fmt(t * 1e3) for t in r['rounds'])} |" for r in steps]
+    if compiled:
+        lines += ["", "Compiling (the first round beyond its steps; torch's on-disk cache of an earlier compilation "
+                      "shortens it): " + "; ".join(f"{v} {secs(c)} s" for v, c in compiled.items()) + "."]
+    setup = next((r for r in rows if r["what"] == "train_setup"), None)
+    if setup:
+        lines += ["", f"A `train()` call adds {fmt(setup['seconds'] * 1e3)} ms of setup to its steps (data, model, "
+                      f"optimiser, checkpoint; median of {setup['calls']} calls that train no step)."]
     pas = {r["variant"]: r["seconds"] for r in rows if r["what"] == "fig12_pass"}
-    f32 = step.get("float32")
-    lines = ["| the authors' MNIST recipe, one step | ms | against float32 |", "|---|---|---|"]
-    lines += [f"| {v} | {fmt(s * 1e3)} | {fmt(s / f32, '{:.2f}')}× |" for v, s in step.items()]
     lines += ["", "| one batch of the Fig. 12 pass | ms |", "|---|---|"]
-    lines += [f"| {'their bf16 arithmetic' if v == 'authors' else 'float32, float64 sums'} | {fmt(s * 1e3)} |"
-              for v, s in pas.items()]
-    emu = step.get("bf16, emulated GEMM")
-    if emu and f32:
+    lines += [f"| {'their bf16 arithmetic' if v == 'authors' else 'float32, float64 sums'} | {fmt(t * 1e3)} |"
+              for v, t in pas.items()]
+    bf16, f32 = step.get("bf16"), step.get("float32")
+    if bf16 and f32:
         lines += ["", "What the paper profile's runs cost at these rates (one process, one thread each; `make reproduce` "
                   "runs them side by side, one per core):", "",
                   "| run | time |", "|---|---|",
-                  f"| the authors' run to step 20,000 in bf16 (Fig. 4; the Figs. 6 and 12 stand-ins) | {secs(20_000 * emu)} s |",
+                  f"| the authors' run to step 20,000 in bf16 (Fig. 4; the Figs. 6 and 12 stand-ins) | {secs(20_000 * bf16)} s |",
                   f"| the same in float32 (the *_exact results) | {secs(20_000 * f32)} s |",
                   f"| two more bf16 runs to step 20,000 (Figs. 4 and 5 and the Fig. 12 stand-in count three runs) | "
-                  f"{secs(40_000 * emu)} s |",
-                  f"| all four, on two cores side by side | {secs((60_000 * emu + 20_000 * f32) / 2)} s at best |"]
+                  f"{secs(40_000 * bf16)} s |",
+                  f"| all four, on two cores side by side | {secs((60_000 * bf16 + 20_000 * f32) / 2)} s at best |"]
     return lines
 
 

@@ -29,6 +29,28 @@ def slow_but(values, keep, ids=None) -> list:
     return out
 
 
+def recipe_code(section: str) -> str:
+    """The first Python code block of the CONTRIBUTING.md section titled ``section``."""
+    import re
+
+    text = (REPO / "CONTRIBUTING.md").read_text()
+    return re.search(rf"## {re.escape(section)}.*?```python\n(.*?)```", text, re.S).group(1)
+
+
+def run_recipe(section: str, code: str | None = None) -> dict:
+    """Execute a CONTRIBUTING.md recipe (``code``, default the section's own block); its namespace."""
+    ns: dict = {"__name__": "contributing_recipe"}
+    exec(compile(recipe_code(section) if code is None else code, f"CONTRIBUTING.md ({section})", "exec"), ns)
+    return ns
+
+
+def mutated_recipe(section: str, old: str, new: str) -> str:
+    """The recipe's code with its one occurrence of ``old`` replaced by ``new``."""
+    code = recipe_code(section)
+    assert code.count(old) == 1, old
+    return code.replace(old, new)
+
+
 def subprocess_env(**extra) -> dict:
     """The environment for a Python subprocess of a test: this checkout's package, ``tools`` and these cases
     first on ``PYTHONPATH`` (absolute: a subprocess may run elsewhere, and an installed copy must not win)."""

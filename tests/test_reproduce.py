@@ -146,6 +146,8 @@ def test_missing_cifar100_blocks_fig6_only_and_the_run_exits_zero(tmp_path, monk
     doc = json.loads((tmp_path / "figures" / "manifest.json").read_text())
     assert doc["figures"]["fig6"]["status"] == "blocked" and doc["figures"]["fig6"]["profile"] == "paper"
     md = (tmp_path / "figures" / "reproduction_report.md").read_text()
+    assert "| training | " in md and "| Hessians | " in md and "| rest | " in md
+    assert "The training's floor: 0 steps of 0 run(s)" in md, "nothing was trained here"
     row = next(ln for ln in md.splitlines() if ln.startswith("| fig6 |"))
     assert "| blocked | not reproduced: CIFAR-100 is not available offline" in row
     assert next(ln for ln in md.splitlines() if ln.startswith("| a |")).startswith("| a | ok | nothing published")
@@ -193,24 +195,38 @@ def test_the_guard_names_the_authors_cifar_runs_with_their_seeds_and_steps(tmp_p
 
 
 def test_the_cost_is_the_timed_step_times_the_steps_of_the_run(monkeypatch):
+    """The step time is the timed steps' own (train's loop: no setup of the call), times the steps of the run."""
     from curvature_gap import cost
 
-    trained = []
-    monkeypatch.setattr(cost, "train", lambda cfg, *a, **k: trained.append(type(cfg).__name__) or {})
-    clock = iter([100.0, 106.0])
-    monkeypatch.setattr(cost.time, "perf_counter", lambda: next(clock))
+    trained, loops = [], iter([{"steps": 2, "seconds": 9.0}, {"steps": 3, "seconds": 6.0},
+                               {"steps": 2, "seconds": 9.0}, {"steps": 3, "seconds": 3.0}])
+    monkeypatch.setattr(cost, "train", lambda cfg, *a, **k: trained.append(type(cfg).__name__) or
+                        {"interrupted_at_step": 0, "loop": next(loops)})
     cfg = recipe_for("mnist", "paper")                    # 60,000 images, batch 128, 15 epochs
     c = cost.training_cost(cfg, "cpu", steps=3)
     assert c.seconds_per_step == pytest.approx(2.0) and c.steps == 469 * 15 and c.steps_per_epoch == 469
     assert c.seconds == pytest.approx(2.0 * 469 * 15) and c.evaluations == 15
     assert reproduce.LONG_RUN_S == 30 * 60
     # the authors' recipe is timed through its own trainer, to the step a figure reads
-    clock = iter([0.0, 3.0])
-    monkeypatch.setattr(cost.time, "perf_counter", lambda: next(clock))
     c = cost.training_cost(recipe_for("authors_cifar100", "paper"), "cpu", run_steps=10_000, steps=3)
     assert c.steps == 10_000 and c.steps_per_epoch == 391 and c.seconds == pytest.approx(10_000.0)
     assert c.title == "the authors' 8-block CIFAR-100 model" and "their" not in c.recipe
     assert trained == ["Recipe"] * 2 + ["Recipe"] * 2, "warm-up and timed steps, each by the run's trainer"
+
+
+def test_the_report_splits_the_time_and_states_the_training_floor():
+    """Training (in the results and side by side), Hessians and the rest add up to the total; the floor is the
+    runs' steps times their measured step time over the cores."""
+    import os
+
+    ctx = ex.Context(profile="smoke", device="cpu", progress=False)
+    ctx.phases.update({"training": 30.0, "training (side by side)": 50.0, "hessian": 12.0, "data": 3.0})
+    ctx.trained += [dict(run="a", steps=1000, seconds=15.0), dict(run="b", steps=3000, seconds=45.0),
+                    dict(run="a", steps=500, seconds=7.5)]
+    split = reproduce.timing_split(ctx, 100.0)
+    cores = os.cpu_count()
+    assert (split["training"], split["Hessians"], split["rest"]) == (80.0, 12.0, 8.0)
+    assert split["floor"] == dict(steps=4500, runs=2, step_ms=15.0, cores=cores, seconds=round(67.5 / cores, 4))
 
 
 @pytest.mark.fault("unknown-figure")
@@ -291,8 +307,14 @@ def test_publish_copies_the_cached_results_of_the_current_configuration(tmp_path
     with pytest.raises(ConfigError, match="b has no cached result.*curvature-gap reproduce --profile smoke --only b"):
         reproduce.publish("smoke", tmp_path / "results", tmp_path / "published", only="b")
     written = reproduce.publish("smoke", tmp_path / "results", tmp_path / "published")
-    assert sorted(Path(p).name for p in written) == ["a.json", "a.npz"]
+    assert sorted(Path(p).name for p in written) == ["a.json", "a.npz"], "no record of a reproduction in figures/"
     assert "not published (no cached result of the current configuration): b" in capsys.readouterr().out
+    written = reproduce.publish("smoke", tmp_path / "results", tmp_path / "published", figures_dir=tmp_path / "figures")
+    assert sorted(Path(p).name for p in written) == ["a.json", "a.npz", reproduce.PUBLISHED_RUN]
+    run = json.loads((tmp_path / "published" / "smoke" / reproduce.PUBLISHED_RUN).read_text())
+    assert run["command"] == "curvature-gap reproduce (test)" and run["per_result"]["a"]["status"] == "ok"
+    assert run["seconds"] > 0 and len(run["git"]["commit"] or "x" * 40) == 40 and "entries" not in run
+    assert set(run["split"]) == {"training", "Hessians", "rest", "floor"}, "the split the report states travels too"
     ctx = ex.Context(profile="smoke", results_dir=tmp_path / "other", published_dir=tmp_path / "published")
     assert ex.published_check("a", ctx).config_hash == ex.config_hash_of("a", ctx=ctx)
 
@@ -317,6 +339,9 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
     reproduce.train_in_parallel(names, ctx, allow_long=True, workers=2, out=__import__("sys").stdout)
     out = capsys.readouterr().out
     assert "training 3 runs side by side" in out and out.count("  trained ") == 3
+    # the workers' step timings come back: 3 steps each, the floor of the report is built from them
+    assert sorted(t["steps"] for t in ctx.trained) == [3, 3, 3] and all(t["seconds"] > 0 for t in ctx.trained)
+    assert reproduce.timing_split(ctx, 100.0)["floor"]["steps"] == 9
     assert reproduce._runs_to_train(names, ctx, allow_long=True) == [], "all three are on disk now"
     ctx3 = ex.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
                       progress=False, settings_overrides={"trajectory_authors": {"run_seeds": (5,)}})

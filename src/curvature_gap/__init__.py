@@ -8,10 +8,12 @@ warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
 
 from .config import MODEL_CONFIGS, ModelConfig, Recipe, recipe_for
 from .model import ViT, build_model, param_groups, ParamGroup
-from .theory.layers import layer_hessian, layer_hvp
+from .hessian.layers import layer_hessian, layer_hvp
+from .hessian.models import model_hessian, model_hvp
 
 __version__ = "0.1.0"
 __all__ = [
     "MODEL_CONFIGS", "ModelConfig", "Recipe", "recipe_for",
-    "ViT", "build_model", "param_groups", "ParamGroup", "layer_hessian", "layer_hvp", "__version__",
+    "ViT", "build_model", "param_groups", "ParamGroup", "layer_hessian", "layer_hvp", "model_hessian", "model_hvp",
+    "__version__",
 ]

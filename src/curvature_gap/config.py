@@ -212,8 +212,15 @@ class Recipe:
       ``lr`` × the ``schedule`` (``"constant"``, or ``"cosine"`` decay to 0 over the run) × ``min(1,
       s / warmup_steps)`` (``train.warmup_factor``; 0: no warm-up), gradients clipped to global 2-norm
       ``grad_clip`` (None: not clipped), in ``precision`` (``"float32"``; ``"bf16"``: weights and optimiser
-      state in bfloat16, forward and loss under bfloat16 autocast, the authors' CUDA setting);
-    * the initialisation of ``model`` (``MODEL_CONFIGS`` with ``model_overrides``) is seeded by ``seed``.
+      state in bfloat16, forward and loss as CUDA's bfloat16 autocast computes them, the authors' setting,
+      emulated on every device: ``precision.autocast_logits``);
+    * the initialisation of ``model`` (``MODEL_CONFIGS`` with ``model_overrides``) is seeded by ``seed``;
+    * ``torch_compile``: the step's forward through ``torch.compile`` (inductor, with bf16 casts rounded as eager
+      rounds them: ``emulate_precision_casts``; 99.9 % of the bf16 logits and 98.7 % of the gradients the eager
+      ones bit for bit). Off by default: fused kernels sum in another order, so a compiled run's weights differ
+      in the last bits and it is a run of its own, and every ``train()`` call compiles anew (seconds to a
+      minute). On a 2-core CPU it saves about a quarter of a step (``benchmarks/bf16_cpu.json``); on a GPU, where
+      a step is mostly kernel launches, it is meant to save more (not measured here).
 
     Not part of the weights (``NOT_WEIGHTS``): ``profile`` and ``source`` (names), ``ckpt_every`` (the resumable
     ``last.pt``) and ``snapshot_every`` (weights kept in ``snapshots/`` every that many steps; 0: none).
@@ -241,6 +248,7 @@ class Recipe:
     hflip: bool = False
     shuffle: str = "epoch"
     precision: str = "float32"
+    torch_compile: bool = False
     ckpt_every: int = 200
     snapshot_every: int = 0
     model_overrides: tuple = ()
@@ -255,6 +263,8 @@ class Recipe:
         b = tuple(self.betas)
         if len(b) != 2 or not all(0 <= x < 1 for x in b):
             raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        if not isinstance(self.torch_compile, bool):
+            raise ConfigError(f"torch_compile must be True or False, got {self.torch_compile!r}")
         for f in ("warmup_steps", "crop_padding", "snapshot_every"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:

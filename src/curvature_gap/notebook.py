@@ -22,7 +22,7 @@ from pathlib import Path
 # about neither the computation nor the page
 warnings.filterwarnings("ignore", message=r"IProgress not found")
 
-from . import checks, experiments  # noqa: E402
+from . import checks, experiments, myst  # noqa: E402
 from .experiments.claims import ranking_table  # noqa: E402
 from .row import Row  # noqa: E402
 from .config import DEVICES, PROFILES, MODELS, ConfigError, recipe_for  # noqa: E402
@@ -35,6 +35,7 @@ from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
 from .findings import Verdict, tex_powers, finding_of, model_words, result_entries  # noqa: E402
 from .bounds.titles import INEQUALITIES  # noqa: E402
+from .theory.errata import label as errata_label  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "published_rows", "RECOMPUTE", "show_markdown", "show_seed_leads", "show_figure", "figure", "rows", "show_rows",
            "scaling_md", "show_scaling",
@@ -134,10 +135,18 @@ def readable_md(text: str) -> str:
     return "".join(out)
 
 
+def in_book_build() -> bool:
+    """Whether this kernel runs inside the book build (``tools/book``), which renders MyST itself."""
+    return bool(os.environ.get(STATIC_ENV))
+
+
 def show_markdown(text: str) -> None:
     """Display MyST Markdown in a notebook (printed outside IPython), its prose numbers formatted
-    (:func:`readable_md`)."""
+    (:func:`readable_md`). Outside the book build it is shown as plain Markdown (:func:`curvature_gap.myst.to_markdown`):
+    what plain Jupyter, Colab and Binder render, and what the page's download shows."""
     text = readable_md(text)
+    if not in_book_build():
+        text = myst.to_markdown(text, myst.from_checkout())
     try:
         from IPython.display import Markdown, display  # noqa: PLC0415 - IPython only exists inside a kernel
     except ModuleNotFoundError:  # pragma: no cover
@@ -373,10 +382,13 @@ def html_math(text: str) -> str:
 # with sub- and superscripts. A subscript follows a one-letter symbol (Latin or Greek, not inside a word, so that
 # ``w2_scale`` or ``no_loss_factor`` stay names; after a differential's d: ``dW_1``) or vec/diag/max/min; a
 # superscript follows anything.
-_SYMBOL = r"(?:(?:(?<![\w])|(?<=(?<![A-Za-z])d))[A-Za-zΑ-Ωα-ωϕϵ]|\b(?:vec|diag|max|min))"
+# (a product of one-letter symbols written together, Ld_V, is L d_V: a d after one capital starts a symbol)
+_SYMBOL = (r"(?:(?:(?<![\w])|(?<=(?<![A-Za-z])d))[A-Za-zΑ-Ωα-ωϕϵ]|(?<=(?<![A-Za-z])[A-Z])d(?=_)"
+           r"|\b(?:vec|diag|max|min)|‖)")
 _GROUP = r"\{(?:[^{}]|\{[^{}]*\})*\}|\((?:[^()]|\([^()]*\))*\)"
-_SUB = re.compile(rf"({_SYMBOL})_({_GROUP}|[0-9]+(?:[A-Za-z](?![A-Za-z]))?|[A-Za-zΑ-Ωα-ω]+[0-9]*)")
-_SUP = re.compile(rf"\^({_GROUP}|-?[0-9.]*[0-9](?:/[0-9]+)?|[A-Za-z](?![A-Za-z]))")
+# a subscript of letters ends before another symbol's "_": d_Vd_K is d_V d_K, not d_{Vd} followed by _K
+_SUB = re.compile(rf"({_SYMBOL})_({_GROUP}|[0-9]+(?:[A-Za-z](?![A-Za-z]))?|[A-Za-zΑ-Ωα-ω]+[0-9]*(?!_))")
+_SUP = re.compile(rf"\^({_GROUP}|[-−]?[0-9.]*[0-9](?:/[0-9]+)?|[A-Za-z](?![A-Za-z]))")
 _TAGS = {"\ue000": "<sub>", "\ue001": "</sub>", "\ue002": "<sup>", "\ue003": "</sup>"}
 _MD_ENTITIES = {c: f"&#{ord(c)};" for c in "\\`*_|[]$"}
 
@@ -384,9 +396,14 @@ _MD_ENTITIES = {c: f"&#{ord(c)};" for c in "\\`*_|[]$"}
 def _marked(text: str) -> str:
     """``text`` with its sub- and superscripts between the private marks of :data:`_TAGS` (braces dropped)."""
     def body(g: str) -> str:
-        return _marked(g[1:-1] if g[:1] == "{" else g)
+        return _marked(g[1:-1] if g[:1] in "{(" else g)
 
-    text = _SUB.sub(lambda m: f"{m.group(1)}\ue000{body(m.group(2)) if m.group(2)[:1] != '(' else body(m.group(2)[1:-1])}\ue001", text)
+    # again until nothing changes: a symbol right after a subscript (d_Vd_K: d_K after d_V) is found on the next pass
+    for _ in range(4):
+        new = _SUB.sub(lambda m: f"{m.group(1)}\ue000{body(m.group(2))}\ue001", text)
+        if new == text:
+            break
+        text = new
     return _SUP.sub(lambda m: "ᵀ" if m.group(1) == "T" else f"\ue002{body(m.group(1))}\ue003", text)
 
 
@@ -400,10 +417,24 @@ def code_html(text: str) -> str:
     return esc
 
 
+_ERRATUM_ID = re.compile(r"\berratum ([a-z0-9]+(?:-[A-Za-z0-9]+)+)\b")
+
+
+def erratum_labels(text: str) -> str:
+    """``text`` with each erratum named by its number on the errata page (``erratum E9``), not by its id."""
+    def number(m: re.Match) -> str:
+        try:
+            return f"erratum {errata_label(m.group(1))}"
+        except KeyError:
+            return m.group(0)
+    return _ERRATUM_ID.sub(number, text)
+
+
 def text_html(text: str) -> str:
     """A row's description (``what``, ``note``) as HTML: these texts write formulas in code notation
-    (``I_{d_V} ⊗ W_K``), shown as text with sub- and superscripts (:func:`code_html`), never as would-be math."""
-    return f'<span class="cg-text">{code_html(text)}</span>'
+    (``I_{d_V} ⊗ W_K``), shown as text with sub- and superscripts (:func:`code_html`), never as would-be math;
+    errata by their number (:func:`erratum_labels`)."""
+    return f'<span class="cg-text">{code_html(erratum_labels(text))}</span>'
 
 
 def md_table(header: list[str], body: list[list[str]]) -> str:
@@ -426,7 +457,7 @@ def scaling_md(r: Row) -> str:
     as a reader writes them, powers as rendered math)."""
     tabs = r.details.get("scaling") or []
     body = [[code_html(t["var"]), readable(", ".join(f"{x:g}: {y:.3g}" for x, y in t["points"])),
-             md_math(tex_powers(readable(t["law"])))] for t in tabs]
+             md_math(tex_powers(readable(t["law"]).replace("^−", "^-")))] for t in tabs]  # L^−2.00 as math too
     return md_table(["as it grows", "smallest bound/exact found", "law"], body) if body else ""
 
 
@@ -502,8 +533,9 @@ def show_rows(rs: list[Row], caption: str = "") -> None:
 
 
 def check_words(words: str, check_id: str, strong: bool = False) -> str:
-    """Words about a check, in code notation (:func:`code_html`), with its id in a hover only."""
-    body = code_html(words)
+    """Words about a check, in code notation (:func:`code_html`), errata by their number (:func:`erratum_labels`),
+    with its id in a hover only."""
+    body = code_html(erratum_labels(words))
     return (f'<span class="cg-text cg-check" title="check {html.escape(check_id, quote=True)}">'
             + (f"<strong>{body}</strong>" if strong else body) + "</span>")
 

@@ -37,7 +37,7 @@ from .io import atomic_write_json, atomic_write_text, file_lock
 from .provenance import git_commit, host, load_average, software
 from .train import load_snapshot, run_dir, run_key, verify_checkpoint
 
-__all__ = ["run", "main", "parse_only", "summary_table", "LONG_RUN_S", "Outcome"]
+__all__ = ["run", "main", "parse_only", "summary_table", "timing_split", "LONG_RUN_S", "Outcome"]
 
 MANIFEST = "manifest.json"
 REPORT = "reproduction_report"
@@ -175,15 +175,16 @@ def _runs_to_train(names: list[str], ctx: ex.Context, allow_long: bool) -> list[
     return [tuple(j) for j in jobs.values()]
 
 
-def _train_one(job: tuple) -> str:
+def _train_one(job: tuple) -> tuple[str, list]:
     """A worker of :func:`train_in_parallel`: one run, one thread, through the same Context methods the results
-    call (so the checkpoints and snapshots are the ones they read)."""
+    call (so the checkpoints and snapshots are the ones they read). Returns what it trained, in words and as the
+    context's ``trained`` records."""
     kwargs, (model, seed, arithmetic, step) = job
     torch.set_num_threads(1)
     ctx = ex.Context(progress=False, **kwargs)
     ctx.model(model, step, seed, arithmetic)
     return f"{model} (seed {seed}{', ' + arithmetic + ' arithmetic' if arithmetic else ''}) to " + (
-        "its end" if step is None else f"step {step:,}")
+        "its end" if step is None else f"step {step:,}"), ctx.trained
 
 
 def train_in_parallel(names: list[str], ctx: ex.Context, allow_long: bool, workers: int, out) -> None:
@@ -209,7 +210,9 @@ def train_in_parallel(names: list[str], ctx: ex.Context, allow_long: bool, worke
         futures = {pool.submit(_train_one, (kwargs, job)): job for job in jobs}
         for fut in concurrent.futures.as_completed(futures):
             try:
-                print(f"  trained {fut.result()} ({time.perf_counter() - t0:.0f} s)", file=out, flush=True)
+                what, trained = fut.result()
+                ctx.trained += trained
+                print(f"  trained {what} ({time.perf_counter() - t0:.0f} s)", file=out, flush=True)
             except Exception as exc:  # noqa: BLE001 - the result that needs the run trains it again and reports
                 print(f"  training {futures[fut][0]} failed here ({type(exc).__name__}: {exc}); the results that "
                       "need it train it again", file=out, flush=True)
@@ -328,8 +331,16 @@ def write_report(outcomes: list[Outcome], ctx: ex.Context, published_dir, figure
     phases = {k: round(v, 2) for k, v in ctx.phases.items()}
     phases["plotting"] = round(sum(o.plot_seconds for o in outcomes), 2)
     phases["other analysis"] = round(total - sum(phases.values()), 2)
+    split = timing_split(ctx, total)
     path = figures_dir / f"{REPORT}.md"
-    timing = ["", "## Where the time went", "", "| phase | seconds |", "|---|---|"]
+    timing = ["", "## Where the time went", "", "| part | seconds |", "|---|---|"]
+    timing += [f"| {k} | {split[k]:.1f} |" for k in ("training", "Hessians", "rest")]
+    f = split["floor"]
+    timing += ["", f"The training's floor: {f['steps']:,} steps of {f['runs']} run(s) × {f['step_ms']:.1f} ms per step "
+                   f"(measured in the runs: batch and step, no setup, checkpoint or evaluation) ÷ {f['cores']} cores "
+                   f"= {f['seconds']:.1f} s" + (f"; the training took {split['training'] / f['seconds']:.1f}× that."
+                                                if f["seconds"] > 0 else "."),
+               "", "| phase | seconds |", "|---|---|"]
     timing += [f"| {k} | {v:.1f} |" for k, v in phases.items()]
     timing += ["", "| result | status | wall seconds (incl. its dependencies) | plotting |", "|---|---|---|---|"]
     timing += [f"| {o.figure} | {o.status}{' (cached)' if o.cached else ''} | {o.seconds:.1f} | {o.plot_seconds:.1f} |"
@@ -340,10 +351,26 @@ def write_report(outcomes: list[Outcome], ctx: ex.Context, published_dir, figure
                              "compute_phases": (o.result.provenance or {}).get("phases") if o.result is not None
                              and not o.cached else None} for o in outcomes}
     atomic_write_json(figures_dir / f"{REPORT}.json", {"command": command, "profile": ctx.profile, "seconds": total,
-                                                        "phases": phases, "per_result": per_result, "host": h,
+                                                        "git": git_commit(), "phases": phases, "split": split,
+                                                        "per_result": per_result, "host": h,
                                                         "load_average": {"start": load0, "end": load_average()},
                                                         "software": software(), "entries": entries})
     return str(path)
+
+
+def timing_split(ctx: ex.Context, total: float) -> dict:
+    """A reproduction's seconds as training (in the results and side by side), Hessians and the rest, and the
+    floor of the training: the steps the runs took × their measured step time (train's ``loop``: batch and step)
+    ÷ the CPU cores (or 1 on a GPU), as ``{"steps", "runs", "step_ms", "cores", "seconds"}``."""
+    training = ctx.phases.get("training", 0.0) + ctx.phases.get("training (side by side)", 0.0)
+    hessians = ctx.phases.get("hessian", 0.0)
+    steps = sum(t["steps"] for t in ctx.trained)
+    seconds = sum(t["seconds"] for t in ctx.trained)
+    cores = 1 if ctx.torch_device.type == "cuda" else (os.cpu_count() or 1)
+    floor = dict(steps=steps, runs=len({t["run"] for t in ctx.trained}), step_ms=1e3 * seconds / steps if steps else 0.0,
+                 cores=cores, seconds=seconds / cores)
+    return dict(training=round(training, 2), Hessians=round(hessians, 2), rest=round(total - training - hessians, 2),
+                floor={k: round(v, 4) if isinstance(v, float) else v for k, v in floor.items()})
 
 
 def _update_manifest(figures_dir: Path, sp, o: Outcome, profile: str, command: str) -> None:
@@ -402,10 +429,17 @@ def main(args) -> int:
     return code
 
 
-def publish(profile: str = "paper", results_dir="results", published_dir=None, only=None, out=None) -> list[str]:
+PUBLISHED_RUN = "reproduction.json"  # published/<profile>/: the reproduction behind the published results
+
+
+def publish(profile: str = "paper", results_dir="results", published_dir=None, only=None, out=None,
+            figures_dir="figures") -> list[str]:
     """Copy the cached results of the current configuration into ``published/<profile>/`` (for maintainers,
     after ``reproduce``); returns the files written. Results named in ``only`` must be cached; without
-    ``only``, results that are not (e.g. Fig. 6 without CIFAR-100) are listed and left as they are."""
+    ``only``, results that are not (e.g. Fig. 6 without CIFAR-100) are listed and left as they are. Without
+    ``only``, the record of the reproduction of this profile in ``figures_dir`` (how long it took, where, which
+    results it computed: what the book and the README state of it) goes beside them as
+    :data:`PUBLISHED_RUN`."""
     out = out or sys.stdout
     published_dir = Path(published_dir if published_dir is not None else (ex.default_published_dir() or "published"))
     ctx = ex.Context(profile=profile, results_dir=results_dir, progress=False)
@@ -425,5 +459,13 @@ def publish(profile: str = "paper", results_dir="results", published_dir=None, o
         path = store.root / "verify.json"
         checks.write_rows(path, rows, checks.rows_meta(False, results_dir))
         written.append(str(path))
+    record = Path(figures_dir) / f"{REPORT}.json"
+    if not only and record.is_file():
+        doc = json.loads(record.read_text())
+        if doc.get("profile") == profile:
+            keep = ("command", "profile", "seconds", "git", "phases", "split", "per_result", "host", "load_average",
+                    "software")
+            atomic_write_json(store.root / PUBLISHED_RUN, {k: doc[k] for k in keep if k in doc})
+            written.append(str(store.root / PUBLISHED_RUN))
     print(f"published {len(written)} files into {store.root}/", file=out)
     return written

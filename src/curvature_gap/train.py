@@ -36,7 +36,7 @@ from .config import DATASET_OF, Recipe, config_hash
 from .device import resolve_device
 from .io import atomic_write_json, file_lock, load_torch, save_torch, state_sha256
 from .model import ViT, build_model
-from .precision import contexts_for, precision_code
+from .precision import arithmetic_for, module_logits, precision_code
 
 CKPT_NAME = "last.pt"
 MODEL_NAME = "model.pt"
@@ -139,11 +139,14 @@ def zero_pixel(mean, std) -> torch.Tensor:
     return torch.zeros_like(m).sub(m).div(torch.tensor(tuple(std), dtype=torch.float32))
 
 
-def rotate_nearest(images: torch.Tensor, degrees: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+def rotate_nearest(images: torch.Tensor, degrees: torch.Tensor, fill: torch.Tensor,
+                   flip: torch.Tensor | None = None) -> torch.Tensor:
     """Each image ``images[i]`` (B, C, H, W) rotated counter-clockwise by ``degrees[i]`` about the image
     centre, nearest neighbour, the area from outside filled with ``fill`` (C,): the geometry of
     torchvision's ``rotate`` (``RandomRotation``'s default ``InterpolationMode.NEAREST``, ``expand=False``,
-    centre of the image). Sampling and mask are ``grid_sample`` with ``align_corners=False``."""
+    centre of the image); then flipped left to right where ``flip`` (B,) bool is set. One ``grid_sample``
+    (``align_corners=False``) samples the image and a channel of ones beside it, whose zeros mark the pixels
+    that came from outside; a flip reverses the sampling grid's columns (each output pixel is sampled alone)."""
     b, c, h, w = images.shape
     a = torch.deg2rad(degrees.to(torch.float64))
     cos, sin = torch.cos(a), torch.sin(a)
@@ -152,10 +155,28 @@ def rotate_nearest(images: torch.Tensor, degrees: torch.Tensor, fill: torch.Tens
     theta[:, 0, 0], theta[:, 0, 1] = cos, -sin * h / w
     theta[:, 1, 0], theta[:, 1, 1] = sin * w / h, cos
     grid = nn.functional.affine_grid(theta.to(images.dtype), [b, c, h, w], align_corners=False).to(images.device)
-    out = nn.functional.grid_sample(images, grid, mode="nearest", padding_mode="zeros", align_corners=False)
-    inside = nn.functional.grid_sample(torch.ones(b, 1, h, w, dtype=images.dtype, device=images.device), grid,
-                                       mode="nearest", padding_mode="zeros", align_corners=False) > 0.5
-    return torch.where(inside, out, fill.to(images).view(1, c, 1, 1))
+    if flip is not None:
+        grid = torch.where(flip.to(images.device)[:, None, None, None], grid.flip(2), grid)
+    ones = torch.ones(b, 1, h, w, dtype=images.dtype, device=images.device)
+    out = nn.functional.grid_sample(torch.cat([images, ones], 1), grid, mode="nearest", padding_mode="zeros",
+                                    align_corners=False)
+    return torch.where(out[:, c:] > 0.5, out[:, :c], fill.to(images).view(1, c, 1, 1))
+
+
+def crop_padded(images: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, padding: int, fill: torch.Tensor,
+                flip: torch.Tensor | None = None) -> torch.Tensor:
+    """Each image ``images[i]`` (B, C, H, W) padded by ``padding`` pixels of ``fill`` (C,) and cropped back to H × W
+    at offset (``dy[i]``, ``dx[i]``) of the padded image, flipped left to right where ``flip`` (B,) bool is set:
+    one gather from the padded batch."""
+    b, c, h, w = images.shape
+    p = padding
+    padded = fill.to(images).view(1, c, 1, 1).expand(b, c, h + 2 * p, w + 2 * p).clone()
+    padded[:, :, p:p + h, p:p + w] = images
+    cols = dx[:, None] + torch.arange(w)[None]
+    if flip is not None:
+        cols = torch.where(flip[:, None], cols.flip(1), cols)
+    index = ((dy[:, None] + torch.arange(h)[None])[:, :, None] * (w + 2 * p) + cols[:, None, :]).reshape(b, 1, h * w)
+    return padded.reshape(b, c, -1).gather(2, index.expand(b, c, h * w).to(images.device)).reshape(b, c, h, w)
 
 
 def augment(images: torch.Tensor, g: torch.Generator, crop_padding: int, rotation_degrees: float, hflip: bool,
@@ -165,31 +186,28 @@ def augment(images: torch.Tensor, g: torch.Generator, crop_padding: int, rotatio
     In order (the order of the authors' ``_build_transforms``): a random crop of the image padded by
     ``crop_padding`` pixels of ``fill`` (offsets uniform on 0..2·padding in each direction, as
     ``RandomCrop.get_params``); a rotation by an angle uniform on [−d, d] degrees, ``d = rotation_degrees``
-    (:func:`rotate_nearest`, as ``RandomRotation(d, fill=0)``); a horizontal flip with probability 1/2
-    (``RandomHorizontalFlip()``). Each step is skipped when its parameter is 0 / False. ``fill`` (C,) is a
-    zero pixel after normalisation (:func:`zero_pixel`): crop and nearest-neighbour rotation only move and
-    fill pixels, so doing them after ``Normalize`` with that fill equals doing them before it, as
-    torchvision does.
+    (as ``RandomRotation(d, fill=0)``); a horizontal flip with probability 1/2 (``RandomHorizontalFlip()``).
+    Each step is skipped when its parameter is 0 / False. ``fill`` (C,) is a zero pixel after normalisation
+    (:func:`zero_pixel`): crop and nearest-neighbour rotation only move and fill pixels, so doing them after
+    ``Normalize`` with that fill equals doing them before it, as torchvision does.
+
+    The random numbers are drawn in that order from ``g`` (offsets, angles, flips); then the crop is one gather
+    (:func:`crop_padded`), the rotation one ``grid_sample`` (:func:`rotate_nearest`), and the flip reverses the
+    columns the last of them reads (bit for bit the images of cropping, rotating and flipping one after another).
     """
-    b, c, h, w = images.shape
-    fill = fill.to(images).view(1, c, 1, 1)
+    b = images.shape[0]
+    p = crop_padding
+    dy, dx = (torch.randint(0, 2 * p + 1, (b,), generator=g) for _ in range(2)) if p else (None, None)
+    angles = (torch.empty(b, dtype=torch.float64).uniform_(-rotation_degrees, rotation_degrees, generator=g)
+              if rotation_degrees else None)
+    flip = torch.rand(b, generator=g) < 0.5 if hflip else None
     out = images
-    if crop_padding:
-        p = crop_padding
-        padded = fill.expand(b, c, h + 2 * p, w + 2 * p).clone()
-        padded[:, :, p:p + h, p:p + w] = images
-        dy = torch.randint(0, 2 * p + 1, (b,), generator=g)
-        dx = torch.randint(0, 2 * p + 1, (b,), generator=g)
-        rows = (dy[:, None] + torch.arange(h)[None]).to(images.device)
-        cols = (dx[:, None] + torch.arange(w)[None]).to(images.device)
-        idx_b = torch.arange(b, device=images.device)[:, None, None]
-        out = padded.permute(0, 2, 3, 1)[idx_b, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2).contiguous()
-    if rotation_degrees:
-        angles = torch.empty(b, dtype=torch.float64).uniform_(-rotation_degrees, rotation_degrees, generator=g)
-        out = rotate_nearest(out, angles, fill.view(c))
-    if hflip:
-        flip = (torch.rand(b, generator=g) < 0.5).to(images.device)
-        out = torch.where(flip[:, None, None, None], out.flip(-1), out)
+    if p:
+        out = crop_padded(out, dy, dx, p, fill, flip if angles is None else None)
+    if angles is not None:
+        out = rotate_nearest(out, angles, fill, flip)
+    elif flip is not None and not p:
+        out = torch.where(flip.to(images.device)[:, None, None, None], out.flip(-1), out)
     return out
 
 
@@ -275,18 +293,16 @@ def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, recipe: Recipe,
-               lr: float, autocast=contextlib.nullcontext, gemm=contextlib.nullcontext) -> tuple[float, float]:
-    """One optimiser step at learning rate ``lr``: mean cross-entropy (under ``autocast()``), backward (both
-    under ``gemm()``: ``precision.gemm_for``), the gradients clipped to global 2-norm ``recipe.grad_clip``
-    (``clip_grad_norm_``, norm_type 2, as the authors' ``src/train/vit_classification.py``; None: not
-    clipped), the step. Returns (loss, the gradients' global 2-norm before clipping)."""
+               lr: float, logits=module_logits, cross_entropy=nn.functional.cross_entropy) -> tuple[float, float]:
+    """One optimiser step at learning rate ``lr``: the mean cross-entropy of ``logits(model, x)`` (the step's
+    arithmetic: ``precision.arithmetic_for``), backward, the gradients clipped to global 2-norm
+    ``recipe.grad_clip`` (``clip_grad_norm_``, norm_type 2, as the authors' ``src/train/vit_classification.py``;
+    None: not clipped), the step. Returns (loss, the gradients' global 2-norm before clipping)."""
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad(set_to_none=True)
-    with gemm():
-        with autocast():
-            loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
+    loss = cross_entropy(logits(model, x), y)
+    loss.backward()
     params = [p for p in model.parameters() if p.grad is not None]
     if recipe.grad_clip:
         norm = nn.utils.clip_grad_norm_(params, recipe.grad_clip, norm_type=2.0)
@@ -297,16 +313,18 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, ds: data_mod.TensorDataset, device, batch_size: int = 1000) -> tuple[float, float]:
-    """(mean cross-entropy, accuracy) of ``model`` on ``ds``."""
+def evaluate(model: nn.Module, ds: data_mod.TensorDataset, device, batch_size: int = 1000, logits=module_logits,
+             cross_entropy=nn.functional.cross_entropy) -> tuple[float, float]:
+    """(mean cross-entropy, accuracy) of ``model`` on ``ds``, in the arithmetic of ``logits`` and ``cross_entropy``
+    (``precision.arithmetic_for``; default: the model's own forward)."""
     model.eval()
     loss, correct = 0.0, 0
     for i in range(0, len(ds), batch_size):
         x = ds.images[i : i + batch_size].to(device)
         y = ds.labels[i : i + batch_size].to(device)
-        logits = model(x)
-        loss += nn.functional.cross_entropy(logits, y, reduction="sum").item()
-        correct += (logits.argmax(-1) == y).sum().item()
+        out = logits(model, x)
+        loss += cross_entropy(out, y, reduction="sum").item()
+        correct += (out.argmax(-1) == y).sum().item()
     model.train()
     return loss / len(ds), correct / len(ds)
 
@@ -345,8 +363,11 @@ def train(
     split (never augmented) is evaluated; the weights after every ``recipe.snapshot_every`` steps and after each
     of ``snapshot_steps`` (0: the initialisation) are kept in ``snapshots/`` (bf16 weights widened exactly to
     float32), for the figures that read the weights along a run; they do not change training. ``max_steps``
-    stops after that many steps in total (``last.pt`` then lets a later call continue). ``datasets`` are whole
-    splits normalised to [-1, 1] (as ``data.load`` gives them); the recipe subsets and re-normalises them.
+    stops after that many steps in total (``last.pt`` then lets a later call continue; the return value is then
+    ``{"interrupted_at_step": step, "loop": ...}``). ``datasets`` are whole splits normalised to [-1, 1] (as
+    ``data.load`` gives them); the recipe subsets and re-normalises them. ``loop`` (also in the metrics): the steps
+    this call took and the wall seconds of their loop bodies (batch and :func:`train_step`; no setup, checkpoint,
+    snapshot or evaluation), the step time a user can plan with.
     """
     if not isinstance(recipe, Recipe):
         raise TypeError(f"train runs a config.Recipe, got {type(recipe).__name__}")
@@ -367,7 +388,9 @@ def train(
     bf16 = recipe.precision == "bf16"
     model = build_model(recipe.model, seed=recipe.seed, **dict(recipe.model_overrides))
     model = model.to(dev, torch.bfloat16) if bf16 else model.to(dev)
-    autocast, gemm = contexts_for(recipe.precision, dev)
+    logits, cross_entropy = arithmetic_for(recipe.precision)
+    if recipe.torch_compile:
+        logits = torch.compile(logits, options={"emulate_precision_casts": True})
     opt = make_optimizer(model, recipe)
     step, history, wall_before, running = 0, [], 0.0, None
     if state is not None:
@@ -378,6 +401,7 @@ def train(
     orders, aug, fill = order_for(recipe, n_train), augmentation_for(recipe), zero_pixel(*recipe.normalize)
     keep = set(int(s) for s in snapshot_steps)
     snaps = out / SNAPSHOT_DIR
+    loop = dict(steps=0, seconds=0.0)
     t0 = time.perf_counter()
 
     def save_ckpt():
@@ -398,8 +422,7 @@ def train(
             save_torch(p, dict(config_hash=key, step=step, model=kept_weights()))
 
     def evaluate_split(split) -> tuple[float, float]:
-        with gemm(), autocast():
-            return evaluate(model, split, dev)
+        return evaluate(model, split, dev, logits=logits, cross_entropy=cross_entropy)
 
     last_good = step
     save_snapshot()
@@ -412,10 +435,13 @@ def train(
             if max_steps is not None and step >= max_steps:
                 bar.close()
                 save_ckpt()
-                return {"interrupted_at_step": step}
+                return {"interrupted_at_step": step, "loop": loop}
+            t_step = time.perf_counter()
             x, y = batch_at(recipe, ds.train, perm, b, step, fill, aug)
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-            lv, _ = train_step(model, opt, x, y, recipe, lr_at(recipe, step, total_steps), autocast, gemm)
+            lv, _ = train_step(model, opt, x, y, recipe, lr_at(recipe, step, total_steps), logits, cross_entropy)
+            loop["steps"] += 1
+            loop["seconds"] += time.perf_counter() - t_step  # train_step's loss.item() waits for the device
             if not math.isfinite(lv) or (running is not None and lv > explode_factor * max(running, 1e-3)):
                 bar.close()
                 raise TrainingDiverged(
@@ -450,7 +476,7 @@ def train(
         test_loss=history[-1]["test_loss"], test_accuracy=history[-1]["test_acc"],
         wall_seconds=round(wall, 2), device=str(dev), precision=recipe.precision, torch_version=torch.__version__,
         python=platform.python_version(), weights_sha256=state_sha256(weights),
-        n_parameters=sum(p.numel() for p in model.parameters()), history=history,
+        n_parameters=sum(p.numel() for p in model.parameters()), history=history, loop=loop,
     )
     atomic_write_json(out / METRICS_NAME, metrics)
     return metrics
@@ -460,7 +486,7 @@ def train(
 @not_in_code_hash("it names the roots of a run's key; the loop does not run it")
 def training_code(recipe: Recipe) -> tuple:
     """The roots of the code that determines a run's weights: the loop and what the recipe picks (its order,
-    its augmentation, its precision's contexts)."""
+    its augmentation, its precision's forward and loss)."""
     aug = augmentation_for(recipe)
     return (train, ORDERS[recipe.shuffle]) + ((aug,) if aug is not None else ()) + precision_code(recipe.precision)
 
@@ -537,7 +563,8 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
       to ``k`` apart (same seed, same weights), its snapshot kept and the replay dropped.
 
     ``datasets``: whole splits (as ``data.load`` gives them), else the files under ``data_root``. Safe to call
-    from several processes at once (a file lock)."""
+    from several processes at once (a file lock). Where this call trained, the description has ``loop``: the
+    steps it took and their wall seconds (:func:`train`'s)."""
     if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
         raise TypeError(f"step must be None (the whole run) or an integer >= 0, got {step!r}; pass the device as "
                         "device=...")
@@ -548,6 +575,7 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
         return state, dict(config_hash=key, step=0, weights_sha256=state_sha256(state), run=str(out),
                            source=recipe.source, note="initialisation of the run")
     with file_lock(out / ".lock", f"training {out}"):
+        loop = None  # the loop timing of the training this call did (train's "loop"), if it trained
         if step is not None:
             state = load_snapshot(out, step, key)
             if state is None:
@@ -555,8 +583,8 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
                 past = ckpt.exists() and int(load_torch(ckpt).get("step", 0)) > step
                 where = out / "replay" if past else out
                 log(f"training {recipe.model}/{recipe.profile} (run {key}) to step {step} in {where}")
-                train(recipe, where, device, data_root=data_root, datasets=datasets, max_steps=step,
-                      progress=progress, snapshot_steps=(step,))
+                loop = train(recipe, where, device, data_root=data_root, datasets=datasets, max_steps=step,
+                             progress=progress, snapshot_steps=(step,))["loop"]
                 if past:
                     name = Path(SNAPSHOT_DIR) / f"step_{step:07d}.pt"
                     if (where / name).exists():
@@ -568,7 +596,7 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
                 raise RuntimeError(f"{out}: no snapshot of step {step} after training to it (does the run have "
                                    f"{step} steps?)")
             return state, dict(config_hash=key, step=step, weights_sha256=state_sha256(state), run=str(out),
-                               source=recipe.source)
+                               source=recipe.source, **({"loop": loop} if loop else {}))
         state, why = verify_checkpoint(out, key)
         if state is None:
             if why != "missing":
@@ -576,13 +604,13 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
                 (out / MODEL_NAME).unlink(missing_ok=True)
             log(f"training {recipe.model} ({recipe.profile}) into {out}/")
             try:
-                train(recipe, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
-                      snapshot_steps=snapshot_steps)
+                loop = train(recipe, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
+                             snapshot_steps=snapshot_steps)["loop"]
             except CheckpointMismatch as exc:
                 warnings.warn(f"{exc}; training from scratch", StaleCheckpointWarning, stacklevel=2)
                 (out / CKPT_NAME).unlink(missing_ok=True)
-                train(recipe, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
-                      snapshot_steps=snapshot_steps)
+                loop = train(recipe, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
+                             snapshot_steps=snapshot_steps)["loop"]
             state, why = verify_checkpoint(out, key)
             if state is None:
                 raise RuntimeError(f"training {recipe.model} did not leave a usable checkpoint: {why}")
@@ -592,7 +620,8 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
     info = dict(run_dir=str(out), config_hash=key, weights_sha256=metrics["weights_sha256"],
                 steps=metrics.get("steps"), test_accuracy=metrics.get("test_accuracy"),
                 train_accuracy=metrics.get("train_accuracy"), final_train_loss=metrics.get("final_train_loss"),
-                wall_seconds=metrics.get("wall_seconds"), device=metrics.get("device"))
+                wall_seconds=metrics.get("wall_seconds"), device=metrics.get("device"),
+                **({"loop": loop} if loop else {}))
     return state["model"], info
 
 

@@ -115,3 +115,17 @@ def test_one_rule_reads_either_models_blocks():
     assert norms.kv_verdict({"a": {"x": True, "y": True}, "b": {"x": False}}) == ("reproduced", 1.0, "a")
     assert norms.kv_verdict({"a": {"x": True, "y": False}, "b": {"x": False}}) == ("partly reproduced", 0.5, "a")
     assert norms.kv_verdict({"figure": {"x": False}})[:2] == ("not reproduced", 0.0)
+
+
+def test_fig5_on_the_authors_model_stores_norms_not_the_hessian_images():
+    """Fig. 5 plots norms: it keeps every norm of the authors' trajectory and leaves its Hessian images to Figs. 7–11
+    (4.3 MB of each published result)."""
+    lists = {g: {"label": g, "n": 4, "pool": 1, "parameters": [g]} for g in trajectory.LISTS}
+    arrays = {"steps": np.arange(3), "gamma_at_one": np.zeros(3)}
+    for g in trajectory.LISTS:
+        arrays |= {f"spec_{g}": np.ones(3), f"fro_{g}": np.ones(3), f"param_{g}": np.ones(3),
+                   f"img_{g}": np.zeros((3, 4, 4), np.float16), f"spread_{g}": np.ones(5)}
+    traj = ex.Result("trajectory_authors", "h", {}, arrays, {"lists": lists})
+    kept, meta = norms.list_norms(traj)
+    assert not [k for k in kept if k.startswith("img_")] and set(meta["lists"]) == set(trajectory.LISTS)
+    assert set(kept) == {k for k in arrays if not k.startswith("img_")}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 import warnings
 
 import numpy as np
@@ -84,3 +85,25 @@ def test_published_store_refuses_another_configuration_and_says_what_differs(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert ResultStore(tmp_path / "results").load("figX", "abc", CFG).from_cache
+
+
+def test_a_republish_of_the_same_numbers_rewrites_nothing(tmp_path):
+    """`make publish` after a recomputation that changed no number: neither published file is written again (an
+    atomic write replaces the file: another inode), the .json keeps its date; a changed array is written."""
+    pub = PublishedStore(tmp_path / "published")
+    first = pub.publish(_save(tmp_path / "results"))
+    npz, doc = first.npz_path.read_bytes(), first.json_path.read_text()
+    inodes = (first.npz_path.stat().st_ino, first.json_path.stat().st_ino)
+    time.sleep(1.1)  # another creation date for the same numbers
+    again = pub.publish(_save(tmp_path / "results2"))  # the same numbers, computed again
+    assert again.npz_path.read_bytes() == npz and again.json_path.read_text() == doc
+    assert (again.npz_path.stat().st_ino, again.json_path.stat().st_ino) == inodes, "a file was written again"
+    assert pub.check("figX", "abc", CFG)["v"] == 2.5
+    r = _save(tmp_path / "results3")
+    r.meta["v"] = 3.0  # the same arrays, another number in the meta: the .json changes, the .npz does not
+    pub.publish(r)
+    assert pub.npz_path("figX").stat().st_ino == inodes[0] and json.loads(pub.json_path("figX").read_text())["meta"]["v"] == 3.0
+    r.arrays["x"] = np.arange(3.0) + 1e-16 * np.arange(3.0) + np.array([0.0, 0.0, 2.0 ** -50])  # one bit of one entry
+    pub.publish(r)
+    assert pub.npz_path("figX").read_bytes() != npz
+    np.testing.assert_array_equal(pub.check("figX", "abc", CFG)["x"], r.arrays["x"])

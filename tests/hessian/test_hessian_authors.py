@@ -1,7 +1,7 @@
 """curvature_gap.hessian's hand-written route (``method="vit"``) on the authors' ViT (``authors_mnist``: Q/K/V
 biases, W_O with bias, exact-erf GELU, FFN without biases, sinusoidal positions): equal to reverse-over-reverse
 autograd (float64, small sizes), to curvlinops (the real model, batch 32, float64 and float32) and to central
-differences of the gradient; the theorem's variant still takes its old path; unsupported variants are refused."""
+differences of the gradient; the theorem's variant computes the model's values bit for bit."""
 from __future__ import annotations
 
 import pytest
@@ -11,8 +11,8 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 import curvature_gap as cg
 from cases import TWO_BLOCKS, perturbed_model, rel, reverse_over_reverse as _reverse_over_reverse
-from curvature_gap.hessian import _closed_form_groups, _generic, resolve_method, _vit_dense, hessian, hessian_block
-from curvature_gap.hessian import ViTSecondOrder
+from curvature_gap.hessian import _generic, resolve_method, hessian, hessian_block
+from curvature_gap.hessian._vit import ViTSecondOrder, closed_form_groups, dense
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -94,39 +94,43 @@ def test_gelu_last_ffn_closed_form_equals_its_hessian_vector_columns(overrides):
     m = _authors(5, **SMALL, **overrides)
     x, y = _batch(4, seed=6)
     so = ViTSecondOrder(m, x, y)
-    assert _closed_form_groups(so) == ["block0.ffn1", "block0.ffn2"]
+    assert closed_form_groups(so) == ["block0.ffn1", "block0.ffn2"]
     ref = _reverse_over_reverse(m, x, y)
     g = {gr.name: gr for gr in so.groups}
     s = slice(g["block0.ffn1"].start, g["block0.ffn2"].stop)
     cf = so.last_ffn_hessian()
-    hv = _vit_dense(so, None, None, closed_form=False)
+    hv = dense(so, None, None, closed_form=False)
     assert rel(cf, ref[s, s]) <= 1e-10 and rel(hv, ref) <= 1e-10
     # the curvature term is not negligible: dropping GELU'' would be caught
     assert (ref[g["block0.ffn1"].slice, g["block0.ffn1"].slice]).abs().max() > 0
-    so.blocks[-1].curv = torch.zeros_like(so.blocks[-1].curv)
+    act = so.ctx("blocks.0.act")
+    act["a2"] = torch.zeros_like(act["a2"])
     assert rel(so.last_ffn_hessian(), ref[s, s]) > 1e-4
 
 
 @pytest.mark.slow
 def test_the_theorem_variant_keeps_its_path_and_its_hessian():
-    """The theorem's block (one primal path, composed from the config) computes model.block_forward's values bit for
+    """The theorem's block (the program composed from the config) computes model.block_forward's values bit for
     bit, keeps the closed form where it had it (ReLU with FFN biases) and not where it had none, and agrees with the
     generic route to 1e-12 in float64."""
     m = perturbed_model(0, torch.float64, **TWO_BLOCKS)
     x, y = _batch(4, seed=1)
     so = ViTSecondOrder(m, x, y)
-    assert so.blocks[0].curv is None and so.blocks[0].v is None
-    for i, (b, blk) in enumerate(zip(so.blocks, m.blocks)):
-        bp = blk.parts(b.x)
-        for f in ("q", "k", "A", "ax", "n1", "rstd1", "y", "mask", "r", "n2", "rstd2"):
-            assert torch.equal(getattr(b, f), getattr(bp, f)), (i, f)
-        nxt = so.blocks[i + 1].x if i + 1 < len(so.blocks) else so.features
-        assert torch.equal(nxt, bp.out)
-    assert _closed_form_groups(so) == ["block1.ffn1", "block1.ffn2"]
+    assert so.ctx("blocks.0.act")["a2"] is None and "blocks.0.out" not in so.program.groups.get("block0.value", ())
+    for i, blk in enumerate(m.blocks):
+        V = lambda n: so.values[f"b{i}.{n}"]  # noqa: E731
+        x_in = so.values["x0"] if i == 0 else so.values[f"b{i - 1}.out"]
+        bp = blk.parts(x_in)
+        ln1, ln2 = so.ctx(f"blocks.{i}.ln1"), so.ctx(f"blocks.{i}.ln2")
+        ours = dict(q=V("q"), k=V("k"), A=so.ctx(f"blocks.{i}.attention")["A"], ax=V("ax"), n1=ln1["n"], rstd1=ln1["r"],
+                    y=V("y"), mask=so.ctx(f"blocks.{i}.act")["a1"], r=V("r"), n2=ln2["n"], rstd2=ln2["r"], out=V("out"))
+        for f, t in ours.items():
+            assert torch.equal(t, getattr(bp, f)), (i, f)
+    assert closed_form_groups(so) == ["block1.ffn1", "block1.ffn2"]
     assert rel(hessian(m, (x, y), method="vit"), hessian(m, (x, y), method="functorch")) <= 1e-12
     m2 = perturbed_model(0, torch.float64, ffn_bias=False, **TWO_BLOCKS)
     so2 = ViTSecondOrder(m2, x, y)
-    assert _closed_form_groups(so2) == []
+    assert closed_form_groups(so2) == []
     H2 = hessian(m2, (x, y), method="vit")
     assert rel(H2, hessian(m2, (x, y), method="functorch")) <= 1e-12
     g = {gr.name: gr for gr in so2.groups}
@@ -182,14 +186,14 @@ def test_columns_equal_central_differences_of_the_gradient():
     assert all(fd[:, k].abs().max() > 0 for k in range(len(cols)))
 
 
-@pytest.mark.parametrize("overrides, named", [(dict(norm="pre"), "norm='pre'"), (dict(n_heads=2), "n_heads=2"),
-                                              (dict(head_bias=False), "head_bias=False")],
-                         ids=["pre-norm", "two heads", "no head bias"])
-def test_unsupported_authors_variants_are_still_refused(overrides, named):
-    m = cg.build_model("authors_mnist", **SMALL, **overrides)
+def test_a_fused_layernorm_is_refused_by_name():
+    """The one model the route refuses: fused LayerNorm (its Hessian is PyTorch's kernel's, which forward-over-reverse
+    gets wrong); ``auto`` sends it to the generic route."""
+    m = cg.build_model("authors_mnist", fused_ln=True, **SMALL)
     data = _batch(2, seed=0, dtype=torch.float32)
-    with pytest.raises(ValueError, match=rf"method='vit' supports norm='post', .*this model \(authors_mnist\) has {named}"):
+    with pytest.raises(ValueError, match=r"this model \(authors_mnist\) has fused_ln=True .* Fix: build the model with "
+                                         r"fused_ln=False"):
         hessian(m, data, method="vit")
-    with pytest.raises(ValueError, match=named):
+    with pytest.raises(ValueError, match="fused_ln=True"):
         ViTSecondOrder(m, *data)
     assert resolve_method(m, "cross_entropy", "auto") == "functorch"

@@ -87,22 +87,22 @@ def test_other_methods_and_sample_chunks_agree():
 def test_shared_passes_equal_their_own_passes_float64(overrides, monkeypatch):
     """The query and key columns from one pass over the scores' bilinear form, and the embedding's columns mixed
     from the positions' pass per sample, equal those columns by their own passes; the plan has neither pass."""
-    from curvature_gap.hessian import ViTSecondOrder, _bilinear_blocks, _closed_form_groups, _dense_plan, _vit_dense
+    from curvature_gap.hessian._vit import ViTSecondOrder, bilinear_blocks, closed_form_groups, dense, dense_plan
 
     m, x, y = _setup(n=5, **overrides)
     so = ViTSecondOrder(m, x, y)
-    own = _vit_dense(so, None, None, bilinear=False, embed_from_pos=False)
-    shared = _vit_dense(so, None, None)
+    own = dense(so, None, None, bilinear=False, embed_mixed=False)
+    shared = dense(so, None, None)
     assert rel(shared, own) < 1e-13 and torch.equal(shared, shared.T)
     # tangent chunks across two tokens and uneven sample chunks mix the same columns
-    assert rel(_vit_dense(so, 24, 2), own) < 1e-13
-    passes = [col for col, _ in _dense_plan(so, _closed_form_groups(so), _bilinear_blocks(so), True)]
+    assert rel(dense(so, 24, 2), own) < 1e-13
+    passes = [col for col, _ in dense_plan(so, closed_form_groups(so), bilinear_blocks(so), True)]
     assert "embed" not in passes and not any(p.endswith((".query", ".key")) for p in passes)
     assert [p for p in passes if p.endswith(".scores")] == [f"block{i}.scores" for i in range(m.cfg.n_blocks)]
     # the first-order term of the (query, key) block is what makes it exact: without it the block is wrong
     g = {gr.name: gr for gr in cg.param_groups(m)}
     grad = so.scores_grad
     monkeypatch.setattr(so, "scores_grad", lambda i: torch.zeros_like(grad(i)))
-    wrong = _vit_dense(so, None, None)
+    wrong = dense(so, None, None)
     q, k = g["block0.query"].slice, g["block0.key"].slice
     assert rel(wrong[q, k], own[q, k]) > 1e-3

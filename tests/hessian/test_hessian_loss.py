@@ -7,7 +7,8 @@ import torch
 from torch.func import functional_call, grad
 
 from cases import TINY_MODEL, perturbed_model
-from curvature_gap.hessian.loss import flat_view, loss_function, model_loss
+from curvature_gap.hessian.loss import loss_function, model_loss
+from curvature_gap.params import flat_view
 
 
 def _batch(model, n=5, seed=0):

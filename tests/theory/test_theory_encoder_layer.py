@@ -1,10 +1,11 @@
-"""theory.encoder_layer: the closed-form Hessian of nn.TransformerEncoderLayer against PyTorch's own layer.
+"""theory.encoder_layer: the closed-form Hessian of nn.TransformerEncoderLayer (the engine's program of it, under
+PyTorch's argument names) against PyTorch's own layer.
 
 Reference: reverse-over-reverse torch.autograd of the layer itself under the MATH attention backend
 (curvature_gap.exact.encoder_layer), float64. Every configuration of the family, near-one-hot attention
-and large inputs; the second-derivative pieces against central differences; the paper's block
-(theory.block, Theorem 5) and the authors' experimental block as points of the family; the two autodiff
-traps, which fail here the day PyTorch fixes them.
+and large inputs; the second-derivative pieces of the engine's ops against central differences and the paper's
+Lemma C.1 and Theorem 3; the paper's block (theory.block, Theorem 5) and the authors' experimental block as points
+of the family; the two autodiff traps, which fail here the day PyTorch fixes them.
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from torch import nn
 from cases import slow_but
 from curvature_gap.exact import encoder_layer as ref
 from curvature_gap.exact.instances import random_instance
+from curvature_gap.hessian.ops.activation import parts as activation_parts
+from curvature_gap.hessian.ops.attention import Attention
+from curvature_gap.hessian.ops.layernorm import LayerNorm
 from curvature_gap.theory import attention as at
 from curvature_gap.theory import block as bk
-from curvature_gap.theory import encoder_layer as el
 from curvature_gap.theory import encoder_layer_hessian
 from curvature_gap.theory import layernorm as ln
-from curvature_gap.theory import multihead as mh
 
 TOL = 1e-10
 FD_TOL = 1e-7
@@ -42,7 +44,9 @@ def _max_attention(layer, X, causal):
     """Median over heads and rows of the largest attention weight of a row (1: one-hot)."""
     A_in = layer.norm1(X) if layer.norm_first else X
     qkv = nn.functional.linear(A_in, layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias)
-    _, ctx = mh.forward(qkv, layer.self_attn.num_heads, mh.additive_mask(X.shape[0], None, causal, X))
+    L = X.shape[0]
+    mask = torch.triu(torch.full((L, L), float("-inf"), dtype=X.dtype), 1) if causal else None
+    _, ctx = Attention(layer.self_attn.num_heads, mask).forward(list(qkv[None].chunk(3, -1)), {})
     return float(ctx["A"].amax(-1).median())
 
 
@@ -173,62 +177,143 @@ def test_hessian_against_central_differences_of_the_gradient():
     grad_at(flat0)
 
 
-# ------------------------------------------------------------------ second-derivative pieces vs FD
+# ------------------------------------------------------------------ second-derivative pieces vs FD and the paper
 def test_softmax_second_derivative_against_central_differences_and_lemma_c1():
+    """The attention op's adjoint tangent of the scores, with keys and values the identity (so T = s q and
+    δA = δax), is the softmax's second derivative contracted with Ā: against central differences of the softmax's
+    transposed Jacobian and the paper's Lemma C.1 blocks (theory.attention), with and without a causal mask."""
     g = torch.Generator().manual_seed(0)
-    T = 3 * torch.randn(2, 5, 5, generator=g, dtype=torch.float64)
-    T[1] = T[1] + mh.causal_mask(5, T)
-    gA = torch.randn(2, 5, 5, generator=g, dtype=torch.float64)
-    dT = torch.randn(2, 5, 5, generator=g, dtype=torch.float64)
-    A = mh.softmax_rows(T)
-    closed = mh.softmax_second(A, gA, mh.softmax_jvp(A, dT))
+    L = 5
+    T = 3 * torch.randn(2, L, L, generator=g, dtype=torch.float64)
+    gA = torch.randn(2, L, L, generator=g, dtype=torch.float64)
+    dT = torch.randn(2, L, L, generator=g, dtype=torch.float64)
+    causal = torch.triu(torch.full((L, L), float("-inf"), dtype=torch.float64), 1)
+    mask = torch.stack([torch.zeros(L, L, dtype=torch.float64), causal])
+    op = Attention(1, mask)
+    eye = torch.eye(L, dtype=torch.float64).expand(2, L, L)
+    s = L ** -0.5
+    _, ctx = op.forward([T / s, eye, eye], {})
+    op.vjp(ctx, {}, gA, [False] * 3)
+    _, t = op.jvp(ctx, {}, [(dT / s).unsqueeze(2), None, None], {}, 1)
+    op.vjp_tangent(ctx, {}, t, None, {}, 1, [True, False, False])
+    closed = t["ddTs"][:, :, 0] / s  # (Ā·∂²A/∂T²)[Ṫ]
+
+    def vjp(Tm):  # T̄ = (∂A/∂T)ᵀ Ā, softmax's transposed Jacobian, by autograd
+        Tm = Tm.detach().requires_grad_()
+        return torch.autograd.grad(torch.softmax(Tm + mask, -1), Tm, gA)[0]
+
     h = 1e-5
-    vjp = lambda Tm: mh.softmax_vjp(mh.softmax_rows(Tm), gA)
     fd = (vjp(T + h * dT) - vjp(T - h * dT)) / (2 * h)
     assert ref.relative_error(closed, fd) <= FD_TOL
-    # the paper's Lemma C.1 blocks contracted with Ā (theory.attention), one head without mask
-    blocks = at.contract_d2A_dT2_blocks(A[0], gA[0])
+    A = ctx["A"]
+    blocks = at.contract_d2A_dT2_blocks(A[0], gA[0])  # Lemma C.1, one head without mask
     assert ref.relative_error(closed[0], torch.einsum("ikl,il->ik", blocks, dT[0])) <= 1e-13
-    fd1 = (mh.softmax_rows(T + h * dT) - mh.softmax_rows(T - h * dT)) / (2 * h)
-    assert ref.relative_error(mh.softmax_jvp(A, dT), fd1) <= FD_TOL
+    fd1 = (torch.softmax(T + h * dT + mask, -1) - torch.softmax(T - h * dT + mask, -1)) / (2 * h)
+    assert ref.relative_error(t["dA"][:, :, 0], fd1) <= FD_TOL
 
 
 @pytest.mark.parametrize("eps", [0.0, 1e-5, 0.3])
 def test_layernorm_second_derivative_against_central_differences(eps):
+    """The LayerNorm op's second-order term (δy = u fixed, no γ): against central differences of its adjoint and,
+    without ε, Theorem 3 (theory.layernorm) contracted with u."""
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(4, 6, generator=g, dtype=torch.float64)
-    u = torch.randn(4, 6, generator=g, dtype=torch.float64)
-    dx = torch.randn(4, 6, generator=g, dtype=torch.float64)
-    op = el.LayerNorm(eps)
-    xh, r = (op.forward([x], {})[1][k] for k in ("xh", "r"))
-    closed = el.layernorm_second(xh, r, u, dx)
+    x = torch.randn(1, 4, 6, generator=g, dtype=torch.float64)
+    u = torch.randn(1, 4, 6, generator=g, dtype=torch.float64)
+    dx = torch.randn(1, 4, 6, generator=g, dtype=torch.float64)
+    op = LayerNorm(eps)
 
     def vjp(xm):
-        c = op.forward([xm], {})[1]
-        return el.layernorm_vjp(c["xh"], c["r"], u)
+        _, c = op.forward([xm], {})
+        return op.vjp(c, {}, u, [True])[0]
 
+    _, ctx = op.forward([x], {})
+    op.vjp(ctx, {}, u, [True])
+    _, t = op.jvp(ctx, {}, [dx.unsqueeze(2)], {}, 1)
+    closed = op.vjp_tangent(ctx, {}, t, None, {}, 1, [True])[0][:, :, 0]
     h = 1e-5
     fd = (vjp(x + h * dx) - vjp(x - h * dx)) / (2 * h)
     assert ref.relative_error(closed, fd) <= FD_TOL
     if eps == 0.0:   # Theorem 3 (theory.layernorm, no ε) contracted with u
-        Hc = ln.contract_hessian(x, u.reshape(-1))
+        Hc = ln.contract_hessian(x[0], u.reshape(-1))
         assert ref.relative_error(closed.reshape(-1), Hc @ dx.reshape(-1)) <= 1e-12
 
 
 @pytest.mark.parametrize("name", ["relu", "gelu", "gelu_tanh"])
 def test_activation_derivatives_against_central_differences_and_pytorch(name):
     p = torch.linspace(-4, 4, 81, dtype=torch.float64) + 0.013
-    y, d1, d2 = el.activation_derivatives(name, p)
+    y, d1, d2 = activation_parts(p, name)
     torch_fn = {"relu": torch.relu, "gelu": nn.functional.gelu,
                 "gelu_tanh": lambda t: nn.functional.gelu(t, approximate="tanh")}[name]
     assert ref.relative_error(y, torch_fn(p)) <= 1e-15
     h = 1e-5
-    f1 = lambda t: el.activation_derivatives(name, t)[1]
+    f1 = lambda t: activation_parts(t, name)[1]
     assert ref.relative_error(d1, (torch_fn(p + h) - torch_fn(p - h)) / (2 * h)) <= FD_TOL
     if name == "relu":
         assert d2 is None
     else:
         assert ref.relative_error(d2, (f1(p + h) - f1(p - h)) / (2 * h)) <= FD_TOL
+
+
+# ------------------------------------------------------- the paper's and the authors' blocks as points of the family
+AUTHORS_BLOCK = dict(nhead=1, norm_first=False, activation="gelu", bias=True, ffn_bias=False, layer_norm_eps=1e-5,
+                     dropout=0.0, batch_first=True)
+"""The block of the authors' experiments: one head, ``W_O`` with bias, Q/K/V biases, GELU, an FFN *without*
+biases, post-norm ``nn.LayerNorm`` (γ, β) with ε = 1e-5. ``ffn_bias=False`` is represented by removing
+``linear1.bias`` and ``linear2.bias`` (set to None: they are not parameters, not in the Hessian)."""
+
+PAPER_BLOCK = dict(nhead=1, norm_first=False, activation="relu", bias=False, layer_norm_eps=0.0, dropout=0.0,
+                   batch_first=True)
+"""The paper's block (Theorem 5) as a layer: one head, ReLU, post-norm, no biases and LayerNorm without ε,
+with ``out_proj.weight = I`` (no W_O) and ``γ = 1`` (:func:`paper_block`)."""
+
+
+def authors_block(d_model: int, dim_feedforward: int, dtype=torch.float64, device=None) -> nn.TransformerEncoderLayer:
+    """An ``nn.TransformerEncoderLayer`` configured as :data:`AUTHORS_BLOCK` (PyTorch's initialisation)."""
+    cfg = {k: v for k, v in AUTHORS_BLOCK.items() if k != "ffn_bias"}
+    layer = nn.TransformerEncoderLayer(d_model, dim_feedforward=dim_feedforward, dtype=dtype, device=device, **cfg)
+    layer.linear1.bias = None
+    layer.linear2.bias = None
+    return layer
+
+
+def paper_block(W_Q, W_K, W_V, W_1, W_2) -> nn.TransformerEncoderLayer:
+    """The paper's block ``Z = LN(ReLU(Y W_1) W_2 + Y)``, ``Y = LN(X + softmax(X W_Q W_Kᵀ Xᵀ/√d) X W_V)`` as an
+    ``nn.TransformerEncoderLayer`` (:data:`PAPER_BLOCK`); the weights in the theory's orientation
+    (``X W``, :mod:`.block`): W_Q, W_K, W_V (d, d), W_1 (d, d_ff), W_2 (d_ff, d). Its parameters are
+    in_proj_weight = [W_Qᵀ; W_Kᵀ; W_Vᵀ], out_proj.weight = I, linear1.weight = W_1ᵀ, linear2.weight = W_2ᵀ,
+    norm1.weight = norm2.weight = 1."""
+    d, d_ff = W_1.shape
+    if W_Q.shape != (d, d):
+        raise ValueError("nn.TransformerEncoderLayer has d_K = d_model / nhead = d_model for one head: W_Q (d, d)")
+    layer = nn.TransformerEncoderLayer(d, dim_feedforward=d_ff, dtype=W_1.dtype, device=W_1.device, **PAPER_BLOCK)
+    with torch.no_grad():
+        layer.self_attn.in_proj_weight.copy_(torch.cat([W_Q.T, W_K.T, W_V.T], dim=0))
+        layer.self_attn.out_proj.weight.copy_(torch.eye(d, dtype=W_1.dtype, device=W_1.device))
+        layer.linear1.weight.copy_(W_1.T)
+        layer.linear2.weight.copy_(W_2.T)
+        layer.norm1.weight.fill_(1.0)
+        layer.norm2.weight.fill_(1.0)
+    return layer
+
+
+def paper_index(res, d_model: int, d_ff: int) -> torch.Tensor:
+    """Positions in ``res.dense`` of the theory's weights in :data:`curvature_gap.theory.block.BLOCK_PARAMS` order ("1", "2", "K",
+    "Q", "V"), each ``vec_r`` in the theory's orientation: ``H_theory = dense[idx][:, idx]``.
+
+    A theory matrix ``W = W_nnᵀ`` (in, out) whose ``W_nn`` (out, in) starts at row ``r0`` of a parameter at
+    offset ``o``: entry ``W[a, b]`` is ``o + (r0 + b)·in + a``. Rows 0, d, 2d of in_proj_weight hold W_Qᵀ,
+    W_Kᵀ, W_Vᵀ.
+    """
+    off, d = res.offsets(), d_model
+
+    def pos(name, r0, n_in, n_out):
+        a = torch.arange(n_in).repeat_interleave(n_out)
+        b = torch.arange(n_out).repeat(n_in)
+        return off[name] + (r0 + b) * n_in + a
+
+    ip = "self_attn.in_proj_weight"
+    return torch.cat([pos("linear1.weight", 0, d, d_ff), pos("linear2.weight", 0, d_ff, d),
+                      pos(ip, d, d, d), pos(ip, 0, d, d), pos(ip, 2 * d, d, d)])
 
 
 # ---------------------------------------------------------------------- named points of the family
@@ -238,7 +323,7 @@ def test_the_paper_block_is_the_special_case_theorem5(shape, seed):
     (in_proj_weight, linear1.weight, linear2.weight), permuted by paper_index, is Theorem 5's
     (theory.block.loss_hessian) w.r.t. (W_1, W_2, W_K, W_Q, W_V)."""
     inst = random_instance(*shape, seed=seed, sharpness=1.5, away_from_kinks=True)
-    layer = el.paper_block(inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2)
+    layer = paper_block(inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2)
     assert [n for n, _ in layer.named_parameters()] == ["self_attn.in_proj_weight", "self_attn.out_proj.weight",
                                                         "linear1.weight", "linear2.weight", "norm1.weight",
                                                         "norm2.weight"]
@@ -248,7 +333,7 @@ def test_the_paper_block_is_the_special_case_theorem5(shape, seed):
     from curvature_gap.exact.forward import block_output
     Z_th = block_output(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2)
     assert ref.relative_error(res.Z, Z_th) <= 1e-13 and ref.relative_error(Z_nn, Z_th) <= 1e-13
-    idx = el.paper_index(res, inst.d_V, inst.d_ff)
+    idx = paper_index(res, inst.d_V, inst.d_ff)
     assert sorted(idx.tolist()) == sorted(set(idx.tolist()))
     H_th = bk.assemble(bk.loss_hessian(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2, inst.Target))
     assert ref.relative_error(res.dense[idx][:, idx], H_th) <= TOL
@@ -257,7 +342,7 @@ def test_the_paper_block_is_the_special_case_theorem5(shape, seed):
 
 
 def test_the_authors_block():
-    layer = el.authors_block(8, 12)
+    layer = authors_block(8, 12)
     names = [n for n, _ in layer.named_parameters()]
     assert "linear1.bias" not in names and "linear2.bias" not in names
     assert {"self_attn.in_proj_bias", "self_attn.out_proj.bias", "norm1.bias", "norm2.bias"} <= set(names)
@@ -284,7 +369,7 @@ def test_configurations_outside_the_family_raise_a_clear_error():
     layer, X, T = ref.random_layer(nhead=2, seed=0)
     d = 8
     train = nn.TransformerEncoderLayer(d, 2, 6, dropout=0.1, batch_first=True, dtype=torch.float64)
-    _raises("dropout > 0 in training mode", train, X, target=T)
+    _raises("training mode with dropout", train, X, target=T)
     encoder_layer_hessian(train.eval(), X, target=T)        # eval mode: dropout is the identity
     custom = nn.TransformerEncoderLayer(d, 2, 6, dropout=0.0, activation=lambda t: t.tanh(), batch_first=True,
                                         dtype=torch.float64)

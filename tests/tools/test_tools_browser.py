@@ -293,6 +293,32 @@ def test_legibility_arithmetic():
     assert "data-width-in" in page_checks.figure_problem("p.html", dict(filed, widthIn="", width=600))
 
 
+def test_fig12_on_the_authors_model_is_seen_whole_on_a_phone():
+    """Fig. 12's point (where the bf16 and float64 sums part, at the largest k) and both legend entries: the phone
+    shows the whole figure, without scrolling; other figures may scroll with a cue, and the desktop is not asked."""
+    rel, = page_checks.WHOLE_ON_PHONE
+    fig = {"id": "fig-fig12_authors_mnist-assumption-paper", "shown": True, "width": 484, "cut": True}
+    problem, = page_checks.whole_figure_problems(rel, [fig, dict(fig, id="fig-fig12_mnist-assumption-paper")], 390)
+    assert "#fig-fig12_authors_mnist-assumption-paper is cut off at 390 px" in problem
+    assert page_checks.whole_figure_problems(rel, [dict(fig, cut=False, width=358)], 390) == []
+    assert page_checks.whole_figure_problems(rel, [fig], 1440) == []
+    assert page_checks.whole_figure_problems("notebooks/fig03_hessian_init.html", [fig], 390) == []
+    gone, = page_checks.whole_figure_problems(rel, [], 390)
+    assert "no figure fig-fig12_authors… to check" in gone
+
+
+def test_the_fig12_figure_of_the_authors_model_fits_a_phone_at_7_pt():
+    """The drawing itself (experiments.assumption.plot_assumption on the committed result): its smallest text at 7 pt
+    needs less than a phone's column."""
+    from curvature_gap import experiments as ex  # noqa: PLC0415
+    from curvature_gap.notebook import phone_min_width  # noqa: PLC0415
+    ctx = ex.Context(profile="paper", progress=False, published_dir=ex.default_published_dir())
+    res = ex.find_result("fig12_authors_mnist", ctx=ctx)
+    if res is None:
+        pytest.skip("no usable published fig12_authors_mnist at this commit")
+    assert phone_min_width(ex.plot("fig12_authors_mnist", res, "assumption")) <= 340
+
+
 def test_inside_the_build_a_figure_is_a_file_at_page_resolution_with_its_full_size_beside_it(tmp_path, monkeypatch):
     from curvature_gap import notebook as nb  # noqa: PLC0415
     shown = []

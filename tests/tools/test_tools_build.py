@@ -40,7 +40,7 @@ def test_notebook_is_thin_parametrised_and_clean(path):
     params = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(params) == 1, "exactly one papermill parameters cell"
     src = params[0].source
-    assert 'profile = "smoke"' in src and "device =" in src, "profile defaults to smoke (nbval), device is a parameter"
+    assert 'profile = "paper"' in src and "device =" in src, "profile defaults to paper (as a reader opens it), device is a parameter"
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), "a title first"
     for c in code:
         assert all(o.get("output_type") != "error" for o in c.outputs), "no stored error output"

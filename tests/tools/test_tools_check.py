@@ -10,7 +10,7 @@ import pytest
 from curvature_gap.findings import RESULTS
 from curvature_gap.notebook import verdict_html
 from tools.book import __main__ as cli
-from tools.book import build, repository
+from tools.book import build, numbers, plain, repository
 from tools.book.check import check
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +57,8 @@ def _built(tmp_path, rows, profile="smoke"):
                      + "".join(f'<a href="{u}">{k}</a>' for k, u in
                                repository.launch_urls(URL, "main", f"notebooks/{p.stem}.ipynb").items()))
         p.write_text("<main>" + "".join(marks) + extra + "</main>" + _footer())
+    plain.plain_downloads(html_dir, ROOT, numbers.substitutions(ROOT))  # as the build leaves its downloads
+    plain.point_launch_buttons(html_dir)  # and its launch buttons (on notebooks/plain/)
     return html_dir
 
 

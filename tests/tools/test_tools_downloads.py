@@ -9,6 +9,7 @@ executing it) and checked for the rest.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -22,12 +23,14 @@ from papermill.parameterize import parameterize_notebook
 
 from cases import subprocess_env
 
-from tools.book import build
+from curvature_gap import myst
+from tools.book import build, numbers, plain
 from tools.book.html import check_download
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = build.toc_notebooks(ROOT)
 BUILD_PARAMS = {"profile": "smoke", "device": "cpu"}  # what `make book PROFILE=smoke` injects
+PLAIN = dataclasses.replace(myst.from_checkout(ROOT), substitutions=numbers.substitutions(ROOT))  # as the build
 
 
 def _original_names(path: Path) -> list[str]:
@@ -84,9 +87,12 @@ def test_tidy_keeps_one_merged_parameters_cell_shows_it_and_strips_the_build_mac
     assert nb.metadata["papermill"]["parameters"] == {"profile": "paper", "device": "cpu", "L": 7}
     text = dst.read_text()
     assert str(ROOT) not in text and "read results/x/y.json" in text
-    assert check_download(dst, ROOT, src) == []
+    raw, = {p.split(": cell")[0] + ": raw MyST" for p in check_download(dst, ROOT, src)}
+    assert raw == "self_attention.ipynb: raw MyST", "tidied, not yet plain: the page's MyST is still there"
     build.tidy_notebook(dst, ROOT)  # tidying twice changes nothing
     assert nbformat.read(dst, as_version=4).cells == nb.cells
+    plain.plain_download(dst, PLAIN)  # then, as the build does, its text as plain Markdown
+    assert check_download(dst, ROOT, src) == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -94,6 +100,7 @@ def test_every_tidied_notebook_defines_its_parameters_and_names_no_path_of_the_b
     dst = _as_papermill_leaves_it(ROOT / path, tmp_path / path.name, BUILD_PARAMS)
     assert check_download(dst, ROOT, ROOT / path), "as papermill leaves it, the notebook has every problem"
     build.tidy_notebook(dst, ROOT)
+    plain.plain_download(dst, PLAIN)
     assert check_download(dst, ROOT, ROOT / path) == []
     nb = nbformat.read(dst, as_version=4)
     cell, = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
@@ -149,6 +156,7 @@ def test_a_built_page_runs_as_downloaded_with_papermill_and_nbconvert(downloads)
     # committed rows are current (make book-check re-runs downloads with the default, against their pages)
     build.execute_notebook(src, page, dict(BUILD_PARAMS, seed=1, recompute="quick"), cwd=ROOT)
     build.tidy_notebook(page, ROOT)
+    plain.plain_download(page, PLAIN)  # then, as the build does, its text as plain Markdown
     assert check_download(page, ROOT, src) == []
     bin_dir = Path(sys.executable).parent
     ran = _run([str(bin_dir / "papermill"), str(page), str(downloads / "out.ipynb"), "-k", build.KERNEL,

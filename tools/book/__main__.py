@@ -1,5 +1,5 @@
-"""``python -m tools.book build|check|pdf|refresh-outputs|maintainers`` (``make book``, ``make book-check``,
-``make book-pdf``)."""
+"""``python -m tools.book build|check|pdf|refresh-outputs|colab-cells|plain-notebooks|readme|maintainers``
+(``make book``, ``make book-check``, ``make book-pdf``)."""
 from __future__ import annotations
 
 import argparse
@@ -24,11 +24,15 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="check the built HTML (links, verdicts, raw TeX, and in Chromium: legibility)")
     c.add_argument("--no-browser", action="store_true", help="skip the headless-Chromium checks")
     c.add_argument("--shots", default=None, help="write screenshots here (default: _build/screenshots)")
-    c.add_argument("--no-rerun", action="store_true", help="skip re-running three downloads from the root")
+    c.add_argument("--no-rerun", action="store_true", help="skip re-running every page's download from the root")
     sub.add_parser("pdf", help="the whole book as one PDF (_build/pdf/book.pdf), after build")
     r = sub.add_parser("refresh-outputs", help="store the outputs of the checked cells in the committed notebooks")
     r.add_argument("notebooks", nargs="*")
     sub.add_parser("colab-cells", help="give every notebook of the book its Colab set-up cell (tools/book/colab.py)")
+    pn = sub.add_parser("plain-notebooks", help="write notebooks/plain/, the pages Colab and Binder open (tools/book/plain.py)")
+    pn.add_argument("--check", action="store_true", help="only say whether they are current")
+    rd = sub.add_parser("readme", help="render README.md's numbers from their sources (tools/book/numbers.py)")
+    rd.add_argument("--check", action="store_true", help="only say whether they are current")
     m = sub.add_parser("maintainers", help=f"write {maintainers.PAGE} (the fault table, configuration hashes)")
     m.add_argument("--check", action="store_true", help="only say whether the committed page is current")
     args = p.parse_args(argv)
@@ -53,6 +57,27 @@ def main(argv=None) -> int:
             changed = colab.write_cells(project_root(), toc_notebooks(project_root()))
             print(f"[book] Colab cell written into {len(changed)} notebook(s)" + "".join(f"\n  {p.name}" for p in changed))
             return 0
+        if args.cmd == "plain-notebooks":
+            from . import numbers, plain  # noqa: PLC0415
+            from .build import toc_notebooks  # noqa: PLC0415
+            root = project_root()
+            subs = numbers.substitutions(root)
+            if args.check:
+                stale = plain.stale_plain_notebooks(root, toc_notebooks(root), subs)
+                for line in stale:
+                    print(f"[book] {line}", file=sys.stderr)
+                return 1 if stale else 0
+            changed = plain.write_plain_notebooks(root, toc_notebooks(root), subs)
+            print(f"[book] {len(changed)} plain notebook(s) written" + "".join(f"\n  {p.relative_to(root)}" for p in changed))
+            return 0
+        if args.cmd == "readme":
+            from . import numbers  # noqa: PLC0415
+            problems = numbers.render_readme(project_root(), check=args.check)
+            for line in problems:
+                print(f"[book] {line}", file=sys.stderr)
+            if not args.check and not problems:
+                print("[book] README.md's numbers rendered from their sources")
+            return 1 if problems else 0
         if args.cmd == "maintainers":
             current = maintainers.write(project_root(), check=args.check)
             if args.check and not current:

@@ -43,7 +43,7 @@ from curvature_gap.experiments import UnusableResult
 from curvature_gap.io import atomic_write_json
 from curvature_gap.notebook import NO_COMPUTE_ENV, STATIC_ENV, VERIFY_ENV
 
-from . import plain, repository, tables
+from . import numbers, plain, repository, tables
 
 __all__ = ["BookError", "project_root", "build", "toc_notebooks", "execute_notebook", "execute_all", "book_jobs", "tidy_notebook", "book_rows",
            "KERNEL", "book_kernel_manager", "kernel_log_lines", "fault_tests", "merged_parameters", "parameters_line", "parameter_names", "machine_paths",
@@ -493,7 +493,8 @@ def build(profile: str = "paper", device: str = "cpu", only: list[str] | None = 
     root = project_root()
     stage = root / "_build" / "stage"
     vpath, rows, source = book_rows(profile, root, log)
-    _stage(root, stage, {"profile": f"`{profile}`", "device": f"`{device}`"})
+    subs = numbers.substitutions(root)  # the numbers the pages state, from their sources (tools/book/numbers.py)
+    _stage(root, stage, {**subs, "profile": f"`{profile}`", "device": f"`{device}`"})
     ensure_kernel(log)
     static = stage / "_static"
     static.mkdir(parents=True, exist_ok=True)
@@ -530,8 +531,10 @@ def build(profile: str = "paper", device: str = "cpu", only: list[str] | None = 
             report["seconds"] = round(time.perf_counter() - t_start, 1)
             atomic_write_json(root / "_build" / "book-report.json", report)
             raise BookError(f"jupyter-book build failed (exit {rc}, {len(warnings)} warnings); see _build/jupyter-book.log")
-        # what the download buttons serve reads as a notebook in plain Jupyter and Colab (tools/book/plain.py)
-        plain.plain_downloads(root / "_build" / "html", root)
+        # what the download buttons serve reads as a notebook in plain Jupyter and Colab, and the launch buttons open
+        # the same text (tools/book/plain.py)
+        plain.plain_downloads(root / "_build" / "html", root, subs)
+        plain.point_launch_buttons(root / "_build" / "html")
     report["seconds"] = round(time.perf_counter() - t_start, 1)
     atomic_write_json(root / "_build" / "book-report.json", report)
     return report

@@ -4,8 +4,8 @@ the clone with nothing set (no build environment, its own parameters cell), show
 Outside the build a page reads the committed results by default (``recompute = None``: the rows of
 ``published/paper/verify.json`` and the published figure results, :mod:`curvature_gap.notebook`), as the paper
 book does; so every verdict box, table, sentence and printed line of the re-run download must read as on the
-page. ``make book-check`` runs :data:`PAGES` (two theory pages and one figure page, about 15 s each on two
-cores) and reports every output that differs.
+page. ``make book-check`` runs every page's download and reports every output that differs (among them any
+raw MyST a page prints: outside the build it prints plain Markdown, :func:`curvature_gap.notebook.show_markdown`).
 """
 from __future__ import annotations
 
@@ -22,26 +22,35 @@ import papermill as pm
 
 from curvature_gap.notebook import NO_COMPUTE_ENV, STATIC_ENV, VERIFY_ENV
 
-__all__ = ["PAGES", "shown", "differences", "run_download", "check_reproduced"]
-
-# Theorem 1 and the norm bounds: the pages whose searches --quick shortens (their numbers moved, 12 -> 405 and
-# 1.14 -> 1.24, when downloads recomputed them); Fig. 3: a figure page reading published results.
-PAGES = ("self_attention", "norm_bounds", "fig03_hessian_init")
+__all__ = ["shown", "differences", "run_download", "check_reproduced", "download_pages"]
 
 _TAG = re.compile(r"<[^>]+>")
 _SPACE = re.compile(r"\s+")
+# What differs between two runs of a page that computes live without being one of its numbers: a value at float64
+# rounding (below 1e-12 in magnitude: it depends on the order of a sum, the threads, the BLAS), written as 8.4 × 10⁻¹⁶
+# or 8.4e-16, and a wall-clock time the page measures as it runs (0.014 s, 3 ms).
+_SCI = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:\s?×\s?10([⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+)|e([-+]\d+))")
+_TIME = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:ms|s)\b")
+_SUPERSCRIPT = str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")
+
+
+def _rounding(m: re.Match) -> str:
+    exponent = int((m.group(2) or "").translate(_SUPERSCRIPT) or m.group(3))
+    return "(float64 rounding)" if float(m.group(1)) * 10.0 ** exponent < 1e-12 else m.group(0)
 
 
 def _text(value) -> str:
     value = "".join(value) if isinstance(value, list) else str(value)
     text = _SPACE.sub(" ", html.unescape(_TAG.sub(" ", value))).strip()
+    text = _TIME.sub("(time)", _SCI.sub(_rounding, text))
     return text.replace(" · full size · PDF", "")  # a page links its figure files; a notebook has none beside it
 
 
 def shown(nb) -> list[str]:
     """What a reader reads in a notebook's outputs, in order, as plain text: every Markdown, HTML (verdict
     boxes, figure captions; tags and images dropped: a page links its figure files, a run outside the build
-    inlines them) and printed output. Consecutive printed chunks of one stream are one text: where the kernel
+    inlines them) and printed output; a value at float64 rounding and a time measured as the page runs are read
+    as such, not as their digits (they differ from run to run). Consecutive printed chunks of one stream are one text: where the kernel
     cuts a printed line into chunks depends on its flush timing (a line of ``self_attention`` came as two chunks
     on a loaded machine and as one otherwise)."""
     out = []
@@ -97,9 +106,18 @@ def run_download(src: Path, root: Path, timeout: int = 600) -> tuple[nbformat.No
         shutil.rmtree(work, ignore_errors=True)
 
 
-def check_reproduced(html_dir: Path, root: Path, pages=PAGES, log=print) -> list[str]:
-    """Problems (empty: none): each of ``pages``' downloads (``_sources/notebooks/<page>.ipynb``, what the
-    download button serves), run from the root (:func:`run_download`), against its page's outputs."""
+def download_pages(html_dir: Path) -> list[str]:
+    """Every page of a built book that has a download (``_sources/notebooks/<page>.ipynb``)."""
+    return sorted(p.stem for p in (Path(html_dir) / "_sources" / "notebooks").glob("*.ipynb"))
+
+
+def check_reproduced(html_dir: Path, root: Path, pages=None, log=print) -> list[str]:
+    """Problems (empty: none): each of ``pages``' downloads (default: every page's, :func:`download_pages`;
+    ``_sources/notebooks/<page>.ipynb``, what the download button serves), run from the root
+    (:func:`run_download`), against its page's outputs."""
+    pages = download_pages(html_dir) if pages is None else pages
+    if not pages:
+        return [f"no download to re-run in {Path(html_dir) / '_sources' / 'notebooks'}"]
     problems = []
     for stem in pages:
         src = Path(html_dir) / "_sources" / "notebooks" / f"{stem}.ipynb"

@@ -14,6 +14,7 @@ from curvature_gap.findings import RESULTS, findings
 
 from . import repository
 from .build import PAPERMILL_MACHINE_KEYS, PARAMS_CLASS, machine_paths, parameter_names
+from .plain import PLAIN_DIR
 
 __all__ = ["Page", "pages", "check_links", "check_offline", "check_downloads", "check_download", "check_verdicts",
            "check_figure_messages", "check_raw_latex", "check_companion_links", "RAW_LATEX", "check_reader_words",
@@ -160,11 +161,15 @@ def check_offline(html_dir: Path, parsed: dict | None = None) -> list[str]:
     return problems
 
 
+# MyST that only the book renders: a role, a directive's fence, a substitution
+RAW_MYST = re.compile(r"\{[\w:-]+\}`[^`]|^[ \t>]*(?:`{3,}|:{3,})\{[\w:-]+\}|\{\{\s*[\w.-]+\s*\}\}", re.M)
+
+
 def check_download(path: Path, root: Path, original: Path | None = None) -> list[str]:
     """Problems of one downloadable notebook (empty: it runs as downloaded): one parameters cell, defining
     every name the repository notebook's own parameters cell (``original``) defines; papermill's injected
     cell gone; no absolute path of the build machine (:func:`~tools.book.build.machine_paths`) anywhere in
-    it, papermill's metadata included."""
+    it, papermill's metadata included; no raw MyST (:data:`RAW_MYST`) in a markdown cell or a Markdown output."""
     name = path.name
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
@@ -185,6 +190,13 @@ def check_download(path: Path, root: Path, original: Path | None = None) -> list
     params = [c for c, t in zip(cells, tags) if "parameters" in t]
     if any("injected-parameters" in t for t in tags):
         problems.append(f"{name} keeps papermill's injected-parameters cell: its parameters are in two cells")
+    for i, c in enumerate(cells):  # what plain Jupyter and Colab would show raw (tools/book/plain.py rewrites it)
+        texts = ["".join(c.get("source") or "")] if c.get("cell_type") == "markdown" else [
+            "".join(md) if isinstance(md, list) else md for o in c.get("outputs") or []
+            for md in [((o.get("data") or {}).get("text/markdown"))] if md]
+        raw = next((m.group(0) for s in texts for m in [RAW_MYST.search(s)] if m), None)
+        if raw:
+            problems.append(f"{name}: cell {i} shows raw MyST ({raw!r}) where plain Jupyter and Colab render Markdown")
     if len(params) != 1:
         problems.append(f"{name} has {len(params)} parameters cells (one is needed, holding the values of the build)")
     elif original is not None and original.is_file():
@@ -231,7 +243,8 @@ def check_downloads(html_dir: Path, parsed: dict | None = None, root: Path | Non
 def check_companion_links(html_dir: Path, parsed: dict | None = None, root: Path | None = None) -> list[str]:
     """A companion's links: every page's footer links the paper on arXiv and its LaTeX source; with a
     repository (:func:`~tools.book.repository.repository_url`) every page links it, and every notebook page
-    launches Binder and Colab at the repository's copy of that notebook (which must exist)."""
+    launches Binder and Colab at the repository's plain copy of that notebook (``notebooks/plain/``, which must
+    exist: :mod:`tools.book.plain`)."""
     html_dir = Path(html_dir)
     root = Path(root) if root else html_dir.parent.parent
     parsed = parsed or pages(html_dir)
@@ -252,7 +265,7 @@ def check_companion_links(html_dir: Path, parsed: dict | None = None, root: Path
             problems.append(f"{rel}: no link to the repository {url}")
         if page.parent.name != "notebooks" or not url:
             continue
-        notebook = f"notebooks/{page.stem}.ipynb"
+        notebook = (PLAIN_DIR / f"{page.stem}.ipynb").as_posix()  # the page's plain copy (tools/book/plain.py)
         for kind, want in repository.launch_urls(url, branch, notebook, to_book).items():
             if want not in hrefs:
                 found = sorted(h for h in hrefs if kind in h)

@@ -15,7 +15,7 @@ def is_checked(cell) -> bool:
 
 
 def refresh_checked_outputs(paths=None, log=print) -> None:
-    """Execute each notebook under its default parameters (``smoke``) and store, in the notebook itself, only
+    """Execute each notebook under its default parameters (the ``paper`` profile) and store, in the notebook itself, only
     the stdout of its checked cells (the references nbval compares against); every other output and
     execution count is cleared."""
     root = project_root()

@@ -16,7 +16,8 @@ from .png import png_text_chunks
 
 __all__ = ["DESKTOP", "PHONE", "MIN_DRAWN_PT", "MIN_PHONE_PT", "MATHJAX_TIMEOUT_MS", "PAGE_TIMEOUT_MS", "LANDING",
            "LAST_SCROLLING_MATH", "open_page", "listen", "figure_problem", "desktop_problems", "phone_problems",
-           "math_problems", "figure_problems", "layout_problems", "chrome_problems", "first_screen_problems"]
+           "math_problems", "figure_problems", "whole_figure_problems", "WHOLE_ON_PHONE", "layout_problems",
+           "chrome_problems", "first_screen_problems"]
 
 DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
@@ -107,9 +108,31 @@ def figure_problem(rel: str, fig: dict, width: int = DESKTOP["width"]) -> str | 
     return None
 
 
+# Figures whose point needs the whole figure: on the phone they are seen without scrolling (the others may scroll
+# sideways, with a cue, to keep their text legible). Fig. 12 on the authors' model: where the two sums part (the
+# largest k, at the right) and both legend entries (bf16 and float64). Page -> the ids (prefixes) of its figures.
+WHOLE_ON_PHONE = {"notebooks/fig12_assumption1.html": ("fig-fig12_authors",)}
+
+
+def whole_figure_problems(rel: str, figs: list[dict], width: int) -> list[str]:
+    """The figures of :data:`WHOLE_ON_PHONE` on page ``rel`` that the phone (``width`` below the desktop's) shows cut
+    off, or none of them on the page at all."""
+    prefixes = WHOLE_ON_PHONE.get(rel)
+    if not prefixes or width >= DESKTOP["width"]:
+        return []
+    mine = [f for f in figs if f["id"].startswith(prefixes)]
+    if not mine:
+        return [f"{rel}: no figure {' or '.join(p + '…' for p in prefixes)} to check at {width} px "
+                "(page_checks.WHOLE_ON_PHONE names the figures whose point needs the whole figure)"]
+    return [f"{rel}: figure #{f['id']} is cut off at {width} px ({f['width']:.0f} px wide): its point (where the "
+            "curves part, at the right) and its legend must be seen without scrolling; draw it narrower"
+            for f in mine if f["shown"] and f["cut"]]
+
+
 def figure_problems(page, rel: str, width: int) -> list[str]:
-    """:func:`figure_problem` of every figure of the page at this width."""
-    return [p for p in (figure_problem(rel, f, width) for f in page.evaluate(js.FIGURES_JS, MATHJAX_TIMEOUT_MS)) if p]
+    """:func:`figure_problem` of every figure of the page at this width, and :func:`whole_figure_problems`."""
+    figs = page.evaluate(js.FIGURES_JS, MATHJAX_TIMEOUT_MS)
+    return [p for p in (figure_problem(rel, f, width) for f in figs) if p] + whole_figure_problems(rel, figs, width)
 
 
 LAST_SCROLLING_MATH: list[str] = []  # the formulas that scroll, with their cue, in the last check (printed)

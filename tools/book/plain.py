@@ -1,143 +1,134 @@
-"""Downloads that read as notebooks: the MyST of a page (``{prf:theorem}`` boxes, ``{cite:t}``, ``{doc}``,
-``{prf:ref}``, ``{eq}``, admonitions, equation labels) rewritten as the Markdown that plain Jupyter, JupyterLab
-and Colab render: a bold title over a quote, a citation in words, a link to the notebook file.
+"""One notebook however a reader opens it: the book's pages as plain Markdown (:mod:`curvature_gap.myst`).
 
-The book renders the MyST itself; this is applied, after rendering, to the ``.ipynb`` files its download
-buttons serve (``_build/html/_sources/notebooks/``), markdown cells and Markdown outputs alike, and a first
-cell says what the download shows and how to recompute it. ``make lab`` installs jupyterlab-myst, which renders
-the repository's notebooks (MyST) in JupyterLab as the book does.
+* **Downloads** — after rendering, the ``.ipynb`` files the download buttons serve
+  (``_build/html/_sources/notebooks/``) get their markdown cells and Markdown outputs rewritten, and a first cell
+  that says what the download shows and how to recompute it (:func:`plain_downloads`).
+* **Colab and Binder** — they open a page's notebook from the repository, where no book renders its MyST (Colab
+  cannot load jupyterlab-myst). They open ``notebooks/plain/<page>.ipynb`` instead: the page's notebook with its
+  Markdown written as the download's, the same first cell, its default parameters (the ``paper`` profile, the
+  committed results), and no outputs (:func:`plain_notebook`; ``python -m tools.book plain-notebooks`` writes
+  them, and the test suite fails when one is out of date). The build points the launch buttons at them
+  (:func:`point_launch_buttons`).
+* **Running** — what a notebook prints is plain Markdown outside the book build
+  (:func:`curvature_gap.notebook.show_markdown`), so a re-run download, or a Colab or Binder run, prints what the
+  page shows; ``make lab`` renders the MyST of ``notebooks/*.ipynb`` with jupyterlab-myst as the book does.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import nbformat
-import yaml
 
-__all__ = ["bib_names", "proof_numbers", "to_markdown", "FIRST_CELL", "plain_download", "plain_downloads"]
+from curvature_gap.myst import Plain, from_checkout, to_markdown
+
+__all__ = ["FIRST_CELL", "PLAIN_DIR", "plain_download", "plain_downloads", "plain_notebook", "write_plain_notebooks",
+           "stale_plain_notebooks", "point_launch_buttons", "COMMAND"]
 
 FIRST_CELL = (
     "> **This notebook is a page of the companion book to “Closing the Curvature Gap” (arXiv:2510.16927).** "
     "Saved into a clone of the companion's repository (or opened on Binder or Colab) and run from the top, it "
     "shows the page's numbers: it reads the committed results (`published/paper/`), as the book build does, and "
     "computes none of them. To recompute, set `recompute` in the parameters cell: `\"quick\"` runs the checks with "
-    "fewer random instances and no adversarial search (about half a minute on two cores; the smallest ratios it "
-    "finds are larger than the page's), `\"full\"` with every search (about 3 minutes); on a figure page either "
-    "also computes the figure's results (the cache under `results/`, else it trains).")
-
-_KINDS = {"theorem": "Theorem", "lemma": "Lemma", "proposition": "Proposition", "assumption": "Assumption",
-          "definition": "Definition", "corollary": "Corollary", "remark": "Remark", "proof": "Proof"}
-_FENCE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:-]+)\}[ \t]*(?P<title>[^\n]*)\n(?P<body>.*?)^(?P=fence)[ \t]*$",
-                    re.S | re.M)
-_OPTION = re.compile(r"^:(\w[\w-]*):[ \t]*(.*)$")
+    "fewer random instances and no adversarial search (the smallest ratios it finds are larger than the page's), "
+    "`\"full\"` with every search the page's numbers come from; on a figure page either also computes the figure's "
+    "results (the cache under `results/`, else it trains).")
+NOTE_TAG = "download-note"
+PLAIN_DIR = Path("notebooks") / "plain"
+COMMAND = "python -m tools.book plain-notebooks"
 
 
-def bib_names(bib: Path) -> dict[str, str]:
-    """Key -> "Surname (year)", "Surname and Surname (year)" or "Surname et al. (year)" from a BibTeX file."""
-    out = {}
-    for key, body in re.findall(r"@\w+\{([^,]+),(.*?)\n\}", Path(bib).read_text(), re.S):
-        author = re.search(r"author\s*=\s*\{(.*)\}\s*,?\s*$", body, re.M)
-        year = re.search(r"year\s*=\s*\{?(\d{4})", body)
-        names = [re.sub(r"[{}\\]", "", a.split(",")[0]).strip() for a in (author.group(1) if author else "").split(" and ")]
-        who = (names[0] if len(names) == 1 else f"{names[0]} and {names[1]}" if len(names) == 2
-               else f"{names[0]} et al.")
-        out[key.strip()] = f"{who} ({year.group(1) if year else 'n.d.'})"
-    return out
-
-
-def proof_numbers(config: Path) -> dict[str, str]:
-    """Label -> the number its box shows (``cg_paper_numbers`` of ``_config.yml``, book/_ext/cg_numbering.py)."""
-    cfg = yaml.safe_load(Path(config).read_text()) or {}
-    return {str(k): str(v) for k, v in (((cfg.get("sphinx") or {}).get("config") or {}).get("cg_paper_numbers")
-                                        or {}).items()}
-
-
-def _quote(text: str) -> str:
-    return "\n".join("> " + ln if ln.strip() else ">" for ln in text.strip("\n").splitlines())
-
-
-def to_markdown(text: str, numbers: dict[str, str], cites: dict[str, str]) -> str:
-    """MyST ``text`` as plain Markdown (see the module doc)."""
-    kinds = {}  # label -> kind, from the boxes of this text (for {prf:ref})
-    for m in _FENCE.finditer(text):
-        for ln in m.group("body").splitlines():
-            o = _OPTION.match(ln)
-            if o and o.group(1) == "label":
-                kinds[o.group(2).strip()] = _KINDS.get(m.group("name").split(":")[-1], "")
-
-    def box(m: re.Match) -> str:
-        name, title = m.group("name"), m.group("title").strip()
-        body, opts = [], {}
-        for ln in m.group("body").splitlines():
-            o = _OPTION.match(ln)
-            if o and not body:
-                opts[o.group(1)] = o.group(2).strip()
-            else:
-                body.append(ln)
-        inner = to_markdown("\n".join(body), numbers, cites)
-        kind = name.split(":")[-1]
-        if name.startswith("prf:"):
-            word = _KINDS.get(kind, kind.capitalize())
-            num = numbers.get(opts.get("label", ""), "")
-            head = f"{word} {num}".strip() if kind != "proof" else word
-            head += f" ({title})" if title else ""
-        else:  # admonitions: {note}, {warning}, {admonition} Title, …
-            head = title or kind.capitalize()
-        return f"**{head}.**\n\n{_quote(inner)}" if inner.strip() else f"**{head}.**"
-
-    text = _FENCE.sub(box, text)
-    text = re.sub(r"^\$\$[ \t]*\(([\w-]+)\)[ \t]*$", "$$", text, flags=re.M)      # $$ (eq-label)
-    text = re.sub(r"^\([\w-]+\)=[ \t]*\n", "", text, flags=re.M)                  # (target)=
-    text = re.sub(r"\{cite:t\}`([^`]+)`", lambda m: ", ".join(cites.get(k.strip(), k) for k in m.group(1).split(",")), text)
-    text = re.sub(r"\{cite(?::p)?\}`([^`]+)`",
-                  lambda m: "(" + "; ".join(cites.get(k.strip(), k).replace(" (", ", ").rstrip(")")
-                                            for k in m.group(1).split(",")) + ")", text)
-
-    def doc(m: re.Match) -> str:
-        target = m.group(1)
-        t = re.match(r"(.*?)\s*<([^>]+)>$", target)
-        words, path = (t.group(1), t.group(2)) if t else (None, target)
-        if path.startswith("/book/"):
-            href = "../book/" + path[len("/book/"):] + ".md"
-        else:
-            href = path.lstrip("/").replace("notebooks/", "") + ".ipynb"
-        return f"[{words or path.rsplit('/', 1)[-1].replace('_', ' ')}]({href})"
-
-    text = re.sub(r"\{doc\}`([^`]+)`", doc, text)
-    text = re.sub(r"\{prf:ref\}`([^`]+)`",
-                  lambda m: f"{kinds.get(m.group(1), _guess_kind(m.group(1)))} {numbers.get(m.group(1), '')}".strip(), text)
-    text = re.sub(r"\{eq\}`([^`]+)`", "the equation above", text)
-    text = re.sub(r"\{math\}`([^`]+)`", r"$\1$", text)
-    return text
-
-
-def _guess_kind(label: str) -> str:
-    return {"thm": "Theorem", "lem": "Lemma", "asm": "Assumption", "prop": "Proposition"}.get(label.split("-")[0], "")
-
-
-def plain_download(path: Path, numbers: dict[str, str], cites: dict[str, str]) -> None:
-    """Rewrite one downloadable notebook in place: its markdown cells and Markdown outputs as plain Markdown,
-    and :data:`FIRST_CELL` first (once)."""
-    nb = nbformat.read(path, as_version=4)
+def _plain_cells(nb, plain: Plain) -> None:
+    """Markdown cells and Markdown outputs as plain Markdown, :data:`FIRST_CELL` first (once)."""
     for c in nb.cells:
         if c.cell_type == "markdown":
-            c.source = to_markdown(c.source, numbers, cites)
+            c.source = to_markdown(c.source, plain)
         elif c.cell_type == "code":
             for o in c.get("outputs", []):
                 data = o.get("data") or {}
                 if "text/markdown" in data:
                     md = data["text/markdown"]
-                    data["text/markdown"] = to_markdown("".join(md) if isinstance(md, list) else md, numbers, cites)
-    if not (nb.cells and "download-note" in nb.cells[0].metadata.get("tags", [])):
-        nb.cells.insert(0, nbformat.v4.new_markdown_cell(FIRST_CELL, metadata={"tags": ["download-note"]}))
+                    data["text/markdown"] = to_markdown("".join(md) if isinstance(md, list) else md, plain)
+    if not (nb.cells and NOTE_TAG in nb.cells[0].metadata.get("tags", [])):
+        note = nbformat.v4.new_markdown_cell(FIRST_CELL, metadata={"tags": [NOTE_TAG]})
+        note.id = NOTE_TAG  # one id, so that a plain copy written again is the same file
+        nb.cells.insert(0, note)
+
+
+def plain_download(path: Path, plain: Plain) -> None:
+    """Rewrite one downloadable notebook in place (:func:`_plain_cells`)."""
+    nb = nbformat.read(path, as_version=4)
+    _plain_cells(nb, plain)
     nbformat.write(nb, path)
 
 
-def plain_downloads(html_dir: Path, root: Path) -> list[Path]:
-    """:func:`plain_download` on every ``_sources/notebooks/*.ipynb`` of a built book; returns them."""
-    numbers, cites = proof_numbers(Path(root) / "_config.yml"), bib_names(Path(root) / "book" / "references.bib")
+def plain_downloads(html_dir: Path, root: Path, substitutions: dict) -> list[Path]:
+    """:func:`plain_download` on every ``_sources/notebooks/*.ipynb`` of a built book (``substitutions``: the
+    book's, :func:`tools.book.numbers.substitutions`); returns them."""
+    plain = dataclasses.replace(from_checkout(root), substitutions=dict(substitutions))
     done = sorted((Path(html_dir) / "_sources" / "notebooks").glob("*.ipynb"))
     for p in done:
-        plain_download(p, numbers, cites)
+        plain_download(p, plain)
     return done
+
+
+def plain_notebook(src: Path, plain: Plain) -> str:
+    """The plain copy of the notebook ``src`` (its text as :func:`nbformat.writes` gives it): :func:`_plain_cells`,
+    no outputs, no execution counts, links to the book's chapters from ``notebooks/plain/``."""
+    nb = nbformat.read(src, as_version=4)
+    for c in nb.cells:
+        if c.cell_type == "code":
+            c.outputs, c.execution_count = [], None
+    nb.metadata.pop("papermill", None)
+    _plain_cells(nb, dataclasses.replace(plain, book_href="../" + plain.book_href))
+    return nbformat.writes(nb) + "\n"
+
+
+def _expected(root: Path, notebooks: list[Path], substitutions: dict) -> dict[Path, str]:
+    plain = dataclasses.replace(from_checkout(root), substitutions=dict(substitutions))
+    return {root / PLAIN_DIR / nb.name: plain_notebook(root / nb, plain) for nb in notebooks}
+
+
+def write_plain_notebooks(root: Path, notebooks: list[Path], substitutions: dict) -> list[Path]:
+    """Write ``notebooks/plain/`` for ``notebooks`` (paths relative to ``root``), removing copies of notebooks
+    that are gone; returns the files written or removed."""
+    want = _expected(root, notebooks, substitutions)
+    changed = []
+    for path, text in want.items():
+        if not path.is_file() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            changed.append(path)
+    for old in sorted((root / PLAIN_DIR).glob("*.ipynb")):
+        if old not in want:
+            old.unlink()
+            changed.append(old)
+    return changed
+
+
+def stale_plain_notebooks(root: Path, notebooks: list[Path], substitutions: dict) -> list[str]:
+    """Problems (empty: none): a plain copy missing, out of date, or left over."""
+    want = _expected(root, notebooks, substitutions)
+    out = [f"{p.relative_to(root)} is {'out of date' if p.is_file() else 'missing'}: run `{COMMAND}`"
+           for p, text in want.items() if not p.is_file() or p.read_text() != text]
+    out += [f"{p.relative_to(root)} is the copy of no page of the book: run `{COMMAND}`"
+            for p in sorted((root / PLAIN_DIR).glob("*.ipynb")) if p not in want]
+    return out
+
+
+_LAUNCH = re.compile(r'(href="https://(?:colab\.research\.google\.com/github|mybinder\.org/v2/gh)/[^"]*?)'
+                     r'notebooks/(?!plain/)([\w-]+\.ipynb)')
+
+
+def point_launch_buttons(html_dir: Path) -> int:
+    """Point the Colab and Binder buttons of every built page at its plain copy (``notebooks/plain/<page>.ipynb``:
+    what they render is the download's text); returns how many links were changed."""
+    n = 0
+    for page in Path(html_dir).rglob("*.html"):
+        text = page.read_text()
+        new, k = _LAUNCH.subn(r"\1notebooks/plain/\2", text)
+        if k:
+            page.write_text(new)
+            n += k
+    return n

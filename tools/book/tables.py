@@ -189,7 +189,7 @@ def all_checks_md(rows: list[Row], headings: bool = True) -> str:
             f"{html.escape(r.profile)})</dt><dd>{text_html(r.what)}"
             + (f"<br><em>{html.escape(r.instances)}</em>" if r.instances else "")
             + (f"<br>{text_html(r.note)}" if r.note else "")
-            + (f"<br>Errata: {html.escape(', '.join(r.errata))}" if r.errata else "")
+            + (f"<br>Errata: {', '.join(_erratum_link(e) for e in r.errata)}" if r.errata else "")
             + (f"<br>Run it: <code>{html.escape(r.command)}</code>" if r.command else "") + "</dd>" for r in rs)
         parts.append(f"<details><summary>What each check compares ({plural(len(rs), 'row')})</summary><dl>{det}</dl></details>\n")
     return "\n".join(parts)
@@ -272,6 +272,12 @@ def _errata_entries(rows: list[Row]):
     return out
 
 
+def _erratum_link(erratum_id: str) -> str:
+    """An erratum named by its number, linked to its entry on the errata page (HTML, from a page of book/)."""
+    lab = label(erratum_id)
+    return f'<a href="errata.html#errata-{lab.lower()}">{lab}</a>'
+
+
 def _erratum_ref(erratum_id: str) -> str:
     """An erratum named by its number on the errata page, linked ("E8"); its id only in a hover."""
     lab = label(erratum_id)
@@ -304,7 +310,6 @@ def errata_md(rows: list[Row]) -> str:
         if found:
             body = [[check_cell(r), r.verdict, _num(r), _as_printed(r, e)] for r in found]
             parts.append(md_table(["check", "verdict", "error of the corrected form", "error as printed"], body) + "\n")
-        parts.append(f'<p class="cg-ref">erratum <code>{html.escape(e["id"])}</code></p>\n')
     parts.append("## Inequalities that fail, with a counter-example\n")
     for lab, anchor, title, _, effect, _, r in entries:
         if not lab.startswith("C"):

@@ -1,4 +1,5 @@
-"""Autograd references for :func:`curvature_gap.layer_hessian`: the real modules, built from configs, differentiated twice.
+"""Autograd references for :func:`curvature_gap.layer_hessian` and :func:`curvature_gap.model_hessian`: the real modules,
+built from configs, differentiated twice.
 
 The layers are those of the libraries themselves (``torch.nn.TransformerEncoderLayer``, timm's
 ``vision_transformer.Block``, Hugging Face's ``ViTLayer`` and ``BertLayer``), built from a configuration
@@ -20,10 +21,11 @@ import math
 import torch
 from torch import nn
 
-from ..theory.layers import attention_mask
 from .encoder_layer import autograd_hessian, math_backend, random_layer
 
-__all__ = ["GRID", "grid_id", "LIBRARY", "MINIMUM", "available", "check", "randomize", "torch_layer", "timm_block", "vit_layer", "bert_layer", "BUILDERS", "layer_output",
+__all__ = ["GRID", "grid_id", "LIBRARY", "MINIMUM", "available", "check", "randomize", "torch_layer", "timm_block",
+           "vit_layer", "bert_layer", "BUILDERS", "timm_vit", "bert_model", "MODEL_BUILDERS", "model_instance",
+           "model_output", "model_loss", "model_hessian_autograd", "additive_mask", "layer_output",
            "layer_loss", "hessian_autograd", "block_autograd", "hvp_autograd", "fd_column_error", "eager_softmax_error", "instance"]
 
 
@@ -68,19 +70,18 @@ def available(kind: str) -> bool:
     return version >= MINIMUM[lib]
 
 
-def check(kind: str, cfg: dict, L: int, N: int = 2, seed: int = 0, fd: bool = False, **mask) -> dict:
-    """One point of :data:`GRID`: the closed form (:func:`curvature_gap.layer_hessian`) against
-    :func:`hessian_autograd` through the module; ``{"P", "rel_err", "seconds_closed", "seconds_autograd"}``,
-    and with ``fd`` also ``"fd_err"`` (:func:`fd_column_error`)."""
+def check(kind: str, cfg: dict, L: int, closed_form, N: int = 2, seed: int = 0, fd: bool = False, **mask) -> dict:
+    """One point of :data:`GRID`: ``closed_form`` (:func:`curvature_gap.layer_hessian`, given by the caller: the
+    references do not import what they check) against :func:`hessian_autograd` through the module;
+    ``{"P", "rel_err", "seconds_closed", "seconds_autograd"}``, and with ``fd`` also ``"fd_err"``
+    (:func:`fd_column_error`)."""
     import time
-
-    from ..theory.layers import layer_hessian
 
     layer, X, T = instance(kind, N, L, seed, **cfg)
     t0 = time.perf_counter()
     H_ref = hessian_autograd(layer, X, T, **mask)
     t1 = time.perf_counter()
-    H = layer_hessian(layer, X, target=T, **mask).dense
+    H = closed_form(layer, X, target=T, **mask).dense
     t2 = time.perf_counter()
     out = dict(P=H.shape[0], rel_err=float((H - H_ref).abs().max() / H_ref.abs().max()),
                seconds_closed=t2 - t1, seconds_autograd=t1 - t0)
@@ -90,8 +91,9 @@ def check(kind: str, cfg: dict, L: int, N: int = 2, seed: int = 0, fd: bool = Fa
 
 
 def randomize(layer: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
-    """Every parameter of ``layer`` drawn from ``seed``: LayerNorm γ ~ 1 + 0.3 N(0, 1), biases and LayerNorm
-    β ~ 0.3 N(0, 1), LayerScale γ ~ 0.5 + 0.3 N(0, 1), matrices ~ ``scale`` N(0, 1/fan_in). In place; returns it."""
+    """Every parameter of ``layer`` (or model) drawn from ``seed``: LayerNorm γ ~ 1 + 0.3 N(0, 1), biases and
+    LayerNorm β ~ 0.3 N(0, 1), LayerScale γ ~ 0.5 + 0.3 N(0, 1), matrices and tensors ~ ``scale`` N(0, 1/fan_in)
+    (fan_in: the entries of one slice of the leading axis). In place; returns it."""
     g = torch.Generator().manual_seed(10_007 * int(seed) + 29)
     norms = {n for n, m in layer.named_modules() if isinstance(m, nn.LayerNorm)}
     with torch.no_grad():
@@ -105,7 +107,7 @@ def randomize(layer: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
             elif p.dim() == 1:
                 p.copy_(0.3 * r)
             else:
-                p.copy_(scale * r / math.sqrt(p.shape[1]))
+                p.copy_(scale * r / math.sqrt(p[0].numel()))
     return layer
 
 
@@ -165,6 +167,81 @@ def bert_layer(d: int = 8, heads: int = 2, d_ff: int = 16, act: str = "gelu", at
 BUILDERS = {"torch": torch_layer, "timm": timm_block, "vit": vit_layer, "bert": bert_layer}
 
 
+def timm_vit(img: int = 8, patch: int = 4, chans: int = 1, classes: int = 5, d: int = 8, depth: int = 2,
+             heads: int = 2, seed: int = 0, dtype=torch.float64, **kw):
+    """timm's ``VisionTransformer`` from its arguments (``kw``: class_token, global_pool, reg_tokens,
+    no_embed_class, fc_norm, pre_norm, init_values, qkv_bias, ...; every dropout rate 0.1, eval mode), random
+    parameters."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    rates = dict(drop_rate=0.1, pos_drop_rate=0.1, attn_drop_rate=0.1, proj_drop_rate=0.1, drop_path_rate=0.1)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        m = VisionTransformer(img_size=img, patch_size=patch, in_chans=chans, num_classes=classes, embed_dim=d,
+                              depth=depth, num_heads=heads, mlp_ratio=2.0, **{**rates, **kw})
+    return randomize(m.to(dtype), seed).eval()
+
+
+def bert_model(d: int = 8, heads: int = 2, d_ff: int = 16, layers: int = 2, vocab: int = 11, positions: int = 8,
+               act: str = "gelu", pooler: bool = True, attn: str = "sdpa", seed: int = 0, dtype=torch.float64, **kw):
+    """Hugging Face ``BertModel(BertConfig(...))`` (dropout 0.1, eval mode; ``pooler``: add_pooling_layer),
+    random parameters."""
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(vocab_size=vocab, hidden_size=d, num_hidden_layers=layers, num_attention_heads=heads,
+                     intermediate_size=d_ff, hidden_act=act, max_position_embeddings=positions, type_vocab_size=2,
+                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, attn_implementation=attn, **kw)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        m = BertModel(cfg, add_pooling_layer=pooler)
+    return randomize(m.to(dtype), seed).eval()
+
+
+MODEL_BUILDERS = {"timm_vit": timm_vit, "bert": bert_model}
+
+
+def model_instance(kind: str, B: int = 3, seed: int = 0, L: int = 6, **cfg) -> tuple:
+    """``(model, inputs, labels, kw)``: a random model of ``kind`` (``"timm_vit"``: images (B, C, H, W), labels of
+    its classes; ``"bert"``: input_ids (B, L) with padding (``kw``: attention_mask, token_type_ids), labels of
+    its width for the pooler's output)."""
+    model = MODEL_BUILDERS[kind](seed=seed, **cfg)
+    g = torch.Generator().manual_seed(7919 * int(seed) + 11)
+    if kind == "timm_vit":
+        pe = model.patch_embed
+        X = torch.randn(B, pe.proj.in_channels, *pe.img_size, generator=g, dtype=torch.float64)
+        return model, X, torch.randint(0, model.num_classes, (B,), generator=g), {}
+    V = model.config.vocab_size
+    ids = torch.randint(1, V, (B, L), generator=g)
+    am = torch.ones(B, L, dtype=torch.long)
+    am[-1, L - 2:] = 0  # the last sequence padded
+    ids[-1, L - 2:] = model.config.pad_token_id
+    tt = torch.randint(0, 2, (B, L), generator=g)
+    labels = torch.randint(0, model.config.hidden_size, (B,), generator=g)
+    return model, ids, labels, dict(attention_mask=am, token_type_ids=tt)
+
+
+def model_output(model, inputs, output: str | None = None, **kw) -> torch.Tensor:
+    """The module's own forward: timm's logits; BERT's ``output`` (default: the pooler's if present)."""
+    out = model(inputs, **kw)
+    if isinstance(out, torch.Tensor):
+        return out
+    name = output or ("pooler_output" if out.pooler_output is not None else "last_hidden_state")
+    return getattr(out, name)
+
+
+def model_loss(model, inputs, loss: str, target, output: str | None = None, **kw) -> torch.Tensor:
+    """``cross_entropy(output, labels)`` or ``mean((output − target)²)`` through the module."""
+    Z = model_output(model, inputs, output, **kw)
+    return nn.functional.cross_entropy(Z, target) if loss == "cross_entropy" else (Z - target).pow(2).mean()
+
+
+def model_hessian_autograd(model, inputs, loss: str, target, output: str | None = None, chunk: int | None = None,
+                           **kw) -> torch.Tensor:
+    """Reverse-over-reverse dense Hessian (P, P) through the module, ``named_parameters()`` order, MATH backend."""
+    return autograd_hessian(lambda: model_loss(model, inputs, loss, target, output, **kw), list(model.parameters()),
+                            chunk)
+
+
 def instance(kind: str, N: int = 2, L: int = 5, seed: int = 0, **cfg):
     """``(layer, X, Target)``: a random layer of ``kind`` (a key of :data:`BUILDERS`) and X, Target (N, L, d)."""
     layer = BUILDERS[kind](seed=seed, **cfg)
@@ -175,17 +252,34 @@ def instance(kind: str, N: int = 2, L: int = 5, seed: int = 0, **cfg):
     return layer, X, T
 
 
+def additive_mask(N: int, L: int, attn_mask=None, key_padding_mask=None, is_causal: bool = False,
+                  ref: torch.Tensor | None = None) -> torch.Tensor | None:
+    """The masks as one float (N, L, L) mask added to the scores, in ``nn.MultiheadAttention``'s conventions
+    (``attn_mask`` (L, L) or (N, L, L), bool True where a query may not attend, or float; ``key_padding_mask``
+    (N, L) True at padding; ``is_causal``); None without any. Written here, apart from the engine's
+    :func:`curvature_gap.hessian.layers.attention_mask`, so that the reference does not borrow what it checks."""
+    if attn_mask is None and key_padding_mask is None and not is_causal:
+        return None
+    dtype = torch.float64 if ref is None else ref.dtype
+    M = torch.zeros(N, L, L, dtype=dtype)
+    if attn_mask is not None:
+        M = M + (torch.zeros(attn_mask.shape, dtype=dtype).masked_fill(attn_mask, float("-inf"))
+                 if attn_mask.dtype == torch.bool else attn_mask.to(dtype))
+    if key_padding_mask is not None:
+        M = M.masked_fill(key_padding_mask[:, None, :], float("-inf"))
+    if is_causal:
+        M = M.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+    return M
+
+
 def layer_output(layer: nn.Module, X: torch.Tensor, attn_mask=None, key_padding_mask=None,
                  is_causal: bool = False) -> torch.Tensor:
-    """The module's own forward on X (L, d) or (N, L, d) (batch-first), the masks of
-    :func:`curvature_gap.theory.layers.attention_mask` handed over in the module's convention (a float
-    additive mask: ``src_mask`` (N·h, L, L) for PyTorch, ``attn_mask`` (N, 1, L, L) for timm,
-    ``attention_mask`` (N, 1, L, L) for Hugging Face)."""
+    """The module's own forward on X (L, d) or (N, L, d) (batch-first), the masks of :func:`additive_mask` handed
+    over in the module's convention (a float additive mask: ``src_mask`` (N·h, L, L) for PyTorch, ``attn_mask``
+    (N, 1, L, L) for timm, ``attention_mask`` (N, 1, L, L) for Hugging Face)."""
     Xb = X[None] if X.dim() == 2 else X
     N, L, _ = Xb.shape
-    M = attention_mask(N, L, attn_mask, key_padding_mask, is_causal, Xb)
-    if M is not None and M.dim() == 2:
-        M = M.expand(N, L, L)
+    M = additive_mask(N, L, attn_mask, key_padding_mask, is_causal, Xb)
     if isinstance(layer, nn.TransformerEncoderLayer):
         h = layer.self_attn.num_heads
         src = None if M is None else M.repeat_interleave(h, dim=0)
@@ -258,16 +352,18 @@ def hvp_autograd(layer, X, target, v: dict, **kw) -> dict:
     return {n: (torch.zeros_like(p) if h is None else h) for (n, p), h in zip(named.items(), hv)}
 
 
-def fd_column_error(layer, X, target, H: torch.Tensor, h: float = 1e-5, **mask) -> float:
+def fd_column_error(layer, X, target, H: torch.Tensor, h: float = 1e-5, loss_fn=None, **mask) -> float:
     """Central differences of the module's *first* derivatives against Hessian columns, for the middle entry
     of every parameter: ``max_j max|H e_j − (∇l(θ + h e_j) − ∇l(θ − h e_j)) / 2h| / max|H|`` with ∇l the
     module's first-order autograd (no double backward: independent of :func:`hessian_autograd`); ``H`` (P, P)
-    in ``named_parameters()`` order. The parameters are restored."""
+    in ``named_parameters()`` order; ``l`` is :func:`layer_loss` of ``X``, ``target`` and the masks, or
+    ``loss_fn()`` (a whole model's loss, :func:`model_loss`). The parameters are restored."""
     params = dict(layer.named_parameters())
+    loss_fn = loss_fn or (lambda: layer_loss(layer, X, target, **mask))
 
     def grad():
         with math_backend():
-            g = torch.autograd.grad(layer_loss(layer, X, target, **mask), list(params.values()))
+            g = torch.autograd.grad(loss_fn(), list(params.values()))
         return torch.cat([x.reshape(-1) for x in g])
 
     worst, o = 0.0, 0

@@ -59,6 +59,8 @@ class Context:
     train_overrides: dict = field(default_factory=dict)
     settings_overrides: dict = field(default_factory=dict)
     phases: dict = field(default_factory=dict, repr=False)  # phase name -> seconds spent (:meth:`phase`)
+    # the training this context did: one {"run", "steps", "seconds"} per train call (the steps' own time: train's loop)
+    trained: list = field(default_factory=list, repr=False)
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -167,6 +169,9 @@ class Context:
                                           progress=self.progress,
                                           snapshot_steps=self.snapshot_steps(model) if step is None else (),
                                           log=self.log)
+            info = self._cache[key][1]
+            if "loop" in info:
+                self.trained.append(dict(run=info.get("run") or info.get("run_dir"), **info["loop"]))
         state, info = self._cache[key]
         m = build_model(recipe.model, seed=None, **dict(recipe.model_overrides))
         m.load_state_dict(state)

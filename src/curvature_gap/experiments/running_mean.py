@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..precision import autocast_for, frozen_at_one, gemm_for, precision_of
+from ..precision import arithmetic_for, frozen_at_one, precision_of
 from ..train import loader
 from .context import Context
 from .settings import AUTHORS_RUN_SEEDS
@@ -114,13 +114,14 @@ def loader_pass(model, cfg, ds, epochs: int, log_every: int, gradients: bool, de
     ``grad_norm_theirs`` from buffers of the parameters' dtype, as their ``assumption_1.py`` sums it
     (``zeros_like`` of each parameter, ``add_``, then ``(g / seen)`` and the 2-norm in that dtype).
 
-    ``arithmetic="authors"``: the model in bf16 (its weights are bf16 values: exact), forward and loss under
-    bf16 autocast, so the gradients and their buffers are bf16; ``"exact"``: as given (float32).
+    ``arithmetic="authors"``: the model in bf16 (its weights are bf16 values: exact), forward and loss as CUDA's
+    bf16 autocast computes them (``precision.arithmetic_for``), so the gradients and their buffers are bf16;
+    ``"exact"``: as given (float32).
     ``max_batches`` stops early (timing)."""
     precision = precision_of(arithmetic)
     if precision == "bf16":
         model = copy.deepcopy(model).to(torch.bfloat16)
-    autocast, gemm = autocast_for(precision, torch.device(device)), gemm_for(precision, torch.device(device))
+    logits, cross_entropy = arithmetic_for(precision)
     params = list(model.parameters())
     sums = GradientSums(params)
     loss_sum, seen = 0.0, 0
@@ -131,10 +132,9 @@ def loader_pass(model, cfg, ds, epochs: int, log_every: int, gradients: bool, de
         if max_batches is not None and step >= max_batches:
             break
         x, y = x.to(device), y.to(device)
-        with gemm():
-            with torch.set_grad_enabled(gradients), autocast():
-                loss = torch.nn.functional.cross_entropy(model(x), y, reduction="sum")
-            grads = torch.autograd.grad(loss, params) if gradients else ()
+        with torch.set_grad_enabled(gradients):
+            loss = cross_entropy(logits(model, x), y, reduction="sum")
+        grads = torch.autograd.grad(loss, params) if gradients else ()
         if gradients:
             sums.add(grads)
         loss_sum += loss.item()

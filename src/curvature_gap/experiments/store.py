@@ -131,17 +131,20 @@ class ResultStore:
             return None
 
     def save(self, figure: str, chash: str, config: dict, arrays: dict, meta: dict, extra: dict | None = None,
-             compress: bool = False) -> Result:
+             compress: bool = False, npz: bytes | None = None, created: str | None = None) -> Result:
+        """Write a result: its ``.npz`` (``npz``: the bytes of one already on disk that holds exactly ``arrays``,
+        which is then left as it is) and its ``.json`` (``created``: keep that date instead of now)."""
         jp, npp = self.json_path(figure, chash), self.npz_path(figure, chash)
-        data = save_npz_atomic(npp, arrays, compress)
+        data = save_npz_atomic(npp, arrays, compress) if npz is None else npz
         body = dict(
             figure=figure, config_hash=chash, config=_roundtrip(config), meta=jsonable(meta),
             npz=dict(file=npp.name, size=len(data), sha256=hashlib.sha256(data).hexdigest()),
-            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **jsonable(extra or {}),
+            created=created or time.strftime("%Y-%m-%dT%H:%M:%S%z"), **jsonable(extra or {}),
         )
         body = _roundtrip(body)
         body["sha256"] = hashlib.sha256(_canonical(body)).hexdigest()
-        atomic_write_json(jp, body)
+        if not (npz is not None and jp.is_file() and _json_or_none(jp) == body):  # unchanged: not rewritten
+            atomic_write_json(jp, body)
         arrays = {k: np.asarray(v) for k, v in arrays.items()}
         prov = dict(body.get("provenance") or {}, created=body.get("created"))
         return Result(figure, chash, body["config"], arrays, body["meta"], jp, npp, False, prov)
@@ -172,11 +175,48 @@ class PublishedStore(ResultStore):
         return r
 
     def publish(self, result: Result) -> Result:
-        """Copy ``result`` (json + npz, the npz compressed) into this store."""
+        """Copy ``result`` (json + npz, the npz compressed) into this store. A republish whose numbers did not
+        change rewrites nothing: where the published ``.npz`` holds the same arrays (names, dtypes, shapes, every
+        bit) it is kept byte for byte (a compressed archive records when it was written, so writing the same
+        numbers again would make a new file), and where the rest of the result is also the same, its ``.json``
+        too, with its date."""
         extra = {"provenance": result.provenance} if result.provenance else {}
         extra["provenance"] = {k: v for k, v in extra.get("provenance", {}).items() if k != "created"}
+        try:
+            old = self.read(result.figure, "")
+        except UnusableResult:  # none published yet, or a damaged one: written anew
+            old = None
+        same = old is not None and same_arrays(old.arrays, result.arrays)
+        npz = self.npz_path(result.figure).read_bytes() if same else None
+        created = None
+        if same:  # the date stays when nothing else changed either (a date differs on every computation)
+            doc = json.loads(self.json_path(result.figure).read_text())
+            if (doc.get("config_hash"), doc.get("config"), doc.get("meta"), doc.get("provenance")) == (
+                    result.config_hash, _roundtrip(result.config), _roundtrip(jsonable(result.meta)),
+                    _roundtrip(jsonable(extra.get("provenance")))):
+                created = doc.get("created")
         return self.save(result.figure, result.config_hash, result.config, result.arrays, result.meta, extra,
-                         compress=True)
+                         compress=True, npz=npz, created=created)
+
+
+def same_arrays(a: dict, b: dict) -> bool:
+    """Whether two results' arrays are the same numbers: the same names, and for each the same dtype, shape and
+    bits (NaN equal to NaN)."""
+    if set(a) != set(b):
+        return False
+    for k in a:
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+            return False
+    return True
+
+
+def _json_or_none(path: Path):
+    """The JSON document at ``path``, or None where it cannot be read as one."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _diff(old: dict, new: dict, prefix: str = "") -> str:

@@ -18,9 +18,8 @@ from tqdm.auto import tqdm
 
 from ..params import groups_of
 from .hvp import HessianOperator
-from .loss import loss_function
 
-__all__ = ["groups_of", "loss_function", "functorch_hessian", "functorch_block", "curvlinops_hessian", "curvlinops_columns",
+__all__ = ["functorch_hessian", "functorch_block", "curvlinops_hessian", "curvlinops_columns",
            "torch_func_hessian"]
 
 

@@ -17,9 +17,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from ..params import flat_view  # noqa: F401  (re-exported: the flattening's home is curvature_gap.params)
-
-__all__ = ["loss_function", "model_loss", "flat_view"]
+__all__ = ["loss_function", "model_loss"]
 
 
 def loss_function(loss) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:

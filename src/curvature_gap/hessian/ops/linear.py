@@ -1,114 +1,99 @@
-"""The linear map ``C = X W [+ b]`` (W stored (in, out), b (out,) broadcast over tokens).
+"""The linear map ``C = X W [+ b]``, W stored (in, out) (the ViT's block weights, ``X @ W``) or (out, in) as
+``nn.Linear`` keeps it (``X Wᵀ``; a weight with more axes, a patch-embedding convolution's (out, C, p, p), is read
+as (out, C·p·p)); b (out,) broadcast over tokens.
 
 * forward tangent ``Ċ = Ẋ W + X Ẇ [+ ḃ]``;
 * adjoint ``δX = δC Wᵀ``, tangent ``δẊ = δĊ Wᵀ + δC Ẇᵀ``;
-* Hessian rows of W (the tangent of ``∇_W = Xᵀ δC``): ``Ẋᵀ δC + Xᵀ δĊ``, summed over samples and tokens;
-  of b (``∇_b = Σ δC``): ``Σ δĊ``. The map is bilinear in (X, W), so there is no further term.
-
-A weight stored (out, in) (``nn.Linear``: the patch embedding and the head) is used as ``X Wᵀ``: pass ``W.T``
-and the tangent ``Ẇ.transpose(1, 2)``, and transpose the rows back.
+* Hessian rows of W (the tangent of ``∇_W = Xᵀ δC``): ``Ẋᵀ δC + Xᵀ δĊ``, summed over samples and tokens; of b
+  (``∇_b = Σ δC``): ``Σ δĊ``. The map is bilinear in (X, W), so there is no further term.
 """
 from __future__ import annotations
 
 import torch
 
-from ...model import linear as primal  # the model's own map, x W (+ b): one implementation of the forward
+from . import Op
+from .layout import act_times_tangent, add, broadcast, lin, tok_contract, tok_contract_rev, tok_sum, zeros_rows
 
-__all__ = ["primal", "add", "lin", "act_times_tangent", "tok_contract", "tok_contract_rev", "tok_sum", "bias_tangent",
-           "jvp", "vjp", "vjp_tangent", "weight_rows", "bias_rows"]
-
-
-def add(a, b):
-    """``a + b`` where ``None`` is a zero tangent."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a + b
+__all__ = ["Linear"]
 
 
-def lin(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Tangent-batched activation times a shared matrix: (..., c, i) @ (i, o) -> (..., c, o), one GEMM."""
-    return (x.reshape(-1, x.shape[-1]) @ w).view(*x.shape[:-1], w.shape[-1])
+class Linear(Op):
+    """``C = X W + b`` (``orientation="in_out"``) or ``C = X Wᵀ + b`` (``"out_in"``, ``nn.Linear``)."""
 
+    slots = ("weight", "bias")
 
-def act_times_tangent(x: torch.Tensor, dw: torch.Tensor) -> torch.Tensor:
-    """Shared activation times tangent matrices: x (B, n, i), dw (c, i, o) -> (B, n, c, o)."""
-    c, i, o = dw.shape
-    return (x @ dw.permute(1, 0, 2).reshape(i, c * o)).view(*x.shape[:-1], c, o)
+    def __init__(self, orientation: str = "out_in"):
+        if orientation not in ("in_out", "out_in"):
+            raise ValueError(f"orientation must be 'in_out' (X @ W) or 'out_in' (nn.Linear), not {orientation!r}")
+        self.orientation, self._nn = orientation, orientation == "out_in"
 
+    def _w(self, p) -> torch.Tensor:
+        """W as (in, out)."""
+        W = p["weight"]
+        return W.reshape(W.shape[0], -1).T if self._nn else W
 
-def tok_contract(a: torch.Tensor, b: torch.Tensor, per_sample: bool = False) -> torch.Tensor:
-    """Σ over (B, n) of aᵀ b for a (B, n, c, i) tangent and b (B, n, o) primal -> (c, i, o); ``per_sample``:
-    the sum over n only, (B, c, i, o) (contiguous).
+    def _dw(self, dW) -> torch.Tensor:
+        """Ẇ as (c, in, out)."""
+        return dW.reshape(*dW.shape[:2], -1).transpose(1, 2) if self._nn else dW
 
-    Computed as (bᵀ a)ᵀ: (o, B·n) @ (B·n, c·i) is about twice as fast as the transposed-left form; per sample
-    the transposed-left form ((B, c·i, n) @ (B, n, o)) is as fast and needs no permute.
-    """
-    Bs, n, c, i = a.shape
-    o = b.shape[-1]
-    if per_sample:
-        return torch.bmm(a.reshape(Bs, n, c * i).transpose(1, 2), b).view(Bs, c, i, o)
-    return (b.reshape(-1, o).T @ a.reshape(-1, c * i)).view(o, c, i).permute(1, 2, 0)
+    def forward(self, xs, p):
+        x, = xs
+        W, b = self._w(p), p.get("bias")
+        return (x @ W if b is None else x @ W + b), {"x": x}
 
+    def vjp(self, ctx, p, d_y, need):
+        ctx["d_y"] = d_y
+        return [d_y @ self._w(p).T if need[0] else None]
 
-def tok_contract_rev(a: torch.Tensor, b: torch.Tensor, per_sample: bool = False) -> torch.Tensor:
-    """Σ over (B, n) of aᵀ b for a (B, n, i) primal and b (B, n, c, o) tangent -> (c, i, o); ``per_sample``:
-    (B, c, i, o)."""
-    Bs, n, c, o = b.shape
-    i = a.shape[-1]
-    if per_sample:
-        return torch.bmm(a.transpose(1, 2), b.reshape(Bs, n, c * o)).view(Bs, i, c, o).transpose(1, 2)
-    return (a.reshape(-1, i).T @ b.reshape(-1, c * o)).view(i, c, o).transpose(0, 1)
+    def jvp(self, ctx, p, dxs, dp, c):
+        dx, = dxs
+        dW, db = dp.get("weight"), dp.get("bias")
+        out = add(None if dx is None else lin(dx, self._w(p)),
+                  None if dW is None else act_times_tangent(ctx["x"], self._dw(dW)))
+        if db is not None:
+            out = add(out, broadcast(db, ctx["x"]))
+        return out, {"dx": dx}
 
+    def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
+        if not need[0]:
+            return [None]
+        out = None if dd_y is None else lin(dd_y, self._w(p).T)
+        dW = dp.get("weight")
+        if dW is not None:
+            out = add(out, act_times_tangent(ctx["d_y"], self._dw(dW).transpose(1, 2)))
+        return [out]
 
-def tok_sum(t: torch.Tensor, per_sample: bool = False) -> torch.Tensor:
-    """Σ over (B, n) of a (B, n, ...) tensor; ``per_sample``: over n only."""
-    return t.sum(1) if per_sample else t.sum((0, 1))
+    def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False):
+        x, d_y, dx = ctx["x"], ctx["d_y"], t.get("dx")
+        out = {}
+        if "weight" in slots:
+            W = p["weight"]
+            rw = None
+            if self._nn:  # (c, out, in): δĊᵀ X + δCᵀ Ẋ
+                if dd_y is not None:
+                    rw = tok_contract(dd_y, x, per_sample)
+                if dx is not None:
+                    r2 = tok_contract_rev(d_y, dx, per_sample)
+                    rw = r2 if rw is None else rw + r2
+                shape = (W.shape[0], x.shape[-1])
+            else:  # (c, in, out): Ẋᵀ δC + Xᵀ δĊ
+                if dx is not None:
+                    rw = tok_contract(dx, d_y, per_sample)
+                if dd_y is not None:
+                    r2 = tok_contract_rev(x, dd_y, per_sample)
+                    rw = r2 if rw is None else rw.add_(r2) if per_sample else rw + r2
+                shape = W.shape
+            out["weight"] = zeros_rows(shape, c, x, per_sample) if rw is None else rw
+        if "bias" in slots:
+            out["bias"] = zeros_rows(p["bias"].shape, c, x, per_sample) if dd_y is None else tok_sum(dd_y, per_sample)
+        return out
 
-
-def bias_tangent(db: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """A bias tangent (c, o) in the token layout (B, n, c, o) of ``like`` (B, n, ·), as a broadcast view."""
-    return db[None, None].expand(*like.shape[:2], db.shape[0], -1)
-
-
-def jvp(x, dx, W, dW=None, db=None):
-    """``Ċ = Ẋ W + X Ẇ + ḃ`` (any of the tangents None); x (B, n, i), dx (B, n, c, i), dW (c, i, o), db (c, o)."""
-    out = add(None if dx is None else lin(dx, W), None if dW is None else act_times_tangent(x, dW))
-    if db is not None:
-        out = add(out, bias_tangent(db, x))
-    return out
-
-
-def vjp(dC: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """``δX = δC Wᵀ``."""
-    return dC @ W.T
-
-
-def vjp_tangent(dC, ddC, W, dW=None):
-    """``δẊ = δĊ Wᵀ + δC Ẇᵀ``; dC (B, n, o) primal adjoint, ddC (B, n, c, o) its tangent (or None)."""
-    out = None if ddC is None else lin(ddC, W.T)
-    if dW is not None:
-        out = add(out, act_times_tangent(dC, dW.transpose(1, 2)))
-    return out
-
-
-def weight_rows(x, dx, dC, ddC, shape, c: int, like: torch.Tensor, per_sample: bool = False) -> torch.Tensor:
-    """Hessian rows of W, ``Ẋᵀ δC + Xᵀ δĊ`` (c, in, out), or each sample's (B, c, in, out); zeros when both
-    tangents are None."""
-    out = None
-    if dx is not None:
-        out = tok_contract(dx, dC, per_sample)
-    if ddC is not None:
-        t = tok_contract_rev(x, ddC, per_sample)
-        out = t if out is None else out.add_(t) if per_sample else out + t
-    lead = (like.shape[0], c) if per_sample else (c,)
-    return torch.zeros(*lead, *shape, dtype=like.dtype, device=like.device) if out is None else out
-
-
-def bias_rows(ddC, size: int, c: int, like: torch.Tensor, per_sample: bool = False) -> torch.Tensor:
-    """Hessian rows of b, ``Σ_{B, n} δĊ`` (c, out), or each sample's (B, c, out)."""
-    if ddC is None:
-        lead = (like.shape[0], c) if per_sample else (c,)
-        return torch.zeros(*lead, size, dtype=like.dtype, device=like.device)
-    return tok_sum(ddC, per_sample)
+    def grads(self, ctx, p, slots):
+        x, d_y = ctx["x"], ctx["d_y"]
+        out = {}
+        if "weight" in slots:
+            g = x.reshape(-1, x.shape[-1]).T @ d_y.reshape(-1, d_y.shape[-1])  # (in, out)
+            out["weight"] = g.T if self._nn else g
+        if "bias" in slots:
+            out["bias"] = tok_sum(d_y)
+        return out

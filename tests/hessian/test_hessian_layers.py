@@ -1,4 +1,4 @@
-"""theory.layers: curvature_gap.layer_hessian on the real modules of PyTorch, timm and Hugging Face.
+"""hessian.layers: curvature_gap.layer_hessian on the real modules of PyTorch, timm and Hugging Face.
 
 Reference: reverse-over-reverse torch.autograd through each module's own forward under the MATH attention
 backend (curvature_gap.exact.layers), float64, on batches of two sequences; the second-derivative pieces also
@@ -17,9 +17,10 @@ from cases import slow_but
 import curvature_gap
 from curvature_gap.exact import encoder_layer as eref
 from curvature_gap.exact import layers as R
+from curvature_gap.hessian.layers import attention_mask, layer_hessian, layer_hvp
+from curvature_gap.hessian.models import describe
+from curvature_gap.hessian.ops.attention import Attention
 from curvature_gap.theory import encoder_layer_hessian
-from curvature_gap.theory import multihead as mh
-from curvature_gap.theory.layers import attention_mask, describe, layer_hessian, layer_hvp
 
 TOL = 1e-10
 FD_TOL = 1e-7
@@ -42,7 +43,7 @@ def _rel(A, B) -> float:
                                                  ids=[R.grid_id(*g) for g in R.GRID]))
 def test_grid_matches_reverse_over_reverse_autograd_of_the_module(kind, cfg, L):
     _need(kind)
-    r = R.check(kind, cfg, L)
+    r = R.check(kind, cfg, L, layer_hessian)
     assert r["rel_err"] <= TOL, r
 
 
@@ -75,7 +76,8 @@ def test_timm_manual_attention_path_too():
 
 
 def test_pytorch_layer_is_the_encoder_layer_program():
-    """On one sequence layer_hessian of nn.TransformerEncoderLayer is encoder_layer_hessian (one implementation)."""
+    """On one sequence layer_hessian of nn.TransformerEncoderLayer is encoder_layer_hessian (PyTorch's argument
+    names over the same program)."""
     layer, X, T = eref.random_layer(8, 2, 6, 5, seed=1, norm_first=True, activation="gelu")
     a = layer_hessian(layer, X, target=T)
     b = encoder_layer_hessian(layer, X, target=T)
@@ -102,14 +104,15 @@ def test_sequence_first_pytorch_layer():
     assert torch.allclose(res.Z, layer(X), rtol=0, atol=1e-14)
 
 
-def test_multihead_stacked_sequences_equal_one_at_a_time():
+def test_attention_samples_attend_only_to_themselves():
+    """Heads and sequences share the sample axis: each sequence's output is its own, computed alone."""
     g = torch.Generator().manual_seed(0)
-    QKV = torch.randn(3 * 4, 3 * 6, generator=g, dtype=torch.float64)
-    O, ctx = mh.forward(QKV, 2, None, n=3)
-    assert ctx["A"].shape == (2, 3, 4, 4)
+    q, k, v = (torch.randn(3, 4, 6, generator=g, dtype=torch.float64) for _ in range(3))
+    O, ctx = Attention(2).forward([q, k, v], {})
+    assert ctx["A"].shape == (3 * 2, 4, 4)
     for i in range(3):
-        Oi, _ = mh.forward(QKV[4 * i:4 * i + 4], 2)
-        assert torch.allclose(O[4 * i:4 * i + 4], Oi, rtol=0, atol=1e-15)
+        Oi, _ = Attention(2).forward([q[i:i + 1], k[i:i + 1], v[i:i + 1]], {})
+        assert torch.allclose(O[i], Oi[0], rtol=0, atol=1e-15)
 
 
 # ---------------------------------------------------------------------------------------- masks
@@ -272,10 +275,15 @@ def test_describe_reads_the_module():
     _need("bert")
     steps = describe(R.bert_layer())
     assert [s["submodule"] for s in steps][:4] == ["attention.self.query", "attention.self.key",
-                                                   "attention.self.value", "attention.self.concat"]
-    assert steps[-1]["submodule"] == "output.LayerNorm" and steps[-1]["output"] == "Z"
+                                                   "attention.self.value", "attention.self"]
+    assert steps[3]["op"] == "Attention(h=2)" and steps[-1]["submodule"] == "output.LayerNorm"
+    assert steps[-1]["output"] == "Z"
     used = [p for s in steps for p in s["parameters"]]
     assert sorted(used) == sorted(n for n, _ in R.bert_layer().named_parameters())
+    # a fused projection is read as three linear maps on row blocks of one weight
+    torch_steps = describe(R.torch_layer(heads=2))
+    assert [s["parameters"][0] for s in torch_steps[:3]] == [f"self_attn.in_proj_weight[{a}:{b}]"
+                                                             for a, b in ((0, 8), (8, 16), (16, 24))]
 
 
 def test_public_export():

@@ -1,0 +1,511 @@
+"""Exact loss Hessians of the Transformer layers people train, through one call: :func:`layer_hessian`.
+
+Beyond the paper. Each supported layer class is read from the module itself as a program of the engine's op
+rules (:mod:`.program`, :mod:`.ops`): PyTorch's ``nn.TransformerEncoderLayer``, timm's ViT ``Block`` and Hugging
+Face's ``ViTLayer`` and ``BertLayer``, each recognised by its exact type (a subclass may change ``forward``) and
+found in ``sys.modules`` (no library is imported here: a layer of timm or transformers can only exist if its
+library is loaded). Their differences are settings of the same ops: fused or separate Q/K/V (a fused projection is
+three linear maps on row blocks of one weight), LayerScale, pre- or post-norm, where the residuals join, the
+activation, masks. The same builders give the blocks of whole models (:mod:`.models`).
+
+On a batch X (N, L, d) of N sequences (one (L, d) sequence: N = 1) the loss is one function of all outputs: the MSE
+``l = (1/(N L d)) Σ ||Z_n − Target_n||_F²`` (``nn.MSELoss()`` of the batch) or any ``l`` given by ``∂l/∂Z`` and
+``∂²l/∂Z²`` over the stacked rows (N L, d). A mask is an additive constant on the attention scores
+(:func:`attention_mask`), shared (L, L) or one per sequence (N, L, L).
+
+:func:`layer_hessian` returns the dense Hessian in ``named_parameters()`` order or only the blocks asked for by
+name (a ViT-Tiny layer has ≈ 445k parameters: its dense Hessian, 1.6 TB in float64, does not fit);
+:func:`layer_hvp` returns Hessian-vector products ``H v`` (one pass for all parameters at once). What an adapter
+cannot express raises ``ValueError`` naming it: qk-norm, gated attention, GLU MLPs, another normalisation, another
+activation, dropout or stochastic depth in training mode, a decoder ``BertLayer``.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..params import offsets
+from .ops.activation import Activation
+from .ops.attention import Attention
+from .ops.layernorm import LayerNorm
+from .ops.linear import Linear
+from .ops.layout import add
+from .ops.loss import MSE, GivenLoss
+from .ops.tokens import Add, Scale
+from .program import Node, Program, State, blocks as program_blocks, dense, hvp
+
+__all__ = ["layer_hessian", "layer_hvp", "attention_mask", "LayerHessian", "SUPPORTED", "library_class",
+           "activation_name", "layer_nodes", "no_dropout_in_training", "assemble", "loss_node", "requested_pairs",
+           "is_class", "layernorm_of"]
+
+SUPPORTED = {
+    "torch.nn.TransformerEncoderLayer": (
+        "post- or pre-norm (norm_first); bias on or off; any nhead; activation relu, gelu (erf) or "
+        "nn.GELU('tanh'); batch_first True or False; dropout any in eval mode. Not: kdim/vdim, add_bias_kv, "
+        "add_zero_attn, another norm than nn.LayerNorm, a custom activation"),
+    "timm.models.vision_transformer.Block": (
+        "pre-norm; qkv_bias and proj_bias on or off; any num_heads (attn_head_dim too); LayerScale (init_values) "
+        "or none; scale_attn_norm / scale_mlp_norm LayerNorms; act_layer nn.GELU (erf or tanh), timm GELU / "
+        "GELUTanh, nn.ReLU; norm_layer nn.LayerNorm or timm LayerNorm; drop rates any in eval mode. Not: "
+        "qk_norm, gated attention, GluMlp / SwiGLU, RmsNorm, LayerNormFp32"),
+    "transformers ViTLayer": (
+        "pre-norm; qkv_bias on or off; any num_attention_heads; hidden_act gelu, gelu_new, gelu_pytorch_tanh, "
+        "relu; dropout any in eval mode; any attn_implementation (check against autograd with 'sdpa': 'eager' "
+        "rounds the softmax to float32)"),
+    "transformers BertLayer": (
+        "post-norm encoder layer (is_decoder=False, no cross-attention); any num_attention_heads; hidden_act as "
+        "ViTLayer; dropout any in eval mode"),
+}
+
+
+def library_class(module: str, name: str):
+    """The class ``module.name`` if that module is loaded (else None: no layer of it can exist)."""
+    mod = sys.modules.get(module)
+    return getattr(mod, name, None) if mod is not None else None
+
+
+def is_class(obj, module: str, name: str) -> bool:
+    """Whether ``obj`` is exactly of the class ``module.name`` (False where that module is not loaded)."""
+    cls = library_class(module, name)
+    return cls is not None and type(obj) is cls
+
+
+# ---------------------------------------------------------------------------------------------- shared checks
+def no_dropout_in_training(module: nn.Module, extra: dict | None = None) -> None:
+    """Dropout (nn.Dropout p > 0, timm DropPath drop_prob > 0, attention-probability dropout) in training mode
+    makes the module random: refuse it, naming every such submodule."""
+    if not module.training:
+        return
+    bad = [f"{n}(p={m.p})" for n, m in module.named_modules() if isinstance(m, nn.Dropout) and m.p > 0]
+    bad += [f"{n}(drop_prob={m.drop_prob})" for n, m in module.named_modules()
+            if type(m).__name__ == "DropPath" and getattr(m, "drop_prob", 0) > 0]
+    bad += [f"{k}={v}" for k, v in (extra or {}).items() if v > 0]
+    if bad:
+        raise ValueError(f"{type(module).__name__} is in training mode with dropout {', '.join(bad)}: it is random, "
+                         "its Hessian undefined; call .eval() (or set the rates to 0)")
+
+
+def layernorm_of(mod: nn.Module, where: str, d: int) -> LayerNorm:
+    ok = type(mod) is nn.LayerNorm or is_class(mod, "timm.layers.norm", "LayerNorm")
+    if not ok or tuple(mod.normalized_shape) != (d,):
+        raise ValueError(f"{where} = {type(mod).__name__}{tuple(getattr(mod, 'normalized_shape', ()))} is not "
+                         f"supported: only nn.LayerNorm (or timm's LayerNorm) over the last dimension ({d})")
+    return LayerNorm(mod.eps)
+
+
+def _linear(mod: nn.Module, where: str) -> Linear:
+    if type(mod) is not nn.Linear:
+        raise ValueError(f"{where} = {type(mod).__name__} is not supported: only nn.Linear")
+    return Linear()
+
+
+_ACTIVATIONS = {
+    ("torch.nn.modules.activation", "ReLU"): "relu",
+    ("timm.layers.activations", "GELU"): "gelu",
+    ("timm.layers.activations", "GELUTanh"): "gelu_tanh",
+    ("transformers.activations", "GELUActivation"): "gelu",
+    ("transformers.activations", "NewGELUActivation"): "gelu_tanh",
+    ("transformers.activations", "GELUTanh"): "gelu_tanh",
+}
+
+
+def activation_name(act, where: str) -> str:
+    """The name (``relu``, ``gelu``, ``gelu_tanh``) of an activation module or function, else ValueError."""
+    if type(act) is nn.GELU:
+        return {"none": "gelu", "tanh": "gelu_tanh"}[act.approximate]
+    if act is F.relu or act is torch.relu:
+        return "relu"
+    if act is F.gelu:
+        return "gelu"
+    key = (type(act).__module__, type(act).__name__)
+    if key in _ACTIVATIONS and library_class(*key) is type(act):
+        name = _ACTIVATIONS[key]
+        inner = getattr(act, "act", None)  # transformers: the python forms compute the same function
+        if name == "gelu" and inner is not None and getattr(inner, "__name__", "") not in ("gelu", "_gelu_python"):
+            raise ValueError(f"{where}: GELUActivation with act {inner!r} is not supported")
+        return name
+    raise ValueError(f"{where} = {act!r} is not supported: supported activations are ReLU, GELU (erf: nn.GELU(), "
+                     "F.gelu, timm GELU, transformers 'gelu') and its tanh approximation (nn.GELU('tanh'), timm "
+                     "GELUTanh, transformers 'gelu_new' / 'gelu_pytorch_tanh'); others (quick_gelu, gelu_fast, "
+                     "SiLU, ...) have no second-order rule here")
+
+
+class _Builder:
+    """Nodes of one module's program: parameter names ``prefix + name``, values ``prefix + name`` (unique in a
+    whole model)."""
+
+    def __init__(self, module: nn.Module, prefix: str):
+        self.m, self.pre, self.nodes = module, prefix, []
+
+    def v(self, name: str) -> str:
+        return self.pre + name
+
+    def params(self, mod: str, slots=("weight", "bias"), rename=None, rows=None) -> dict:
+        """``{slot: parameter name}`` of the submodule ``mod`` (absent parameters left out); ``rows``: read only
+        those rows of each."""
+        m = self.m.get_submodule(mod)
+        rename = rename or {}
+        out = {}
+        for s in slots:
+            attr = rename.get(s, s)
+            if getattr(m, attr, None) is not None:
+                name = self.pre + (f"{mod}.{attr}" if mod else attr)
+                out[s] = name if rows is None else (name, rows)
+        return out
+
+    def add(self, name: str, op, ins, out: str, params=None) -> str:
+        self.nodes.append(Node(self.pre + name, op, tuple(ins), self.v(out), params or {}))
+        return self.v(out)
+
+
+# ---------------------------------------------------------------------------------------------- the classes
+def _check_torch(layer: nn.TransformerEncoderLayer) -> None:
+    drops = {"self_attn.dropout": layer.self_attn.dropout}
+    no_dropout_in_training(layer, drops)
+    mha = layer.self_attn
+    if not mha._qkv_same_embed_dim or mha.in_proj_weight is None:
+        raise ValueError("self_attn with separate q/k/v projection weights (kdim/vdim != d_model) is not supported")
+    if mha.bias_k is not None or mha.bias_v is not None:
+        raise ValueError("self_attn with add_bias_kv=True is not supported (only the packed in_proj and out_proj)")
+    if mha.add_zero_attn:
+        raise ValueError("self_attn with add_zero_attn=True is not supported")
+    for n in ("norm1", "norm2"):
+        ln = getattr(layer, n)
+        if type(ln) is not nn.LayerNorm or tuple(ln.normalized_shape) != (mha.embed_dim,):
+            raise ValueError(f"{n} = {ln!r} is not supported: only nn.LayerNorm over the last dimension d_model")
+
+
+def _torch_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
+    _check_torch(layer)
+    mha, b = layer.self_attn, _Builder(layer, prefix)
+    d, h = mha.embed_dim, mha.num_heads
+    act = activation_name(layer.activation, "activation")
+    ln1, ln2 = LayerNorm(layer.norm1.eps), LayerNorm(layer.norm2.eps)
+    a = b.add("norm1", ln1, (x,), "A", b.params("norm1")) if layer.norm_first else x
+    qkv = [b.add(f"self_attn.in_proj[{s}]", Linear(), (a,), s.upper(),
+                 b.params("self_attn", rename={"weight": "in_proj_weight", "bias": "in_proj_bias"},
+                          rows=slice(k * d, (k + 1) * d)))
+           for k, s in enumerate("qkv")]
+    o = b.add("self_attn", Attention(h, mask), qkv, "O")
+    sa = b.add("self_attn.out_proj", Linear(), (o,), "SA", b.params("self_attn.out_proj"))
+    u1 = b.add("residual1", Add(), (x, sa), "U1")
+    if layer.norm_first:
+        f_in = b.add("norm2", ln2, (u1,), "B", b.params("norm2"))
+    else:
+        f_in = b.add("norm1", ln1, (u1,), "Y", b.params("norm1"))
+    p = b.add("linear1", Linear(), (f_in,), "P", b.params("linear1"))
+    hd = b.add("activation", Activation(act), (p,), "H")
+    f = b.add("linear2", Linear(), (hd,), "F", b.params("linear2"))
+    if layer.norm_first:
+        return b.nodes, b.add("residual2", Add(), (u1, f), "Z"), d
+    u2 = b.add("residual2", Add(), (f_in, f), "U2")
+    return b.nodes, b.add("norm2", ln2, (u2,), "Z", b.params("norm2")), d
+
+
+def _timm_block(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
+    attn, mlp, b = layer.attn, layer.mlp, _Builder(layer, prefix)
+    if not is_class(attn, "timm.layers.attention", "Attention"):
+        raise ValueError(f"timm Block with attn = {type(attn).__name__} is not supported: only timm's Attention")
+    if not (isinstance(attn.q_norm, nn.Identity) and isinstance(attn.k_norm, nn.Identity)):
+        raise ValueError("timm Block with qk_norm=True is not supported: the LayerNorm of each head's queries and "
+                         "keys has no rule here (build the block with qk_norm=False)")
+    if getattr(attn, "gate", None) is not None:
+        raise ValueError("timm Attention with gated=True (sigmoid gate) is not supported")
+    if not is_class(mlp, "timm.layers.mlp", "Mlp"):
+        raise ValueError(f"timm Block with mlp = {type(mlp).__name__} is not supported: only timm's Mlp "
+                         "(fc1, activation, fc2); GluMlp / SwiGLU gates have no rule here")
+    no_dropout_in_training(layer)
+    d = layer.norm1.normalized_shape[0] if hasattr(layer.norm1, "normalized_shape") else attn.qkv.in_features
+    h, aw = attn.num_heads, getattr(attn, "attn_dim", attn.qkv.out_features // 3)
+    if abs(attn.scale - attn.head_dim ** -0.5) > 1e-15 * attn.scale:
+        raise ValueError(f"timm Attention with scale {attn.scale} != head_dim^-1/2 is not supported")
+    a = b.add("norm1", layernorm_of(layer.norm1, "norm1", d), (x,), "A", b.params("norm1"))
+    _linear(attn.qkv, "attn.qkv")
+    qkv = [b.add(f"attn.qkv[{s}]", Linear(), (a,), s.upper(), b.params("attn.qkv", rows=slice(k * aw, (k + 1) * aw)))
+           for k, s in enumerate("qkv")]
+    o = b.add("attn", Attention(h, mask), qkv, "O")
+    if not isinstance(attn.norm, nn.Identity):
+        o = b.add("attn.norm", layernorm_of(attn.norm, "attn.norm", aw), (o,), "On", b.params("attn.norm"))
+    sa = b.add("attn.proj", _linear(attn.proj, "attn.proj"), (o,), "SA", b.params("attn.proj"))
+    if not isinstance(layer.ls1, nn.Identity):
+        if not is_class(layer.ls1, "timm.layers.layer_scale", "LayerScale"):
+            raise ValueError(f"ls1 = {type(layer.ls1).__name__} is not supported: only timm's LayerScale")
+        sa = b.add("ls1", Scale(), (sa,), "SAs", b.params("ls1", ("weight",), {"weight": "gamma"}))
+    u1 = b.add("residual1", Add(), (x, sa), "U1")
+    bn = b.add("norm2", layernorm_of(layer.norm2, "norm2", d), (u1,), "B", b.params("norm2"))
+    p = b.add("mlp.fc1", _linear(mlp.fc1, "mlp.fc1"), (bn,), "P", b.params("mlp.fc1"))
+    hd = b.add("mlp.act", Activation(activation_name(mlp.act, "mlp.act")), (p,), "Hd")
+    if not isinstance(mlp.norm, nn.Identity):
+        hd = b.add("mlp.norm", layernorm_of(mlp.norm, "mlp.norm", mlp.fc1.out_features), (hd,), "Hn",
+                   b.params("mlp.norm"))
+    f = b.add("mlp.fc2", _linear(mlp.fc2, "mlp.fc2"), (hd,), "F", b.params("mlp.fc2"))
+    if not isinstance(layer.ls2, nn.Identity):
+        if not is_class(layer.ls2, "timm.layers.layer_scale", "LayerScale"):
+            raise ValueError(f"ls2 = {type(layer.ls2).__name__} is not supported: only timm's LayerScale")
+        f = b.add("ls2", Scale(), (f,), "Fs", b.params("ls2", ("weight",), {"weight": "gamma"}))
+    return b.nodes, b.add("residual2", Add(), (u1, f), "Z"), d
+
+
+def _hf_attention(b: _Builder, where: str, names: tuple, scaling: float, head_dim: int, h: int, mask,
+                  inp: str) -> str:
+    """Separate Q, K, V projections into the attention; returns its output value."""
+    if abs(scaling - head_dim ** -0.5) > 1e-15 * scaling:
+        raise ValueError(f"{where}: attention scaling {scaling} != head_dim^-1/2 is not supported")
+    qkv = [b.add(f"{where}.{m}", _linear(b.m.get_submodule(f"{where}.{m}"), f"{where}.{m}"), (inp,), o,
+                 b.params(f"{where}.{m}")) for m, o in zip(names, ("Q", "K", "V"))]
+    return b.add(where, Attention(h, mask), qkv, "O")
+
+
+def _vit_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
+    at, b = layer.attention, _Builder(layer, prefix)
+    if not all(hasattr(at, m) for m in ("q_proj", "k_proj", "v_proj", "o_proj")) or not hasattr(layer, "mlp"):
+        raise ValueError("this ViTLayer has another layout than transformers 5 (attention.q_proj/k_proj/v_proj/"
+                         "o_proj, mlp.fc1/fc2): install transformers>=5 (the 'layers' extra)")
+    no_dropout_in_training(layer, {"attention_probs_dropout_prob": at.attention_dropout})
+    d, h = layer.layernorm_before.normalized_shape[0], at.num_attention_heads
+    a = b.add("layernorm_before", layernorm_of(layer.layernorm_before, "layernorm_before", d), (x,), "A",
+              b.params("layernorm_before"))
+    o = _hf_attention(b, "attention", ("q_proj", "k_proj", "v_proj"), at.scaling, at.head_dim, h, mask, a)
+    sa = b.add("attention.o_proj", _linear(at.o_proj, "attention.o_proj"), (o,), "SA", b.params("attention.o_proj"))
+    u1 = b.add("residual1", Add(), (sa, x), "U1")
+    bn = b.add("layernorm_after", layernorm_of(layer.layernorm_after, "layernorm_after", d), (u1,), "B",
+               b.params("layernorm_after"))
+    p = b.add("mlp.fc1", _linear(layer.mlp.fc1, "mlp.fc1"), (bn,), "P", b.params("mlp.fc1"))
+    hd = b.add("mlp.activation_fn", Activation(activation_name(layer.mlp.activation_fn, "mlp.activation_fn")), (p,),
+               "Hd")
+    f = b.add("mlp.fc2", _linear(layer.mlp.fc2, "mlp.fc2"), (hd,), "F", b.params("mlp.fc2"))
+    return b.nodes, b.add("residual2", Add(), (f, u1), "Z"), d
+
+
+def _bert_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
+    if layer.is_decoder or layer.add_cross_attention or getattr(layer.attention.self, "is_causal", False):
+        raise ValueError("a decoder BertLayer (is_decoder / add_cross_attention) is not supported: only the "
+                         "encoder layer (one sequence attending to itself)")
+    sa_mod, b = layer.attention.self, _Builder(layer, prefix)
+    no_dropout_in_training(layer)
+    d, h = layer.attention.output.LayerNorm.normalized_shape[0], sa_mod.num_attention_heads
+    o = _hf_attention(b, "attention.self", ("query", "key", "value"), sa_mod.scaling, sa_mod.attention_head_size, h,
+                      mask, x)
+    sa = b.add("attention.output.dense", _linear(layer.attention.output.dense, "attention.output.dense"), (o,), "SA",
+               b.params("attention.output.dense"))
+    u1 = b.add("residual1", Add(), (sa, x), "U1")
+    y = b.add("attention.output.LayerNorm", layernorm_of(layer.attention.output.LayerNorm, "attention.output.LayerNorm",
+                                                       d), (u1,), "Y", b.params("attention.output.LayerNorm"))
+    p = b.add("intermediate.dense", _linear(layer.intermediate.dense, "intermediate.dense"), (y,), "P",
+              b.params("intermediate.dense"))
+    act = activation_name(layer.intermediate.intermediate_act_fn, "intermediate.intermediate_act_fn")
+    hd = b.add("intermediate.intermediate_act_fn", Activation(act), (p,), "Hd")
+    f = b.add("output.dense", _linear(layer.output.dense, "output.dense"), (hd,), "F", b.params("output.dense"))
+    u2 = b.add("residual2", Add(), (f, y), "U2")
+    return b.nodes, b.add("output.LayerNorm", layernorm_of(layer.output.LayerNorm, "output.LayerNorm", d), (u2,), "Z",
+                          b.params("output.LayerNorm")), d
+
+
+_CLASSES = (
+    ("torch.nn.TransformerEncoderLayer", ("torch.nn.modules.transformer", "TransformerEncoderLayer"), _torch_layer),
+    ("timm.models.vision_transformer.Block", ("timm.models.vision_transformer", "Block"), _timm_block),
+    ("transformers ViTLayer", ("transformers.models.vit.modeling_vit", "ViTLayer"), _vit_layer),
+    ("transformers BertLayer", ("transformers.models.bert.modeling_bert", "BertLayer"), _bert_layer),
+)
+
+
+def layer_nodes(layer: nn.Module, prefix: str = "", x: str = "X", mask: torch.Tensor | None = None
+                ) -> tuple[list, str, int]:
+    """(nodes, output value, width d of X) of ``layer`` (a supported class, exactly) reading the value ``x``, its
+    parameters and values named with ``prefix``, its attention masked by ``mask`` (additive, (L, L) or (N, L, L));
+    ValueError for anything else, naming what is supported."""
+    for kind, (mod, name), build in _CLASSES:
+        if is_class(layer, mod, name):
+            nodes, out, d = build(layer, prefix, x, mask)
+            named = {prefix + n for n, _ in layer.named_parameters()}
+            used = {r[0] if isinstance(r, tuple) else r for nd in nodes for r in nd.params.values()}
+            if named != used:
+                raise ValueError(f"{type(layer).__name__}: parameters {sorted(named ^ used)} are not part of the "
+                                 f"derived layer (supported: {SUPPORTED[kind]})")
+            return nodes, out, d
+    raise ValueError(f"{type(layer).__module__}.{type(layer).__qualname__} is not supported. Supported classes "
+                     "(exactly; a subclass may change forward): " + "; ".join(SUPPORTED))
+
+
+# ---------------------------------------------------------------------------------------------- masks
+def attention_mask(N: int, L: int, attn_mask=None, key_padding_mask=None, is_causal: bool = False,
+                   ref: torch.Tensor | None = None) -> torch.Tensor | None:
+    """The additive attention mask: (L, L) shared, (N, L, L) per sequence, or None.
+
+    ``attn_mask`` (L, L) or (N, L, L) as ``nn.MultiheadAttention`` reads it (bool: True where a query may *not*
+    attend; float: added to the scores); ``key_padding_mask`` (N, L) bool, True at padded keys; ``is_causal``
+    adds the causal mask. Each is added to the others. ValueError on a wrong shape or dtype, or a query row
+    with every key masked (its softmax is undefined).
+    """
+    ref = torch.zeros((), dtype=torch.float64) if ref is None else ref
+    neg = lambda m: torch.zeros(m.shape, dtype=ref.dtype, device=ref.device).masked_fill(m.to(ref.device),  # noqa: E731
+                                                                                          float("-inf"))
+    M = None
+    if attn_mask is not None:
+        if tuple(attn_mask.shape) not in ((L, L), (N, L, L)):
+            raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} is not supported: (L, L) = ({L}, {L}) "
+                             f"shared by every sequence and head, or (N, L, L) = ({N}, {L}, {L}) one per sequence")
+        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+            raise ValueError(f"attn_mask of dtype {attn_mask.dtype} is not supported: pass a bool or a float mask")
+        M = neg(attn_mask) if attn_mask.dtype == torch.bool else attn_mask.to(dtype=ref.dtype, device=ref.device)
+    if key_padding_mask is not None:
+        if tuple(key_padding_mask.shape) != (N, L) or key_padding_mask.dtype != torch.bool:
+            raise ValueError(f"key_padding_mask must be bool (N, L) = ({N}, {L}), True at padded keys; got "
+                             f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+        M = add(M, neg(key_padding_mask)[:, None, :].expand(N, L, L))
+    if is_causal:
+        M = add(M, neg(torch.ones(L, L, dtype=torch.bool).triu(1)))
+    if M is not None and bool(torch.isneginf(M).all(dim=-1).any()):
+        raise ValueError("the attention mask masks every key of some query row: the softmax of that row is undefined")
+    return M
+
+
+# ---------------------------------------------------------------------------------------------- the Hessian
+@dataclass
+class LayerHessian:
+    """Exact loss Hessian of a layer or model: ``dense`` (P, P) in ``names`` order (``named_parameters()``, each
+    flattened row-major; None when only some ``blocks`` were asked for), ``blocks[(name_i, name_j)]`` its
+    (n_i, n_j) blocks (views of ``dense``, or the blocks asked for), ``sizes`` the n_i; also the output ``Z``, the
+    loss gradient ``gradient`` (P,) and ``loss`` (None for a loss given by its derivatives)."""
+
+    dense: torch.Tensor | None
+    names: tuple
+    sizes: tuple
+    blocks: dict
+    Z: torch.Tensor
+    gradient: torch.Tensor
+    loss: float | None = None
+
+    def offsets(self) -> dict:
+        """``{name: first index of the parameter in dense}``."""
+        return {n: s.start for n, s in offsets(self.names, self.sizes).items()}
+
+
+def requested_pairs(blocks, names) -> list | None:
+    """``blocks`` as a list of ``(a, b)`` pairs (None: dense), checked against the parameter names."""
+    if blocks is None:
+        return None
+    if isinstance(blocks, str):
+        blocks = [blocks]
+    blocks = list(blocks)
+    if not blocks:
+        raise ValueError("blocks=[] asks for nothing: pass None (the dense Hessian), names or (name, name) pairs")
+    if all(isinstance(b, str) for b in blocks):
+        pairs = [(a, b) for a in blocks for b in blocks]
+    elif all(isinstance(b, (tuple, list)) and len(b) == 2 for b in blocks):
+        pairs = [tuple(b) for b in blocks]
+    else:
+        raise ValueError("blocks must be parameter names or (name_a, name_b) pairs, not a mix")
+    unknown = sorted({n for p in pairs for n in p} - set(names))
+    if unknown:
+        raise ValueError(f"blocks name {unknown}, which are not parameters; the parameters: {list(names)}")
+    return list(dict.fromkeys(pairs))
+
+
+def loss_node(loss, out: str) -> Node:
+    """The loss of a program's output value ``out``: ``"mse"`` (to the input ``target``) or a pair
+    ``(dl_dZ, d2l_dZ2)``."""
+    if isinstance(loss, str):
+        if loss != "mse":
+            raise ValueError(f"loss={loss!r} is not supported: 'mse' or a pair (dl_dZ, d2l_dZ2)")
+        return Node("loss", MSE(), (out, "target"), "loss")
+    if not (isinstance(loss, (tuple, list)) and len(loss) == 2):
+        raise ValueError("loss must be 'mse' or a pair (dl_dZ, d2l_dZ2) of tensors or callables of Z")
+    return Node("loss", GivenLoss(*loss), (out,), "loss")
+
+
+def assemble(state: State, blocks=None, chunk: int | None = 128, output: str = "Z", layout=lambda Z: Z) -> LayerHessian:
+    """The :class:`LayerHessian` of a program's ``state``: dense, or the ``blocks`` asked for (names or pairs)."""
+    prog = state.program
+    names = tuple(prog.order)
+    sizes = tuple(prog.sizes[n] for n in names)
+    pairs = requested_pairs(blocks, names)
+    grad = state.gradient()
+    gradient = torch.cat([grad[n].reshape(-1) for n in names])
+    Z = layout(state.values[output])
+    if pairs is None:
+        H = dense(state, chunk)
+        sl = prog.slices
+        return LayerHessian(H, names, sizes, {(a, b): H[sl[a], sl[b]] for a in names for b in names}, Z, gradient,
+                            state.loss)
+    got = program_blocks(state, pairs, chunk)
+    out = {p: (0.5 * (blk + blk.T) if p[0] == p[1] else blk) for p, blk in got.items()}
+    return LayerHessian(None, names, sizes, out, Z, gradient, state.loss)
+
+
+def _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss):
+    """(state, to_layout): the program of ``layer`` on X (L, d) or a batch (N, L, d) ((L, N, d) for a
+    sequence-first PyTorch layer), run; ``to_layout`` maps the output back to X's layout."""
+    if not isinstance(layer, nn.Module):
+        raise ValueError(f"layer must be a torch.nn.Module, not {type(layer).__name__}")
+    w = next(layer.parameters(), None)
+    if w is None:
+        raise ValueError(f"{type(layer).__name__} has no parameters: nothing to differentiate")
+    if not isinstance(X, torch.Tensor) or not X.is_floating_point() or X.dtype != w.dtype or X.device != w.device:
+        raise ValueError(f"X must be a floating tensor with the dtype and device of the layer ({w.dtype}, {w.device})")
+    bf = layer.self_attn.batch_first if type(layer) is nn.TransformerEncoderLayer else True
+    if X.dim() == 2:
+        Xb = X[None]
+    elif X.dim() == 3:
+        Xb = X if bf else X.transpose(0, 1)
+    else:
+        raise ValueError(f"X of shape {tuple(X.shape)}: expected (L, d) or (N, L, d)"
+                         + ("" if bf else " ((L, N, d): batch_first=False)"))
+    N, L, d = Xb.shape
+    M = attention_mask(N, L, attn_mask, key_padding_mask, is_causal, X)
+    nodes, out, width = layer_nodes(layer, "", "X", M)
+    if d != width:
+        raise ValueError(f"X has width {d}; {type(layer).__name__} expects {width}")
+    inputs = {"X": Xb}
+    if target is not None:
+        if tuple(target.shape) != tuple(X.shape):
+            raise ValueError(f"target of shape {tuple(target.shape)} must have the shape of X (the layer's output), "
+                             f"{tuple(X.shape)}")
+        inputs["target"] = target[None] if X.dim() == 2 else (target if bf else target.transpose(0, 1))
+    elif loss == "mse":
+        raise ValueError("loss='mse' needs target, of the shape of the layer's output")
+    params = {n: p.detach() for n, p in layer.named_parameters()}
+    prog = Program(nodes + [loss_node(loss, out)], {n: p.shape for n, p in params.items()}, list(params))
+
+    def to_layout(Z):
+        return Z[0] if X.dim() == 2 else (Z if bf else Z.transpose(0, 1))
+
+    return State(prog, params, inputs), to_layout, out
+
+
+def layer_hessian(layer: nn.Module, X: torch.Tensor, loss="mse", target: torch.Tensor | None = None, blocks=None,
+                  attn_mask: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
+                  is_causal: bool = False, chunk: int | None = 128) -> LayerHessian:
+    """Exact Hessian of ``l(layer(X))`` with respect to ``layer.named_parameters()``, by the engine's op rules.
+
+    ``layer``: ``torch.nn.TransformerEncoderLayer``, timm's ``vision_transformer.Block`` or Hugging Face's
+    ``ViTLayer`` / ``BertLayer`` (exactly these classes; eval mode or no dropout; :data:`SUPPORTED` lists what
+    each supports). ``X``: one sequence (L, d) or a batch (N, L, d) ((L, N, d) for a PyTorch layer with
+    ``batch_first=False``), the dtype and device of the layer. ``loss="mse"`` with ``target`` of X's shape:
+    ``l = mean((layer(X) − target)²)`` over all N L d entries; or ``loss=(dl_dZ, d2l_dZ2)``, tensors or
+    callables of the stacked output rows Z (N L, d): ``∂l/∂Z`` (N L, d) and ``∂²l/∂Z²`` (N L d, N L d).
+    ``blocks``: None (the dense (P, P) Hessian, ``.dense``) or parameter names (every block among them) or
+    ``(name_a, name_b)`` pairs (just those): ``.blocks[(a, b)]`` is the (n_a, n_b) block, each parameter
+    flattened row-major (as ``p.reshape(-1)``). ``attn_mask``, ``key_padding_mask``, ``is_causal``:
+    :func:`attention_mask`. ``chunk``: directions per pass (memory; None: a parameter's all at once).
+
+    Also returns ``.gradient`` (P,), ``.Z`` (the layer's output, X's layout) and ``.loss`` (MSE). Raises
+    ``ValueError`` naming what is not supported (another class, qk-norm, a gated or GLU MLP, an activation
+    without a second-order rule, dropout in training mode, a mask it cannot express).
+    """
+    state, to_layout, out = _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss)
+    return assemble(state, blocks, chunk, out, to_layout)
+
+
+def layer_hvp(layer: nn.Module, X: torch.Tensor, v: dict, loss="mse", target: torch.Tensor | None = None,
+              attn_mask: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
+              is_causal: bool = False) -> dict:
+    """Hessian-vector product ``H v`` of :func:`layer_hessian`'s loss, without forming H: ``v`` maps parameter
+    names to directions of the parameters' shapes (or (B, *shape) for B directions at once; a name left out is
+    a zero direction); returns ``{name: (H v)[name]}`` for every parameter, in ``named_parameters()`` order."""
+    state, _, _ = _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss)
+    return hvp(state, v)

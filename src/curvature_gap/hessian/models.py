@@ -1,0 +1,298 @@
+"""Exact loss Hessians of whole Transformer models: :func:`model_hessian` and :func:`model_hvp`.
+
+Beyond the paper, and the proof that the engine is general: a timm ``VisionTransformer`` and a Hugging Face
+``BertModel`` are read from the modules themselves as programs of the same op rules (:mod:`.ops`) as the paper's ViT
+(:mod:`._vit`) and the single layers (:mod:`.layers`), from the embeddings to the head:
+
+* timm ``VisionTransformer``: the patch embedding (a convolution with kernel = stride = patch: a linear map of the
+  patches), the class and register tokens, the learned positions (added before or after the prefix tokens), an
+  optional pre-norm, every ``Block`` (:func:`.layers.layer_nodes`), the final norm, the pooling (class token or
+  mean of the patch tokens), ``fc_norm`` and the head;
+* Hugging Face ``BertModel``: the word, position and token-type embeddings (lookups; the word table's padding row
+  is a constant, as ``nn.Embedding(padding_idx=…)`` has it), their LayerNorm, every ``BertLayer`` (its attention
+  masked at the padded keys of ``attention_mask``), and the pooler (first token, dense, tanh) where present.
+
+The loss is ``"cross_entropy"`` of the logits (B, K) against labels (B,) (batch mean), ``"mse"`` of the output
+against a target of its shape, or ``(dl_dZ, d2l_dZ2)`` of the stacked output rows. The output is the model's:
+timm's logits; BERT's ``pooler_output`` where the model has a pooler, else ``last_hidden_state`` (``output=``
+chooses). The result is in ``named_parameters()`` order (:class:`.layers.LayerHessian`). A submodule the engine
+has no rules for is refused with a ``ValueError`` that names it and what is supported (:data:`SUPPORTED`).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import layers
+from .layers import LayerHessian, assemble, is_class, layer_nodes, layernorm_of, loss_node, no_dropout_in_training
+from .ops.activation import Activation
+from .ops.linear import Linear
+from .ops.loss import CrossEntropy
+from .ops.tokens import Add, AddParam, Embed, Pool, Patches, Prepend
+from .program import Node, Program, State, hvp
+
+__all__ = ["model_hessian", "model_hvp", "model_nodes", "describe", "SUPPORTED"]
+
+SUPPORTED = {
+    "timm.models.vision_transformer.VisionTransformer": (
+        "patch embedding (PatchEmbed, a Conv2d with kernel = stride, no norm, fixed image size), class token on or "
+        "off, register tokens, learned positions (no_embed_class either way) or none, pre_norm, every Block as "
+        "layer_hessian supports it, final norm or fc_norm, global_pool 'token' or 'avg', a linear head or none; "
+        "dropout any in eval mode. Not: 'max'/'avgmax'/'map' pooling, dynamic image size, patch dropout in training"),
+    "transformers BertModel": (
+        "absolute position embeddings, word/position/token-type embeddings and their LayerNorm, every BertLayer as "
+        "layer_hessian supports it, attention_mask (padding), token_type_ids, the pooler (dense + tanh) or none; "
+        "attn_implementation 'sdpa' or 'eager' (check against autograd with 'sdpa': 'eager' rounds the softmax to "
+        "float32); dropout any in eval mode. Not: a decoder (is_decoder), inputs_embeds, past key values"),
+}
+
+
+def _wb(module: nn.Module, name: str) -> dict:
+    """``{slot: parameter name}`` of the weight and bias of ``module`` (named ``name``) that are present."""
+    return {s: f"{name}.{s}" for s in ("weight", "bias") if getattr(module, s) is not None}
+
+
+def _identity_or(module: nn.Module, where: str, allowed: str) -> bool:
+    """True for ``nn.Identity``; False for the allowed alternative (checked by the caller)."""
+    if isinstance(module, nn.Identity):
+        return True
+    if type(module).__name__ != allowed:
+        raise ValueError(f"{where} = {type(module).__name__} is not supported (only nn.Identity or {allowed})")
+    return False
+
+
+def _prefixed(fn, where: str):
+    """Run an adapter, naming the submodule in its error."""
+    try:
+        return fn()
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _timm_vit(model, images: torch.Tensor, out: str | None) -> tuple[list, str, dict]:
+    pe = model.patch_embed
+    if not is_class(pe, "timm.layers.patch_embed", "PatchEmbed"):
+        raise ValueError(f"patch_embed = {type(pe).__name__} is not supported: only timm's PatchEmbed")
+    proj = pe.proj
+    if type(proj) is not nn.Conv2d or proj.kernel_size != proj.stride or proj.padding != (0, 0) or \
+            proj.dilation != (1, 1) or proj.groups != 1 or proj.kernel_size[0] != proj.kernel_size[1]:
+        raise ValueError(f"patch_embed.proj = {proj} is not supported: only a square Conv2d with kernel = stride, "
+                         "no padding, dilation or groups (a linear map of the patches)")
+    if not isinstance(pe.norm, nn.Identity) or not pe.flatten or getattr(pe, "dynamic_img_pad", False):
+        raise ValueError("patch_embed with a norm, without flatten or with dynamic_img_pad is not supported")
+    if model.dynamic_img_size:
+        raise ValueError("dynamic_img_size=True is not supported (fixed image size)")
+    if tuple(images.shape[-2:]) != tuple(pe.img_size):
+        raise ValueError(f"images of size {tuple(images.shape[-2:])}; the model takes {tuple(pe.img_size)}")
+    if model.attn_pool is not None or model.global_pool not in ("token", "avg"):
+        raise ValueError(f"global_pool={model.global_pool!r} is not supported: only 'token' or 'avg'")
+    no_dropout_in_training(model)
+    if model.training and not isinstance(model.patch_drop, nn.Identity):
+        raise ValueError("patch_drop (PatchDropout) in training mode is random: call model.eval()")
+    d = model.embed_dim
+    nodes = [Node("patch_embed", Patches(proj.kernel_size[0]), ("images",), "xp"),
+             Node("patch_embed.proj", Linear(), ("xp",), "x_patches", _wb(proj, "patch_embed.proj"))]
+    x = "x_patches"
+    if model.pos_embed is not None and model.no_embed_class:
+        nodes.append(Node("pos_embed", AddParam(), (x,), "x_pos", {"value": "pos_embed"}))
+        x = "x_pos"
+    for tok in ("reg_token", "cls_token"):  # [cls, reg, patches]
+        if getattr(model, tok) is not None:
+            nodes.append(Node(tok, Prepend(), (x,), f"x_{tok}", {"value": tok}))
+            x = f"x_{tok}"
+    if model.pos_embed is not None and not model.no_embed_class:
+        nodes.append(Node("pos_embed", AddParam(), (x,), "x_pos", {"value": "pos_embed"}))
+        x = "x_pos"
+    if not _identity_or(model.norm_pre, "norm_pre", "LayerNorm"):
+        nodes.append(Node("norm_pre", layernorm_of(model.norm_pre, "norm_pre", d), (x,), "x_pre",
+                          _wb(model.norm_pre, "norm_pre")))
+        x = "x_pre"
+    for i, blk in enumerate(model.blocks):
+        blk_nodes, x, _ = _prefixed(lambda: layer_nodes(blk, f"blocks.{i}.", x), f"blocks.{i}")
+        nodes += blk_nodes
+    for name in ("norm", "fc_norm"):
+        if name == "fc_norm":
+            pre = model.num_prefix_tokens if not model.pool_include_prefix else 0
+            pool = Pool(0, 1) if model.global_pool == "token" else Pool(pre)
+            nodes.append(Node("pool", pool, (x,), "pooled"))
+            x = "pooled"
+        mod = getattr(model, name)
+        if not _identity_or(mod, name, "LayerNorm"):
+            nodes.append(Node(name, layernorm_of(mod, name, d), (x,), f"x_{name}", _wb(mod, name)))
+            x = f"x_{name}"
+    if not isinstance(model.head, nn.Identity):
+        if type(model.head) is not nn.Linear:
+            raise ValueError(f"head = {type(model.head).__name__} is not supported: only nn.Linear or nn.Identity")
+        nodes.append(Node("head", Linear(), (x,), "logits", _wb(model.head, "head")))
+        x = "logits"
+    if out is not None:
+        raise ValueError("output= chooses among BertModel's outputs; a timm VisionTransformer's output is its logits")
+    return nodes, x, {"images": images}
+
+
+def _bert(model, input_ids: torch.Tensor, out: str | None, attention_mask=None, token_type_ids=None,
+          ) -> tuple[list, str, dict]:
+    cfg = model.config
+    if cfg.is_decoder or getattr(cfg, "add_cross_attention", False):
+        raise ValueError("a decoder BertModel (is_decoder / add_cross_attention) is not supported")
+    if getattr(cfg, "position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"position_embedding_type={cfg.position_embedding_type!r} is not supported: only 'absolute'")
+    emb = model.embeddings
+    if not is_class(emb, "transformers.models.bert.modeling_bert", "BertEmbeddings"):
+        raise ValueError(f"embeddings = {type(emb).__name__} is not supported: only BertEmbeddings")
+    no_dropout_in_training(model)
+    if input_ids.dtype not in (torch.int64, torch.int32) or input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be an integer tensor (B, L), not {input_ids.dtype} {tuple(input_ids.shape)}")
+    for n in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        e = getattr(emb, n)
+        if type(e) is not nn.Embedding or e.max_norm is not None:
+            raise ValueError(f"embeddings.{n} = {e} is not supported: only nn.Embedding without max_norm")
+    B, L = input_ids.shape
+    if L > emb.position_embeddings.num_embeddings:
+        raise ValueError(f"sequences of {L} tokens; the model has {emb.position_embeddings.num_embeddings} positions")
+    tt = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    if tuple(tt.shape) != (B, L):
+        raise ValueError(f"token_type_ids must be (B, L) = ({B}, {L}), not {tuple(tt.shape)}")
+    ref = emb.word_embeddings.weight
+    mask = None
+    if attention_mask is not None:
+        if tuple(attention_mask.shape) != (B, L):
+            raise ValueError(f"attention_mask must be (B, L) = ({B}, {L}) with 1 at tokens and 0 at padding, not "
+                             f"{tuple(attention_mask.shape)}")
+        mask = layers.attention_mask(B, L, key_padding_mask=attention_mask == 0, ref=ref)
+    d = cfg.hidden_size
+    E = "embeddings."
+    nodes = [Node(E + "word_embeddings", Embed(emb.word_embeddings.padding_idx), ("input_ids",), "e_word",
+                  {"weight": E + "word_embeddings.weight"}),
+             Node(E + "token_type_embeddings", Embed(emb.token_type_embeddings.padding_idx), ("token_type_ids",),
+                  "e_type", {"weight": E + "token_type_embeddings.weight"}),
+             Node(E + "sum_type", Add(), ("e_word", "e_type"), "e_wt"),
+             Node(E + "position_embeddings", Embed(emb.position_embeddings.padding_idx), ("position_ids",), "e_pos",
+                  {"weight": E + "position_embeddings.weight"}),
+             Node(E + "sum_position", Add(), ("e_wt", "e_pos"), "e_sum"),
+             Node(E + "LayerNorm", layernorm_of(emb.LayerNorm, "embeddings.LayerNorm", d), ("e_sum",), "h_emb",
+                  _wb(emb.LayerNorm, E + "LayerNorm"))]
+    x = "h_emb"
+    for i, lay in enumerate(model.encoder.layer):
+        where = f"encoder.layer.{i}"
+        lay_nodes, x, _ = _prefixed(lambda: layer_nodes(lay, where + ".", x, mask), where)
+        nodes += lay_nodes
+    last = x
+    pooler = model.pooler
+    if out not in (None, "pooler_output", "last_hidden_state"):
+        raise ValueError(f"output={out!r}: a BertModel has 'pooler_output' (with a pooler) and 'last_hidden_state'")
+    if pooler is not None and out != "last_hidden_state":
+        if type(pooler.dense) is not nn.Linear or type(pooler.activation) is not nn.Tanh:
+            raise ValueError("pooler with another dense layer or activation than nn.Linear and nn.Tanh is not supported")
+        nodes += [Node("pooler.first_token", Pool(0, 1), (last,), "first"),
+                  Node("pooler.dense", Linear(), ("first",), "pooled", _wb(pooler.dense, "pooler.dense")),
+                  Node("pooler.activation", Activation("tanh"), ("pooled",), "pooler_output")]
+        x = "pooler_output"
+    elif out == "pooler_output":
+        raise ValueError("output='pooler_output' but the model has no pooler (add_pooling_layer=False)")
+    positions = torch.arange(L, device=input_ids.device).expand(B, L)
+    return nodes, x, {"input_ids": input_ids, "token_type_ids": tt, "position_ids": positions}
+
+
+_MODELS = (
+    ("timm.models.vision_transformer.VisionTransformer", ("timm.models.vision_transformer", "VisionTransformer"),
+     _timm_vit),
+    ("transformers BertModel", ("transformers.models.bert.modeling_bert", "BertModel"), _bert),
+)
+
+
+def model_nodes(model: nn.Module, inputs: torch.Tensor | None, output: str | None = None,
+                **kw) -> tuple[list, str, dict]:
+    """(nodes, output value, the program's data inputs) of ``model`` (a supported class, exactly) on ``inputs``
+    (images, or BERT's input_ids; None: a dummy batch, for :func:`describe`); ValueError for anything else."""
+    for kind, (mod, name), build in _MODELS:
+        if is_class(model, mod, name):
+            if inputs is None:
+                inputs = torch.zeros(1, model.patch_embed.proj.in_channels, *model.patch_embed.img_size,
+                                     dtype=next(model.parameters()).dtype) if name == "VisionTransformer" else \
+                    torch.zeros(1, 2, dtype=torch.long)
+            nodes, out, data = build(model, inputs, output, **kw)
+            named = {n for n, _ in model.named_parameters()}
+            used = {r[0] if isinstance(r, tuple) else r for nd in nodes for r in nd.params.values()}
+            extra = sorted(used - named)
+            if extra:
+                raise ValueError(f"{type(model).__name__}: the program reads {extra}, which are not its parameters")
+            if output is None and sorted(named - used):  # a parameter the module has but the program does not use
+                raise ValueError(f"{type(model).__name__}: parameters {sorted(named - used)} are not part of the "
+                                 f"derived model (supported: {SUPPORTED[kind]})")
+            return nodes, out, data
+    raise ValueError(f"{type(model).__module__}.{type(model).__qualname__} is not supported. Supported models "
+                     "(exactly; a subclass may change forward): " + "; ".join(SUPPORTED)
+                     + ". Single layers: curvature_gap.layer_hessian")
+
+
+def _loss(loss, out: str, target, data: dict) -> Node:
+    if loss == "cross_entropy":
+        if target is None or target.dtype not in (torch.int64, torch.int32) or target.dim() != 1:
+            raise ValueError("loss='cross_entropy' needs target: the labels (B,) as integers")
+        data["target"] = target
+        return Node("loss", CrossEntropy(), (out, "target"), "loss")
+    if loss == "mse":
+        if target is None:
+            raise ValueError("loss='mse' needs target, of the shape of the model's output")
+        data["target"] = target
+    return loss_node(loss, out)
+
+
+def _state(model, inputs, loss, target, output, kw) -> tuple[State, callable]:
+    w = next(model.parameters(), None)
+    if w is None:
+        raise ValueError(f"{type(model).__name__} has no parameters: nothing to differentiate")
+    if inputs.is_floating_point() and (inputs.dtype != w.dtype or inputs.device != w.device):
+        raise ValueError(f"inputs must have the dtype and device of the model ({w.dtype}, {w.device})")
+    nodes, out, data = model_nodes(model, inputs, output, **kw)
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    if loss == "mse" and target is not None:  # the output in the engine's token layout: (B, 1, K) for (B, K)
+        sq = out in ("logits", "pooler_output")
+        target = target[:, None] if sq and target.dim() == 2 else target
+    prog = Program(nodes + [_loss(loss, out, target, data)], {n: p.shape for n, p in params.items()}, list(params))
+    state = State(prog, params, data)
+    return state, (lambda Z: Z[:, 0] if out in ("logits", "pooler_output") else Z)
+
+
+def model_hessian(model: nn.Module, inputs: torch.Tensor, loss, target: torch.Tensor | None = None, blocks=None,
+                  chunk: int | None = 128, output: str | None = None, **kw) -> LayerHessian:
+    """Exact Hessian of ``loss(model(inputs), target)`` with respect to ``model.named_parameters()``, by the
+    engine's op rules (module doc).
+
+    ``model``: a timm ``VisionTransformer`` (``inputs``: images (B, C, H, W)) or a Hugging Face ``BertModel``
+    (``inputs``: input_ids (B, L); ``attention_mask`` (B, L) with 0 at padding and ``token_type_ids`` (B, L) as
+    keywords), exactly these classes, in eval mode or without dropout. ``loss``: ``"cross_entropy"`` with labels
+    ``target`` (B,), ``"mse"`` with ``target`` of the output's shape, or ``(dl_dZ, d2l_dZ2)`` of the stacked output
+    rows. ``blocks``, ``chunk``: as :func:`curvature_gap.layer_hessian`. ``output``: BERT's ``"pooler_output"``
+    (the default with a pooler) or ``"last_hidden_state"``. Returns a :class:`~.layers.LayerHessian` (``.dense``
+    in ``named_parameters()`` order, ``.blocks``, ``.gradient``, ``.Z`` the output, ``.loss``).
+    """
+    state, layout = _state(model, inputs, loss, target, output, kw)
+    return assemble(state, blocks, chunk, state.program.nodes[-1].ins[0], layout)
+
+
+def model_hvp(model: nn.Module, inputs: torch.Tensor, v: dict, loss, target: torch.Tensor | None = None,
+              output: str | None = None, **kw) -> dict:
+    """``H v`` of :func:`model_hessian`'s loss without forming H: ``v`` maps parameter names to directions of
+    their shapes, or (m, *shape) for m directions (a name left out is zero); returns {name: (H v)[name]} for every
+    parameter, in ``named_parameters()`` order."""
+    state, _ = _state(model, inputs, loss, target, output, kw)
+    return hvp(state, v)
+
+
+def describe(module: nn.Module) -> list[dict]:
+    """What :func:`curvature_gap.layer_hessian` or :func:`model_hessian` reads from ``module``: its program in
+    forward order, each step as ``{"submodule", "op", "inputs", "output", "parameters"}`` (ValueError if it is not
+    supported)."""
+    if any(is_class(module, mod, name) for _, (mod, name), _ in _MODELS):
+        nodes = model_nodes(module, None)[0]
+    else:
+        nodes = layer_nodes(module)[0]
+
+    def pname(r):
+        return r if isinstance(r, str) else f"{r[0]}[{r[1].start}:{r[1].stop}]"
+
+    return [dict(submodule=nd.name, op=nd.op.describe(), inputs=list(nd.ins), output=nd.out,
+                 parameters=[pname(r) for r in nd.params.values()]) for nd in nodes]
+
