@@ -125,7 +125,7 @@ def _verify(args) -> int:
         for f in findings(rows):
             print(f"{f.title:58s} {f.verdict}\n{'':58s} {f.evidence}")
         if args.quick:
-            print("\n" + checks.QUICK_NOTE)
+            print("\n" + checks.quick_note(args.published_dir))
         if args.json:
             atomic_write_json(args.json, [r.to_json() for r in rows], indent=1)
         return exit_status(rows)

@@ -33,12 +33,12 @@ import math  # noqa: E402
 from .captions import code_tex, ordinal, plural, readable, unit_tex  # noqa: E402
 from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
-from .findings import Verdict, tex_powers, finding_of, model_words, result_entries  # noqa: E402
+from .findings import Verdict, by_L_words, tex_powers, finding_of, model_words, result_entries  # noqa: E402
 from .bounds.titles import INEQUALITIES  # noqa: E402
 from .theory.errata import label as errata_label  # noqa: E402
 
 __all__ = ["setup", "check_parameters", "load", "published_rows", "RECOMPUTE", "show_markdown", "show_seed_leads", "show_figure", "figure", "rows", "show_rows",
-           "scaling_md", "show_scaling",
+           "scaling_md", "show_scaling", "by_L_words",
            "verdict_text", "verdict_html", "show_verdict", "agreement_text", "show_agreement", "show_provenance", "md_table", "StaleResults", "PARAMETER_RULES", "find",
            "show_ranking", "show_cross_check", "md_escape", "text_html", "code_html", "note_html", "rows_md",
            "check_cell", "check_words", "readable_md", "PROVENANCE_CLASS", "code_tex"]
@@ -456,9 +456,14 @@ def scaling_md(r: Row) -> str:
     sweep) as a Markdown table: the swept value, bound/exact found there, and the law read off them (numbers
     as a reader writes them, powers as rendered math)."""
     tabs = r.details.get("scaling") or []
-    body = [[code_html(t["var"]), readable(", ".join(f"{x:g}: {y:.3g}" for x, y in t["points"])),
-             md_math(tex_powers(readable(t["law"]).replace("^−", "^-")))] for t in tabs]  # L^−2.00 as math too
-    return md_table(["as it grows", "smallest bound/exact found", "law"], body) if body else ""
+
+    def law(t):  # a law only where the local slopes settled, with the range it was read on
+        if not t.get("law"):
+            return "none stated: local slopes " + readable(" → ".join(f"{x:.2f}" for x in t["local_slopes"])) + " not settled"
+        lo, hi = t["range"]
+        return md_math(tex_powers(readable(t["law"]).replace("^−", "^-"))) + f" on [{lo:g}, {hi:g}]"
+    body = [[code_html(t["var"]), readable(", ".join(f"{x:g}: {y:.3g}" for x, y in t["points"])), law(t)] for t in tabs]
+    return md_table(["as it varies", "smallest bound/exact found", "law"], body) if body else ""
 
 
 def _row_title(r: Row) -> str:

@@ -455,9 +455,10 @@ def publish(profile: str = "paper", results_dir="results", published_dir=None, o
             continue
         written += store.publish(r).paths
     if profile == "paper" and not only:  # the rows the paper book renders, from these results
+        t0 = time.perf_counter()
         rows = checks.run(quick=False, results_dir=results_dir, published_dir=published_dir)
         path = store.root / "verify.json"
-        checks.write_rows(path, rows, checks.rows_meta(False, results_dir))
+        checks.write_rows(path, rows, checks.rows_meta(False, results_dir), seconds=time.perf_counter() - t0)
         written.append(str(path))
     record = Path(figures_dir) / f"{REPORT}.json"
     if not only and record.is_file():

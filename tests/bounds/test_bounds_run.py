@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from curvature_gap.bounds import adversarial
+from curvature_gap.bounds import search
 from curvature_gap.bounds import run as br
 from curvature_gap.bounds import sweeps as sw
 from curvature_gap.exact.instances import random_instance
@@ -22,14 +22,12 @@ def _tiny_sweeps(quick=False, mini=False):
 
 def test_run_all_writes_tables_summary_and_replayable_counterexamples(tmp_path, monkeypatch):
     monkeypatch.setattr(sw, "definitions", _tiny_sweeps)
-    # the searches have their own tests (test_bounds_adversarial.py, test_bounds_search.py): here, what run_all
-    # does with the records
-    monkeypatch.setattr(adversarial, "run", lambda quick=False, log=None: ([], {}))
-    monkeypatch.setattr(adversarial, "run_searches", lambda quick=False, log=None: ([], {}))
+    # the search has its own tests (test_bounds_search.py): here, what run_all does with the records
+    monkeypatch.setattr(search, "search_all", lambda objs=None, budget=None, log=None: {})
     out, committed = tmp_path / "bounds", tmp_path / "committed"
-    res = br.run_all(out, quick=True, save_counterexamples=committed, log=None)
+    res = br.run_all(out, quick=True, save_counterexamples=committed, log=None, committed=tmp_path / "none")
     assert {p.name for p in out.glob("*.csv")} == {"sweep_balance.csv", "sweep_minimiser.csv",
-                                                   "sweep_adversarial.csv", "summary.csv"}
+                                                   "sweep_search.csv", "search_starts.csv", "summary.csv"}
     doc = json.loads((out / "summary.json").read_text())
     assert doc["quick"] is True and doc["named_counterexamples"] == ["thm1.printed@minimiser"]
     by = {s["id"]: s for s in res["summary"]}

@@ -91,11 +91,12 @@ def _rec(check, sweep, x, seed, bound, exact, **kw):
 def test_summarize_and_slopes_on_a_power_law():
     xs = [1.0, 2.0, 4.0, 8.0, 16.0]
     rows = [_rec("sa.A", "sigma", x, s, 3 * x ** 2, x ** 3) for x in xs for s in (0, 1)]   # fails for x > 3
-    rows.append(_rec("sa.A", "adversarial", "a", 0, 1.0, 100.0))
+    rows.append(_rec("sa.A", "search", "a", 0, 1.0, 100.0, L=4, d=3, h=1, family="one-hot", minimiser=False))
     (s,) = sw.summarize(rows, ["sa.A"])
     assert s["verdict"] == "fails" and s["min_ratio"] == pytest.approx(0.01)
-    assert s["min_ratio_sweeps"] == pytest.approx(3 / 16) and s["n_adversarial"] == 1
-    assert s["n_records"] == 11 and s["n_fail"] == 7 and s["worst"]["sweep"] == "adversarial"
+    assert s["min_ratio_sweeps"] == pytest.approx(3 / 16) and s["n_searched"] == 1
+    assert s["n_records"] == 11 and s["n_fail"] == 7 and s["worst"]["sweep"] == "search"
+    assert s["won_by"]["family"] == "one-hot" and s["searched_by_L"] == {4: 0.01}
     assert s["expect"] == registry.CHECKS["sa.A"]["expect"] and s["claim"] == "holds"
     sl = sw.slopes(rows, "sa.A", "sigma")
     assert sl["slope_exact"] == pytest.approx(3.0) and sl["slope_bound"] == pytest.approx(2.0)

@@ -1,6 +1,6 @@
 """The "Adding a bound" recipe of CONTRIBUTING.md works: its toy bound, taken from the file's own code block, is one
 declaration, and every place that lists bounds — the rows of verify and their expected verdicts, the errata page's
-titles, the adversarial search, the rows at the trained model — finds it with nothing listed anywhere else."""
+titles, the worst-case search, the rows at the trained model — finds it with nothing listed anywhere else."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from cases import REPO
-from curvature_gap.bounds import adversarial as adv
+from curvature_gap.bounds import search
 from curvature_gap.bounds import quantities, registry
 from curvature_gap.bounds import sweeps as sw
 from curvature_gap.bounds.titles import INEQUALITIES, shown, step_title
@@ -56,9 +56,10 @@ def test_every_registry_and_page_reads_the_toy_bound(toy):
     # the errata page's title and TeX, and the step's title in the evidence of a finding
     assert INEQUALITIES[f"bounds.{TOY}"] == shown(f"bounds.{TOY}") == (b.title, b.tex)
     assert step_title(f"bounds.{TOY}") == "the norm of Z₁ at any attention"
-    # the adversarial search: searched from one start with the declared steps, not a Theorem-6 step, not trained
-    assert TOY in adv.one_start_checks() and TOY not in adv.one_start_checks(quick=True)
-    assert TOY not in adv.thm6_steps() and TOY not in cb.trained_checks()
+    # the worst-case search: an objective of the attention layer's space, reading ‖Z_1‖ (read off its terms)
+    obj = search.objective(TOY)
+    assert obj.space.name == "sa" and obj.need == ("Z1",) and TOY in {o.id for o in search.objectives()}
+    assert TOY not in cb.trained_checks()
 
 
 def test_the_toy_bound_is_evaluated_searched_and_given_its_row(toy):
@@ -67,11 +68,13 @@ def test_the_toy_bound_is_evaluated_searched_and_given_its_row(toy):
     (rec,) = [r for r in registry.evaluate(inst, parts=("sa",)) if r["check"] == TOY]
     assert rec["ratio"] == registry.ratio(q["norm_X"] ** 3 / 2, q["Z1"]) and rec["ratio"] >= 1
     # the search descends the row's own ratio, and the bound survives it (‖∂A/∂T‖ ≤ 1/2 holds for every attention)
-    start = adv.start_instance(4, 3, 0)
-    assert float(adv.search_ratio(TOY, start.X, start.W_Q, start.W_K, start.W_V, start.Target)) == pytest.approx(
-        adv.row_ratio(TOY, start), rel=1e-12)
-    found = adv.search(TOY, 4, 3, 0, steps=40, start="one-hot")
-    assert 1 - registry.RTOL <= adv.row_ratio(TOY, found) <= adv.row_ratio(TOY, adv.start_instance(4, 3, 0, "one-hot"))
+    obj = search.objective(TOY)
+    cells = search.search_all([obj], search.QUICK_BUDGET)[TOY]
+    recs = [r for c in cells for r in c.records]
+    assert recs and min(r["ratio"] for r in recs) >= 1 - registry.RTOL
+    for r in recs[:3]:
+        (again,) = [x for x in registry.evaluate(search.instance_of(r["point"]), parts=("sa",)) if x["check"] == TOY]
+        assert again["ratio"] == r["ratio"]
     # a sweep of curvature-gap verify records it, and the summary makes its row, with the declared expectation
     (sweep,) = [s for s in sw.definitions(quick=True, mini=True) if s.name == "sharpness"]
     recs, _ = sw.run_sweep(dataclasses.replace(sweep, parts=lambda x: ("sa",)))

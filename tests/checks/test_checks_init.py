@@ -44,13 +44,13 @@ def test_every_committed_counterexample_replays_including_the_named_ones(quick_r
 
 
 def test_the_phi_bounds_with_and_without_the_loss_factor(quick_rows):
-    """Every Φ bound fails as printed (the loss factor 2/(L d_V) of erratum lemma2-phi-loss-factor; Φ_QQ through
-    its committed counter-example at L = 16, d_V = 4). Without it Φ_QK and Φ_QQ hold, but Φ_VQ and the symmetric
-    ones still fail (their 1/L from ‖∂A/∂T‖ ≤ 1/L; committed counter-examples of the searches)."""
+    """Every Φ bound fails as printed (the loss factor 2/(L d_V) of erratum lemma2-phi-loss-factor; Φ_QQ and Φ_KK
+    through committed counter-examples at L = 16). Without it Φ_QQ, Φ_KK, Φ_QK and Φ_KQ hold, but Φ_VQ and its mirrors
+    VK, QV, KV still fail (their 1/L from ‖∂A/∂T‖ ≤ 1/L; committed counter-examples of the search)."""
     by = {r.id: r for r in quick_rows}
-    for kl in ("QQ", "VQ", "QK", "sym"):
+    for kl in ("QQ", "VQ", "QK", "KK", "VK", "QV", "KV", "KQ"):
         with_f, without = by[f"bounds.thm6.Phi.{kl}"], by[f"bounds.thm6.Phi.{kl}.no_loss_factor"]
-        assert without.verdict == ("fails" if kl in ("VQ", "sym") else "holds"), kl
+        assert without.verdict == ("fails" if kl in ("VQ", "VK", "QV", "KV") else "holds"), kl
         assert with_f.verdict == "fails", kl
         assert "lemma2-phi-loss-factor" in with_f.errata and "lemma2-phi-loss-factor" not in without.errata
         # removing the factor 2/(L d_V) multiplies every ratio by L d_V / 2 >= 2
@@ -131,3 +131,15 @@ def test_cached_rows_are_computed_once_per_key_and_recomputed_when_a_result_appe
     with pytest.warns(UserWarning, match="cannot be read"):
         checks.run_cached(results_dir=tmp_path / "results", published_dir=pub)
     assert len(calls) == 4
+
+
+def test_the_quick_note_says_what_the_published_full_run_found(tmp_path):
+    """The footer of ``verify --quick`` types no number: it reads how long the published full run took and the
+    repaired Theorem 1's smallest ratio from the published rows (and says nothing of them without those rows)."""
+    from curvature_gap import checks
+    assert checks.quick_note(tmp_path) == checks.QUICK_NOTE + "."
+    (tmp_path / "paper").mkdir()
+    (tmp_path / "paper" / "verify.json").write_text(json.dumps(
+        {"provenance": {"seconds": 312.0}, "rows": [{"id": "bounds.thm1.repaired", "min_ratio": 4.2203}]}))
+    note = checks.quick_note(tmp_path)
+    assert "5.2 min when published" in note and "4.22" in note and note.startswith(checks.QUICK_NOTE)

@@ -209,7 +209,8 @@ def test_an_undefined_symbol_is_not_called_ill_dimensioned(quick_rows):
 def test_the_c_list_reports_how_a_failure_scales():
     from curvature_gap.row import Row
     from tools.book.tables import errata_md
-    sc = [{"var": "L", "points": [[4, 0.5], [8, 0.25], [16, 0.125]], "slope": -1.0, "law": "≈ 2/L"}]
+    from curvature_gap.bounds.sweeps import law_of
+    sc = [{"var": "L", **law_of([(4, 0.5), (8, 0.25), (16, 0.125)], "L", +1)}]
     r = Row(id="bounds.thm6.GQ", result="thm6", kind="bound", role="proof", what="w", verdict="fails", claim="holds",
             min_ratio=0.125, details={"scaling": sc})
     md = errata_md([r])

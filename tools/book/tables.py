@@ -104,17 +104,36 @@ def _model_word(key: str) -> str:
     return ""
 
 
-def claims_md(rows: list[Row]) -> str:
-    """The landing's first screen: a tally of the verdicts (one badge per colour, with its count), then each
-    claim of the paper with the verdict badges of the results behind it (a figure's per model) and a link."""
-    fs = {f.key: f for f in findings(rows)}
+def _tally(fs: list) -> str:
+    """One badge per verdict the table shows, with how many results have it (in the order of the colours)."""
+    from curvature_gap.findings import VERDICT_CLASSES  # noqa: PLC0415
+
     counts: dict[str, int] = {}
-    for f in fs.values():
-        counts[f.css] = counts.get(f.css, 0) + 1
-    tally = " ".join(f'<span class="cg-badge cg-{css}">{html.escape(name)}: {counts[css]}</span>'
-                     for css, name, _ in LEGEND if counts.get(css))
-    lines = [f'<p class="cg-tally"><strong>{len(fs)} results checked:</strong> {tally}</p>', "",
-             "| the paper claims | verdict |", "|---|---|"]
+    for f in fs:
+        counts[f.verdict] = counts.get(f.verdict, 0) + 1
+    order = {css: i for i, (css, _, _) in enumerate(LEGEND)}
+    seen = sorted(counts, key=lambda v: (order.get(VERDICT_CLASSES.get(v, "corrected"), 99), v))
+    return " ".join(f'<span class="cg-badge cg-{next(f.css for f in fs if f.verdict == v)}">{html.escape(v)}: {counts[v]}'
+                    "</span>" for v in seen)
+
+
+def claims_md(rows: list[Row], headlines: str | None = None) -> str:
+    """The landing's first screen: a tally of the verdicts of the paper's results (each verdict as its badge in the
+    table reads, with its count; the companion's own results counted apart), the headline findings (``headlines``, a
+    Markdown list rendered from the published results: :mod:`tools.book.numbers`), then each claim of the paper
+    with the verdict badges of the results behind it (a figure's per model) and a link."""
+    from curvature_gap.findings import BEYOND  # noqa: PLC0415
+
+    all_fs = findings(rows)
+    fs = {f.key: f for f in all_fs}
+    paper = [f for f in all_fs if f.key not in BEYOND]
+    own = [f for f in all_fs if f.key in BEYOND]
+    lines = [f'<p class="cg-tally"><strong>{len(paper)} results of the paper checked:</strong> {_tally(paper)}'
+             + (f"<br><small>and {plural(len(own), 'result')} of this companion's own: {_tally(own)}</small>" if own else "")
+             + "</p>", ""]
+    if headlines:
+        lines += ["**What was found:**", "", headlines, ""]
+    lines += ["| the paper claims | verdict |", "|---|---|"]
     for text, keys in CLAIMS:
         keys = [k for k in keys if k in fs]
         if not keys:

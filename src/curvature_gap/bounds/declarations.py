@@ -97,7 +97,10 @@ THEOREM1 = (
           tex=_n(r"\mathbf H_i") + r"\le M_{\text{proof}}\quad\text{(constants }2\text{ and }"
           r"\sqrt{\operatorname{rank}(\mathbf F-\mathbf{Target})}\text{)}"),
     *(Bound(f"thm1.proof.{b}", "sa", C1, f"‖H({b[0]},{b[1]})‖_2 ≤ row {b} of the proof's final expression", "thm1",
-            _thm1_row("proof", b))
+            _thm1_row("proof", b), **({} if b == "VV" else dict(
+                errata=(UNIFORM,), fails=ONE_OVER_L + " (the row's terms carry it: the Theorem 1 proof's terms below)",
+                title=f"Theorem 1, proof: row {b} of the final expression",
+                tex=_n(rf"\mathbf H(\mathbf W_{b[0]},\mathbf W_{b[1]})") + rf"\le r^{{\text{{proof}}}}_{{{b}}}")))
       for b in ("VV", "QQ", "VQ", "QK")),
     Bound("thm1.printed.maxblock", "sa", T1, "max over all 9 blocks of ‖H(W_i,W_j)‖ ≤ max of the 4 printed rows "
           "(the step '3 max_ij' needs it; no row bounds the K–K and V–K blocks)", "thm1", _thm1_maxblock("printed"),
@@ -129,11 +132,16 @@ _THM1_TERMS = {
     "Ho_VV": ("‖H_o(V,V)‖ ≤ 2L/d_V ‖X‖²", None, None, None),
     "Ho_QQ": ("‖H_o(Q,Q)‖ ≤ 2/(L³d_Vd_K)‖W_K‖²‖W_V‖²‖X‖⁶", ONE_OVER_L, "Theorem 1, proof: the Q–Q term",
               _n(r"\mathbf H_o(\mathbf W_Q,\mathbf W_Q)") + _HO_TEX + WK + "^2" + WV + "^2" + X + "^6"),
-    "Ho_VQ": ("‖H_o(V,Q)‖ ≤ 2/(L d_V√d_K)‖W_V‖‖W_K‖‖X‖⁴", None, None, None),
+    "Ho_VQ": ("‖H_o(V,Q)‖ ≤ 2/(L d_V√d_K)‖W_V‖‖W_K‖‖X‖⁴", ONE_OVER_L + " (through ‖Z_1‖ ≤ ‖X‖³/L)",
+              "Theorem 1, proof: the V–Q outer-product term",
+              _n(r"\mathbf H_o(\mathbf W_V,\mathbf W_Q)") + r"\le\frac{2}{Ld_V\sqrt{d_K}}" + WV + WK + X + "^4"),
     "Ho_QK": ("‖H_o(Q,K)‖ ≤ 2/(L³d_Vd_K)‖W_K‖‖W_Q‖‖W_V‖²‖X‖⁶", ONE_OVER_L, "Theorem 1, proof: the Q–K term",
               _n(r"\mathbf H_o(\mathbf W_Q,\mathbf W_K)") + _HO_TEX + WK + WQ + WV + "^2" + X + "^6"),
     "Hf_QQ": ("‖H_f(Q,Q)‖ ≤ 12/(d_Vd_K)√r(L‖X‖‖W_V‖+‖T‖)‖W_V‖‖W_K‖²‖X‖⁵", None, None, None),
-    "Hf_VQ": ("‖H_f(V,Q)‖ ≤ 2√r/(L²√(d_Vd_K))(L‖X‖‖W_V‖+‖T‖)‖W_K‖‖X‖³", None, None, None),
+    "Hf_VQ": ("‖H_f(V,Q)‖ ≤ 2√r/(L²√(d_Vd_K))(L‖X‖‖W_V‖+‖T‖)‖W_K‖‖X‖³", ONE_OVER_L + " (one of its two 1/L)",
+              "Theorem 1, proof: the V–Q functional term",
+              _n(r"\mathbf H_f(\mathbf W_V,\mathbf W_Q)") + r"\le\frac{2\sqrt r}{L^2\sqrt{d_Vd_K}}\big(L" + X + WV
+              + r"+\lVert\mathbf T\rVert_2\big)" + WK + X + "^3"),
     "Hf_QK": ("‖H_f(Q,K)‖ ≤ sum of the two derived terms (12/(Ld_Vd_K)… + 2√d_V/(L²d_V√d_K)…)", None, None, None),
 }
 THEOREM1_TERMS = tuple(
@@ -259,7 +267,10 @@ THEOREM6 = (
           "proof estimates its mirror (1,2): ‖ξ_21‖ = ‖∂B_2/∂W_1‖ ≤ √d_V‖Y‖ (the estimate App. C.6 prints as ξ_12's) in "
           "place of √d_ff‖W_2‖", "thm6",
           lambda q: [(i + j, _explicit(q, mirror_21=True)[f"pair_{i}{j}"], q[f"Htr_{i}{j}"]) for i, j in formulas.PAIRS],
-          role="repair", claim=None, tensors=True, repairs="thm6.block.explicit"),
+          role="repair", claim=None, tensors=True, repairs="thm6.block.explicit",
+          title="Theorem 6, proof: block (2,1) estimated as the proof estimates its mirror (1,2)",
+          tex=_n(r"\mathbf H_{\rm tr}^{(2,1)}") + r"\le" + _n(r"\mathbf J_Z") + r"\sqrt{d_V}\," + _n(r"\mathbf Y")
+          + "+" + _n(r"\mathbf B_2") + _n(r"\mathbf H_Z") + _n(r"\mathbf B_1")),
     Bound("thm6.full.exact", "block", "Theorem 6, whole-Hessian inequality", "‖H‖ ≤ M_tr = 5 max_ij(2/(Ld_V)"
           "‖∂Z/∂W_i‖‖∂Z/∂W_j‖ + ‖R^tr‖‖H_tr^(i,j)‖), exact ingredients", "thm6",
           lambda q: [("", formulas.theorem6_full(q, q["L"], q["d_V"])[0], q["H"])], role="statement",

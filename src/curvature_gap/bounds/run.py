@@ -36,8 +36,9 @@ _SUMMARY_FIELDS = ["id", "verdict", "expect", "claim", "min_ratio", "min_ratio_s
 
 
 def run_all(out="results/bounds", quick: bool = False, save_counterexamples=None,
-            log: Callable[[str], None] | None = print) -> dict:
-    """Run the sweeps and the worst-case search (see module doc); returns ``{"summary", "timings", ...}``."""
+            log: Callable[[str], None] | None = print, committed=sweeps.COMMITTED) -> dict:
+    """Run the sweeps and the worst-case search, with the counter-examples of ``committed`` replayed among the records
+    (see module doc); returns ``{"summary", "timings", ...}``."""
     out = Path(out)
     log = log or (lambda s: None)
     t_all = time.perf_counter()
@@ -61,6 +62,10 @@ def run_all(out="results/bounds", quick: bool = False, save_counterexamples=None
     rows += r
     insts.update(i)
     timings["search"] = time.perf_counter() - t0
+    # the committed counter-examples count too: a failure found once stays found (the smallest instance is kept)
+    r, i = sweeps.replayed(committed)
+    rows += r
+    insts.update(i)
     summary = sweeps.summarize(rows)
     worst, small = sweeps.pick_counterexamples(rows, insts)
     named = sweeps.named_counterexamples(rows, insts)

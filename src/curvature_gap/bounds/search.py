@@ -34,8 +34,11 @@ crossings), so no derivative-free search is needed.
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import time
-from dataclasses import dataclass, field, replace
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -55,6 +58,7 @@ L_GRID = (1, 2, 4, 8, 16)  # the lengths every bound is searched at (L = 1: dege
 SCALES = (1e-2, 1e2)  # the factors of the scale families: each field two decades down and up
 SEEDS = (0,)  # one draw per family and cell (the families, not the seeds, spread the starts)
 MIXED = 4  # the mixed-scales families: every field of the draw scaled by an independent random power of ten
+MAX_WORKERS = 2  # processes the kinds are spread over at most (one per core of the machines this is run on)
 CHUNK = 64  # starts per batched (vmapped) evaluation: bounds the memory of the second-derivative tensors
 STALL = 1e-5  # a kept start whose ratio has not fallen by this (relative) for Budget.patience steps has converged
 
@@ -120,9 +124,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("one-hot", "W_Q, W_K × 8 (scores × 64): rows of A near one-hot", (("qk", 8.0),)),
     Family("minimiser", "Target = F kept at every step: each proposal an exact global minimiser (loss 0)",
            tied=True),
-    Family("minimiser, value-dominated", "an exact minimiser from near-uniform attention (W_Q, W_K × 1/4)",
+    Family("minimiser/value-dominated", "an exact minimiser from near-uniform attention (W_Q, W_K × 1/4)",
            (("qk", 0.25),), tied=True),
-    Family("minimiser, one-hot", "an exact minimiser from near-one-hot attention (W_Q, W_K × 8)", (("qk", 8.0),),
+    Family("minimiser/one-hot", "an exact minimiser from near-one-hot attention (W_Q, W_K × 8)", (("qk", 8.0),),
            tied=True),
     Family("residual-dominated", "W_V × 1/100 against Target × 10: the residual F − Target dominates",
            (("v", 0.01), ("target", 10.0))),
@@ -132,7 +136,7 @@ FAMILIES: tuple[Family, ...] = (
            tied=True, uniform=True),
     Family("rebalanced", "W_Q × 64, W_K / 64: the attention and output unchanged, the query-key blocks apart",
            (("W_Q", 64.0), ("W_K", 1 / 64))),
-    Family("admissible, rebalanced", "every assumption of Theorem 1 (as admissible), with W_Q × 64, W_K / 64",
+    Family("admissible/rebalanced", "every assumption of Theorem 1 (as admissible), with W_Q × 64, W_K / 64",
            (("W_Q", 64.0), ("W_K", 1 / 64)), tied=True, uniform=True),
     *_scale_families(),
     *(Family(f"mixed scales {k}", "every field scaled by 10^u, u ~ U(−2, 2) independently: corners no single "
@@ -150,12 +154,14 @@ def families_for(space: Space, restrict: Callable[[Family], bool] | None = None,
 @dataclass(frozen=True)
 class Budget:
     """One budget for every bound and cell: ``screen`` Adam steps for every start, ``steps`` more for the ``keep``
-    best (each stopping once it has not improved for ``patience`` steps), learning rate ``lr``; ``lengths``: the L
+    best with a free Target and the ``keep_tied`` best exact minimisers (each stopping once it has not improved for
+    ``patience`` steps), learning rate ``lr``; ``lengths``: the L
     of the cells; ``block_lengths``: those of the block's steps (Theorem 6, the Proposition), whose third-order
     tensors at L = 16 would cost more than the rest of the search together, so they stop at L = 8."""
 
     screen: int = 8
     keep: int = 3
+    keep_tied: int = 1
     steps: int = 100
     lr: float = 0.05
     lengths: tuple[int, ...] = L_GRID
@@ -168,7 +174,7 @@ BUDGET = Budget()
 # budget, and the block's steps searched at L = 16 too (the failures that need it, e.g. Φ_KK as printed, ≈ 15/L at
 # d_V = 3, are then committed and replayed by every run of verify)
 THOROUGH = Budget(block_lengths=L_GRID)
-QUICK_BUDGET = Budget(screen=2, keep=1, steps=3, lengths=(1, 2), block_lengths=(1, 2), patience=2)  # coverage for the tests, not a search
+QUICK_BUDGET = Budget(screen=2, keep=1, keep_tied=1, steps=3, lengths=(1, 2), block_lengths=(1, 2), patience=2)  # coverage for the tests, not a search
 
 
 # ----------------------------------------------------------------------------- objectives
@@ -261,6 +267,8 @@ def _kind(part: str, need: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
         return "sa:hessian", tuple(sorted(set(need) | set(_SA_HESSIAN)))
     for name in ("Htr", "xi", "Phi"):
         touched = sorted({w for g in need if g.startswith(name + "_") for w in g.split("_")[1]})
+        if name == "Phi" and touched:  # Φ lives on W_Q, W_K, W_V alone: one pass gives all nine pairs, for all
+            touched = ["K", "Q", "V"]
         if touched:  # one pass over the weights the pairs touch gives every pair among them
             pairs = {f"{name}_{i}{j}" for i in touched for j in touched}
             return f"{part}:{name}:{''.join(touched)}", tuple(sorted(set(need) | pairs))
@@ -292,8 +300,19 @@ def instance_of(t: dict) -> Instance:
                     g("Target", L, d), {"source": "search"})
 
 
+_OBJECTIVES: dict = {}  # (check, its declaration's identity) -> its objective: one object per declaration
+
+
 def objective(check: str) -> Objective:
-    """The engine's view of bound ``check`` of the registry (:mod:`.declarations`)."""
+    """The engine's view of bound ``check`` of the registry (:mod:`.declarations`); the same object for the same
+    declaration."""
+    key = (check, id(registry.BOUNDS[check]))
+    if key not in _OBJECTIVES:
+        _OBJECTIVES[key] = _objective(check)
+    return _OBJECTIVES[key]
+
+
+def _objective(check: str) -> Objective:
     b = registry.BOUNDS[check]
     if b.part not in _SPACE_OF_PART:
         raise KeyError(f"{check} ({b.part}) is evaluated at the trained model only and is not searched; searchable "
@@ -316,6 +335,9 @@ def objective(check: str) -> Objective:
     return Objective(check, SPACES[_SPACE_OF_PART[part]], _QUANTITIES[part], b.terms, need, records, restrict,
                      rank="rank_FT" in read, kind=kind + ("@block" if on_block and part == "sa" else ""),
                      twin_of=b.twin_of, widths=SPACES["block"].widths if on_block else None, block=on_block)
+
+
+_DECLARED = frozenset(registry.BOUNDS)  # the bounds a fresh process knows: those declared (not registered later)
 
 
 def objectives() -> list[Objective]:
@@ -591,16 +613,16 @@ def _target(space: Space, t: dict, h: int) -> torch.Tensor:
     return multihead.forward(t["X"], t["W_Q"], t["W_K"], t["W_V"], t["W_O"], h)
 
 
-def _kept(batch: _Batch, keep: int) -> torch.Tensor:
+def _kept(batch: _Batch, keep: int, keep_tied: int) -> torch.Tensor:
     """The starts that go on, for each objective: the ``keep`` with the smallest ratio among those with a free
-    Target, and the ``keep`` best tied ones (exact minimisers: their minimum is reported apart, so it is searched as
-    far)."""
+    Target, and the ``keep_tied`` best tied ones (exact minimisers: their minimum is reported apart, so it is searched
+    as far)."""
     out = []
     for i in range(len(batch.objs)):
         mine = (batch.obj_of == i).nonzero().flatten()
         order = mine[torch.argsort(batch.best[mine])]
         out += [int(j) for j in order if not bool(batch.tied[j])][:keep]
-        out += [int(j) for j in order if bool(batch.tied[j])][:keep]
+        out += [int(j) for j in order if bool(batch.tied[j])][:keep_tied]
     return torch.tensor(sorted(out), dtype=torch.long)
 
 
@@ -611,12 +633,37 @@ def _cells(obj: Objective, budget: Budget) -> list[tuple[int, int, int]]:
     return [(L, d, h) for L in lengths for d in (obj.widths or sp.widths) for h in sp.heads if d % h == 0]
 
 
+def _workers() -> int:
+    """How many processes :func:`search_all` spreads the kinds over: ``$CURVATURE_GAP_WORKERS``, else one per core
+    up to :data:`MAX_WORKERS` (each runs one torch thread: the search's tensors are small)."""
+    env = os.environ.get("CURVATURE_GAP_WORKERS")
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"CURVATURE_GAP_WORKERS must be a positive integer, got {env!r}")
+        return int(env)
+    return max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+
+
+def _by_id(oid: str) -> Objective:
+    return next((o for o in (*MH_OBJECTIVES, SOFTMAX_OBJECTIVE) if o.id == oid), None) or objective(oid)
+
+
+def _search_kind(ids: list[str], budget: Budget) -> tuple[dict[str, list[Cell]], float]:
+    """The cells of one kind's objectives (by id), and the CPU seconds they took: what a worker process runs."""
+    torch.set_num_threads(1)
+    return _search_here([_by_id(i) for i in ids], budget)
+
+
 def search_all(objs: list[Objective] | None = None, budget: Budget = BUDGET,
-               log: Callable[[str], None] | None = None) -> dict[str, list[Cell]]:
+               log: Callable[[str], None] | None = None, workers: int | None = None) -> dict[str, list[Cell]]:
     """Search every objective (default: every bound of the registry, the multi-head bound and its softmax lemma)
     in every cell of ``budget`` (see module doc); returns each objective's cells, keyed by its id. A cell's records
     (the rows' own evaluation at the best point of each kept start) carry ``family``, ``seed``, ``L``, ``d``,
-    ``h``, ``degenerate`` (L = 1), ``minimiser`` (a tied family) and ``point`` (the instance's fields)."""
+    ``h``, ``degenerate`` (L = 1), ``minimiser`` (a tied family) and ``point`` (the instance's fields).
+
+    The kinds (objectives that share one batched computation) are independent: with ``workers`` > 1 (default
+    :func:`_workers`) they run in that many processes, the costliest first; the result is the same either way.
+    Objectives registered after import (a contributor's toy bound) are searched in this process."""
     objs = (objectives() + list(MH_OBJECTIVES) + [SOFTMAX_OBJECTIVE]) if objs is None else objs
     out: dict[str, list[Cell]] = {o.id: [] for o in objs}
     ids = {o.id for o in objs}
@@ -625,24 +672,59 @@ def search_all(objs: list[Objective] | None = None, budget: Budget = BUDGET,
     for o in objs:
         if o not in twins:
             kinds.setdefault((o.space.name, o.kind), []).append(o)
-    for (space, kind), group in kinds.items():
-        t0 = time.process_time()
-        for L, d, h in _cells(group[0], budget):
-            _search_cell(group, L, d, h, budget, out)
-        if log:
-            log(f"  search [{kind}] {', '.join(o.id for o in group)}: {time.process_time() - t0:.1f} s CPU")
+    order = sorted(kinds, key=lambda k: -_cost(kinds[k], budget))
+    workers = _workers() if workers is None else workers
+    # another process rebuilds an objective from its id: only those declared at import, as declared
+    portable = all((o.id in _DECLARED and o is _by_id(o.id)) or o in (*MH_OBJECTIVES, SOFTMAX_OBJECTIVE) for o in objs)
+    if workers > 1 and len(order) > 1 and portable:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            futures = {pool.submit(_search_kind, [o.id for o in kinds[k]], budget): k for k in order}
+            for f in as_completed(futures):
+                cells, cpu = f.result()
+                out.update(cells)
+                if log:
+                    log(f"  search [{futures[f][1]}] {', '.join(cells)}: {cpu:.1f} s CPU")
+    else:
+        for k in order:
+            cells, cpu = _search_here(kinds[k], budget)
+            out.update(cells)
+            if log:
+                log(f"  search [{k[1]}] {', '.join(cells)}: {cpu:.1f} s CPU")
     for o in twins:  # evaluated at the points its twin's search kept
-        for c in out[o.twin_of]:
-            cell = Cell(c.L, c.d, c.h, starts=[dict(x) for x in c.starts])
-            seen = set()
-            for r in c.records:
-                if r["inst_key"] in seen:
-                    continue
-                seen.add(r["inst_key"])
-                tag = {k: v for k, v in r.items() if k not in ("check", "sub", "bound", "exact", "ratio")}
-                tag.update(x=r["x"].replace(o.twin_of, o.id, 1), inst_key=r["inst_key"].replace(o.twin_of, o.id, 1))
-                cell.records += [dict(rr, **tag) for rr in o.records(r["point"], c.h)]
-            out[o.id].append(cell)
+        out[o.id] = _twin_cells(o, out[o.twin_of])
+    return out
+
+
+def _search_here(group: list[Objective], budget: Budget) -> tuple[dict[str, list[Cell]], float]:
+    t0 = time.process_time()
+    out: dict[str, list[Cell]] = {o.id: [] for o in group}
+    for L, d, h in _cells(group[0], budget):
+        _search_cell(group, L, d, h, budget, out)
+    return out, time.process_time() - t0
+
+
+def _cost(group: list[Objective], budget: Budget) -> float:
+    """A rough cost of a kind, to start the costliest first: objectives × cells × a weight of its quantities."""
+    weight = 20.0 if "Htr" in group[0].kind or group[0].space.name == "mh" else 5.0 if "hessian" in group[0].kind \
+        or ":xi" in group[0].kind or ":Phi" in group[0].kind else 1.0
+    return weight * len(group) * len(_cells(group[0], budget))
+
+
+def _twin_cells(o: Objective, cells: list[Cell]) -> list[Cell]:
+    """The cells of a twin: its own records at the points its twin's search kept."""
+    out = []
+    for c in cells:
+        cell = Cell(c.L, c.d, c.h, starts=[dict(x) for x in c.starts])
+        seen = set()
+        for r in c.records:
+            if r["inst_key"] in seen:
+                continue
+            seen.add(r["inst_key"])
+            tag = {k: v for k, v in r.items() if k not in ("check", "sub", "bound", "exact", "ratio")}
+            tag.update(x=r["x"].replace(o.twin_of, o.id, 1), inst_key=r["inst_key"].replace(o.twin_of, o.id, 1))
+            cell.records += [dict(rr, **tag) for rr in o.records(r["point"], c.h)]
+        out.append(cell)
     return out
 
 
@@ -660,7 +742,7 @@ def _search_cell(group: list[Objective], L: int, d: int, h: int, budget: Budget,
     cells = {i: Cell(L, d, h) for i in range(len(group))}
     for (i, f, s), r in zip(starts, batch.best):
         cells[i].starts.append(dict(family=f.name, seed=s, ratio=float(r)))
-    batch.take(_kept(batch, budget.keep))
+    batch.take(_kept(batch, budget.keep, budget.keep_tied))
     batch.descend(budget.steps, budget.lr, budget.patience)
     mh = group[0].space.name == "mh"
     for (i, fam, seed), best, t in batch.outcomes():
@@ -688,7 +770,8 @@ def extent(budget: Budget = BUDGET, space: str = "sa") -> str:
     grid += f" × h ∈ {{{', '.join(map(str, sp.heads))}}}" if len(sp.heads) > 1 else ""
     return (f"up to {len(fams)} starts per cell ({', '.join(named)}, and each of {', '.join(sp.fields)} scaled by "
             f"{', '.join(f'{k:g}' for k in SCALES)}) at {grid}: {budget.screen} Adam steps on log(bound/exact) from "
-            f"every start, up to {budget.steps} more from the {budget.keep} best and the {budget.keep} best exact minimisers; L = 1 "
+            f"every start, up to {budget.steps} more from the {budget.keep} best and the {budget.keep_tied} best exact "
+            f"minimiser{'s' if budget.keep_tied > 1 else ''}; L = 1 "
             "degenerate, reported apart")
 
 

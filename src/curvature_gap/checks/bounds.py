@@ -21,7 +21,7 @@ from ..row import Row
 __all__ = ["COUNTEREXAMPLES", "run_checks", "replay_committed", "rows_from_summary", "trained_rows",
            "trained_checks", "synthetic_records", "REPLAY_RTOL"]
 
-COUNTEREXAMPLES = Path(__file__).resolve().parent.parent / "bounds" / "counterexamples"
+COUNTEREXAMPLES = sweeps.COMMITTED
 REPLAY_RTOL = 1e-6
 
 
@@ -46,17 +46,10 @@ def synthetic_records(quick: bool, log=None) -> tuple[list[dict], dict]:
 
 def replay_committed(directory: Path = COUNTEREXAMPLES) -> tuple[list[dict], Row]:
     """Replay every committed counter-example: (records tagged ``sweep = "replay"``, status row)."""
-    recs, bad, n = [], [], 0
-    for p in sorted(Path(directory).glob("*.json")):
-        ce = json.loads(p.read_text())
-        r = sweeps.replay(ce)
-        n += 1
-        rel = abs(r["ratio"] - ce["ratio"]) / abs(ce["ratio"])
-        if rel > REPLAY_RTOL or not r["ratio"] < 1:
-            bad.append(f"{p.name}: recorded {ce['ratio']:.6g}, replayed {r['ratio']:.6g}")
-        L, d_V, d_K, d_ff = ce["instance"]["shape"]
-        recs.append({**r, "sweep": "replay", "x": p.stem, "seed": ce.get("seed"), "L": L, "d_V": d_V, "d_K": d_K,
-                     "d_ff": d_ff, "file": p.name})
+    recs, _ = sweeps.replayed(directory)
+    bad = [f"{r['file']}: recorded {r['recorded']:.6g}, replayed {r['ratio']:.6g}" for r in recs
+           if abs(r["ratio"] - r["recorded"]) / abs(r["recorded"]) > REPLAY_RTOL or not r["ratio"] < 1]
+    n = len(recs)
     row = Row(id="bounds.counterexamples.replay", result="software", kind="software", role="reference",
               what="every committed counter-example recomputes to its recorded ratio (rel. 1e-6) and still fails",
               verdict="holds" if not bad else "fails", expected="holds", value=float(n), tolerance=REPLAY_RTOL,
