@@ -586,6 +586,11 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
                  f"On the theorem's block (the Table 1 model, {model_words(key)})." if f"{key}_authors" in keys else "")
         body = re.sub(r"^Verdict: ([^.]*)\.", lambda m: f"<strong>Verdict: {m.group(1)}.</strong>"
                       + (f" <em>{model}</em>" if model else ""), body)
+    if not smoke:  # short: the verdict and the first sentence of its evidence; the rest folded
+        head, _, rest = body.partition("; ")
+        if rest:
+            body = (f"{head}.<details class=\"cg-more\"><summary>The evidence in full</summary>"
+                    f"{sentence(rest)}</details>")
     return (f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'
             f"{body}</div>")
 

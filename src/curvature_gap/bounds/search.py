@@ -197,6 +197,7 @@ class Objective:
     rank: bool = False
     kind: str = ""
     twin_of: str | None = None  # searched through this objective's search (its ratio differs by a shape factor)
+    options: dict = field(default_factory=dict)  # how its records were evaluated (registry.evaluate's parts, …)
     widths: tuple[int, ...] | None = None  # the widths it is searched at (None: its space's)
     block: bool = False  # a step of the block's (Theorem 6, the Proposition): searched at Budget.block_lengths
 
@@ -334,7 +335,9 @@ def _objective(check: str) -> Objective:
     on_block = b.part in ("prop", "block")
     return Objective(check, SPACES[_SPACE_OF_PART[part]], _QUANTITIES[part], b.terms, need, records, restrict,
                      rank="rank_FT" in read, kind=kind + ("@block" if on_block and part == "sa" else ""),
-                     twin_of=b.twin_of, widths=SPACES["block"].widths if on_block else None, block=on_block)
+                     twin_of=b.twin_of, widths=SPACES["block"].widths if on_block else None, block=on_block,
+                     options={k: (v[0] if k == "parts" else v) for k, v in b.evaluate_options().items()
+                              if k in ("parts", "tensors", "ln_input")})
 
 
 _DECLARED = frozenset(registry.BOUNDS)  # the bounds a fresh process knows: those declared (not registered later)
@@ -753,7 +756,7 @@ def _search_cell(group: list[Objective], L: int, d: int, h: int, budget: Budget,
             continue
         shape = {} if o.space.name == "softmax" else dict(d_V=d, d_K=d, d_ff=2 * d if "W_1" in t else "")
         tag = dict(sweep="search", family=fam.name, seed=seed, L=L, d=d, h=h, degenerate=L == 1, minimiser=fam.tied,
-                   **shape, x=f"{o.id}@L={L},d={d}" + (f",h={h}" if mh else "") + f",{fam.name},seed={seed}",
+                   **shape, **o.options, x=f"{o.id}@L={L},d={d}" + (f",h={h}" if mh else "") + f",{fam.name},seed={seed}",
                    inst_key=f"search|{o.id}@L={L},d={d},h={h},{fam.name},seed={seed}",
                    point={f: v.detach() for f, v in t.items()})
         cell.records += [dict(r, **tag) for r in o.records(t, h)]
