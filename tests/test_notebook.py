@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap import notebook as nb
 from curvature_gap.captions import code_tex, readable
 from curvature_gap.row import Row
@@ -161,7 +161,7 @@ def standin(tmp_path, monkeypatch):
         calls.append(job.config_hash)
         return {"x": np.arange(3.0)}, {"profile": job.ctx.profile}
 
-    monkeypatch.setitem(ex.SPECS, "a", ex.FigureSpec("a", "check", "test_a", "stand-in", ex.spec("fig12").settings, compute,
+    monkeypatch.setitem(experiments.SPECS, "a", experiments.FigureSpec("a", "check", "test_a", "stand-in", experiments.spec("fig12").settings, compute,
                                                      key_numbers=lambda r: {}))
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "src" / "curvature_gap").mkdir(parents=True)

@@ -17,7 +17,7 @@ import pytest
 
 from cases import mnist_datasets
 from curvature_gap import cli, reproduce
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap.config import ConfigError, recipe_for
 from curvature_gap.cost import RunCost
 from curvature_gap.data import DataUnavailable
@@ -61,15 +61,15 @@ def _register(monkeypatch, tmp_path, behaviours: dict, keep=()):
             return {"x": np.arange(4.0) * len(name)}, {"profile": job.ctx.profile}
 
         # the MNIST settings of Fig. 12 under both profiles (its paper profile is the CIFAR-100 model)
-        settings = {"paper": ex.spec("fig12_mnist").settings["paper"], "smoke": ex.spec("fig12").settings["smoke"]}
-        return ex.FigureSpec(name, "check", f"test_{name}", f"stand-in {how}", settings, compute,
+        settings = {"paper": experiments.spec("fig12_mnist").settings["paper"], "smoke": experiments.spec("fig12").settings["smoke"]}
+        return experiments.FigureSpec(name, "check", f"test_{name}", f"stand-in {how}", settings, compute,
                              {"main": _plot}, key_numbers=lambda r: {"sum of x": float(r["x"].sum())})
 
     for name, how in behaviours.items():
-        monkeypatch.setitem(ex.SPECS, name, make(name, how))
+        monkeypatch.setitem(experiments.SPECS, name, make(name, how))
     names = tuple(keep) + tuple(behaviours)
-    monkeypatch.setattr(ex, "RESULT_NAMES", names)
-    monkeypatch.setattr(ex, "FIGURE_NAMES", names)
+    monkeypatch.setattr(experiments, "RESULT_NAMES", names)
+    monkeypatch.setattr(experiments, "FIGURE_NAMES", names)
     return counter
 
 
@@ -106,7 +106,7 @@ def test_keeps_going_past_failures_and_exits_non_zero(tmp_path, monkeypatch, cap
     for name, e in doc["figures"].items():
         assert MANIFEST_KEYS <= set(e), name
         assert e["profile"] == "smoke" and e["device"] == "cpu" and e["command"] == "curvature-gap reproduce (test)"
-    assert doc["figures"]["a"]["config_hash"] == ex.config_hash_of("a", ctx=ex.Context(profile="smoke"))
+    assert doc["figures"]["a"]["config_hash"] == experiments.config_hash_of("a", ctx=experiments.Context(profile="smoke"))
     assert doc["figures"]["a"]["outputs"] == outcomes[0].outputs
     rc = doc["figures"]["a"]["results_computed"]  # when, where and by which commit the numbers were computed
     assert rc["device"] == "cpu" and rc["compute_seconds"] >= 0 and "commit" in rc["git"] and rc["created"]
@@ -181,7 +181,7 @@ def test_the_guard_names_the_authors_cifar_runs_with_their_seeds_and_steps(tmp_p
     Fig. 6, 21 for Fig. 12), the steps to the checkpoint (10,000) and the cost measured once for both."""
     asked = []
     monkeypatch.setattr(reproduce, "training_cost", _cost(0.7, asked))
-    ctx = ex.Context(profile="paper", device="cpu", runs_dir=tmp_path / "runs", data_dir=tmp_path / "no-data",
+    ctx = experiments.Context(profile="paper", device="cpu", runs_dir=tmp_path / "runs", data_dir=tmp_path / "no-data",
                      progress=False)
     msgs = {}
     for name in ("fig6_authors", "fig12_authors"):
@@ -219,7 +219,7 @@ def test_the_report_splits_the_time_and_states_the_training_floor():
     runs' steps times their measured step time over the cores."""
     import os
 
-    ctx = ex.Context(profile="smoke", device="cpu", progress=False)
+    ctx = experiments.Context(profile="smoke", device="cpu", progress=False)
     ctx.phases.update({"training": 30.0, "training (side by side)": 50.0, "hessian": 12.0, "data": 3.0})
     ctx.trained += [dict(run="a", steps=1000, seconds=15.0), dict(run="b", steps=3000, seconds=45.0),
                     dict(run="a", steps=500, seconds=7.5)]
@@ -241,9 +241,9 @@ def test_unknown_figure_is_one_line_and_exit_code_2(capsys):
 
 def test_parse_only_keeps_canonical_order_and_the_profile():
     assert reproduce.parse_only("fig12, fig3") == ["fig3", "fig12"]
-    assert reproduce.parse_only(None) == list(ex.RESULT_NAMES)
+    assert reproduce.parse_only(None) == list(experiments.RESULT_NAMES)
     assert "fig6_mnist" not in reproduce.parse_only(None, "smoke") and "fig6_mnist" in reproduce.parse_only(None)
-    assert "fused_ln" in ex.FIGURE_NAMES and "trained_bounds" in ex.RESULT_NAMES
+    assert "fused_ln" in experiments.FIGURE_NAMES and "trained_bounds" in experiments.RESULT_NAMES
     with pytest.raises(ConfigError, match="unknown figures a, b"):
         reproduce.parse_only("a,b")
 
@@ -315,8 +315,8 @@ def test_publish_copies_the_cached_results_of_the_current_configuration(tmp_path
     assert run["command"] == "curvature-gap reproduce (test)" and run["per_result"]["a"]["status"] == "ok"
     assert run["seconds"] > 0 and len(run["git"]["commit"] or "x" * 40) == 40 and "entries" not in run
     assert set(run["split"]) == {"training", "Hessians", "rest", "floor"}, "the split the report states travels too"
-    ctx = ex.Context(profile="smoke", results_dir=tmp_path / "other", published_dir=tmp_path / "published")
-    assert ex.published_check("a", ctx).config_hash == ex.config_hash_of("a", ctx=ctx)
+    ctx = experiments.Context(profile="smoke", results_dir=tmp_path / "other", published_dir=tmp_path / "published")
+    assert experiments.published_check("a", ctx).config_hash == experiments.config_hash_of("a", ctx=ctx)
 
 
 @pytest.mark.slow
@@ -328,7 +328,7 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
     root = conftest.write_mnist_idx(tmp_path / "data", n_train=512)  # the smoke recipe's 384 images: 3 steps
-    ctx = ex.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
+    ctx = experiments.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
                      progress=False)
     names = ["fig3_authors", "fig4_authors", "fig5_authors", "fig4_authors_exact"]
     jobs = reproduce._runs_to_train(names, ctx, allow_long=True)
@@ -343,14 +343,14 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
     assert sorted(t["steps"] for t in ctx.trained) == [3, 3, 3] and all(t["seconds"] > 0 for t in ctx.trained)
     assert reproduce.timing_split(ctx, 100.0)["floor"]["steps"] == 9
     assert reproduce._runs_to_train(names, ctx, allow_long=True) == [], "all three are on disk now"
-    ctx3 = ex.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
+    ctx3 = experiments.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
                       progress=False, settings_overrides={"trajectory_authors": {"run_seeds": (5,)}})
     assert reproduce._runs_to_train(["fig5_authors"], ctx3, allow_long=True) == [("authors_mnist", 5, "authors", 3)], \
         "the other runs a count reads are trained too, also when the recipe seed's run is on disk"
     for arithmetic in ("authors", "exact"):
         model, info = ctx.model("authors_mnist", 3, arithmetic=arithmetic)
         assert info["step"] == 3
-    paper = ex.Context(profile="paper", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
+    paper = experiments.Context(profile="paper", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
                        progress=False)
     assert reproduce._runs_to_train(["fig6_authors", "fig12_authors"], paper, allow_long=True) == [], \
         "with the long-run guard off, runs whose dataset (CIFAR-100) is missing are still not started"
@@ -361,7 +361,7 @@ def test_the_guard_costs_a_trajectory_to_its_last_step_not_the_whole_recipe(monk
     """Figs. 5 and 7-11 read steps 0-1000 of the authors' run: the long-run guard prices 1,000 steps, not 100 epochs
     (a slow machine once skipped them as 'about 0.9 h')."""
     monkeypatch.setattr(reproduce, "training_cost", _cost(2.0))  # 2 s a step: 1,000 steps 33 min, over the limit
-    ctx = ex.Context(profile="paper", runs_dir="/nonexistent-runs", progress=False)
-    assert reproduce._furthest_step(ex.settings_of(ex.spec("trajectory_authors"), ctx)) == 1000
+    ctx = experiments.Context(profile="paper", runs_dir="/nonexistent-runs", progress=False)
+    assert reproduce._furthest_step(experiments.settings_of(experiments.spec("trajectory_authors"), ctx)) == 1000
     why = reproduce._long_run("trajectory_authors", ctx)
     assert "for 1,000 steps" in why, why

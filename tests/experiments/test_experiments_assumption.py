@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from cases import experiments_context, mnist_datasets
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap.experiments import assumption as asm
 
 
 def test_fig12_measures_the_gradient_norms_at_the_trained_weights(tmp_path):
     ctx = experiments_context(tmp_path, mnist_datasets(96, 32), assumption=dict(n_points=10, n_permutations=2, chunk=64))
-    r = ex.load_results("fig12", ctx=ctx)
+    r = experiments.load_results("fig12", ctx=ctx)
     assert r["k"][0] == 1 and r["k"][-1] == 96 and r["grad_norms"].shape == (2, len(r["k"]))
     m, _ = ctx.model("mnist")
     tr = ctx.data("mnist").train
@@ -23,7 +23,7 @@ def test_fig12_measures_the_gradient_norms_at_the_trained_weights(tmp_path):
     assert r["grad_norm_full"] == pytest.approx(full, rel=1e-4)
     np.testing.assert_allclose(r["grad_norms"][:, -1], full, rtol=1e-4)
     assert r["rms_per_sample_grad_norm"] > r["grad_norm_full"] and r["checkpoint"]["steps"] == 3
-    assert set(ex.plot("fig12", r)) == {"assumption"}
+    assert set(experiments.plot("fig12", r)) == {"assumption"}
 
 
 def _result(meta, arrays=None, profile="paper"):
@@ -45,8 +45,8 @@ def test_the_validity_row_reads_the_authors_model_and_can_fail():
     ends_higher = asm.validity_row(_result({**_STANDIN12, "grad_slope": -0.5}, {"grad_norm": up}))
     assert (falls.verdict, rises.verdict, ends_higher.verdict) == ("reproduced", "not reproduced", "not reproduced")
     # the rows sit with the authors' results, one verdict per model
-    assert ex.spec("fig12_authors").finding.key == "fig12_authors" and ex.spec("fig12").finding.key == "fig12"
-    assert ex.spec("fig12_authors_mnist").finding is None
+    assert experiments.spec("fig12_authors").finding.key == "fig12_authors" and experiments.spec("fig12").finding.key == "fig12"
+    assert experiments.spec("fig12_authors_mnist").finding is None
 
 
 def test_the_accumulation_rows_say_whether_the_plotted_curve_is_the_quantity():

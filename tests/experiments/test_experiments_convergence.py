@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap.experiments import convergence as cv
 from curvature_gap.landscape.losses import loss_differences
 
@@ -55,5 +55,5 @@ def test_one_slope_row_reads_either_model_and_can_fail():
     theirs = cv.convergence_slope(_result({"fit": {"slope": -0.95, "r2": 0.9}, "n_samples": 50000}))
     assert theirs.id == "fig6.slope" and theirs.note.endswith("50,000 samples") and "authors" not in theirs.what
     # the rows sit with each model's result, one verdict per model
-    assert ex.spec("fig6_authors").finding.key == "fig6_authors" and ex.spec("fig6").finding.key == "fig6"
-    assert ex.spec("fig6_authors_mnist").finding is None
+    assert experiments.spec("fig6_authors").finding.key == "fig6_authors" and experiments.spec("fig6").finding.key == "fig6"
+    assert experiments.spec("fig6_authors_mnist").finding is None

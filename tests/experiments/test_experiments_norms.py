@@ -7,28 +7,28 @@ import shutil
 import numpy as np
 import pytest
 
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap.experiments import heatmaps, norms, trajectory
 
 
 def test_fig5_reads_figs3_4_and_the_trajectory(small_run):
     _, ctx = small_run
-    r5 = ex.load_results("fig5", ctx=ctx)
-    t = ex.load_results("trajectory", ctx=ctx)
+    r5 = experiments.load_results("fig5", ctx=ctx)
+    t = experiments.load_results("trajectory", ctx=ctx)
     assert r5["param_fro_steps"].shape == (4, len(r5["groups"])) and r5["trajectory_steps"] == 6
     np.testing.assert_array_equal(r5["diag_spec_steps"], t["diag_spec"])
     W = t["w"].astype(np.float64)
     v = ctx.model("mnist", 0)[0]
     units = norms.units_of(v)
     assert r5["param_norms"]["init"]["W_V"]["fro"] == pytest.approx(np.linalg.norm(W[0][units["W_V"]]), rel=1e-6)
-    assert r5["hessian_stats"]["trained"] == ex.load_results("fig4", ctx=ctx)["unit_stats"]
-    assert set(ex.plot("fig5", r5)) == {"parameters", "hessians", "parameters_over_training", "hessians_over_training"}
+    assert r5["hessian_stats"]["trained"] == experiments.load_results("fig4", ctx=ctx)["unit_stats"]
+    assert set(experiments.plot("fig5", r5)) == {"parameters", "hessians", "parameters_over_training", "hessians_over_training"}
 
 
 @pytest.mark.fault("replotting")
 def test_cached_figure_is_reused_without_its_inputs(small_run, tmp_path, monkeypatch):
     src, base = small_run
-    r5 = ex.load_results("fig5", ctx=base)
+    r5 = experiments.load_results("fig5", ctx=base)
     shutil.copytree(src / "results", tmp_path / "results")          # a copy: the shared results stay intact
     ctx = dataclasses.replace(base, results_dir=tmp_path / "results", _cache={})
     for dep in ("fig3", "fig4", "trajectory"):  # inputs gone, e.g. removed by hand
@@ -40,9 +40,9 @@ def test_cached_figure_is_reused_without_its_inputs(small_run, tmp_path, monkeyp
 
     for mod, fn in ((heatmaps, "compute_heatmap"), (trajectory, "_followed_blocks"), (norms, "compute_norms")):
         monkeypatch.setattr(mod, fn, boom)
-    again = ex.load_results("fig5", ctx=ctx)
+    again = experiments.load_results("fig5", ctx=ctx)
     assert again.from_cache and again.config_hash == r5.config_hash
-    assert len(ex.plot("fig5", again, "hessians_over_training").axes) >= 1
+    assert len(experiments.plot("fig5", again, "hessians_over_training").axes) >= 1
 
 
 # ------------------------------------------------------------------ the claim rule on the authors' figure
@@ -125,7 +125,7 @@ def test_fig5_on_the_authors_model_stores_norms_not_the_hessian_images():
     for g in trajectory.LISTS:
         arrays |= {f"spec_{g}": np.ones(3), f"fro_{g}": np.ones(3), f"param_{g}": np.ones(3),
                    f"img_{g}": np.zeros((3, 4, 4), np.float16), f"spread_{g}": np.ones(5)}
-    traj = ex.Result("trajectory_authors", "h", {}, arrays, {"lists": lists})
+    traj = experiments.Result("trajectory_authors", "h", {}, arrays, {"lists": lists})
     kept, meta = norms.list_norms(traj)
     assert not [k for k in kept if k.startswith("img_")] and set(meta["lists"]) == set(trajectory.LISTS)
     assert set(kept) == {k for k in arrays if not k.startswith("img_")}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from curvature_gap import experiments as E
+from curvature_gap import experiments
 from curvature_gap.experiments.spec import BEYOND_THE_PAPER, CHECK, SECTIONS, FigureSpec, sort_key
 
 
@@ -36,7 +36,7 @@ def test_book_order_reads_the_fields():
 
 
 def test_the_registry_is_in_book_order():
-    specs = list(E.SPECS.values())
+    specs = list(experiments.SPECS.values())
     assert specs == sorted(specs, key=sort_key)
     sections = [SECTIONS.index(s.section) for s in specs]
     assert sections == sorted(sections) and set(sections) == {0, 1, 2}

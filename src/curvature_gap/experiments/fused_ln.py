@@ -22,7 +22,8 @@ from ..hessian.loss import model_loss
 from ..params import flatten
 from torch.func import grad, jacrev, jvp
 
-from ..model import build_model, param_groups
+from ..model import build_model
+from ..params import param_groups
 from .context import Context
 from .hessians import exact_columns, sample_columns
 from ..plotting import WIDTH, new_figure, short_label

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .. import captions
-from ..model import authors_hessian_order, param_groups, param_slices
+from ..params import authors_hessian_order, param_groups, param_slices
 from ..precision import frozen_at_one
 from ..train import evaluate
 from .context import Context
@@ -135,7 +135,7 @@ def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings) 
 def compute_authors_heatmap(ctx: Context, s: AuthorsHeatmapSettings) -> tuple[dict, dict]:
     """Figs. 3/4 as the authors computed them: their model after ``s.step`` steps of their recipe, the first
     batch of their shuffled, augmented loader, the image over their parameter list in their order
-    (:func:`curvature_gap.model.authors_hessian_order`). The Hessian is exact (hand-written LayerNorm); the
+    (:func:`curvature_gap.params.authors_hessian_order`). The Hessian is exact (hand-written LayerNorm); the
     statistics of each diagonal block do not depend on which other parameters are included."""
     model, info = ctx.model(s.model, s.step, arithmetic=s.arithmetic)
     x, y = ctx.loader_batches(s.model)[0]

@@ -17,7 +17,7 @@ import matplotlib
 import numpy as np
 
 from .. import captions
-from ..model import param_groups
+from ..params import param_groups
 from ..plotting import WIDTH, new_figure, short_label
 from ..row import Row
 from .claims import claim_verdict, not_run

@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from ..exact.linalg import sym_spectral_norm
 from ..hessian import hessian
 from ..io import save_npz_atomic
-from ..model import authors_indices, param_groups
+from ..params import authors_indices, param_groups
 from ..plotting import pooled_log_image
 from ..precision import frozen_at_one
 from ..train import run_key
