@@ -64,7 +64,8 @@ def test_verdict_text_and_html_on_the_quick_rows(quick_rows):
     # a claim with a verdict per model says which model each verdict is about; others name none
     # and on which dataset: the label "the theorem's block" is the MNIST model on Fig. 3's and Fig. 12's pages,
     # the CIFAR-100 one on Fig. 6's
-    for fig, authors, block in (("fig3", "MNIST, at initialisation", "MNIST"), ("fig6", "CIFAR-100, bf16 runs", "CIFAR-100"),
+    for fig, authors, block in (("fig3", "MNIST, at initialisation", "MNIST, at initialisation"),
+                                ("fig6", "CIFAR-100, bf16 runs", "CIFAR-100"),
                                 ("fig12", "CIFAR-100, bf16 runs", "CIFAR-100")):
         assert (f"</strong> <em>On the authors' model ({authors}).</em>"
                 in nb.verdict_html(f"{fig}_authors", "paper", quick_rows))
@@ -161,8 +162,9 @@ def standin(tmp_path, monkeypatch):
         calls.append(job.config_hash)
         return {"x": np.arange(3.0)}, {"profile": job.ctx.profile}
 
-    monkeypatch.setitem(experiments.SPECS, "a", experiments.FigureSpec("a", "check", "test_a", "stand-in", experiments.spec("fig12").settings, compute,
-                                                     key_numbers=lambda r: {}))
+    (a,) = experiments.FigureSpec("a", "check", "test_a", "stand-in", (experiments.Point(experiments.spec("fig12").settings),),
+                                  compute, key_numbers=lambda r: {}).results
+    monkeypatch.setitem(experiments.SPECS, "a", a)
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "src" / "curvature_gap").mkdir(parents=True)
     (tmp_path / "published" / "smoke").mkdir(parents=True)

@@ -43,9 +43,10 @@ def _plot(result):
     return fig
 
 
-def _register(monkeypatch, tmp_path, behaviours: dict, keep=()):
+def _register(monkeypatch, tmp_path, behaviours: dict, keep=(), trains=False):
     """Stand-in results: "ok" computes (and counts), "fail" raises, "blocked" lacks data, "slow" sleeps first.
-    ``keep`` names real results to leave in the registry beside them."""
+    ``keep`` names real results to leave in the registry beside them; ``trains``: each reads the whole MNIST run
+    (its figure declares it: the runner trains it first, the long-run guard prices it)."""
     counter = tmp_path / "computed.txt"
 
     def make(name, how):
@@ -62,11 +63,13 @@ def _register(monkeypatch, tmp_path, behaviours: dict, keep=()):
 
         # the MNIST settings of Fig. 12 under both profiles (its paper profile is the CIFAR-100 model)
         settings = {"paper": experiments.spec("fig12_mnist").settings["paper"], "smoke": experiments.spec("fig12").settings["smoke"]}
-        return experiments.FigureSpec(name, "check", f"test_{name}", f"stand-in {how}", settings, compute,
-                             {"main": _plot}, key_numbers=lambda r: {"sum of x": float(r["x"].sum())})
+        return experiments.FigureSpec(name, "check", f"test_{name}", f"stand-in {how}", (experiments.Point(settings),),
+                                      compute, {"main": _plot}, runs=(lambda s, ctx: [(None, None)]) if trains else None,
+                                      key_numbers=lambda r: {"sum of x": float(r["x"].sum())})
 
     for name, how in behaviours.items():
-        monkeypatch.setitem(experiments.SPECS, name, make(name, how))
+        (result,) = make(name, how).results
+        monkeypatch.setitem(experiments.SPECS, name, result)
     names = tuple(keep) + tuple(behaviours)
     monkeypatch.setattr(experiments, "RESULT_NAMES", names)
     monkeypatch.setattr(experiments, "FIGURE_NAMES", names)
@@ -139,7 +142,7 @@ def test_missing_cifar100_blocks_fig6_only_and_the_run_exits_zero(tmp_path, monk
     assert _computed(counter) == ["a"]
     assert "CIFAR-100 is not available offline" in outcomes[0].message and "cifar-100-python" in outcomes[0].message
     # the blocked message names the run the data would start and its measured cost (200 epochs x 100 steps x 0.1 s)
-    assert asked == ["cifar100", "mnist"]
+    assert asked == ["cifar100"], "the cost of the run fig6 would start, measured once"
     assert "Once it is there: training the cifar100 model" in outcomes[0].message
     assert "for 20,000 steps" in outcomes[0].message and "about 0.6 h on cpu" in outcomes[0].message
     assert "--allow-long-runs" in outcomes[0].message
@@ -156,7 +159,7 @@ def test_missing_cifar100_blocks_fig6_only_and_the_run_exits_zero(tmp_path, monk
 @pytest.mark.slow
 @pytest.mark.fault("long-run")
 def test_a_long_training_run_is_skipped_unless_allowed(tmp_path, monkeypatch, capsys):
-    counter = _register(monkeypatch, tmp_path, {"a": "ok", "b": "ok"})
+    counter = _register(monkeypatch, tmp_path, {"a": "ok", "b": "ok"}, trains=True)
     asked = []
     steps = 100 * recipe_for("mnist", "smoke").epochs  # the stand-in cost's 100 steps per epoch
     monkeypatch.setattr(reproduce, "training_cost", _cost(3 * 3600.0 / steps, asked))  # 3 h for the run
@@ -332,9 +335,10 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
                      progress=False)
     names = ["fig3_authors", "fig4_authors", "fig5_authors", "fig4_authors_exact"]
     jobs = reproduce._runs_to_train(names, ctx, allow_long=True)
-    # fig4_authors counts over runs (smoke: seeds 37 and 0); its float32 twin reads the one run
-    assert sorted(jobs, key=str) == sorted([("authors_mnist", 37, "authors", 3), ("authors_mnist", 0, "authors", 3),
-                                            ("authors_mnist", 37, "exact", 3)], key=str)
+    # fig4_authors counts over runs (smoke: seeds 37 and 0); its float32 twin reads the one run; fig5's trajectory
+    # reads steps 1-3 of the bf16 run of seed 37: trained once, to step 3, keeping the snapshots of steps 1 and 2
+    bf16, f32 = experiments.Variant("authors", "mnist", "authors"), experiments.Variant("authors", "mnist", "exact")
+    assert sorted(jobs, key=str) == sorted([(bf16, 3, 37, (1, 2)), (bf16, 3, 0, ()), (f32, 3, 37, ())], key=str)
     assert reproduce._runs_to_train(["fig3_authors"], ctx, allow_long=True) == [], "step 0 needs no training"
     reproduce.train_in_parallel(names, ctx, allow_long=True, workers=2, out=__import__("sys").stdout)
     out = capsys.readouterr().out
@@ -345,10 +349,10 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
     assert reproduce._runs_to_train(names, ctx, allow_long=True) == [], "all three are on disk now"
     ctx3 = experiments.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
                       progress=False, settings_overrides={"trajectory_authors": {"run_seeds": (5,)}})
-    assert reproduce._runs_to_train(["fig5_authors"], ctx3, allow_long=True) == [("authors_mnist", 5, "authors", 3)], \
+    assert reproduce._runs_to_train(["fig5_authors"], ctx3, allow_long=True) == [(bf16, 3, 5, (1, 2))], \
         "the other runs a count reads are trained too, also when the recipe seed's run is on disk"
     for arithmetic in ("authors", "exact"):
-        model, info = ctx.model("authors_mnist", 3, arithmetic=arithmetic)
+        model, info = ctx.model(experiments.Variant("authors", "mnist", arithmetic), 3)
         assert info["step"] == 3
     paper = experiments.Context(profile="paper", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
                        progress=False)
@@ -362,6 +366,6 @@ def test_the_guard_costs_a_trajectory_to_its_last_step_not_the_whole_recipe(monk
     (a slow machine once skipped them as 'about 0.9 h')."""
     monkeypatch.setattr(reproduce, "training_cost", _cost(2.0))  # 2 s a step: 1,000 steps 33 min, over the limit
     ctx = experiments.Context(profile="paper", runs_dir="/nonexistent-runs", progress=False)
-    assert reproduce._furthest_step(experiments.settings_of(experiments.spec("trajectory_authors"), ctx)) == 1000
+    assert max(step for _, step, _ in experiments.runs_of("trajectory_authors", ctx)) == 1000
     why = reproduce._long_run("trajectory_authors", ctx)
     assert "for 1,000 steps" in why, why

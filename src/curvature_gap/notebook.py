@@ -33,7 +33,7 @@ import math  # noqa: E402
 from .captions import code_tex, ordinal, plural, readable, unit_tex  # noqa: E402
 from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
-from .findings import Verdict, tex_powers, finding_of, model_words, result_entries  # noqa: E402
+from .findings import Verdict, tex_powers, finding_of, model_words  # noqa: E402
 from .bounds.titles import INEQUALITIES  # noqa: E402
 from .theory.errata import label as errata_label  # noqa: E402
 
@@ -575,10 +575,10 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     cls = "cg-smoke-note" if smoke else f"cg-verdict cg-{f.css}"
     body = html_math(verdict_text(key, profile, rs)).replace("**", "")
     if not smoke:
-        # where a claim has a verdict per model, say which model this one is about
-        keys = {k for k, *_ in result_entries()}
-        model = (f"On the authors' model ({model_words(key)})." if key.endswith("_authors") else
-                 f"On the theorem's block (the Table 1 model, {model_words(key)})." if f"{key}_authors" in keys else "")
+        # where a claim has a verdict per model, say which model this one is about (read from its settings)
+        on = experiments.compared_model(key)
+        model = ("" if on is None else f"On the authors' model ({model_words(key)})." if on == "authors" else
+                 f"On the theorem's block (the Table 1 model, {model_words(key)}).")
         body = re.sub(r"^Verdict: ([^.]*)\.", lambda m: f"<strong>Verdict: {m.group(1)}.</strong>"
                       + (f" <em>{model}</em>" if model else ""), body)
     return (f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'
@@ -591,12 +591,13 @@ def show_verdict(key: str, profile: str) -> None:
 
 
 def agreement_text(key: str, profile: str, why: str = "", rs: list[Row] | None = None) -> str:
-    """Whether the verdicts of a claim on the two models (``<key>_authors`` and ``key``) agree, in one sentence
-    ("" for the smoke profile, or where either was not run); ``why`` follows a disagreement."""
+    """Whether the verdicts of a claim on the two models (``key``, a result of the theorem's block, and the result of
+    its figure on the authors' model: ``experiments.on_model``) agree, in one sentence ("" for the smoke profile,
+    or where either was not run); ``why`` follows a disagreement."""
     if profile != "paper":
         return ""
     rs = rs if rs is not None else rows()
-    a, t = finding_of(f"{key}_authors", rs), finding_of(key, rs)
+    a, t = finding_of(experiments.on_model(key, "authors"), rs), finding_of(key, rs)
     if a.verdict.startswith("not run") or t.verdict.startswith("not run"):
         return ""
     if a.verdict == t.verdict:

@@ -87,103 +87,74 @@ def _run_cost(ctx: experiments.Context, cfg, step) -> RunCost:
     return dataclasses.replace(measured, seed=cfg.seed, steps=steps)
 
 
-def _furthest_step(settings) -> int:
-    """The furthest step of an authors' run a result reads: its ``step``, or the last of its ``steps``
-    (Figs. 5, 7-11 read steps 0-1000, not the recipe's 100 epochs)."""
-    return max([getattr(settings, "step", 0) or 0, *getattr(settings, "steps", ())])
-
-
-def _needs_data(ctx: experiments.Context, s) -> None:
-    """Load the dataset the run of settings ``s`` trains on; raises DataUnavailable when it is missing."""
-    ctx.data(s.model)
-
-
-def _read_step(s, recipe) -> int | None:
-    """The step of its run a result reads: the furthest of its ``step``/``steps`` for a run of the authors'
-    recipe (their results read their checkpoints at steps), None (the whole run) for Table 1's."""
-    return _furthest_step(s) if recipe.source == "authors" else None
+def _runs(name: str, ctx: experiments.Context) -> list[tuple]:
+    """The training runs computing ``name`` may start: those it and the results it depends on declare
+    (``experiments.runs_of``), ``(variant, step, seed)`` each, without initialisations (nothing to train) and
+    without the steps already on disk."""
+    out, todo, seen = [], [name], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo += list(experiments.spec(n).depends)
+        for v, step, seed in experiments.runs_of(n, ctx):
+            cfg = ctx.recipe(v, seed)
+            there = (load_snapshot(run_dir(cfg, ctx.runs_dir), step, run_key(cfg)) is not None if step is not None
+                     else verify_checkpoint(run_dir(cfg, ctx.runs_dir), run_key(cfg))[0] is not None)
+            if step != 0 and not there:
+                out.append((experiments.Variant(v.model, v.dataset, v.arithmetic), step, seed))
+    return out
 
 
 def _long_run(name: str, ctx: experiments.Context) -> str:
     """A message when computing ``name`` would start a training run longer than LONG_RUN_S, else "". A run whose
     dataset is missing raises DataUnavailable ("blocked"), its message naming the run and its measured cost."""
-    s = experiments.settings_of(experiments.spec(name), ctx)
-    cfg = ctx.run_recipe(s)
-    if cfg is None:
-        return ""
-    step = _read_step(s, cfg)
-    if step == 0:
-        return ""
-    if step is not None and load_snapshot(run_dir(cfg, ctx.runs_dir), step, run_key(cfg)) is not None:
-        return ""
-    if step is None and verify_checkpoint(run_dir(cfg, ctx.runs_dir), run_key(cfg))[0] is not None:
-        return ""
-    try:
-        _needs_data(ctx, s)
-    except DataUnavailable as exc:  # blocked: say what the run would cost once the data is there
+    for v, step, seed, _ in experiments.furthest(_runs(name, ctx), ctx):
+        cfg = ctx.recipe(v, seed)
+        try:
+            ctx.data(v)
+        except DataUnavailable as exc:  # blocked: say what the run would cost once the data is there
+            cost = _run_cost(ctx, cfg, step)
+            then = (f" (over {LONG_RUN_S // 60} min: pass --allow-long-runs, or use a GPU with --device cuda)"
+                    if cost.seconds > LONG_RUN_S else "")
+            raise DataUnavailable(f"{exc} Once it is there: {cost.describe()}{then}.") from exc
         cost = _run_cost(ctx, cfg, step)
-        then = (f" (over {LONG_RUN_S // 60} min: pass --allow-long-runs, or use a GPU with --device cuda)"
-                if cost.seconds > LONG_RUN_S else "")
-        raise DataUnavailable(f"{exc} Once it is there: {cost.describe()}{then}.") from exc
-    cost = _run_cost(ctx, cfg, step)
-    if cost.seconds <= LONG_RUN_S:
-        return ""
-    return f"{cost.describe()}; pass --allow-long-runs (make reproduce ALLOW_LONG=1) to run it, or use a GPU (--device cuda)"
+        if cost.seconds > LONG_RUN_S:
+            return (f"{cost.describe()}; pass --allow-long-runs (make reproduce ALLOW_LONG=1) to run it, or use a GPU "
+                    "(--device cuda)")
+    return ""
 
 
 def _runs_to_train(names: list[str], ctx: experiments.Context, allow_long: bool) -> list[tuple]:
     """The training runs the results ``names`` (and what they depend on) will train, each once at the furthest
-    step any of them reads: ``(model, seed, arithmetic, step)`` with ``step`` None for a whole Table-1 run.
-    Runs already on disk, runs whose data is missing and runs over ``LONG_RUN_S`` (unless ``allow_long``) are
-    left out: the results that need them report it as before."""
-    jobs: dict[str, list] = {}
-    todo, seen = list(names), set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        sp = experiments.spec(name)
-        todo += list(sp.depends)
-        s = experiments.settings_of(sp, ctx)
-        cfg = ctx.run_recipe(s)
-        if cfg is None or getattr(s, "trained", True) is False:  # no run, or its initialisation only
-            continue
+    step any of them reads with the snapshots of the others (``experiments.furthest``): ``(variant, step, seed,
+    snapshots)`` with ``step`` None for a whole run and ``seed`` the recipe's where it is. Runs already on disk,
+    runs whose data is missing and the runs of a result over ``LONG_RUN_S`` (unless ``allow_long``) are left out:
+    the results that need them report it as before."""
+    runs = []
+    for name in names:
         try:
             if not allow_long and _long_run(name, ctx):
                 continue
-            if allow_long:  # the guard is off, the data check is not: a run without its dataset is not started
-                _needs_data(ctx, s)
+            found = _runs(name, ctx)
+            for v, _, _ in found:  # the guard is off, the data check is not: a run without its dataset is not started
+                ctx.data(v)
         except DataUnavailable:
             continue
-        step = _read_step(s, cfg)
-        if step == 0:
-            continue
-        arithmetic = getattr(s, "arithmetic", None)
-        runs = [(cfg, cfg.seed)]
-        if step is not None:  # the other runs a result counts over (Figs. 4, 5 on the authors' model: their init is unseeded)
-            runs += [(ctx.recipe(s.model, seed, arithmetic), seed)
-                     for seed in (*getattr(s, "run_seeds", ()), *getattr(s, "seeds", ())) if seed != cfg.seed]
-        for c, seed in runs:
-            if step is not None and load_snapshot(run_dir(c, ctx.runs_dir), step, run_key(c)) is not None:
-                continue
-            if step is None and verify_checkpoint(run_dir(c, ctx.runs_dir), run_key(c))[0] is not None:
-                continue
-            job = jobs.setdefault(run_key(c), [s.model, seed, arithmetic, step])
-            if step is not None:
-                job[3] = max(job[3], step)
-    return [tuple(j) for j in jobs.values()]
+        runs += found
+    return [(v, step, ctx.recipe(v, seed).seed, snaps) for v, step, seed, snaps in experiments.furthest(runs, ctx)]
 
 
 def _train_one(job: tuple) -> tuple[str, list]:
-    """A worker of :func:`train_in_parallel`: one run, one thread, through the same Context methods the results
-    call (so the checkpoints and snapshots are the ones they read). Returns what it trained, in words and as the
+    """A worker of :func:`train_in_parallel`: one run, one thread, through the Context method the runner calls (so
+    the checkpoints and snapshots are the ones the results read). Returns what it trained, in words and as the
     context's ``trained`` records."""
-    kwargs, (model, seed, arithmetic, step) = job
+    kwargs, (v, step, seed, snapshots) = job
     torch.set_num_threads(1)
     ctx = experiments.Context(progress=False, **kwargs)
-    ctx.model(model, step, seed, arithmetic)
-    return f"{model} (seed {seed}{', ' + arithmetic + ' arithmetic' if arithmetic else ''}) to " + (
+    ctx.train(v, step, seed, snapshots)
+    return f"{v.model_key} (seed {seed}, {v.arithmetic} arithmetic) to " + (
         "its end" if step is None else f"step {step:,}"), ctx.trained
 
 
@@ -203,7 +174,7 @@ def train_in_parallel(names: list[str], ctx: experiments.Context, allow_long: bo
     kwargs = dict(profile=ctx.profile, device=ctx.device, data_dir=ctx.data_dir, runs_dir=str(ctx.runs_dir),
                   verify_md5=ctx.verify_md5)
     print(f"training {len(jobs)} runs side by side ({min(workers, len(jobs))} processes, one thread each): "
-          + "; ".join(f"{m} seed {sd}{' ' + a if a else ''}" for m, sd, a, _ in jobs), file=out, flush=True)
+          + "; ".join(f"{v.model_key} seed {sd} {v.arithmetic}" for v, _, sd, _ in jobs), file=out, flush=True)
     t0 = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)),
                                                 mp_context=multiprocessing.get_context("spawn")) as pool:

@@ -16,8 +16,8 @@ def test_fig3_numbers_equal_the_exact_hessian_of_the_first_batch(small_run):
     assert r["n_parameters"] == 454 and r["trained"] is False and r["batch_size"] == 4
     cc = r["cross_check"]
     assert cc["float32"]["max_relative_difference"] < 1e-5 and cc["float64"]["max_relative_difference"] < 1e-10
-    m = ctx.model("mnist", 0)[0]
-    H = hessian(m, ctx.first_images("mnist", 4)).double().numpy()
+    m = ctx.model(experiments.Variant(), 0)[0]
+    H = hessian(m, ctx.first_images(experiments.Variant(), 4)).double().numpy()
     names, starts, stops = r["group_names"], r["group_starts"], r["group_stops"]
     assert names[0] == "pos" and names[-1] == "head" and r["pool"] == 1
     v = names.index("block0.value")

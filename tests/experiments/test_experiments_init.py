@@ -49,6 +49,7 @@ def test_plot_reads_results_and_never_recomputes(tmp_path, shared_runs, monkeypa
 
     monkeypatch.setattr(convergence, "compute_convergence", _boom)
     monkeypatch.setattr(context_mod, "ensure", _boom)
+    monkeypatch.setattr(context_mod, "load_run", _boom)
     again = experiments.load_results("fig6", ctx=_ctx(tmp_path, shared_runs))
     assert again.from_cache and again.config_hash == r.config_hash
     np.testing.assert_array_equal(again["mean_abs_diff"], r["mean_abs_diff"])
@@ -56,6 +57,37 @@ def test_plot_reads_results_and_never_recomputes(tmp_path, shared_runs, monkeypa
     assert [p.rsplit(".", 1)[1] for p in paths] == ["pdf", "png"]
     assert all((tmp_path / "figures" / p.rsplit("/", 1)[1]).stat().st_size > 1000 for p in paths)
     assert set(experiments.plot("fig6", again)) == {"convergence"}
+
+
+def test_the_runner_trains_and_the_computation_only_loads(tmp_path, monkeypatch):
+    """A result asks its context for a run; the runner (load_results) trains the runs its figure declares before the
+    computation starts, and a computation that asks for a run nobody trained gets RunMissing, never a training."""
+    from curvature_gap.train import RunMissing
+
+    computing, trained = [], []
+    real_compute, real_ensure = convergence.compute_convergence, context_mod.ensure
+
+    def compute(*a, **k):
+        computing.append(True)
+        try:
+            return real_compute(*a, **k)
+        finally:
+            computing.pop()
+
+    def ensure(*a, **k):
+        assert not computing, "training started from inside a computation"
+        trained.append(a[0].model)
+        return real_ensure(*a, **k)
+
+    monkeypatch.setattr(convergence, "compute_convergence", compute)
+    monkeypatch.setattr(context_mod, "ensure", ensure)
+    assert experiments.runs_of("fig6", _ctx(tmp_path)) == [(experiments.settings_of(experiments.spec("fig6"),
+                                                                                    _ctx(tmp_path)), None, None)]
+    r = experiments.load_results("fig6", ctx=_ctx(tmp_path))
+    assert trained == ["mnist"] and r["checkpoint"]["steps"] == 8
+    monkeypatch.setattr(context_mod.Context, "train", lambda self, *a, **k: None)  # a runner that forgets
+    with pytest.raises(RunMissing, match=r"has no usable weights .*: missing"):
+        experiments.load_results("fig6", ctx=_ctx(tmp_path, tmp_path / "other-runs", seed=1))
 
 
 @pytest.mark.fault("setting-changed")
@@ -129,11 +161,11 @@ def test_fig6_paper_path_runs_on_a_cifar100_format_set(tmp_path, cifar_root):
     """The multi-block CIFAR-100 route of Fig. 6, on a small CIFAR-format set read by torchvision's loader."""
     ctx = experiments.Context(profile="smoke", device="cpu", data_dir=cifar_root, verify_md5=False, progress=False,
                      results_dir=tmp_path / "results", runs_dir=tmp_path / "runs",
-                     settings_overrides={"fig6": dict(model="cifar100", batch_size=8, n_permutations=4)})
+                     settings_overrides={"fig6": dict(dataset="cifar100", batch_size=8, n_permutations=4)})
     r = experiments.load_results("fig6", ctx=ctx)
     assert r["dataset"] == "CIFAR-100" and r["n_blocks"] == 2
     assert r["n_samples"] == 64 and r["k"].tolist() == list(range(1, 8))
-    assert (run_dir(ctx.recipe('cifar100'), tmp_path / "runs") / "model.pt").exists()
+    assert (run_dir(ctx.recipe(experiments.Variant(dataset="cifar100")), tmp_path / "runs") / "model.pt").exists()
     assert len(experiments.plot("fig6", r, "convergence").axes) == 1
 
 

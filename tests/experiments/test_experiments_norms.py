@@ -18,7 +18,7 @@ def test_fig5_reads_figs3_4_and_the_trajectory(small_run):
     assert r5["param_fro_steps"].shape == (4, len(r5["groups"])) and r5["trajectory_steps"] == 6
     np.testing.assert_array_equal(r5["diag_spec_steps"], t["diag_spec"])
     W = t["w"].astype(np.float64)
-    v = ctx.model("mnist", 0)[0]
+    v = ctx.model(experiments.Variant(), 0)[0]
     units = norms.units_of(v)
     assert r5["param_norms"]["init"]["W_V"]["fro"] == pytest.approx(np.linalg.norm(W[0][units["W_V"]]), rel=1e-6)
     assert r5["hessian_stats"]["trained"] == experiments.load_results("fig4", ctx=ctx)["unit_stats"]
@@ -67,12 +67,12 @@ def _fake(keys_values=1.0, others=0.1, bad_step=None):
 
 
 def test_the_claim_rule_reads_every_step_and_both_panels_of_the_authors_figure():
-    assert norms.keys_values(_fake(), "fig5_authors").verdict == "reproduced"
-    row = norms.keys_values(_fake(bad_step=1), "fig5_authors")
+    assert norms.keys_values(_fake(), experiments.spec("fig5_authors")).verdict == "reproduced"
+    row = norms.keys_values(_fake(bad_step=1), experiments.spec("fig5_authors"))
     assert row.verdict == "partly reproduced" and row.value == pytest.approx(5 / 6)
     assert not row.details["theirs"]["hessians/step 200"]["holds"] and row.details["theirs"]["parameters/step 200"]["holds"]
-    assert norms.keys_values(_fake(others=2.0), "fig5_authors").verdict == "not reproduced"
-    assert norms.keys_values(None, "fig5_authors").verdict == "not run"
+    assert norms.keys_values(_fake(others=2.0), experiments.spec("fig5_authors")).verdict == "not reproduced"
+    assert norms.keys_values(None, experiments.spec("fig5_authors")).verdict == "not run"
 
 
 def test_the_fig5_verdict_is_a_count_over_runs_when_there_are_several():
@@ -95,11 +95,11 @@ def test_the_fig5_verdict_is_a_count_over_runs_when_there_are_several():
         arrays[f"runs_param_{g}"] = arrays[f"runs_spec_{g}"] = np.stack([good[g], bad[g]])
     meta = {"lists": {g: {"label": lab} for g, (_, lab) in LISTS.items()}, "run_seed": 37, "run_seeds": [0, 1]}
     res = SimpleNamespace(arrays=arrays, meta=meta, config={"profile": "paper"}, json_path="x.json")
-    row = norms.keys_values(res, "fig5_authors")
+    row = norms.keys_values(res, experiments.spec("fig5_authors"))
     assert row.verdict == "partly reproduced" and row.value == 2 / 3
     assert "Over 3 runs (seeds 37, 0, 1" in row.note and "2/3 runs" in row.note
     meta["run_seeds"] = []
-    assert norms.keys_values(res, "fig5_authors").verdict == "reproduced"
+    assert norms.keys_values(res, experiments.spec("fig5_authors")).verdict == "reproduced"
 
 
 def test_one_rule_reads_either_models_blocks():

@@ -33,9 +33,10 @@ def test_trajectory_snapshots_are_the_training_run(small_run):
     t = experiments.load_results("trajectory", ctx=ctx)
     assert list(t["steps"]) == [0, 3, 5, 6]  # requested steps within n_steps, plus n_steps
     # snapshot 0 is the initialisation, snapshot 6 the run after 6 steps (training resumes exactly)
-    np.testing.assert_array_equal(t["w"][0], trajectory.flat_weights(ctx.model("mnist", 0)[0]))
-    cfg = ctx.recipe("mnist")
-    train(cfg, tmp_path / "direct", device="cpu", datasets=ctx.data("mnist"), max_steps=6, progress=False)
+    mnist = experiments.Variant()
+    np.testing.assert_array_equal(t["w"][0], trajectory.flat_weights(ctx.model(mnist, 0)[0]))
+    cfg = ctx.recipe(mnist)
+    train(cfg, tmp_path / "direct", device="cpu", datasets=ctx.data(mnist), max_steps=6, progress=False)
     direct = torch.load(tmp_path / "direct" / "last.pt", weights_only=True)["model"]
     np.testing.assert_array_equal(t["w"][3], _flat(direct))
     assert not list((tmp_path / "results" / "trajectory").glob("*.partial")), "the partial snapshots are removed"
@@ -69,19 +70,22 @@ def test_interrupted_trajectory_resumes_from_its_saved_snapshots(small_run, monk
     t = experiments.load_results("trajectory", ctx=ctx)
     assert len(calls) == 1 and list(t["steps"]) == [0, 2, 4]  # only the missing snapshot was computed
     tmp_path = ctx.results_dir.parent
-    train(ctx.recipe("mnist"), tmp_path / "direct4", device="cpu", datasets=ctx.data("mnist"), max_steps=4,
-          progress=False)
+    train(ctx.recipe(experiments.Variant()), tmp_path / "direct4", device="cpu", datasets=ctx.data(experiments.Variant()),
+          max_steps=4, progress=False)
     direct = torch.load(tmp_path / "direct4" / "last.pt", weights_only=True)["model"]
     np.testing.assert_array_equal(t["w"][2], _flat(direct))
 
 
-def test_one_computation_takes_the_protocol_of_the_run():
-    """The three trajectories are one computation; the run's recipe (its source) picks the protocol."""
+def test_one_computation_takes_the_protocol_of_the_model():
+    """The three trajectories are one figure's grid and one computation; the variant's model picks the protocol, and
+    the run is its recipe (the authors' model: their recipe, in the arithmetic the variant names)."""
     specs = [experiments.spec(n) for n in ("trajectory", "trajectory_authors", "trajectory_authors_exact")]
-    assert {s.compute for s in specs} == {trajectory.compute_trajectory}
+    assert {s.compute for s in specs} == {trajectory.compute_trajectory} and {s.spec for s in specs} == {
+        trajectory.TRAJECTORY_FIGURE}
     ctx = experiments.Context(profile="smoke")
-    assert [ctx.recipe(s.settings["smoke"].model).source for s in specs] == ["table1", "authors", "authors"]
+    assert [ctx.recipe(s.settings["smoke"]).source for s in specs] == ["table1", "authors", "authors"]
     assert [s.settings["smoke"].arithmetic for s in specs[1:]] == ["authors", "exact"]
+    assert [ctx.recipe(s.settings["smoke"]).precision for s in specs] == ["float32", "bf16", "float32"]
 
 
 def _model():

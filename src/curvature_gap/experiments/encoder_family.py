@@ -30,7 +30,7 @@ from torch import nn
 from ..theory.encoder_layer import encoder_layer_hessian
 from .context import Context
 from ..plotting import WIDTH, new_figure
-from .spec import FigureSpec
+from .spec import FigureSpec, Point
 
 __all__ = ["compute_encoder_family", "plot_encoder_family", "UNITS", "CONFIGS", "unit_indices", "leaders", "ranking", "ranking_text", "EncoderFamilySettings", "SETTINGS", "SPECS"]
 
@@ -318,8 +318,8 @@ def key_numbers(r) -> dict:
 # ----------------------------------------------------------------------------- the results of this module
 SPECS = (
     FigureSpec("encoder_family", "beyond the paper", "extra_encoder_family",
-               "the diagonal Hessian blocks of nn.TransformerEncoderLayer, post/pre-norm, 1/4 heads", SETTINGS,
-               lambda j: compute_encoder_family(j.ctx, j.settings), {"blocks": plot_encoder_family},
-               {"blocks": message},
-               needs="nothing (synthetic data)", key_numbers=key_numbers),
+               "the diagonal Hessian blocks of nn.TransformerEncoderLayer, post/pre-norm, 1/4 heads",
+               (Point(SETTINGS, needs="nothing (synthetic data)"),),
+               lambda j: compute_encoder_family(j.ctx, j.settings), {"blocks": plot_encoder_family}, {"blocks": message},
+               key_numbers=key_numbers),
 )

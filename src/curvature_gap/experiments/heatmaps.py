@@ -19,31 +19,36 @@ from ..precision import frozen_at_one
 from ..train import evaluate
 from .context import Context
 from .dynamics_blocks import blocks_from_dense, snapshot_record, trajectory_groups
-from .settings import AUTHORS_RUN_SEEDS
+from .settings import AUTHORS_RUN_SEEDS, Variant
 from .hessians import (SETS, STATISTICS, cross_check, dense, group_pair_statistics, rankings, sample_columns,
                        unit_statistics, units_of)
 from ..plotting import WIDTH, group_axes, new_figure, pooled_log_image, short_label
 from ..row import Row
 from .claims import claim_verdict, not_run, ranking_table
 from .settings import TrajectorySettings
-from .spec import FigureSpec, Finding
+from .spec import FigureSpec, Finding, Point, claimed
 
-__all__ = ["compute_heatmap", "group_table", "plot_hessian", "plot_attention", "plot_block_means", "ATTENTION", "HeatmapSettings", "values_largest", "PER_ENTRY", "SPECS"]
+__all__ = ["compute_heatmap", "heatmap_runs", "FIG3", "FIG4", "group_table", "plot_hessian", "plot_attention",
+           "plot_block_means", "ATTENTION", "HeatmapSettings", "values_largest", "PER_ENTRY", "SPECS"]
 
 
 @dataclass(frozen=True)
-class HeatmapSettings:
-    """Figs. 3 and 4: one dense exact Hessian of the MNIST model on one batch."""
+class HeatmapSettings(Variant):
+    """Figs. 3 and 4: one dense exact Hessian on one batch, of the theorem's block (as the paper describes it) or
+    of the authors' model (as their code computes it: ``config.AUTHORS_RECIPES``, their
+    notebooks/hessian_visualization.ipynb). On the authors' model the Hessian is float32 of the checkpoint's
+    weights whatever the run's ``arithmetic``, as their notebook takes it; at step 0 both arithmetics are the same
+    float32 initialisation."""
 
-    model: str = "mnist"
-    trained: bool = False
-    # paper (Fig. 5 caption): one batch of 128 MNIST training images. Here the first 128; the authors' code takes
-    # the first batch of its shuffled, augmented loader (the book's provenance tables).
+    # the run's step: 0 its initialisation (Fig. 3); None the end of the run (Fig. 4 on the theorem's block); their
+    # notebooks/hessian_visualization.ipynb loads step 20,000 for Fig. 4
+    step: int | None = 0
+    # paper (Fig. 5 caption): one batch of 128 MNIST training images. The theorem's block: the first 128 (the book's
+    # provenance tables); the authors': the images of their loader's first batch, all 128
+    # (configs/vit_classification_mnist.yaml: data.batch_size)
     batch_size: int = 128
     # prior work's code (dalab/transformer-hessian) plots log10(|H| + 1e-6).
     eps: float = 1e-6
-    # parameters in the Hessian: all of them (positions, embedding, block, head); the paper does not say.
-    parameters: str = "all"
     # pixels per axis of the whole-Hessian image: a page-width figure shows about 600 (mean of log10 per cell).
     display_cells: int = 600
     # curvlinops cross-check: a seeded sample of this many columns covering every group (None: all columns).
@@ -53,49 +58,29 @@ class HeatmapSettings:
     check_batch_f64: int = 16
     # tangents per pass of the exact method (None: its default); cost only, same numbers.
     fast_chunk: int | None = None
-
-
-@dataclass(frozen=True)
-class AuthorsHeatmapSettings:
-    """Figs. 3 and 4 on the authors' model, as their code computes them (config.AUTHORS_RECIPES)."""
-
-    model: str = "authors_mnist"
-    # the checkpoint: 0 = initialisation; their notebooks/hessian_visualization.ipynb loads step 20,000 for Fig. 4
-    step: int = 0
-    # images of their loader's first batch: all 128 (configs/vit_classification_mnist.yaml: data.batch_size)
-    batch_size: int = 128
-    eps: float = 1e-6  # as HeatmapSettings
-    display_cells: int = 600
-    check_columns: int | None = 256
-    check_seed: int = 0
-    check_batch_f64: int = 16
-    fast_chunk: int | None = None
-    # precision.ARITHMETICS: the run the checkpoint comes from, "authors" (their bf16 training) or "exact"
-    # (float32). The Hessian is float32 of the checkpoint's weights either way, as their notebook takes it; at
-    # step 0 both are the same float32 initialisation.
-    arithmetic: str = "authors"
-    # their initialisation is unseeded (no torch.manual_seed in their code): the claim is also read on these
-    # seeds, on the same batch, and its verdict is a count over them (empty: the run of the recipe's seed alone).
-    # At step 0 each is an initialisation (seconds); after training each is a run of the recipe to ``step``
-    # (a bf16 run to step 20,000 takes about 9 min on one CPU core; two run side by side on two cores).
+    # the authors' model: their initialisation is unseeded (no torch.manual_seed in their code), so the claim is
+    # also read on these seeds, on the same batch, and its verdict is a count over them (empty: the run of the
+    # recipe's seed alone). At step 0 each is an initialisation (seconds); after training each is a run of the
+    # recipe to ``step`` (a bf16 run to step 20,000 takes about 9 min on one CPU core; two run side by side on two
+    # cores).
     seeds: tuple = ()
 
 
-# profile -> settings. Smoke: 4 images (a dense Hessian costs ~ P columns x batch size, 32x less than 128).
+# profile -> settings. Smoke: 4 images (a dense Hessian costs ~ P columns x batch size, 32x less than 128); on the
+# authors' model the first 4 images of their loader's batch.
 _SMOKE = dict(batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128)
-INIT = {"paper": HeatmapSettings(trained=False), "smoke": HeatmapSettings(trained=False, **_SMOKE)}
-TRAINED = {"paper": HeatmapSettings(trained=True), "smoke": HeatmapSettings(trained=True, **_SMOKE)}
-# smoke: the authors' smoke run has 3 steps of 128 images (config.RECIPES), its last is "trained"
-_A_SMOKE = dict(batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128)  # the batch's first 4 images
+INIT = {"paper": HeatmapSettings(step=0), "smoke": HeatmapSettings(step=0, **_SMOKE)}
+TRAINED = {"paper": HeatmapSettings(step=None), "smoke": HeatmapSettings(step=None, **_SMOKE)}
+_AUTHORS = dict(model="authors", arithmetic="authors")
 # paper: the figure's initialisation (the recipe's seed, 37) and nine more, seeds 0-8: ten draws of their unseeded
 # initialisation (about 5 s each, the Hessian only); smoke: two, to run the count
 INIT_SEEDS = (37, *range(9))
-AUTHORS_INIT = {"paper": AuthorsHeatmapSettings(step=0, seeds=INIT_SEEDS),
-                "smoke": AuthorsHeatmapSettings(step=0, seeds=(37, 0), **_A_SMOKE)}
+AUTHORS_INIT = {"paper": HeatmapSettings(**_AUTHORS, step=0, seeds=INIT_SEEDS),
+                "smoke": HeatmapSettings(**_AUTHORS, step=0, seeds=(37, 0), **_SMOKE)}
 # Fig. 4: the figure's run (seed 37) and two more runs of the recipe (settings.AUTHORS_RUN_SEEDS); smoke: two
-# 3-step runs
-AUTHORS_TRAINED = {"paper": AuthorsHeatmapSettings(step=20_000, seeds=AUTHORS_RUN_SEEDS),
-                   "smoke": AuthorsHeatmapSettings(step=3, seeds=AUTHORS_RUN_SEEDS[:2], **_A_SMOKE)}
+# 3-step runs (the authors' smoke run has 3 steps of 128 images, config.RECIPES: its last is "trained")
+AUTHORS_TRAINED = {"paper": HeatmapSettings(**_AUTHORS, step=20_000, seeds=AUTHORS_RUN_SEEDS),
+                   "smoke": HeatmapSettings(**_AUTHORS, step=3, seeds=AUTHORS_RUN_SEEDS[:2], **_SMOKE)}
 # the float32 twin: one run (the figure's), beside the bf16 runs as the arithmetic's comparison
 AUTHORS_TRAINED_EXACT = {p: replace(v, arithmetic="exact", seeds=()) for p, v in AUTHORS_TRAINED.items()}
 
@@ -115,44 +100,53 @@ def group_table(model) -> dict:
                 param_offsets=[s.start for s in sl.values()], n_parameters=groups[-1].stop if groups else 0)
 
 
-def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings) -> tuple[dict, dict]:
-    """Figs. 3/4 on the theorem's block (Table 1 model): the first ``batch_size`` training images."""
-    if s.trained:
-        model, info = ctx.model(s.model)
-    else:
-        model, info = ctx.model(s.model, 0)
-    batch = ctx.first_images(s.model, s.batch_size)
-    arrays, meta, Hn = _heatmap(ctx, s, model, info, batch, "trained" if s.trained else "initialised")
-    if not s.trained:  # step 0 of the training-dynamics trajectory (same model, same batch)
+def heatmap_runs(s: HeatmapSettings, ctx: Context) -> list[tuple]:
+    """The runs a heatmap reads: its variant's at ``s.step``, of each seed of ``s.seeds`` (none: the recipe's)."""
+    return [(s.step, seed) for seed in tuple(s.seeds) or (None,)]
+
+
+def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings | None) -> tuple[dict, dict]:
+    """Figs. 3/4 on ``s``'s model after ``s.step`` steps of its run. The theorem's block: the first
+    ``batch_size`` training images, every parameter in :func:`~curvature_gap.params.param_groups` order; at step 0
+    also step 0 of the training-dynamics trajectory (same model, same batch; ``traj``: its settings). The
+    authors' model as they computed it (:func:`_authors_heatmap`)."""
+    if s.model == "authors":
+        return _authors_heatmap(ctx, s)
+    model, info = ctx.model(s, s.step)
+    batch = ctx.first_images(s, s.batch_size)
+    trained = s.step != 0
+    arrays, meta, Hn = _heatmap(ctx, s, model, info, batch, "trained" if trained else "initialised")
+    if not trained:  # step 0 of the training-dynamics trajectory (same model, same batch)
         rec = snapshot_record(blocks_from_dense(Hn, model), model, True, traj.eps, traj.display_cells)
         arrays.update({f"dyn_{k}": np.asarray(v) for k, v in rec.items()})
-    meta.update(trained=s.trained, batch="first training images",
+    meta.update(trained=trained, batch="first training images",
                 parameters_included="all: positional embedding, patch embedding, transformer block(s), head",
                 trajectory_groups=trajectory_groups(model))
     return arrays, meta
 
 
-def compute_authors_heatmap(ctx: Context, s: AuthorsHeatmapSettings) -> tuple[dict, dict]:
+def _authors_heatmap(ctx: Context, s: HeatmapSettings) -> tuple[dict, dict]:
     """Figs. 3/4 as the authors computed them: their model after ``s.step`` steps of their recipe, the first
     batch of their shuffled, augmented loader, the image over their parameter list in their order
     (:func:`curvature_gap.params.authors_hessian_order`). The Hessian is exact (hand-written LayerNorm); the
     statistics of each diagonal block do not depend on which other parameters are included."""
-    model, info = ctx.model(s.model, s.step, arithmetic=s.arithmetic)
-    x, y = ctx.loader_batches(s.model)[0]
+    model, info = ctx.model(s, s.step)
+    x, y = ctx.loader_batches(s)[0]
     if s.batch_size > len(y):
-        raise ValueError(f"{s.model}: the loader's first batch has {len(y)} images, fewer than the {s.batch_size} asked")
+        raise ValueError(f"{s.model_key}: the loader's first batch has {len(y)} images, fewer than the {s.batch_size} "
+                         "asked")
     batch = x[:s.batch_size], y[:s.batch_size]
     order, layout = authors_hessian_order(model)
     with ctx.phase("evaluation"):
-        test_loss, test_acc = evaluate(model, ctx.data(s.model).test, ctx.torch_device)
+        test_loss, test_acc = evaluate(model, ctx.data(s).test, ctx.torch_device)
     info = dict(info, test_accuracy=test_acc, test_loss=test_loss)
     arrays, meta, Hn = _heatmap(ctx, s, model, info, batch, f"after {s.step} steps of the authors' recipe",
                                display=(np.asarray(order), layout), attention=THEIR_ATTENTION, clip=True)
     if s.seeds:
-        own = ctx.recipe(s.model, arithmetic=s.arithmetic).seed  # the figure's run: its Hessian is Hn
+        own = ctx.recipe(s).seed  # the figure's run: its Hessian is Hn
         meta["seed_leads"] = _seed_leads(ctx, s, batch, units_of(model), {own: Hn})
     at_one, n_gamma, max_dev = frozen_at_one(model)
-    meta.update(arithmetic=s.arithmetic, precision=ctx.recipe(s.model, arithmetic=s.arithmetic).precision,
+    meta.update(arithmetic=s.arithmetic, precision=ctx.recipe(s).precision,
                 layernorm_gamma=dict(exactly_one=at_one, total=n_gamma, max_abs_deviation=max_dev))
     meta.update(trained=s.step > 0, step=s.step, batch=f"the first {s.batch_size} images of the first batch of the "
                 "authors' shuffled, augmented training loader (their recipe's seed)", parameters_included="the authors': every weight and "
@@ -160,7 +154,7 @@ def compute_authors_heatmap(ctx: Context, s: AuthorsHeatmapSettings) -> tuple[di
     return arrays, meta
 
 
-def _seed_leads(ctx: Context, s: AuthorsHeatmapSettings, batch, units, known: dict | None = None) -> list[dict]:
+def _seed_leads(ctx: Context, s: HeatmapSettings, batch, units, known: dict | None = None) -> list[dict]:
     """For each seed of ``s.seeds``: the authors' model of that seed at ``s.step``, the exact Hessian on ``batch``
     (``known``: seed -> a Hessian already computed, the figure's own run; ``units``: the model's :func:`units_of`,
     the same for every seed), and in how many of the :data:`STATISTICS` W_V's diagonal block leads each set of
@@ -170,7 +164,7 @@ def _seed_leads(ctx: Context, s: AuthorsHeatmapSettings, batch, units, known: di
         if known and seed in known:
             H = known[seed]
         else:
-            model, _ = ctx.model(s.model, s.step, seed=seed, arithmetic=s.arithmetic)
+            model, _ = ctx.model(s, s.step, seed)
             ctx.log(f"seed {seed}, step {s.step}: exact Hessian, {len(batch[1])} images")
             with ctx.phase("hessian"):
                 H = dense(model, batch, s.fast_chunk)[0].cpu().numpy().astype(np.float64)
@@ -224,7 +218,7 @@ def _heatmap(ctx: Context, s, model, info, batch, state: str, display=None, atte
                   attention=(np.log10(np.maximum(block, s.eps)) if clip else np.log10(block + s.eps)).astype(np.float16),
                   pair_mean=pairs["mean"], pair_max=pairs["max"], pair_fro=pairs["fro"])
     meta = dict(
-        profile=ctx.profile, model=s.model, batch_size=len(batch[1]), loss=loss, cross_check=cc, checkpoint=info,
+        profile=ctx.profile, model=s.model_key, batch_size=len(batch[1]), loss=loss, cross_check=cc, checkpoint=info,
         pool=f, attention_range=[int(a0), int(a1)], attention_groups=[names[i] for i in att],
         colour="log10(max(|H|, eps)), shared limits" if clip else "log10(|H| + eps)", unit_stats=stats, rankings=rankings(stats),
         statistics={k: v[0] for k, v in STATISTICS.items()}, **gd)
@@ -398,11 +392,12 @@ def leads_without(result, drop: str | None, unit: str = "W_V") -> int:
     return sum(order[0] == unit for order in ranking_table(stats)["weights"].values())
 
 
-def values_largest(result, figure: str) -> Row:
-    """Figs. 3/4: W_V's diagonal Hessian block is the largest (see :mod:`.claims`); ``figure`` is the result
-    (``fig3``, ``fig4``: the theorem's block; ``fig3_authors``, ``fig4_authors``: the authors' model)."""
-    state = "at initialisation" if figure.startswith("fig3") else "after training"
-    model = "the authors' model" if figure.endswith("_authors") else "the theorem's block (Table 1 model)"
+def values_largest(result, spec) -> Row:
+    """Figs. 3/4: W_V's diagonal Hessian block is the largest (see :mod:`.claims`), on the result of ``spec`` (a
+    :class:`~.spec.ResultSpec`: its settings say the model and the step)."""
+    figure, paper = spec.name, spec.settings["paper"]
+    state = "at initialisation" if paper.step == 0 else "after training"
+    model = "the authors' model" if paper.model == "authors" else "the theorem's block (Table 1 model)"
     what = (f"'the Values block has the largest values' ({state}, {model}): W_V's diagonal Hessian block leads the "
             "ranking of the diagonal blocks of the Transformer block's parameters, per parameter set and statistic")
     if result is None:
@@ -471,38 +466,27 @@ _HEAT_MESSAGES = {"hessian": captions.heatmap_whole, "attention": captions.heatm
 
 
 def _compute(j):
-    return compute_heatmap(j.ctx, j.settings, j.reads["trajectory"])
+    return compute_heatmap(j.ctx, j.settings, j.reads.get("trajectory"))
 
 
-def _compute_authors(j):
-    return compute_authors_heatmap(j.ctx, j.settings)
-
-
-SPECS = (
-    FigureSpec("fig3_authors", "Fig. 3", "fig03_hessian_init_authors", "Hessian entries at initialisation, the authors' "
-               "model", AUTHORS_INIT, _compute_authors, _HEAT, messages=_HEAT_MESSAGES, key_numbers=key_numbers,
-               needs="MNIST", rank=0, rows=lambda res: [values_largest(res.get("fig3_authors"), "fig3_authors")],
-               finding=Finding("fig3_authors", "Fig. 3 on the authors' model: the Values blocks are largest "
-                               "(initialisation)", "notebooks/fig03_hessian_init")),
-    FigureSpec("fig3", "Fig. 3", "fig03_hessian_init", "Hessian entries at initialisation", INIT, _compute, _HEAT,
-               messages=_HEAT_MESSAGES, key_numbers=key_numbers, reads=("trajectory",), override_key="init_heatmap",
-               rows=lambda res: [values_largest(res.get("fig3"), "fig3")],
-               finding=Finding("fig3", "Fig. 3 on the theorem's block: the Values blocks are largest (initialisation)",
-                               "notebooks/fig03_hessian_init")),
-    FigureSpec("fig4_authors", "Fig. 4", "fig04_hessian_trained_authors", "Hessian entries after training, the "
-               "authors' model", AUTHORS_TRAINED, _compute_authors, _HEAT, messages=_HEAT_MESSAGES,
-               key_numbers=key_numbers, needs="MNIST; trains the authors' recipe in bf16 to step 20,000, three runs (seeds 37, 0, 1; about 9 min "
-               "each on one CPU core, two side by side)",
-               rank=0, rows=lambda res: [values_largest(res.get("fig4_authors"), "fig4_authors")],
-               finding=Finding("fig4_authors", "Fig. 4 on the authors' model: the Values–Values block is largest "
-                               "(trained)", "notebooks/fig04_hessian_trained")),
-    FigureSpec("fig4_authors_exact", "Fig. 4", "fig04_hessian_trained_authors_exact", "Hessian entries after "
-               "training, the authors' model, float32 run", AUTHORS_TRAINED_EXACT, _compute_authors, _HEAT,
-               messages=_HEAT_MESSAGES, key_numbers=key_numbers,
-               needs="MNIST; trains the authors' recipe in float32 to step 20,000 (about 6 min on a CPU)", rank=0),
-    FigureSpec("fig4", "Fig. 4", "fig04_hessian_trained", "Hessian entries after training", TRAINED, _compute, _HEAT,
-               messages=_HEAT_MESSAGES, key_numbers=key_numbers, reads=("trajectory",), override_key="trained_heatmap",
-               rows=lambda res: [values_largest(res.get("fig4"), "fig4")],
-               finding=Finding("fig4", "Fig. 4 on the theorem's block: the Values–Values block is largest (trained)",
-                               "notebooks/fig04_hessian_trained")),
-)
+_BF16_RUNS = "MNIST; trains the authors' recipe in bf16 to step 20,000, three runs (seeds 37, 0, 1; about 9 min each " \
+             "on one CPU core, two side by side)"
+FIG3 = FigureSpec(
+    "fig3", "Fig. 3", "fig03_hessian_init", "Hessian entries at initialisation",
+    (Point(AUTHORS_INIT, Finding("Fig. 3 on the authors' model: the Values blocks are largest (initialisation)",
+                                 "notebooks/fig03_hessian_init")),
+     Point(INIT, Finding("Fig. 3 on the theorem's block: the Values blocks are largest (initialisation)",
+                         "notebooks/fig03_hessian_init"), reads=("trajectory",), override_key="init_heatmap")),
+    _compute, _HEAT, _HEAT_MESSAGES, runs=heatmap_runs, key_numbers=key_numbers,
+    rows=lambda res: [values_largest(res.get(s.name), s) for s in claimed("fig3")])
+FIG4 = FigureSpec(
+    "fig4", "Fig. 4", "fig04_hessian_trained", "Hessian entries after training",
+    (Point(AUTHORS_TRAINED, Finding("Fig. 4 on the authors' model: the Values–Values block is largest (trained)",
+                                    "notebooks/fig04_hessian_trained"), needs=_BF16_RUNS),
+     Point(AUTHORS_TRAINED_EXACT, needs="MNIST; trains the authors' recipe in float32 to step 20,000 (about 6 min on a "
+                                        "CPU)"),
+     Point(TRAINED, Finding("Fig. 4 on the theorem's block: the Values–Values block is largest (trained)",
+                            "notebooks/fig04_hessian_trained"), reads=("trajectory",), override_key="trained_heatmap")),
+    _compute, _HEAT, _HEAT_MESSAGES, runs=heatmap_runs, key_numbers=key_numbers,
+    rows=lambda res: [values_largest(res.get(s.name), s) for s in claimed("fig4")])
+SPECS = (FIG3, FIG4)

@@ -23,20 +23,20 @@ from ..row import Row
 from .claims import claim_verdict, not_run
 from .context import Context
 from .hessians import SETS, STATISTICS, units_of
-from .spec import FigureSpec, Finding
+from .settings import Variant
+from .spec import FigureSpec, Finding, Point, claimed
 from .trajectory import AUTHORS_EXACT_SETTINGS, AUTHORS_NEEDS, AUTHORS_SETTINGS, LISTS, PLOTTED, flat_weights, lists_of
 
 __all__ = ["compute_norms", "plot_parameters", "plot_hessians", "plot_parameters_over_training",
            "plot_hessians_over_training", "plot_lists", "lists_message", "arithmetic_comparison", "UNIT_ORDER",
-           "NormsSettings", "keys_values", "MUCH_SMALLER", "SPECS"]
+           "NormsSettings", "keys_values", "MUCH_SMALLER", "FIG5", "SPECS"]
 
 
 @dataclass(frozen=True)
-class NormsSettings:
-    """Fig. 5: parameter-block and Hessian-block norms at init and trained (the Hessians of Figs. 3 and 4)
-    and over the first training steps (the trajectory)."""
-
-    model: str = "mnist"
+class NormsSettings(Variant):
+    """Fig. 5 on the theorem's block: parameter-block and Hessian-block norms at init and trained (the Hessians of
+    Figs. 3 and 4) and over the first training steps (the trajectory). On the authors' model Fig. 5 is cut from
+    their trajectory, whose settings it takes (:class:`.trajectory.AuthorsTrajectorySettings`)."""
 
 
 SETTINGS = {"paper": NormsSettings(), "smoke": NormsSettings()}
@@ -55,14 +55,17 @@ def param_unit_norms(w: np.ndarray, units: dict) -> dict[str, dict[str, float]]:
             for u, idx in units.items()}
 
 
-def compute_norms(ctx: Context, s: NormsSettings, deps: dict) -> tuple[dict, dict]:
-    """Parameter-unit and Hessian-unit norms at init and trained (the Hessians of Figs. 3 and 4) and the
-    followed block norms over the trajectory."""
+def compute_norms(ctx: Context, s, deps: dict) -> tuple[dict, dict]:
+    """Fig. 5 on ``s``'s model: on the theorem's block the parameter-unit and Hessian-unit norms at init and
+    trained (the Hessians of Figs. 3 and 4) and the followed block norms over the trajectory; on the authors'
+    model their figure's lists, from their trajectory (:func:`list_norms`)."""
     t = deps["trajectory"]
-    init = ctx.model(s.model, 0)[0]
-    trained, _ = ctx.model(s.model)
+    if s.model == "authors":
+        return list_norms(t)
+    init = ctx.model(s, 0)[0]
+    trained, _ = ctx.model(s)
     units = units_of(init)
-    meta = dict(profile=ctx.profile, model=s.model, batch_size=deps["fig3"].meta["batch_size"],
+    meta = dict(profile=ctx.profile, model=s.model_key, batch_size=deps["fig3"].meta["batch_size"],
                 units=[u for u in UNIT_ORDER if u in units], groups=t.meta["groups"],
                 param_norms={"init": param_unit_norms(flat_weights(init), units), "trained": param_unit_norms(flat_weights(trained), units)},
                 hessian_stats={"init": deps["fig3"].meta["unit_stats"], "trained": deps["fig4"].meta["unit_stats"]},
@@ -231,8 +234,8 @@ def kv_verdict(holds: dict) -> tuple[str, float, str]:
     return claim_verdict([any(any(v.values()) for v in holds.values())], frac[best] == 1.0), frac[best], best
 
 
-def _kv_what(name: str) -> str:
-    if name == "fig5":
+def _kv_what(model: str) -> str:
+    if model == "table1":
         return ("'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much "
                 "smaller absolute entries': W_K and W_V are the two largest of the weight matrices, and each of the "
                 f"other three is at most {MUCH_SMALLER:g} × the smaller of them, in the parameter-norm panel and in "
@@ -243,14 +246,16 @@ def _kv_what(name: str) -> str:
             "of Keys and Values")
 
 
-def keys_values(result, name: str = "fig5") -> Row:
-    """Fig. 5's sentence on result ``name`` (``fig5``: the theorem's model, its weight matrices in each panel and
-    statistic; ``fig5_authors``: the authors' figure, their five lists at each step), by one rule
-    (:func:`kv_reading`, :func:`kv_verdict`; "much smaller" as the comment on :data:`MUCH_SMALLER` reads it)."""
-    what = _kv_what(name)
+def keys_values(result, spec) -> Row:
+    """Fig. 5's sentence on the result of ``spec`` (a :class:`~.spec.ResultSpec`: on the theorem's model its weight
+    matrices in each panel and statistic; on the authors' model their figure, their five lists at each step), by
+    one rule (:func:`kv_reading`, :func:`kv_verdict`; "much smaller" as the comment on :data:`MUCH_SMALLER` reads
+    it)."""
+    name, model = spec.name, spec.settings["paper"].model
+    what = _kv_what(model)
     if result is None:
         return not_run(f"{name}.keys_values", name, what, name)
-    verdict, value, note, details = (_kv_units if name == "fig5" else _kv_lists)(result)
+    verdict, value, note, details = (_kv_units if model == "table1" else _kv_lists)(result)
     return Row(id=f"{name}.keys_values", result=name, kind="claim", claim="reproduced", expected=None, what=what,
                verdict=verdict, value=value, tolerance=MUCH_SMALLER, profile=result.config["profile"],
                evidence=[str(result.json_path)], note=note, details=details)
@@ -389,27 +394,21 @@ def _lists_numbers(r) -> dict:
 
 
 # ----------------------------------------------------------------------------- the results of this module
-SPECS = (
-    FigureSpec("fig5", "Fig. 5", "fig05_norms", "parameter and Hessian block norms", SETTINGS,
-               lambda j: compute_norms(j.ctx, j.settings, j.deps),
-               {"parameters": plot_parameters, "hessians": plot_hessians,
-                "parameters_over_training": plot_parameters_over_training,
-                "hessians_over_training": plot_hessians_over_training},
-               messages={"parameters": captions.fig5_parameters, "hessians": captions.fig5_hessians,
-                         "parameters_over_training": captions.fig5_parameters_over_training,
-                         "hessians_over_training": captions.fig5_hessians_over_training},
-               depends=("fig3", "fig4", "trajectory"), override_key="norms", key_numbers=key_numbers,
-               rows=lambda res: [keys_values(res.get("fig5"))],
-               finding=Finding("fig5", "Fig. 5: Keys and Values have the highest norms", "notebooks/fig05_block_norms")),
-    FigureSpec("fig5_authors", "Fig. 5", "fig05_norms_authors", "parameter and Hessian norms over the first 1,000 "
-               "steps, the authors' model", AUTHORS_SETTINGS, lambda j: list_norms(j.deps["trajectory_authors"]),
-               {"norms": plot_lists}, {"norms": lists_message}, depends=("trajectory_authors",), needs=AUTHORS_NEEDS, rank=0,
-               key_numbers=_lists_numbers, rows=lambda res: [keys_values(res.get("fig5_authors"), "fig5_authors")],
-               finding=Finding("fig5_authors", "Fig. 5 on the authors' model: Keys and Values have the highest norms",
-                               "notebooks/fig05_block_norms")),
-    FigureSpec("fig5_authors_exact", "Fig. 5", "fig05_norms_authors_exact", "parameter and Hessian norms over the "
-               "first 1,000 steps, the authors' model, float32 run", AUTHORS_EXACT_SETTINGS,
-               lambda j: list_norms(j.deps["trajectory_authors_exact"]), {"norms": plot_lists},
-               {"norms": lists_message}, depends=("trajectory_authors_exact",), needs=AUTHORS_NEEDS, rank=0,
-               key_numbers=_lists_numbers),
-)
+FIG5 = FigureSpec(
+    "fig5", "Fig. 5", "fig05_norms", "parameter and Hessian block norms",
+    (Point(AUTHORS_SETTINGS, Finding("Fig. 5 on the authors' model: Keys and Values have the highest norms",
+                                     "notebooks/fig05_block_norms"), needs=AUTHORS_NEEDS, depends=("trajectory",),
+           plots={"norms": plot_lists}, messages={"norms": lists_message}, key_numbers=_lists_numbers),
+     Point(AUTHORS_EXACT_SETTINGS, needs=AUTHORS_NEEDS, depends=("trajectory",), plots={"norms": plot_lists},
+           messages={"norms": lists_message}, key_numbers=_lists_numbers),
+     Point(SETTINGS, Finding("Fig. 5: Keys and Values have the highest norms", "notebooks/fig05_block_norms"),
+           depends=("fig3", "fig4", "trajectory"), override_key="norms")),
+    lambda j: compute_norms(j.ctx, j.settings, j.deps),
+    {"parameters": plot_parameters, "hessians": plot_hessians, "parameters_over_training": plot_parameters_over_training,
+     "hessians_over_training": plot_hessians_over_training},
+    {"parameters": captions.fig5_parameters, "hessians": captions.fig5_hessians,
+     "parameters_over_training": captions.fig5_parameters_over_training,
+     "hessians_over_training": captions.fig5_hessians_over_training},
+    runs=lambda s, ctx: [(0, None), (None, None)] if s.model == "table1" else [], key_numbers=key_numbers,
+    rows=lambda res: [keys_values(res.get(s.name), s) for s in claimed("fig5")])
+SPECS = (FIG5,)
