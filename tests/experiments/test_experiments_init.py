@@ -16,7 +16,7 @@ from cases import experiments_context
 from curvature_gap import experiments
 from curvature_gap.config import ConfigError
 from curvature_gap.experiments import convergence
-from curvature_gap.experiments import context as context_mod
+from curvature_gap.experiments import context
 from curvature_gap.experiments.store import PublishedStore, StaleResultWarning, UnusableResult
 from curvature_gap.train import run_dir
 
@@ -48,8 +48,8 @@ def test_plot_reads_results_and_never_recomputes(tmp_path, shared_runs, monkeypa
     assert r.provenance["compute_seconds"] > 0 and r.provenance["device"] == "cpu"
 
     monkeypatch.setattr(convergence, "compute_convergence", _boom)
-    monkeypatch.setattr(context_mod, "ensure", _boom)
-    monkeypatch.setattr(context_mod, "load_run", _boom)
+    monkeypatch.setattr(context, "ensure", _boom)
+    monkeypatch.setattr(context, "load_run", _boom)
     again = experiments.load_results("fig6", ctx=_ctx(tmp_path, shared_runs))
     assert again.from_cache and again.config_hash == r.config_hash
     np.testing.assert_array_equal(again["mean_abs_diff"], r["mean_abs_diff"])
@@ -65,7 +65,7 @@ def test_the_runner_trains_and_the_computation_only_loads(tmp_path, monkeypatch)
     from curvature_gap.train import RunMissing
 
     computing, trained = [], []
-    real_compute, real_ensure = convergence.compute_convergence, context_mod.ensure
+    real_compute, real_ensure = convergence.compute_convergence, context.ensure
 
     def compute(*a, **k):
         computing.append(True)
@@ -80,12 +80,12 @@ def test_the_runner_trains_and_the_computation_only_loads(tmp_path, monkeypatch)
         return real_ensure(*a, **k)
 
     monkeypatch.setattr(convergence, "compute_convergence", compute)
-    monkeypatch.setattr(context_mod, "ensure", ensure)
+    monkeypatch.setattr(context, "ensure", ensure)
     assert experiments.runs_of("fig6", _ctx(tmp_path)) == [(experiments.settings_of(experiments.spec("fig6"),
                                                                                     _ctx(tmp_path)), None, None)]
     r = experiments.load_results("fig6", ctx=_ctx(tmp_path))
     assert trained == ["mnist"] and r["checkpoint"]["steps"] == 8
-    monkeypatch.setattr(context_mod.Context, "train", lambda self, *a, **k: None)  # a runner that forgets
+    monkeypatch.setattr(context.Context, "train", lambda self, *a, **k: None)  # a runner that forgets
     with pytest.raises(RunMissing, match=r"has no usable weights .*: missing"):
         experiments.load_results("fig6", ctx=_ctx(tmp_path, tmp_path / "other-runs", seed=1))
 

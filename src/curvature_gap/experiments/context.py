@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .. import data as data_mod
+from .. import data
 from ..config import Recipe, recipe_for
 from ..device import resolve_device
 from ..model import ViT, build_model
@@ -117,8 +117,8 @@ class Context:
         key = ("data", v.dataset)
         if key not in self._cache:
             with self.phase("data"):
-                tr = data_mod.load(v.dataset, self.data_dir, train=True, verify_md5=self.verify_md5)
-                te = data_mod.load(v.dataset, self.data_dir, train=False, verify_md5=self.verify_md5)
+                tr = data.load(v.dataset, self.data_dir, train=True, verify_md5=self.verify_md5)
+                te = data.load(v.dataset, self.data_dir, train=False, verify_md5=self.verify_md5)
             self._cache[key] = Datasets(tr, te)
         return self._cache[key]
 
