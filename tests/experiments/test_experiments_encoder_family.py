@@ -33,8 +33,9 @@ def test_the_smoke_result_computes_in_seconds_and_plots_legibly(tmp_path, one_th
         rk = r.meta["ranking"][st]
         assert rk["cases"] == n_cases and sum(rk["leads"].values()) == n_cases
     msg, text = fam.message(r), fam.ranking_text(r)
-    assert len(msg) < 320 and "per entry" in msg and f"/{n_cases}" in msg
-    assert f"Over {n_cases} cases" in text and "the second" in text and "per entry" in text
+    assert len(msg) < 320 and "by RMS eigenvalue" in msg and f"/{n_cases}" in msg and "per entry" not in msg
+    assert f"Over {n_cases} cases" in text and "the second" in text and "by RMS eigenvalue" in text
+    assert "per entry" not in text and "√size" not in text  # ‖H‖_F/√n is an RMS eigenvalue, not a per-entry size
     assert experiments.spec("encoder_family").profiles == ("smoke", "paper")
 
 

@@ -26,6 +26,22 @@ def test_theorem7_on_the_trained_model(ctx):
     assert set(experiments.plot("theorem7", r)) == {"ratios"}
 
 
+def test_theorem7s_reported_minima_recompute_from_its_arrays(ctx):
+    """Each path's smallest rhs/lhs (the numbers its rows report, with their k) is rhs/lhs of a row of the
+    result's arrays: the table holds the minimising k of every path beside its log-spaced ones."""
+    import numpy as np
+
+    r = experiments.load_results("theorem7", ctx=ctx)
+    a = r.arrays
+    for p in r["paths"]:
+        for name in ("exact", "thm6_ce"):
+            at = ((a["t"] == p["t"]) & (a["direction_is_random"] == (p["direction"] == "random"))
+                  & (a["k"] == p[f"argmin_k_{name}"]))
+            (i,) = np.flatnonzero(at)
+            assert a["at_min"][i] and a[f"rhs_{name}"][i] / a["lhs"][i] == pytest.approx(p[f"min_ratio_{name}"],
+                                                                                        rel=1e-12)
+
+
 @pytest.mark.slow
 def test_trained_bounds_records(ctx):
     r = experiments.load_results("trained_bounds", ctx=ctx)
