@@ -59,7 +59,7 @@ def _data(batch: int):
     with open(raw / "train-labels-idx1-ubyte", "rb") as f:
         f.seek(8)
         lab = np.frombuffer(f.read(batch), dtype=np.uint8)
-    (mean,), (std,) = AUTHORS_RECIPES["mnist"].normalize_mean, AUTHORS_RECIPES["mnist"].normalize_std
+    ((mean,), (std,)) = AUTHORS_RECIPES["mnist"].normalize
     x = torch.from_numpy(img.copy()).float().div_(255.0).sub_(mean).div_(std)
     return x, torch.from_numpy(lab.astype(np.int64)), f"first {batch} MNIST training images, Normalize({mean}, {std})"
 

@@ -142,7 +142,7 @@ def authors_params(model):
     ours (their nn.Linear weights are (out, in), our block matrices (in, out)): H_theirs = H[perm][:, perm]."""
     import torch
 
-    from curvature_gap.model import authors_parameter_names
+    from curvature_gap.params import authors_parameter_names
 
     names = authors_parameter_names(model.cfg)
     own = dict(model.named_parameters())

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from curvature_gap import checks, codehash
-from curvature_gap import experiments as E
+from curvature_gap import experiments
 
 SRC = Path(codehash.__file__).resolve().parent
 ROOT = SRC.parents[1]
@@ -24,7 +24,7 @@ NAMES = ("fig3", "fig5", "fig12", "theorem7", "trained_bounds", "fig4_authors")
 
 def _hashes() -> dict:
     codehash.code_hash.cache_clear()
-    out = {n: E.config_hash_of(n, profile="paper") for n in NAMES}
+    out = {n: experiments.config_hash_of(n, profile="paper") for n in NAMES}
     out["verify"] = checks.verify_code_hash()
     return out
 
@@ -128,13 +128,15 @@ def test_a_changed_bound_stales_the_rows_and_results_that_use_it(base, copy):
 
 
 def test_what_is_reached_and_what_is_not():
-    r = codehash.reached(*E.computation(E.spec("fig3")), via=E.CONTEXT_VIA)
+    r = codehash.reached(*experiments.computation(experiments.spec("fig3")), via=experiments.CONTEXT_VIA)
     assert all(k.startswith("curvature_gap.") for k in r), "nothing outside the package"
     names = {k.split(":")[1] for k in r}
     assert {"compute_heatmap", "hessian", "ViT", "Context.model", "Context.first_images", "load_mnist",
             "pooled_log_image"} <= names
-    # the context's methods it calls, not the others; the training code through the run's key, not here
-    assert not {"Context", "Context.loader_batches", "train", "LoaderOrder"} & names
+    # the context's methods it calls (both models' protocols: one computation), not the others; never the training,
+    # which the runner does before the computation (Context.train, train.ensure, the loop), and whose code enters
+    # through the run's key
+    assert "Context.loader_batches" in names and not {"Context", "Context.train", "ensure", "train", "LoaderOrder"} & names
     assert not {"ensure_mnist", "fetch_mnist_from_pypi", "new_figure", "plot_hessian", "save_figure"} & names
     assert not any(n.lstrip("_").startswith("plot") for n in names)
 
@@ -146,8 +148,8 @@ def test_roots_must_be_package_code():
         codehash.not_in_code_hash("")
 
 
-_PRINT = ("import json; from curvature_gap import experiments as E, checks; "
-          "print(json.dumps({'fig3': E.config_hash_of('fig3', profile='paper'), 'verify': checks.verify_code_hash()}))")
+_PRINT = ("import json; from curvature_gap import experiments, checks; "
+          "print(json.dumps({'fig3': experiments.config_hash_of('fig3', profile='paper'), 'verify': checks.verify_code_hash()}))")
 
 
 def _in_copy(tmp_path, rel=None, old=None, new=None) -> dict:
@@ -168,7 +170,7 @@ def _in_copy(tmp_path, rel=None, old=None, new=None) -> dict:
 def test_end_to_end_in_a_copied_package(tmp_path):
     """A copy imported by a fresh interpreter: with a docstring edited it gives the installed package's
     hashes; with a changed computation, other ones."""
-    base = {"fig3": E.config_hash_of("fig3", profile="paper"), "verify": checks.verify_code_hash()}
+    base = {"fig3": experiments.config_hash_of("fig3", profile="paper"), "verify": checks.verify_code_hash()}
     assert _in_copy(tmp_path, "model.py", '"""', '"""Edited. ') == base
     moved = _in_copy(tmp_path, "model.py", "rstd = torch.rsqrt(var + eps)", "rstd = torch.rsqrt(var + eps + 0.0)")
     assert moved["fig3"] != base["fig3"] and moved["verify"] != base["verify"]

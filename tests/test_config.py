@@ -92,11 +92,12 @@ def test_authors_models_and_recipes_are_their_code():
     assert (c.image_size, c.in_channels, c.patch_size, c.d_model, c.d_k, c.d_ff, c.n_blocks, c.n_classes) == \
         (32, 3, 4, 128, 128, 512, 8, 100) and c.variant() == a.variant()
     m, r = cf.AUTHORS_RECIPES["mnist"], cf.AUTHORS_RECIPES["cifar100"]
-    for x in (m, r):
-        assert (x.optimizer, x.lr, x.betas, x.eps, x.weight_decay, x.warmup_steps, x.grad_clip, x.batch_size, x.epochs) == \
-            ("adamw", 1e-3, (0.9, 0.95), 1e-8, 0.0, 100, 1.0, 128, 100)
-        assert x.model in cf.MODEL_CONFIGS
-    assert (m.seed, m.normalize_mean, m.normalize_std) == (37, (0.1307,), (0.3081,))
-    assert (r.seed, r.normalize_mean, r.normalize_std) == (21, (0.5,) * 3, (0.5,) * 3)
-    assert m.augment == ("RandomCrop(28, padding=2)", "RandomRotation(10 degrees, fill=0)")
-    assert r.augment == ("RandomCrop(32, padding=2)", "RandomHorizontalFlip()")
+    for x in (m, r):  # their recipes are Recipe values: nothing restated in a class of their own
+        assert isinstance(x, cf.Recipe) and x.source == "authors" and x.shuffle == "dataloader"
+        assert (x.optimizer, x.lr, x.betas, x.adam_eps, x.weight_decay, x.warmup_steps, x.grad_clip, x.batch_size,
+                x.epochs, x.schedule, x.precision) == ("adamw", 1e-3, (0.9, 0.95), 1e-8, 0.0, 100, 1.0, 128, 100,
+                                                       "constant", "float32")
+    assert (m.model, m.seed, m.normalize) == ("authors_mnist", 37, ((0.1307,), (0.3081,)))
+    assert (r.model, r.seed, r.normalize) == ("authors_cifar100", 21, ((0.5,) * 3, (0.5,) * 3))
+    assert (m.crop_padding, m.rotation_degrees, m.hflip, m.ckpt_every, m.snapshot_every) == (2, 10.0, False, 100, 200)
+    assert (r.crop_padding, r.rotation_degrees, r.hflip, r.ckpt_every, r.snapshot_every) == (2, 0.0, True, 1000, 10000)

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap import reproduce
 from curvature_gap.experiments import Context, PublishedStore, StaleResultWarning, UnusableResult
 
@@ -27,8 +27,8 @@ def test_a_missing_published_result_is_silent(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _refused(store, "fig3")
-        ex.warn_if_damaged(store, "fig3")
-        ex.warn_if_damaged(None, "fig3")
+        experiments.warn_if_damaged(store, "fig3")
+        experiments.warn_if_damaged(None, "fig3")
 
 
 @pytest.mark.parametrize("damage", ["not json", "edited"])
@@ -38,7 +38,7 @@ def test_a_damaged_published_result_warns_with_the_fix(tmp_path, damage):
     jp = store.json_path("fig3")
     jp.write_text("{ truncated" if damage == "not json" else json.dumps({"figure": "fig3", "sha256": "0" * 64}))
     with pytest.warns(StaleResultWarning) as rec:
-        ex.warn_if_damaged(store, "fig3")
+        experiments.warn_if_damaged(store, "fig3")
     _refused(store, "fig3")
     msg = str(rec[0].message)
     assert "fig3" in msg and str(jp) in msg
@@ -48,17 +48,17 @@ def test_a_damaged_published_result_warns_with_the_fix(tmp_path, damage):
 
 def test_find_result_says_when_the_published_file_is_damaged(tmp_path, monkeypatch):
     """find_result still returns None (the rows are then `not run`), but no longer in silence."""
-    monkeypatch.setattr(ex, "_config", lambda name, ctx: (None, None, {"a": 1}, "abc123abc123"))
+    monkeypatch.setattr(experiments, "_config", lambda name, ctx: (None, None, {"a": 1}, "abc123abc123"))
     ctx = Context(profile="smoke", results_dir=tmp_path / "results", published_dir=tmp_path / "published",
                   progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert ex.find_result("fig3", ctx=ctx) is None          # nothing published: silent
+        assert experiments.find_result("fig3", ctx=ctx) is None          # nothing published: silent
     store = _published(tmp_path)
     store.root.mkdir(parents=True)
     store.json_path("fig3").write_text("{ truncated")
     with pytest.warns(StaleResultWarning, match="published result fig3 cannot be used"):
-        assert ex.find_result("fig3", ctx=ctx) is None
+        assert experiments.find_result("fig3", ctx=ctx) is None
 
 
 def test_read_manifest(tmp_path):

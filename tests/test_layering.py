@@ -247,3 +247,42 @@ def test_math_layers_import_nothing_above_them():
     assert not up, "a math layer imports a module above it:\n" + "\n".join(up)
     assert "curvature_gap.exact.forward" in _package_imports(ALL_MODULES["curvature_gap.bounds.quantities"],
                                                              "curvature_gap.bounds.quantities"), "imports are read"
+
+
+# ------------------------------------------------------------------------------------ no aliases
+def _aliases(path: Path, module: str | None = None) -> list[str]:
+    """Module-level ``a = b`` of ``path`` where ``b`` is a function, a class or a module, defined or imported there:
+    a second name for one definition (``linear = _linear``). ``module``: its import name, to tell an imported
+    function from an imported constant (None: a file outside the package, where only its own definitions count)."""
+    import importlib
+    import inspect
+
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    own = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    imported = {a.asname or a.name.split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    pairs = [(n.lineno, n.targets[0].id, n.value.id) for n in tree.body
+             if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+             and isinstance(n.value, ast.Name) and n.value.id in own | imported]
+    if not pairs:
+        return []
+    mod = importlib.import_module(module) if module else None
+    return [f"line {line}: {a} = {b}" for line, a, b in pairs
+            if b in own or (mod is not None and (inspect.isfunction(obj := getattr(mod, b)) or inspect.isclass(obj)
+                                                 or inspect.ismodule(obj)))]
+
+
+def test_no_function_class_or_module_has_a_second_name():
+    bad = {}
+    for f in sorted(PKG.rglob("*.py")):
+        rel = f.relative_to(PKG.parent).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        if found := _aliases(f, ".".join(parts)):
+            bad[str(rel)] = found
+    assert not bad, f"a second name for a function, class or module (call it by its one name): {bad}"
+
+
+def test_the_alias_check_can_fail(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import json\n\n\ndef _linear(x):\n    return x\n\n\nlinear = _linear\nN = 3\nM = N\nj = json\n")
+    assert _aliases(f) == ["line 8: linear = _linear"]

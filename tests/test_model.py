@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import curvature_gap as cg
-from curvature_gap.model import (BlockParts, attention_matrix, block_forward, count_parameters, layer_norm_parts,
-                                 param_slices, patchify)
+from curvature_gap.model import BlockParts, attention_matrix, block_forward, layer_norm_parts, patchify
+from curvature_gap.params import count_parameters, param_slices
 
 
 @pytest.mark.parametrize(

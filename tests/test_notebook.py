@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap import notebook as nb
 from curvature_gap.captions import code_tex, readable
 from curvature_gap.row import Row
@@ -64,7 +64,8 @@ def test_verdict_text_and_html_on_the_quick_rows(quick_rows):
     # a claim with a verdict per model says which model each verdict is about; others name none
     # and on which dataset: the label "the theorem's block" is the MNIST model on Fig. 3's and Fig. 12's pages,
     # the CIFAR-100 one on Fig. 6's
-    for fig, authors, block in (("fig3", "MNIST, at initialisation", "MNIST"), ("fig6", "CIFAR-100, bf16 runs", "CIFAR-100"),
+    for fig, authors, block in (("fig3", "MNIST, at initialisation", "MNIST, at initialisation"),
+                                ("fig6", "CIFAR-100, bf16 runs", "CIFAR-100"),
                                 ("fig12", "CIFAR-100, bf16 runs", "CIFAR-100")):
         assert (f"</strong> <em>On the authors' model ({authors}).</em>"
                 in nb.verdict_html(f"{fig}_authors", "paper", quick_rows))
@@ -88,6 +89,47 @@ def test_the_two_models_verdicts_are_compared_only_where_both_ran():
     missing = [claim("fig6", "reproduced"), Row(id="fig6_authors.c", result="fig6_authors", kind="claim",
                                                  claim="reproduced", verdict="not run", what="w", profile="paper")]
     assert nb.agreement_text("fig6", "paper", rs=missing) == ""
+
+
+def test_the_second_reading_is_shown_beside_the_claim_per_model_and_never_on_the_smoke_profile():
+    def detail(rid, verdict):
+        return Row(id=rid, result=rid.split(".")[0], kind="claim", role="detail", claim=None, verdict=verdict,
+                   what="w", profile="paper", note="n")
+
+    rs = [detail("fig3_authors.values_largest", "partly reproduced"), detail("fig3.values_largest", "not run")]
+    ids = ["fig3_authors.values_largest", "fig3.values_largest"]
+    assert nb.second_reading_text(ids, "paper", rs) == (
+        "*A second reading, the superlative ('the largest' of every block), which is not the caption's: partly "
+        "reproduced on the authors' model.*")
+    rs[1] = detail("fig3.values_largest", "not reproduced")
+    assert nb.second_reading_text(ids, "paper", rs).endswith("partly reproduced on the authors' model; not reproduced "
+                                                             "on the theorem's block.*")
+    assert nb.second_reading_text(ids, "smoke", rs) == "" and nb.second_reading_text(ids, "paper", []) == ""
+
+
+def test_the_figure_tables_read_the_rows_reading(monkeypatch):
+    """Fig. 3's comparative table and Fig. 5's readings, from a result's numbers."""
+    from types import SimpleNamespace
+
+    from curvature_gap.experiments.hessians import STATISTICS
+
+    shown = []
+    monkeypatch.setattr(nb, "show_markdown", shown.append)
+    stats = {u: {st: v for st in STATISTICS} for u, v in (("W_Q", 1.0), ("W_K", 2.0), ("W_V", 3.0))}
+    seeds = [dict(seed=37, v_over_qk={st: 1.5 for st in STATISTICS}),
+             dict(seed=0, v_over_qk={st: 0.5 for st in STATISTICS})]
+    nb.show_values_larger(SimpleNamespace(meta={"unit_stats": stats, "seed_leads": seeds}))
+    out = "".join(shown)
+    assert out.count("| 1.5 | yes |") == len(STATISTICS) and "| 37 | 7/7 | 1.5–1.5 |" in out and "| 0 | 0/7 |" in out
+    weights = ("W_Q", "W_K", "W_V", "W_1", "W_2")
+    norms_ = {u: {"fro": 1.0 + (u in ("W_K", "W_V")), "rms": 1.0} for u in weights}
+    hs = {u: {st: 1.0 for st in STATISTICS} for u in weights}
+    meta = {"param_norms": {"init": norms_, "trained": norms_}, "hessian_stats": {"init": hs, "trained": hs}}
+    shown.clear()
+    nb.show_kv_readings(SimpleNamespace(meta=meta, config={"profile": "paper"}, json_path="f.json"), "fig5")
+    out = "".join(shown)
+    assert out.count("| parameter norms |") == 4 and out.count("| Hessian-block norms |") == 8
+    assert "| initialised parameters, Frobenius norm | WK \\> WV \\> WQ \\> W1 \\> W2 | 0.50 | yes |" in out
 
 
 def test_rows_from_the_pinned_json_match_whole_id_components(tmp_path, monkeypatch):
@@ -161,8 +203,9 @@ def standin(tmp_path, monkeypatch):
         calls.append(job.config_hash)
         return {"x": np.arange(3.0)}, {"profile": job.ctx.profile}
 
-    monkeypatch.setitem(ex.SPECS, "a", ex.FigureSpec("a", "check", "test_a", "stand-in", ex.spec("fig12").settings, compute,
-                                                     key_numbers=lambda r: {}))
+    (a,) = experiments.FigureSpec("a", "check", "test_a", "stand-in", (experiments.Point(experiments.spec("fig12").settings),),
+                                  compute, key_numbers=lambda r: {}).results
+    monkeypatch.setitem(experiments.SPECS, "a", a)
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "src" / "curvature_gap").mkdir(parents=True)
     (tmp_path / "published" / "smoke").mkdir(parents=True)

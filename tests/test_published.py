@@ -12,24 +12,24 @@ from pathlib import Path
 import pytest
 
 from curvature_gap import checks
-from curvature_gap import experiments as E
+from curvature_gap import experiments
 from curvature_gap.findings import paper_dataset
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "published" / "paper"
 REFRESH = "make reproduce && make publish (maintainers; then commit published/paper/)"
 # the results the paper book needs; those whose paper profile needs CIFAR-100 (Fig. 6 on either model, Fig. 12 on
 # the authors': hours of training, a GPU) are not published
-CIFAR = tuple(n for n in E.RESULT_NAMES if "paper" in E.spec(n).profiles and paper_dataset(n) == "CIFAR-100")
-NEEDED = tuple(n for n in E.RESULT_NAMES if "paper" in E.spec(n).profiles and n not in CIFAR)
+CIFAR = tuple(n for n in experiments.RESULT_NAMES if "paper" in experiments.spec(n).profiles and paper_dataset(n) == "CIFAR-100")
+NEEDED = tuple(n for n in experiments.RESULT_NAMES if "paper" in experiments.spec(n).profiles and n not in CIFAR)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NEEDED)
 def test_published_result_is_fresh(name):
-    ctx = E.Context(profile="paper", progress=False, published_dir=PUBLISHED.parent)
+    ctx = experiments.Context(profile="paper", progress=False, published_dir=PUBLISHED.parent)
     try:
-        E.published_check(name, ctx)
-    except E.UnusableResult as exc:
+        experiments.published_check(name, ctx)
+    except experiments.UnusableResult as exc:
         pytest.fail(f"stale at this commit: {exc}; refresh: {REFRESH}")
 
 
@@ -37,7 +37,7 @@ def test_published_result_is_fresh(name):
 def test_published_rows_are_fresh():
     try:
         checks.published_rows(PUBLISHED / "verify.json")
-    except E.UnusableResult as exc:
+    except experiments.UnusableResult as exc:
         pytest.fail(f"stale at this commit: {exc}; refresh: {REFRESH}")
 
 
@@ -55,8 +55,8 @@ def test_a_checkout_without_results_computes_every_data_row_from_the_published_r
     """What `curvature-gap verify` reads in a fresh clone (no results/): every result of the trained models
     is found among the published ones, and only the CIFAR-100 results (Figs. 6 and 12 at paper scale) are not run."""
     from curvature_gap.checks import figures, landscape
-    ctx = E.Context(profile="paper", results_dir=tmp_path / "results", published_dir=PUBLISHED.parent, progress=False)
-    res = {n: E.find_result(n, ctx=ctx) for n in checks.DATA_RESULTS}
+    ctx = experiments.Context(profile="paper", results_dir=tmp_path / "results", published_dir=PUBLISHED.parent, progress=False)
+    res = {n: experiments.find_result(n, ctx=ctx) for n in checks.DATA_RESULTS}
     assert CIFAR == ("fig6_authors", "fig6", "fig12_authors", "fig12")
     assert [n for n, r in res.items() if r is None] == [n for n in checks.DATA_RESULTS if n in CIFAR]
     rows = figures.run_checks(res) + landscape.run_checks(res["fig12"], res["theorem7"], res.get("fig12_mnist"))

@@ -17,7 +17,7 @@ import pytest
 
 from cases import mnist_datasets
 from curvature_gap import cli, reproduce
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap.config import ConfigError, recipe_for
 from curvature_gap.cost import RunCost
 from curvature_gap.data import DataUnavailable
@@ -43,9 +43,10 @@ def _plot(result):
     return fig
 
 
-def _register(monkeypatch, tmp_path, behaviours: dict, keep=()):
+def _register(monkeypatch, tmp_path, behaviours: dict, keep=(), trains=False):
     """Stand-in results: "ok" computes (and counts), "fail" raises, "blocked" lacks data, "slow" sleeps first.
-    ``keep`` names real results to leave in the registry beside them."""
+    ``keep`` names real results to leave in the registry beside them; ``trains``: each reads the whole MNIST run
+    (its figure declares it: the runner trains it first, the long-run guard prices it)."""
     counter = tmp_path / "computed.txt"
 
     def make(name, how):
@@ -61,15 +62,17 @@ def _register(monkeypatch, tmp_path, behaviours: dict, keep=()):
             return {"x": np.arange(4.0) * len(name)}, {"profile": job.ctx.profile}
 
         # the MNIST settings of Fig. 12 under both profiles (its paper profile is the CIFAR-100 model)
-        settings = {"paper": ex.spec("fig12_mnist").settings["paper"], "smoke": ex.spec("fig12").settings["smoke"]}
-        return ex.FigureSpec(name, "check", f"test_{name}", f"stand-in {how}", settings, compute,
-                             {"main": _plot}, key_numbers=lambda r: {"sum of x": float(r["x"].sum())})
+        settings = {"paper": experiments.spec("fig12_mnist").settings["paper"], "smoke": experiments.spec("fig12").settings["smoke"]}
+        return experiments.FigureSpec(name, "check", f"test_{name}", f"stand-in {how}", (experiments.Point(settings),),
+                                      compute, {"main": _plot}, runs=(lambda s, ctx: [(None, None)]) if trains else None,
+                                      key_numbers=lambda r: {"sum of x": float(r["x"].sum())})
 
     for name, how in behaviours.items():
-        monkeypatch.setitem(ex.SPECS, name, make(name, how))
+        (result,) = make(name, how).results
+        monkeypatch.setitem(experiments.SPECS, name, result)
     names = tuple(keep) + tuple(behaviours)
-    monkeypatch.setattr(ex, "RESULT_NAMES", names)
-    monkeypatch.setattr(ex, "FIGURE_NAMES", names)
+    monkeypatch.setattr(experiments, "RESULT_NAMES", names)
+    monkeypatch.setattr(experiments, "FIGURE_NAMES", names)
     return counter
 
 
@@ -106,7 +109,7 @@ def test_keeps_going_past_failures_and_exits_non_zero(tmp_path, monkeypatch, cap
     for name, e in doc["figures"].items():
         assert MANIFEST_KEYS <= set(e), name
         assert e["profile"] == "smoke" and e["device"] == "cpu" and e["command"] == "curvature-gap reproduce (test)"
-    assert doc["figures"]["a"]["config_hash"] == ex.config_hash_of("a", ctx=ex.Context(profile="smoke"))
+    assert doc["figures"]["a"]["config_hash"] == experiments.config_hash_of("a", ctx=experiments.Context(profile="smoke"))
     assert doc["figures"]["a"]["outputs"] == outcomes[0].outputs
     rc = doc["figures"]["a"]["results_computed"]  # when, where and by which commit the numbers were computed
     assert rc["device"] == "cpu" and rc["compute_seconds"] >= 0 and "commit" in rc["git"] and rc["created"]
@@ -139,7 +142,7 @@ def test_missing_cifar100_blocks_fig6_only_and_the_run_exits_zero(tmp_path, monk
     assert _computed(counter) == ["a"]
     assert "CIFAR-100 is not available offline" in outcomes[0].message and "cifar-100-python" in outcomes[0].message
     # the blocked message names the run the data would start and its measured cost (200 epochs x 100 steps x 0.1 s)
-    assert asked == ["cifar100", "mnist"]
+    assert asked == ["cifar100"], "the cost of the run fig6 would start, measured once"
     assert "Once it is there: training the cifar100 model" in outcomes[0].message
     assert "for 20,000 steps" in outcomes[0].message and "about 0.6 h on cpu" in outcomes[0].message
     assert "--allow-long-runs" in outcomes[0].message
@@ -156,7 +159,7 @@ def test_missing_cifar100_blocks_fig6_only_and_the_run_exits_zero(tmp_path, monk
 @pytest.mark.slow
 @pytest.mark.fault("long-run")
 def test_a_long_training_run_is_skipped_unless_allowed(tmp_path, monkeypatch, capsys):
-    counter = _register(monkeypatch, tmp_path, {"a": "ok", "b": "ok"})
+    counter = _register(monkeypatch, tmp_path, {"a": "ok", "b": "ok"}, trains=True)
     asked = []
     steps = 100 * recipe_for("mnist", "smoke").epochs  # the stand-in cost's 100 steps per epoch
     monkeypatch.setattr(reproduce, "training_cost", _cost(3 * 3600.0 / steps, asked))  # 3 h for the run
@@ -181,7 +184,7 @@ def test_the_guard_names_the_authors_cifar_runs_with_their_seeds_and_steps(tmp_p
     Fig. 6, 21 for Fig. 12), the steps to the checkpoint (10,000) and the cost measured once for both."""
     asked = []
     monkeypatch.setattr(reproduce, "training_cost", _cost(0.7, asked))
-    ctx = ex.Context(profile="paper", device="cpu", runs_dir=tmp_path / "runs", data_dir=tmp_path / "no-data",
+    ctx = experiments.Context(profile="paper", device="cpu", runs_dir=tmp_path / "runs", data_dir=tmp_path / "no-data",
                      progress=False)
     msgs = {}
     for name in ("fig6_authors", "fig12_authors"):
@@ -219,7 +222,7 @@ def test_the_report_splits_the_time_and_states_the_training_floor():
     runs' steps times their measured step time over the cores."""
     import os
 
-    ctx = ex.Context(profile="smoke", device="cpu", progress=False)
+    ctx = experiments.Context(profile="smoke", device="cpu", progress=False)
     ctx.phases.update({"training": 30.0, "training (side by side)": 50.0, "hessian": 12.0, "data": 3.0})
     ctx.trained += [dict(run="a", steps=1000, seconds=15.0), dict(run="b", steps=3000, seconds=45.0),
                     dict(run="a", steps=500, seconds=7.5)]
@@ -241,9 +244,9 @@ def test_unknown_figure_is_one_line_and_exit_code_2(capsys):
 
 def test_parse_only_keeps_canonical_order_and_the_profile():
     assert reproduce.parse_only("fig12, fig3") == ["fig3", "fig12"]
-    assert reproduce.parse_only(None) == list(ex.RESULT_NAMES)
+    assert reproduce.parse_only(None) == list(experiments.RESULT_NAMES)
     assert "fig6_mnist" not in reproduce.parse_only(None, "smoke") and "fig6_mnist" in reproduce.parse_only(None)
-    assert "fused_ln" in ex.FIGURE_NAMES and "trained_bounds" in ex.RESULT_NAMES
+    assert "fused_ln" in experiments.FIGURE_NAMES and "trained_bounds" in experiments.RESULT_NAMES
     with pytest.raises(ConfigError, match="unknown figures a, b"):
         reproduce.parse_only("a,b")
 
@@ -315,8 +318,8 @@ def test_publish_copies_the_cached_results_of_the_current_configuration(tmp_path
     assert run["command"] == "curvature-gap reproduce (test)" and run["per_result"]["a"]["status"] == "ok"
     assert run["seconds"] > 0 and len(run["git"]["commit"] or "x" * 40) == 40 and "entries" not in run
     assert set(run["split"]) == {"training", "Hessians", "rest", "floor"}, "the split the report states travels too"
-    ctx = ex.Context(profile="smoke", results_dir=tmp_path / "other", published_dir=tmp_path / "published")
-    assert ex.published_check("a", ctx).config_hash == ex.config_hash_of("a", ctx=ctx)
+    ctx = experiments.Context(profile="smoke", results_dir=tmp_path / "other", published_dir=tmp_path / "published")
+    assert experiments.published_check("a", ctx).config_hash == experiments.config_hash_of("a", ctx=ctx)
 
 
 @pytest.mark.slow
@@ -328,13 +331,14 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
     root = conftest.write_mnist_idx(tmp_path / "data", n_train=512)  # the smoke recipe's 384 images: 3 steps
-    ctx = ex.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
+    ctx = experiments.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
                      progress=False)
     names = ["fig3_authors", "fig4_authors", "fig5_authors", "fig4_authors_exact"]
     jobs = reproduce._runs_to_train(names, ctx, allow_long=True)
-    # fig4_authors counts over runs (smoke: seeds 37 and 0); its float32 twin reads the one run
-    assert sorted(jobs, key=str) == sorted([("authors_mnist", 37, "authors", 3), ("authors_mnist", 0, "authors", 3),
-                                            ("authors_mnist", 37, "exact", 3)], key=str)
+    # fig4_authors counts over runs (smoke: seeds 37 and 0); its float32 twin reads the one run; fig5's trajectory
+    # reads steps 1-3 of the bf16 run of seed 37: trained once, to step 3, keeping the snapshots of steps 1 and 2
+    bf16, f32 = experiments.Variant("authors", "mnist", "authors"), experiments.Variant("authors", "mnist", "exact")
+    assert sorted(jobs, key=str) == sorted([(bf16, 3, 37, (1, 2)), (bf16, 3, 0, ()), (f32, 3, 37, ())], key=str)
     assert reproduce._runs_to_train(["fig3_authors"], ctx, allow_long=True) == [], "step 0 needs no training"
     reproduce.train_in_parallel(names, ctx, allow_long=True, workers=2, out=__import__("sys").stdout)
     out = capsys.readouterr().out
@@ -343,14 +347,14 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
     assert sorted(t["steps"] for t in ctx.trained) == [3, 3, 3] and all(t["seconds"] > 0 for t in ctx.trained)
     assert reproduce.timing_split(ctx, 100.0)["floor"]["steps"] == 9
     assert reproduce._runs_to_train(names, ctx, allow_long=True) == [], "all three are on disk now"
-    ctx3 = ex.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
+    ctx3 = experiments.Context(profile="smoke", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
                       progress=False, settings_overrides={"trajectory_authors": {"run_seeds": (5,)}})
-    assert reproduce._runs_to_train(["fig5_authors"], ctx3, allow_long=True) == [("authors_mnist", 5, "authors", 3)], \
+    assert reproduce._runs_to_train(["fig5_authors"], ctx3, allow_long=True) == [(bf16, 3, 5, (1, 2))], \
         "the other runs a count reads are trained too, also when the recipe seed's run is on disk"
     for arithmetic in ("authors", "exact"):
-        model, info = ctx.model("authors_mnist", 3, arithmetic=arithmetic)
+        model, info = ctx.model(experiments.Variant("authors", "mnist", arithmetic), 3)
         assert info["step"] == 3
-    paper = ex.Context(profile="paper", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
+    paper = experiments.Context(profile="paper", device="cpu", data_dir=root, runs_dir=tmp_path / "runs", verify_md5=False,
                        progress=False)
     assert reproduce._runs_to_train(["fig6_authors", "fig12_authors"], paper, allow_long=True) == [], \
         "with the long-run guard off, runs whose dataset (CIFAR-100) is missing are still not started"
@@ -361,7 +365,7 @@ def test_the_guard_costs_a_trajectory_to_its_last_step_not_the_whole_recipe(monk
     """Figs. 5 and 7-11 read steps 0-1000 of the authors' run: the long-run guard prices 1,000 steps, not 100 epochs
     (a slow machine once skipped them as 'about 0.9 h')."""
     monkeypatch.setattr(reproduce, "training_cost", _cost(2.0))  # 2 s a step: 1,000 steps 33 min, over the limit
-    ctx = ex.Context(profile="paper", runs_dir="/nonexistent-runs", progress=False)
-    assert reproduce._furthest_step(ex.settings_of(ex.spec("trajectory_authors"), ctx)) == 1000
+    ctx = experiments.Context(profile="paper", runs_dir="/nonexistent-runs", progress=False)
+    assert max(step for _, step, _ in experiments.runs_of("trajectory_authors", ctx)) == 1000
     why = reproduce._long_run("trajectory_authors", ctx)
     assert "for 1,000 steps" in why, why

@@ -7,7 +7,8 @@ import warnings
 warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
 
 from .config import MODEL_CONFIGS, ModelConfig, Recipe, recipe_for
-from .model import ViT, build_model, param_groups, ParamGroup
+from .model import ViT, build_model
+from .params import ParamGroup, param_groups
 from .hessian.layers import layer_hessian, layer_hvp
 from .hessian.models import model_hessian, model_hvp
 

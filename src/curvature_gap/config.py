@@ -2,8 +2,8 @@
 
 ``ModelConfig`` names the block variant (norm placement, biases, W_O, activation, heads, positional
 encoding, initialisation); its defaults are the theorem's block as this project builds it for Table 1.
-The authors' models and recipes (``MODEL_CONFIGS["authors_*"]``, ``AUTHORS_RECIPES``) carry, value by value,
-the file of their public experiment code (``AUTHORS_CODE``) each is read from.
+The authors' models and recipes (``MODEL_CONFIGS["authors_*"]``, ``AUTHORS_RECIPES``: values of the same two
+classes) carry, value by value, the file of their public experiment code (``AUTHORS_CODE``) each is read from.
 A training run is a ``Recipe`` (data); ``RECIPES`` holds every run a profile trains, Table 1's
 (``TABLE1_RECIPES``) and the authors' (``authors_recipe`` of ``AUTHORS_RECIPES``), all run by ``train.train``.
 """
@@ -327,102 +327,67 @@ TABLE1_RECIPES: dict[tuple[str, str], Recipe] = {
 }
 
 
-@dataclass(frozen=True)
-class AuthorsRecipe:
-    """The authors' training recipe for one dataset, as their public code states it (``AUTHORS_CODE``).
-
-    Made a :class:`Recipe` by :func:`authors_recipe` (the profiles ``RECIPES[("authors_mnist" |
-    "authors_cifar100", profile)]``; the CLI's ``train --model authors_mnist`` / ``authors_cifar100``), value
-    for value, with two differences: float32 by default (``precision="bf16"`` gives their bf16 weights and
-    autocast) and a seeded initialisation and augmentation (their code seeds the shuffling only). The
-    augmentations are implemented with torch ops on the same distributions as torchvision's transforms,
-    not torchvision's random stream. Comments name the file of each value, relative to ``code/`` of that
-    repository.
-    """
-
-    dataset: str
-    model: str                  # key of MODEL_CONFIGS
-    seed: int
-    normalize_mean: tuple
-    normalize_std: tuple
-    augment: tuple              # training split only (test: ToTensor + Normalize)
-    # the same augmentations as numbers (what the trainer reads): RandomCrop's zero padding, RandomRotation's
-    # range in degrees (0: none), RandomHorizontalFlip (p = 0.5, torchvision's default)
-    crop_padding: int
-    rotation_degrees: float
-    hflip: bool
-    # configs/*.yaml: trainer.checkpoint.last_save_interval (the resumable "last" checkpoint) and
-    # regular_save_interval (a kept "step_<n>" checkpoint; notebooks/hessian_visualization.ipynb loads step_20000)
-    last_save_interval: int
-    regular_save_interval: int
-    optimizer: str = "adamw"    # src/train/vit_classification.py: torch.optim.AdamW(model.parameters(), **optimizer.params)
-    lr: float = 1e-3            # configs/*.yaml: optimizer.params.lr
-    betas: tuple = (0.9, 0.95)  # configs/*.yaml: optimizer.params.betas
-    eps: float = 1e-8           # configs/*.yaml: optimizer.params.eps
-    weight_decay: float = 0.0   # configs/*.yaml: optimizer.params.weight_decay
-    warmup_steps: int = 100     # configs/*.yaml: scheduler.params.num_warmup_steps
-    # src/train/vit_classification.py: transformers' get_constant_schedule_with_warmup, stepped every batch
-    schedule: str = "linear warm-up from 0 over warmup_steps optimizer steps, then constant"
-    grad_clip: float = 1.0      # configs/*.yaml: optimizer.max_norm; clip_grad_norm_(..., norm_type=2.0)
-    batch_size: int = 128       # configs/*.yaml: data.batch_size
-    epochs: int = 100           # configs/*.yaml: trainer.num_epochs
-    loss: str = "cross-entropy, batch mean"  # src/train/vit_classification.py: F.cross_entropy(logits, y)
-    # src/train/vit_classification.py: model.to(device, torch.bfloat16), then the forward and the loss
-    # under torch.autocast("cuda", dtype=torch.bfloat16); torch.set_float32_matmul_precision("medium")
-    precision: str = "bf16 weights (and AdamW state), forward and loss under bf16 autocast on CUDA"
-    # configs/*.yaml: data.seed = common.seed feeds the training DataLoader's generator
-    # (src/datasets/*.py); nothing calls torch.manual_seed, so the initialisation is not seeded
-    seed_scope: str = "shuffling of the training DataLoader only; the initialisation is unseeded"
-    # configs/*.yaml: metrics.validate_on_start, metrics.validation_interval; the test split
-    validation: str = "test split, at the start and every 1000 steps"
-
-
+# ------------------------------------------------------------------------ the authors' recipes
+# Their training recipe for each dataset as a Recipe, value for value from their public code (AUTHORS_CODE; the
+# comments name each value's file, relative to its code/ folder), with two differences: float32 by default
+# (precision="bf16" gives their bf16 weights and autocast: their src/train/vit_classification.py moves the model
+# to torch.bfloat16 and runs the forward and the loss under torch.autocast("cuda", dtype=torch.bfloat16)), and a
+# seeded initialisation and augmentation (their configs' common.seed feeds the training DataLoader's generator
+# only; nothing calls torch.manual_seed). The augmentations are torch ops on the same distributions as
+# torchvision's transforms, not torchvision's random stream; the loss is the batch-mean cross-entropy
+# (F.cross_entropy(logits, y)) as for every recipe; their validation (the test split at the start and every 1000
+# steps: metrics.validate_on_start, metrics.validation_interval) does not change the weights.
+_AUTHORS_COMMON = dict(
+    source="authors",
+    optimizer="adamw",          # src/train/vit_classification.py: torch.optim.AdamW(model.parameters(), **optimizer.params)
+    lr=1e-3,                    # configs/*.yaml: optimizer.params.lr
+    betas=(0.9, 0.95),          # configs/*.yaml: optimizer.params.betas
+    adam_eps=1e-8,              # configs/*.yaml: optimizer.params.eps
+    weight_decay=0.0,           # configs/*.yaml: optimizer.params.weight_decay
+    # src/train/vit_classification.py: transformers' get_constant_schedule_with_warmup, stepped every batch: a
+    # linear warm-up from 0 over scheduler.params.num_warmup_steps optimizer steps, then constant
+    schedule="constant",
+    warmup_steps=100,           # configs/*.yaml: scheduler.params.num_warmup_steps
+    grad_clip=1.0,              # configs/*.yaml: optimizer.max_norm; clip_grad_norm_(..., norm_type=2.0)
+    batch_size=128,             # configs/*.yaml: data.batch_size
+    epochs=100,                 # configs/*.yaml: trainer.num_epochs
+    shuffle="dataloader",       # src/datasets/*.py: DataLoader(shuffle=True, generator seeded by data.seed)
+    precision="float32",        # see above: "bf16" is their arithmetic, asked for by an arithmetic (precision.py)
+)
 AUTHORS_RECIPES = {
-    "mnist": AuthorsRecipe(
-        dataset="MNIST", model="authors_mnist",
+    "mnist": Recipe(
+        model="authors_mnist",
         seed=37,                    # configs/vit_classification_mnist.yaml: common.seed
-        normalize_mean=(0.1307,),   # src/datasets/mnist.py: _default_norm("mnist"), the yaml's data.normalization
-        normalize_std=(0.3081,),
-        # src/datasets/mnist.py: _build_transforms(augment=train), input_dim 28 (no resize)
-        augment=("RandomCrop(28, padding=2)", "RandomRotation(10 degrees, fill=0)"),
-        crop_padding=2,             # src/datasets/mnist.py: RandomCrop(input_dim, padding=2 if input_dim >= 28 ...)
-        rotation_degrees=10.0,      # src/datasets/mnist.py: RandomRotation(degrees=10, fill=0), NEAREST (its default)
-        hflip=False,                # src/datasets/mnist.py: no flip among the MNIST transforms
-        last_save_interval=100,     # configs/vit_classification_mnist.yaml: trainer.checkpoint.last_save_interval
-        regular_save_interval=200,  # configs/vit_classification_mnist.yaml: trainer.checkpoint.regular_save_interval
+        # src/datasets/mnist.py: _default_norm("mnist"), the yaml's data.normalization
+        normalize=((0.1307,), (0.3081,)),
+        # src/datasets/mnist.py: _build_transforms(augment=train), input_dim 28 (no resize): RandomCrop(28,
+        # padding=2), then RandomRotation(10 degrees, fill=0), NEAREST (its default); no flip
+        crop_padding=2, rotation_degrees=10.0, hflip=False,
+        # configs/vit_classification_mnist.yaml: trainer.checkpoint.last_save_interval (the resumable "last"
+        # checkpoint) and regular_save_interval (a kept "step_<n>" checkpoint)
+        ckpt_every=100, snapshot_every=200,
+        **_AUTHORS_COMMON,
     ),
-    "cifar100": AuthorsRecipe(
-        dataset="CIFAR-100", model="authors_cifar100",
+    "cifar100": Recipe(
+        model="authors_cifar100",
         seed=21,                    # configs/vit_classification_cifar_100.yaml: common.seed
         # configs/vit_classification_cifar_100.yaml says data.normalization: imagenet, but
         # src/datasets/cifar_100.py's _default_norm knows only "cifar" and "zeroone": any other name,
         # "imagenet" included, falls through to mean = std = 0.5 per channel
-        normalize_mean=(0.5, 0.5, 0.5),
-        normalize_std=(0.5, 0.5, 0.5),
-        # src/datasets/cifar_100.py: _build_transforms(augment=train), input_dim 32 < 36 so padding 2
-        augment=("RandomCrop(32, padding=2)", "RandomHorizontalFlip()"),
-        crop_padding=2,             # src/datasets/cifar_100.py: RandomCrop(input_dim, padding=4 if input_dim >= 36 else 2)
-        rotation_degrees=0.0,       # src/datasets/cifar_100.py: no rotation among the CIFAR-100 transforms
-        hflip=True,                 # src/datasets/cifar_100.py: RandomHorizontalFlip() (p = 0.5)
-        last_save_interval=1000,    # configs/vit_classification_cifar_100.yaml: trainer.checkpoint.last_save_interval
-        regular_save_interval=10000,  # configs/vit_classification_cifar_100.yaml: trainer.checkpoint.regular_save_interval
+        normalize=((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+        # src/datasets/cifar_100.py: _build_transforms(augment=train), input_dim 32 < 36 so RandomCrop(32,
+        # padding=2) (padding=4 only if input_dim >= 36), then RandomHorizontalFlip() (p = 0.5); no rotation
+        crop_padding=2, rotation_degrees=0.0, hflip=True,
+        # configs/vit_classification_cifar_100.yaml: trainer.checkpoint.last_save_interval, regular_save_interval
+        ckpt_every=1000, snapshot_every=10000,
+        **_AUTHORS_COMMON,
     ),
 }
 
-# ------------------------------------------------------------------------ the authors' recipe, run
+
 def authors_recipe(dataset: str, profile: str = "paper", **overrides) -> Recipe:
-    """``AUTHORS_RECIPES[dataset]`` as a :class:`Recipe` (every value from the recipe, whose comments name
-    their files), then ``overrides``."""
-    r = AUTHORS_RECIPES[dataset]
-    cfg = Recipe(
-        model=r.model, profile=profile, source="authors", seed=r.seed, optimizer=r.optimizer, lr=r.lr,
-        weight_decay=r.weight_decay, schedule="constant", batch_size=r.batch_size, epochs=r.epochs,
-        ckpt_every=r.last_save_interval, grad_clip=r.grad_clip, betas=tuple(r.betas), adam_eps=r.eps,
-        warmup_steps=r.warmup_steps, normalize=(tuple(r.normalize_mean), tuple(r.normalize_std)),
-        crop_padding=r.crop_padding, rotation_degrees=r.rotation_degrees, hflip=r.hflip, shuffle="dataloader",
-        snapshot_every=r.regular_save_interval, precision="float32",
-    )
-    return dataclasses.replace(cfg, **overrides) if overrides else cfg
+    """``AUTHORS_RECIPES[dataset]`` under ``profile``, then ``overrides``."""
+    return dataclasses.replace(AUTHORS_RECIPES[dataset], profile=profile, **overrides)
 
 
 # Every run a profile trains: (model, profile) -> Recipe. The authors' `paper`: their recipe as stated (100

@@ -26,9 +26,7 @@ import torch
 from torch import nn
 
 from .config import MODEL_CONFIGS, ConfigError, ModelConfig, check_choice, describe_support, unsupported_variant
-# parameter groups, flat offsets and the authors' parameter order: curvature_gap.params (re-exported here)
-from .params import (AUTHORS_MODELS, ParamGroup, authors_hessian_order, authors_indices,  # noqa: F401
-                     authors_parameter_names, count_parameters, group_of, param_groups, param_slices)
+from .params import AUTHORS_MODELS, authors_parameter_names
 
 
 def _matrix(fan_in: int, fan_out: int, init: str = "normal") -> nn.Parameter:
@@ -129,12 +127,6 @@ def _concrete(t: torch.Tensor) -> bool:
 def _affine(n_hat, weight, bias):
     out = n_hat if weight is None else n_hat * weight
     return out if bias is None else out + bias
-
-
-# The primitives under their public names, for the hand-written Hessians (hessian/ops) that compose the same
-# operations; the modules below call them by their private names, which the runs' keys hash.
-linear = _linear
-affine = _affine
 
 
 @dataclass

@@ -33,7 +33,7 @@ import math  # noqa: E402
 from .captions import code_tex, ordinal, plural, readable, unit_tex  # noqa: E402
 from .plotting import min_font_size, png_bytes  # noqa: E402
 from .provenance import checkout_root  # noqa: E402
-from .findings import Verdict, by_L_words, tex_powers, finding_of, model_words, result_entries  # noqa: E402
+from .findings import Verdict, by_L_words, tex_powers, finding_of, model_words  # noqa: E402
 from .bounds.titles import INEQUALITIES  # noqa: E402
 from .theory.errata import label as errata_label  # noqa: E402
 
@@ -580,10 +580,10 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     cls = "cg-smoke-note" if smoke else f"cg-verdict cg-{f.css}"
     body = html_math(verdict_text(key, profile, rs)).replace("**", "")
     if not smoke:
-        # where a claim has a verdict per model, say which model this one is about
-        keys = {k for k, *_ in result_entries()}
-        model = (f"On the authors' model ({model_words(key)})." if key.endswith("_authors") else
-                 f"On the theorem's block (the Table 1 model, {model_words(key)})." if f"{key}_authors" in keys else "")
+        # where a claim has a verdict per model, say which model this one is about (read from its settings)
+        on = experiments.compared_model(key)
+        model = ("" if on is None else f"On the authors' model ({model_words(key)})." if on == "authors" else
+                 f"On the theorem's block (the Table 1 model, {model_words(key)}).")
         body = re.sub(r"^Verdict: ([^.]*)\.", lambda m: f"<strong>Verdict: {m.group(1)}.</strong>"
                       + (f" <em>{model}</em>" if model else ""), body)
     if not smoke:  # short: the verdict and the first sentence of its evidence; the rest folded
@@ -601,18 +601,40 @@ def show_verdict(key: str, profile: str) -> None:
 
 
 def agreement_text(key: str, profile: str, why: str = "", rs: list[Row] | None = None) -> str:
-    """Whether the verdicts of a claim on the two models (``<key>_authors`` and ``key``) agree, in one sentence
-    ("" for the smoke profile, or where either was not run); ``why`` follows a disagreement."""
+    """Whether the verdicts of a claim on the two models (``key``, a result of the theorem's block, and the result of
+    its figure on the authors' model: ``experiments.on_model``) agree, in one sentence ("" for the smoke profile,
+    or where either was not run); ``why`` follows a disagreement."""
     if profile != "paper":
         return ""
     rs = rs if rs is not None else rows()
-    a, t = finding_of(f"{key}_authors", rs), finding_of(key, rs)
+    a, t = finding_of(experiments.on_model(key, "authors"), rs), finding_of(key, rs)
     if a.verdict.startswith("not run") or t.verdict.startswith("not run"):
         return ""
     if a.verdict == t.verdict:
         return f"**The two models agree:** the claim is {a.verdict} on both."
     return (f"**The two models disagree:** the claim is {a.verdict} on the authors' model and {t.verdict} on the "
             f"theorem's block." + (f" {why}" if why else ""))
+
+
+def second_reading_text(ids, profile: str, rs: list[Row] | None = None) -> str:
+    """A second reading of a figure's claim, beside the caption's (rows of role ``detail`` and no claim of the paper:
+    Fig. 3's superlative), its verdict on each model whose row ran, in one sentence; "" for the smoke profile or
+    where none ran."""
+    if profile != "paper":
+        return ""
+    by = {r.id: r for r in (rs if rs is not None else rows())}
+    on = {"authors": "the authors' model", "table1": "the theorem's block"}
+    parts = [f"{by[i].verdict} on {on[experiments.spec(by[i].result).variant.model]}" for i in ids
+             if i in by and by[i].ran]
+    return ("*A second reading, the superlative ('the largest' of every block), which is not the caption's: "
+            + "; ".join(parts) + ".*") if parts else ""
+
+
+def show_second_reading(ids, profile: str) -> None:
+    """Show :func:`second_reading_text` (nothing where it is empty)."""
+    text = second_reading_text(ids, profile)
+    if text:
+        show_markdown(text)
 
 
 def show_agreement(key: str, profile: str, why: str = "") -> None:
@@ -645,6 +667,66 @@ def show_ranking(result) -> None:
         body.append(cells)
     show_markdown("Place of $W_V$'s block among the diagonal blocks (the three largest in brackets):\n\n"
                   + md_table(head, body))
+
+
+def show_values_larger(result) -> None:
+    """Fig. 3's claim, the caption's comparative: in each statistic, the diagonal blocks of $W_Q$, $W_K$ and $W_V$ and
+    $W_V$'s over the larger of the other two (:func:`~curvature_gap.experiments.heatmaps.v_over_qk`); on the authors'
+    model also the same count on every initialisation its verdict counts over."""
+    from .experiments.heatmaps import COMPARED, v_over_qk  # noqa: PLC0415 - the page's reading, as the row's
+
+    stats = result.meta["unit_stats"]
+    ratio = v_over_qk(stats)
+    body = [[md_escape(label)] + [f"{stats[u][st]:.3g}" for u in (*COMPARED, "W_V")]
+            + [f"{ratio[st]:.3g}", "yes" if ratio[st] > 1 else "**no**"] for st, (label, _) in STATISTICS.items()]
+    units = ["$" + unit_tex(u) + "$" for u in (*COMPARED, "W_V")]
+    show_markdown("The caption's comparative, statistic by statistic: the diagonal blocks of the query, key and value "
+                  "weights (their second panel), and $W_V$'s over the larger of the other two:\n\n"
+                  + md_table(["statistic", *units, "$W_V$ / larger of $W_Q$, $W_K$", "larger"], body))
+    seeds = result.meta.get("seed_leads") or []
+    if seeds:
+        n = len(STATISTICS)
+        show_markdown(f"The same on each of the {len(seeds)} initialisations the verdict counts over:\n\n" + md_table(
+            ["seed", "$W_V$ larger than $W_Q$ and $W_K$", "$W_V$ / larger of $W_Q$, $W_K$"],
+            [[str(d["seed"]), f"{sum(r > 1 for r in d['v_over_qk'].values())}/{n}",
+              f"{min(d['v_over_qk'].values()):.3g}–{max(d['v_over_qk'].values()):.3g}"] for d in seeds]))
+
+
+def show_kv_readings(result, name: str) -> None:
+    """Fig. 5: every reading its verdict counts (both panels; each statistic at initialisation and trained on the
+    theorem's block, each step on the authors' figure, on every run), its blocks largest first, the largest other
+    over the smaller of Keys and Values, and whether the sentence holds (the row's details,
+    :func:`~curvature_gap.experiments.norms.keys_values`)."""
+    from .experiments.norms import keys_values  # noqa: PLC0415
+
+    d = keys_values(result, experiments.spec(name)).details
+    runs = len({r["run"] for r in d["readings"]}) > 1
+    ffn = any("holds_with_ffn_weights" in r for r in d["readings"])
+    yes = {True: "yes", False: "no", None: "–"}
+    body = [([str(r["run"])] if runs else []) + [r["panel"], md_escape(r["reading"]),
+                                                 md_escape(" > ".join(u.replace("_", "") for u in r["order"])),
+                                                 f"{r['ratio']:.2f}", yes[r["holds"]]]
+            + ([yes[r.get("holds_with_ffn_weights")]] if ffn else []) for r in d["readings"]]
+    head = (["run (seed)"] if runs else []) + ["panel", "reading", "order, largest first", "others / min(K, V)",
+                                                "holds"] + (["holds, FFN weights for their FeedForward"] if ffn else [])
+    show_markdown(f"Every reading the verdict counts, largest first ('much smaller' needs the largest other at most "
+                  f"{d['much_smaller_factor']:g} × the smaller of Keys and Values):\n\n" + md_table(head, body))
+
+
+def show_batch_spread(result) -> None:
+    """Fig. 5 on the authors' model: at the last step, each list's Hessian norm on each of the five batches their
+    notebook's sections draw (``spread_*``); nothing where the result has none."""
+    from .experiments.trajectory import LISTS  # noqa: PLC0415 - their legend's order (a stored meta is key-sorted)
+
+    lists = [g for g in LISTS if g in result.meta["lists"] and f"spread_{g}" in result.arrays]
+    if not lists:
+        return
+    lab = {g: v["label"] for g, v in result.meta["lists"].items()}
+    rows_ = [[md_escape(lab[g]), f"{min(v):.3g}", f"{max(v):.3g}", f"{max(v) / min(v):.2f}"]
+             for g in lists for v in [result.arrays[f"spread_{g}"].tolist()]]
+    show_markdown(f"How much the batch matters: at step {int(result['steps'][-1]):,} each list's Hessian norm on each "
+                  "of the five batches their sections draw (the lines above use their own section's):\n\n"
+                  + md_table(["list", "smallest", "largest", "largest / smallest"], rows_))
 
 
 def show_seed_leads(result) -> None:

@@ -26,7 +26,7 @@ import matplotlib
 import torch
 
 from . import checks
-from . import experiments as ex
+from . import experiments
 from .config import ConfigError
 from .cost import RunCost, training_cost
 from .data import DataUnavailable
@@ -62,18 +62,18 @@ class Outcome:
 
 def parse_only(only, profile: str = "paper") -> list[str]:
     """Result names from ``--only`` (comma-separated); unknown names are a ConfigError."""
-    valid = [n for n in ex.RESULT_NAMES if profile in ex.spec(n).profiles]
+    valid = [n for n in experiments.RESULT_NAMES if profile in experiments.spec(n).profiles]
     if not only:
         return valid
     names = [n.strip() for n in (only.split(",") if isinstance(only, str) else only) if n.strip()]
-    bad = [n for n in names if n not in ex.RESULT_NAMES]
+    bad = [n for n in names if n not in experiments.RESULT_NAMES]
     if bad:
         raise ConfigError(f"unknown figure{'s' if len(bad) > 1 else ''} {', '.join(bad)}; valid names: "
-                          f"{', '.join(ex.RESULT_NAMES)}")
+                          f"{', '.join(experiments.RESULT_NAMES)}")
     return [n for n in valid if n in names]
 
 
-def _run_cost(ctx: ex.Context, cfg, step) -> RunCost:
+def _run_cost(ctx: experiments.Context, cfg, step) -> RunCost:
     """:func:`cost.training_cost` of ``cfg``'s run up to ``step`` (None: all of it) on the context's device,
     measured once per model shape, batch and precision in a reproduction (the seed does not change it)."""
     key = ("cost", cfg.model, tuple(cfg.model_overrides), cfg.batch_size, getattr(cfg, "precision", "float32"),
@@ -87,107 +87,78 @@ def _run_cost(ctx: ex.Context, cfg, step) -> RunCost:
     return dataclasses.replace(measured, seed=cfg.seed, steps=steps)
 
 
-def _furthest_step(settings) -> int:
-    """The furthest step of an authors' run a result reads: its ``step``, or the last of its ``steps``
-    (Figs. 5, 7-11 read steps 0-1000, not the recipe's 100 epochs)."""
-    return max([getattr(settings, "step", 0) or 0, *getattr(settings, "steps", ())])
+def _runs(name: str, ctx: experiments.Context) -> list[tuple]:
+    """The training runs computing ``name`` may start: those it and the results it depends on declare
+    (``experiments.runs_of``), ``(variant, step, seed)`` each, without initialisations (nothing to train) and
+    without the steps already on disk."""
+    out, todo, seen = [], [name], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo += list(experiments.spec(n).depends)
+        for v, step, seed in experiments.runs_of(n, ctx):
+            cfg = ctx.recipe(v, seed)
+            there = (load_snapshot(run_dir(cfg, ctx.runs_dir), step, run_key(cfg)) is not None if step is not None
+                     else verify_checkpoint(run_dir(cfg, ctx.runs_dir), run_key(cfg))[0] is not None)
+            if step != 0 and not there:
+                out.append((experiments.Variant(v.model, v.dataset, v.arithmetic), step, seed))
+    return out
 
 
-def _needs_data(ctx: ex.Context, s) -> None:
-    """Load the dataset the run of settings ``s`` trains on; raises DataUnavailable when it is missing."""
-    ctx.data(s.model)
-
-
-def _read_step(s, recipe) -> int | None:
-    """The step of its run a result reads: the furthest of its ``step``/``steps`` for a run of the authors'
-    recipe (their results read their checkpoints at steps), None (the whole run) for Table 1's."""
-    return _furthest_step(s) if recipe.source == "authors" else None
-
-
-def _long_run(name: str, ctx: ex.Context) -> str:
+def _long_run(name: str, ctx: experiments.Context) -> str:
     """A message when computing ``name`` would start a training run longer than LONG_RUN_S, else "". A run whose
     dataset is missing raises DataUnavailable ("blocked"), its message naming the run and its measured cost."""
-    s = ex.settings_of(ex.spec(name), ctx)
-    cfg = ctx.run_recipe(s)
-    if cfg is None:
-        return ""
-    step = _read_step(s, cfg)
-    if step == 0:
-        return ""
-    if step is not None and load_snapshot(run_dir(cfg, ctx.runs_dir), step, run_key(cfg)) is not None:
-        return ""
-    if step is None and verify_checkpoint(run_dir(cfg, ctx.runs_dir), run_key(cfg))[0] is not None:
-        return ""
-    try:
-        _needs_data(ctx, s)
-    except DataUnavailable as exc:  # blocked: say what the run would cost once the data is there
+    for v, step, seed, _ in experiments.furthest(_runs(name, ctx), ctx):
+        cfg = ctx.recipe(v, seed)
+        try:
+            ctx.data(v)
+        except DataUnavailable as exc:  # blocked: say what the run would cost once the data is there
+            cost = _run_cost(ctx, cfg, step)
+            then = (f" (over {LONG_RUN_S // 60} min: pass --allow-long-runs, or use a GPU with --device cuda)"
+                    if cost.seconds > LONG_RUN_S else "")
+            raise DataUnavailable(f"{exc} Once it is there: {cost.describe()}{then}.") from exc
         cost = _run_cost(ctx, cfg, step)
-        then = (f" (over {LONG_RUN_S // 60} min: pass --allow-long-runs, or use a GPU with --device cuda)"
-                if cost.seconds > LONG_RUN_S else "")
-        raise DataUnavailable(f"{exc} Once it is there: {cost.describe()}{then}.") from exc
-    cost = _run_cost(ctx, cfg, step)
-    if cost.seconds <= LONG_RUN_S:
-        return ""
-    return f"{cost.describe()}; pass --allow-long-runs (make reproduce ALLOW_LONG=1) to run it, or use a GPU (--device cuda)"
+        if cost.seconds > LONG_RUN_S:
+            return (f"{cost.describe()}; pass --allow-long-runs (make reproduce ALLOW_LONG=1) to run it, or use a GPU "
+                    "(--device cuda)")
+    return ""
 
 
-def _runs_to_train(names: list[str], ctx: ex.Context, allow_long: bool) -> list[tuple]:
+def _runs_to_train(names: list[str], ctx: experiments.Context, allow_long: bool) -> list[tuple]:
     """The training runs the results ``names`` (and what they depend on) will train, each once at the furthest
-    step any of them reads: ``(model, seed, arithmetic, step)`` with ``step`` None for a whole Table-1 run.
-    Runs already on disk, runs whose data is missing and runs over ``LONG_RUN_S`` (unless ``allow_long``) are
-    left out: the results that need them report it as before."""
-    jobs: dict[str, list] = {}
-    todo, seen = list(names), set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        sp = ex.spec(name)
-        todo += list(sp.depends)
-        s = ex.settings_of(sp, ctx)
-        cfg = ctx.run_recipe(s)
-        if cfg is None or getattr(s, "trained", True) is False:  # no run, or its initialisation only
-            continue
+    step any of them reads with the snapshots of the others (``experiments.furthest``): ``(variant, step, seed,
+    snapshots)`` with ``step`` None for a whole run and ``seed`` the recipe's where it is. Runs already on disk,
+    runs whose data is missing and the runs of a result over ``LONG_RUN_S`` (unless ``allow_long``) are left out:
+    the results that need them report it as before."""
+    runs = []
+    for name in names:
         try:
             if not allow_long and _long_run(name, ctx):
                 continue
-            if allow_long:  # the guard is off, the data check is not: a run without its dataset is not started
-                _needs_data(ctx, s)
+            found = _runs(name, ctx)
+            for v, _, _ in found:  # the guard is off, the data check is not: a run without its dataset is not started
+                ctx.data(v)
         except DataUnavailable:
             continue
-        step = _read_step(s, cfg)
-        if step == 0:
-            continue
-        arithmetic = getattr(s, "arithmetic", None)
-        runs = [(cfg, cfg.seed)]
-        if step is not None:  # the other runs a result counts over (Figs. 4, 5 on the authors' model: their init is unseeded)
-            runs += [(ctx.recipe(s.model, seed, arithmetic), seed)
-                     for seed in (*getattr(s, "run_seeds", ()), *getattr(s, "seeds", ())) if seed != cfg.seed]
-        for c, seed in runs:
-            if step is not None and load_snapshot(run_dir(c, ctx.runs_dir), step, run_key(c)) is not None:
-                continue
-            if step is None and verify_checkpoint(run_dir(c, ctx.runs_dir), run_key(c))[0] is not None:
-                continue
-            job = jobs.setdefault(run_key(c), [s.model, seed, arithmetic, step])
-            if step is not None:
-                job[3] = max(job[3], step)
-    return [tuple(j) for j in jobs.values()]
+        runs += found
+    return [(v, step, ctx.recipe(v, seed).seed, snaps) for v, step, seed, snaps in experiments.furthest(runs, ctx)]
 
 
 def _train_one(job: tuple) -> tuple[str, list]:
-    """A worker of :func:`train_in_parallel`: one run, one thread, through the same Context methods the results
-    call (so the checkpoints and snapshots are the ones they read). Returns what it trained, in words and as the
+    """A worker of :func:`train_in_parallel`: one run, one thread, through the Context method the runner calls (so
+    the checkpoints and snapshots are the ones the results read). Returns what it trained, in words and as the
     context's ``trained`` records."""
-    kwargs, (model, seed, arithmetic, step) = job
+    kwargs, (v, step, seed, snapshots) = job
     torch.set_num_threads(1)
-    ctx = ex.Context(progress=False, **kwargs)
-    ctx.model(model, step, seed, arithmetic)
-    return f"{model} (seed {seed}{', ' + arithmetic + ' arithmetic' if arithmetic else ''}) to " + (
+    ctx = experiments.Context(progress=False, **kwargs)
+    ctx.train(v, step, seed, snapshots)
+    return f"{v.model_key} (seed {seed}, {v.arithmetic} arithmetic) to " + (
         "its end" if step is None else f"step {step:,}"), ctx.trained
 
 
-def train_in_parallel(names: list[str], ctx: ex.Context, allow_long: bool, workers: int, out) -> None:
+def train_in_parallel(names: list[str], ctx: experiments.Context, allow_long: bool, workers: int, out) -> None:
     """Train the runs the results need (:func:`_runs_to_train`) side by side, one process and one thread each, at
     most ``workers`` at a time, before the results are computed in order; on a 2-core CPU the longest run then
     sets the training time instead of the sum of all. A run that fails here is trained again by the result that
@@ -203,7 +174,7 @@ def train_in_parallel(names: list[str], ctx: ex.Context, allow_long: bool, worke
     kwargs = dict(profile=ctx.profile, device=ctx.device, data_dir=ctx.data_dir, runs_dir=str(ctx.runs_dir),
                   verify_md5=ctx.verify_md5)
     print(f"training {len(jobs)} runs side by side ({min(workers, len(jobs))} processes, one thread each): "
-          + "; ".join(f"{m} seed {sd}{' ' + a if a else ''}" for m, sd, a, _ in jobs), file=out, flush=True)
+          + "; ".join(f"{v.model_key} seed {sd} {v.arithmetic}" for v, _, sd, _ in jobs), file=out, flush=True)
     t0 = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)),
                                                 mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -233,8 +204,8 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
     out = out or sys.stdout
     names = parse_only(only, profile)
     dev = str(resolve_device(device))
-    published_dir = published_dir if published_dir is not None else ex.default_published_dir()
-    ctx = ex.Context(profile=profile, device=device, data_dir=data_dir, results_dir=results_dir, runs_dir=runs_dir,
+    published_dir = published_dir if published_dir is not None else experiments.default_published_dir()
+    ctx = experiments.Context(profile=profile, device=device, data_dir=data_dir, results_dir=results_dir, runs_dir=runs_dir,
                      published_dir=None, progress=progress, **(ctx_kwargs or {}))  # recompute: never read published
     figures_dir = Path(figures_dir)
     command = command or " ".join(shlex.quote(a) for a in ["curvature-gap", *sys.argv[1:]])
@@ -245,13 +216,13 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
     # every result's configuration hash now, before anything is computed: the code hash reads the source files,
     # so a file edited during a long run would otherwise stamp results computed by the old code with the new hash
     for name in names:
-        ex.config_hash_of(name, ctx=ctx)
+        experiments.config_hash_of(name, ctx=ctx)
     if train_workers is None:
         # the paper profile on a CPU: its runs take minutes each; the smoke profile's take seconds
         train_workers = (os.cpu_count() or 1) if dev == "cpu" and profile == "paper" and not ctx_kwargs else 1
     train_in_parallel(names, ctx, allow_long, train_workers, out)
     for i, name in enumerate(names, 1):
-        sp = ex.spec(name)
+        sp = experiments.spec(name)
         print(f"\n[{i}/{len(names)}] {name} ({sp.paper}: {sp.title})", file=out, flush=True)
         t0 = time.perf_counter()
         o = Outcome(name, "failed", 0.0, dev)
@@ -260,11 +231,11 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
             if why:
                 o.status, o.message = "skipped", why
             else:
-                res = ex.load_results(name, ctx=ctx)
+                res = experiments.load_results(name, ctx=ctx)
                 o.result, o.config_hash, o.results, o.cached = res, res.config_hash, res.paths, res.from_cache
                 o.computed = {k: res.provenance.get(k) for k in ("created", "compute_seconds", "device", "git")}
                 t_plot = time.perf_counter()
-                o.outputs = ex.render(name, res, figures_dir) if sp.plots else []
+                o.outputs = experiments.render(name, res, figures_dir) if sp.plots else []
                 o.plot_seconds = time.perf_counter() - t_plot
                 o.status = "ok"
         except DataUnavailable as exc:
@@ -309,7 +280,7 @@ def read_manifest(path: Path) -> dict:
         return {"figures": {}}
 
 
-def write_report(outcomes: list[Outcome], ctx: ex.Context, published_dir, figures_dir: Path, command: str,
+def write_report(outcomes: list[Outcome], ctx: experiments.Context, published_dir, figures_dir: Path, command: str,
                  total: float, load0) -> str:
     """``figures/reproduction_report.md`` and ``.json``: each published number beside the recomputed one."""
     store = PublishedStore(Path(published_dir) / ctx.profile) if published_dir else None
@@ -320,7 +291,7 @@ def write_report(outcomes: list[Outcome], ctx: ex.Context, published_dir, figure
             try:
                 published = store.read(o.figure, "")
             except UnusableResult:  # none published is normal; a damaged one is said (and how to fix it)
-                ex.warn_if_damaged(store, o.figure, stacklevel=2)
+                experiments.warn_if_damaged(store, o.figure, stacklevel=2)
                 published = None
         entries.append(compare(o.figure, published, o.result if o.status == "ok" else None, o.status, o.message))
     h = host()
@@ -358,7 +329,7 @@ def write_report(outcomes: list[Outcome], ctx: ex.Context, published_dir, figure
     return str(path)
 
 
-def timing_split(ctx: ex.Context, total: float) -> dict:
+def timing_split(ctx: experiments.Context, total: float) -> dict:
     """A reproduction's seconds as training (in the results and side by side), Hessians and the rest, and the
     floor of the training: the steps the runs took × their measured step time (train's ``loop``: batch and step)
     ÷ the CPU cores (or 1 on a GPU), as ``{"steps", "runs", "step_ms", "cores", "seconds"}``."""
@@ -441,12 +412,12 @@ def publish(profile: str = "paper", results_dir="results", published_dir=None, o
     results it computed: what the book and the README state of it) goes beside them as
     :data:`PUBLISHED_RUN`."""
     out = out or sys.stdout
-    published_dir = Path(published_dir if published_dir is not None else (ex.default_published_dir() or "published"))
-    ctx = ex.Context(profile=profile, results_dir=results_dir, progress=False)
+    published_dir = Path(published_dir if published_dir is not None else (experiments.default_published_dir() or "published"))
+    ctx = experiments.Context(profile=profile, results_dir=results_dir, progress=False)
     store = PublishedStore(published_dir / profile)
     written = []
     for name in parse_only(only, profile):
-        r = ex.cached_result(name, ctx)
+        r = experiments.cached_result(name, ctx)
         if r is None:
             if only:
                 raise ConfigError(f"{name} has no cached result for the current configuration; run "

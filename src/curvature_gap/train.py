@@ -58,6 +58,10 @@ class CheckpointMismatch(RuntimeError):
     """A checkpoint was written by a different run (another recipe or other training code)."""
 
 
+class RunMissing(RuntimeError):
+    """The weights asked of a run are not on disk (:func:`load_run`, which never trains; :func:`ensure` trains)."""
+
+
 @dataclass
 class Datasets:
     train: data_mod.TensorDataset
@@ -547,82 +551,100 @@ def load_snapshot(directory, step: int, key: str) -> dict | None:
     return state["model"]
 
 
+@not_in_code_hash("it finds a run; the run's weights are named by its key (run_key: the recipe and the training "
+                  "code), which every result records for each run it reads")
+def load_run(recipe: Recipe, runs_dir="runs", step: int | None = None) -> tuple[dict, dict]:
+    """(the weights of ``recipe``'s run, a description of them) after the whole run (``step=None``: its intact
+    ``model.pt``), after ``step`` steps (its intact snapshot) or at its seeded initialisation (``step=0``), from
+    disk: it never trains. :class:`RunMissing` names the run and the step when they are not there."""
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        raise TypeError(f"step must be None (the whole run) or an integer >= 0, got {step!r}; pass the device as "
+                        "device=...")
+    key, out = run_key(recipe), run_dir(recipe, runs_dir)
+    if step == 0:
+        state = build_model(recipe.model, seed=recipe.seed, **dict(recipe.model_overrides)).state_dict()
+        return state, dict(config_hash=key, step=0, weights_sha256=state_sha256(state), run=str(out),
+                           source=recipe.source, note="initialisation of the run")
+    if step is not None:
+        state = load_snapshot(out, step, key)
+        if state is None:
+            raise RunMissing(f"{out} holds no snapshot of step {step} of run {key} ({recipe.model}, seed "
+                             f"{recipe.seed})")
+        return state, dict(config_hash=key, step=step, weights_sha256=state_sha256(state), run=str(out),
+                           source=recipe.source)
+    state, why = verify_checkpoint(out, key)
+    if state is None:
+        raise RunMissing(f"run {key} ({recipe.model}, seed {recipe.seed}) has no usable weights in {out}: {why}")
+    metrics = json.loads((out / METRICS_NAME).read_text())
+    return state["model"], dict(run_dir=str(out), config_hash=key, weights_sha256=metrics["weights_sha256"],
+                                steps=metrics.get("steps"), test_accuracy=metrics.get("test_accuracy"),
+                                train_accuracy=metrics.get("train_accuracy"),
+                                final_train_loss=metrics.get("final_train_loss"),
+                                wall_seconds=metrics.get("wall_seconds"), device=metrics.get("device"))
+
+
 @not_in_code_hash("it finds or trains a run; the run's weights are named by its key (run_key: the recipe and the "
                   "training code), which every result records for each run it reads")
 def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str = "auto", data_root=None,
            datasets: Datasets | None = None, progress: bool = True, snapshot_steps: tuple[int, ...] = (),
            log: Callable[[str], None] | None = None) -> tuple[dict, dict]:
     """(the weights of ``recipe``'s run, a description of them): after the whole run (``step=None``) or after
-    ``step`` steps, trained (or resumed) when needed. The one way the package finds trained weights.
+    ``step`` steps, trained (or resumed) when needed; :func:`load_run` finds them where they are already there.
 
     * ``step=None``: ``run_dir(recipe)/model.pt`` when :func:`verify_checkpoint` accepts it, else the run is
       trained (with a warning when a damaged or foreign file was found), saving ``snapshot_steps`` on the way;
     * ``step=0``: the run's seeded initialisation (nothing is trained);
     * ``step=k``: the run's snapshot of step ``k`` when it is there and intact, else the run is trained up to
-      ``k`` (resuming; a later call continues it). A run already past ``k`` without that snapshot is replayed
-      to ``k`` apart (same seed, same weights), its snapshot kept and the replay dropped.
+      ``k`` (resuming; a later call continues it), saving ``snapshot_steps`` on the way too. A run already past
+      ``k`` without that snapshot is replayed to ``k`` apart (same seed, same weights), its snapshot kept and the
+      replay dropped.
 
     ``datasets``: whole splits (as ``data.load`` gives them), else the files under ``data_root``. Safe to call
     from several processes at once (a file lock). Where this call trained, the description has ``loop``: the
     steps it took and their wall seconds (:func:`train`'s)."""
-    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
-        raise TypeError(f"step must be None (the whole run) or an integer >= 0, got {step!r}; pass the device as "
-                        "device=...")
+    if step == 0:
+        return load_run(recipe, runs_dir, 0)
     key, out = run_key(recipe), run_dir(recipe, runs_dir)
     log = log or (lambda msg: None)
-    if step == 0:
-        state = build_model(recipe.model, seed=recipe.seed, **dict(recipe.model_overrides)).state_dict()
-        return state, dict(config_hash=key, step=0, weights_sha256=state_sha256(state), run=str(out),
-                           source=recipe.source, note="initialisation of the run")
     with file_lock(out / ".lock", f"training {out}"):
         loop = None  # the loop timing of the training this call did (train's "loop"), if it trained
         if step is not None:
-            state = load_snapshot(out, step, key)
-            if state is None:
+            if load_snapshot(out, step, key) is None:
                 ckpt = out / CKPT_NAME
                 past = ckpt.exists() and int(load_torch(ckpt).get("step", 0)) > step
                 where = out / "replay" if past else out
                 log(f"training {recipe.model}/{recipe.profile} (run {key}) to step {step} in {where}")
                 loop = train(recipe, where, device, data_root=data_root, datasets=datasets, max_steps=step,
-                             progress=progress, snapshot_steps=(step,))["loop"]
+                             progress=progress, snapshot_steps=tuple(sorted({step, *snapshot_steps})))["loop"]
                 if past:
                     name = Path(SNAPSHOT_DIR) / f"step_{step:07d}.pt"
                     if (where / name).exists():
                         (out / SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
                         os.replace(where / name, out / name)
                     shutil.rmtree(where, ignore_errors=True)
-                state = load_snapshot(out, step, key)
-            if state is None:
-                raise RuntimeError(f"{out}: no snapshot of step {step} after training to it (does the run have "
-                                   f"{step} steps?)")
-            return state, dict(config_hash=key, step=step, weights_sha256=state_sha256(state), run=str(out),
-                               source=recipe.source, **({"loop": loop} if loop else {}))
-        state, why = verify_checkpoint(out, key)
-        if state is None:
-            if why != "missing":
-                warnings.warn(f"checkpoint unusable: {why}; retraining", StaleCheckpointWarning, stacklevel=2)
-                (out / MODEL_NAME).unlink(missing_ok=True)
-            log(f"training {recipe.model} ({recipe.profile}) into {out}/")
-            try:
-                loop = train(recipe, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
-                             snapshot_steps=snapshot_steps)["loop"]
-            except CheckpointMismatch as exc:
-                warnings.warn(f"{exc}; training from scratch", StaleCheckpointWarning, stacklevel=2)
-                (out / CKPT_NAME).unlink(missing_ok=True)
-                loop = train(recipe, out, device=device, data_root=data_root, datasets=datasets, progress=progress,
-                             snapshot_steps=snapshot_steps)["loop"]
+        else:
             state, why = verify_checkpoint(out, key)
             if state is None:
-                raise RuntimeError(f"training {recipe.model} did not leave a usable checkpoint: {why}")
-        else:
-            log(f"reusing trained {recipe.model} from {out}/{MODEL_NAME}")
-    metrics = json.loads((out / METRICS_NAME).read_text())
-    info = dict(run_dir=str(out), config_hash=key, weights_sha256=metrics["weights_sha256"],
-                steps=metrics.get("steps"), test_accuracy=metrics.get("test_accuracy"),
-                train_accuracy=metrics.get("train_accuracy"), final_train_loss=metrics.get("final_train_loss"),
-                wall_seconds=metrics.get("wall_seconds"), device=metrics.get("device"),
-                **({"loop": loop} if loop else {}))
-    return state["model"], info
+                if why != "missing":
+                    warnings.warn(f"checkpoint unusable: {why}; retraining", StaleCheckpointWarning, stacklevel=2)
+                    (out / MODEL_NAME).unlink(missing_ok=True)
+                log(f"training {recipe.model} ({recipe.profile}) into {out}/")
+                try:
+                    loop = train(recipe, out, device=device, data_root=data_root, datasets=datasets,
+                                 progress=progress, snapshot_steps=snapshot_steps)["loop"]
+                except CheckpointMismatch as exc:
+                    warnings.warn(f"{exc}; training from scratch", StaleCheckpointWarning, stacklevel=2)
+                    (out / CKPT_NAME).unlink(missing_ok=True)
+                    loop = train(recipe, out, device=device, data_root=data_root, datasets=datasets,
+                                 progress=progress, snapshot_steps=snapshot_steps)["loop"]
+            else:
+                log(f"reusing trained {recipe.model} from {out}/{MODEL_NAME}")
+        try:
+            state, info = load_run(recipe, runs_dir, step)
+        except RunMissing as exc:
+            raise RunMissing(f"{exc}, after training it (does the run have {step} steps?)" if step is not None else
+                             f"training did not leave usable weights: {exc}") from exc
+    return state, dict(info, **({"loop": loop} if loop else {}))
 
 
 def recipe_from_dict(d: dict) -> Recipe:

@@ -11,7 +11,7 @@ import pytest
 
 from cases import REPO
 from curvature_gap import checks, findings
-from curvature_gap import experiments as E
+from curvature_gap import experiments
 from curvature_gap.checks import figures
 from curvature_gap.experiments import report
 
@@ -31,21 +31,21 @@ def _recipe_module(tmp_path, monkeypatch):
 @pytest.fixture()
 def toy(tmp_path, monkeypatch):
     mod = _recipe_module(tmp_path, monkeypatch)
-    E.register(mod.SPECS)
+    experiments.register(mod.SPECS)
     yield mod
     for s in mod.SPECS:
-        E.SPECS.pop(s.name, None)
+        experiments.SPECS.pop(s.name, None)
 
 
 def test_the_recipe_builds_a_result_that_every_registry_derives(toy, tmp_path):
-    assert "toy" in E.SPECS and E.spec("toy").profiles == ("smoke", "paper")
-    assert list(E.SPECS)[-3:] == ["toy", "theorem7", "trained_bounds"]   # book order: beyond the paper, then checks
-    ctx = E.Context(profile="smoke", results_dir=tmp_path / "results", progress=False)
-    r = E.load_results("toy", ctx=ctx)
+    assert "toy" in experiments.SPECS and experiments.spec("toy").profiles == ("smoke", "paper")
+    assert list(experiments.SPECS)[-3:] == ["toy", "theorem7", "trained_bounds"]   # book order: beyond the paper, then checks
+    ctx = experiments.Context(profile="smoke", results_dir=tmp_path / "results", progress=False)
+    r = experiments.load_results("toy", ctx=ctx)
     assert r.meta["n"] == 100 and r.arrays["x"].shape == (100,)
-    assert E.find_result("toy", ctx=ctx).config_hash == r.config_hash          # cached under its config hash
-    fig = E.plot("toy", r, "histogram")
-    assert fig.get_figwidth() > 0 and E.message("toy", "histogram", r).startswith("The mean of 100 draws")
+    assert experiments.find_result("toy", ctx=ctx).config_hash == r.config_hash          # cached under its config hash
+    fig = experiments.plot("toy", r, "histogram")
+    assert fig.get_figwidth() > 0 and experiments.message("toy", "histogram", r).startswith("The mean of 100 draws")
     assert report.key_numbers("toy", r) == {"mean": r.meta["mean"], "standard error": r.meta["se"]}
     rows = figures.run_checks({"toy": r})
     (row,) = [x for x in rows if x.id == "toy.mean"]
@@ -54,15 +54,15 @@ def test_the_recipe_builds_a_result_that_every_registry_derives(toy, tmp_path):
     entries = findings.result_entries()
     assert ("toy", "Toy: the mean of N(0, 1) draws is near 0", "notebooks/toy", "experiment") in entries
     assert findings.finding_of("toy", [row]).verdict == "not run"        # a smoke result gives no verdict
-    paper = E.load_results("toy", ctx=E.Context(profile="paper", results_dir=tmp_path / "results", progress=False))
+    paper = experiments.load_results("toy", ctx=experiments.Context(profile="paper", results_dir=tmp_path / "results", progress=False))
     (prow,) = [x for x in figures.run_checks({"toy": paper}) if x.id == "toy.mean"]
     assert paper.meta["n"] == 10_000 and findings.finding_of("toy", [prow]).verdict == "reproduced"
     # a changed setting is a new result, never the cached one
-    other = E.Context(profile="smoke", results_dir=tmp_path / "results", progress=False,
+    other = experiments.Context(profile="smoke", results_dir=tmp_path / "results", progress=False,
                       settings_overrides={"toy": {"n": 50}})
-    assert E.config_hash_of("toy", ctx=other) != r.config_hash and E.find_result("toy", ctx=other) is None
+    assert experiments.config_hash_of("toy", ctx=other) != r.config_hash and experiments.find_result("toy", ctx=other) is None
 
 
 def test_a_result_declared_twice_is_refused_by_name(toy):
-    with pytest.raises(E.ConfigError, match="result 'toy' is declared twice"):
-        E.register(toy.SPECS)
+    with pytest.raises(experiments.ConfigError, match="result 'toy' is declared twice"):
+        experiments.register(toy.SPECS)

@@ -7,17 +7,23 @@ import torch
 from cases import TINY_TRAIN, experiments_context, mnist_datasets
 from curvature_gap.config import recipe_for
 from curvature_gap.data import DataUnavailable
-from curvature_gap.experiments import Context
-from curvature_gap.train import run_dir, run_key
+from curvature_gap.experiments import Context, Variant
+from curvature_gap.train import RunMissing, run_dir, run_key
+
+MNIST = Variant()  # the theorem's block on MNIST, float32
 
 
 def test_paths_configs_and_snapshot_steps(tmp_path):
     ctx = experiments_context(tmp_path, trajectory=dict(n_steps=6, steps=[0, 3, 9]))
     assert ctx.results_dir == tmp_path / "results" and ctx.torch_device == torch.device("cpu")
-    assert ctx.recipe("mnist") == recipe_for("mnist", "smoke", **TINY_TRAIN)
-    assert ctx.run_dir("mnist") == run_dir(ctx.recipe("mnist"), tmp_path / "runs")
-    assert ctx.snapshot_steps("mnist") == (0, 3, 6) and ctx.snapshot_steps("cifar100") == ()
-    assert Context(profile="paper").recipe("mnist") == recipe_for("mnist", "paper")
+    assert ctx.recipe(MNIST) == recipe_for("mnist", "smoke", **TINY_TRAIN)
+    assert ctx.run_dir(MNIST) == run_dir(ctx.recipe(MNIST), tmp_path / "runs")
+    assert ctx.snapshot_steps(MNIST) == (0, 3, 6) and ctx.snapshot_steps(Variant(dataset="cifar100")) == ()
+    assert ctx.snapshot_steps(Variant(model="authors", arithmetic="authors")) == ()
+    assert Context(profile="paper").recipe(MNIST) == recipe_for("mnist", "paper")
+    # the variant names the run: the authors' model in their arithmetic is their recipe in bf16, another seed another run
+    authors = Context(profile="paper").recipe(Variant(model="authors", arithmetic="authors"), seed=0)
+    assert authors == recipe_for("authors_mnist", "paper", precision="bf16", seed=0)
 
 
 def test_the_loader_batches_are_what_the_run_trains_on(tmp_path):
@@ -25,9 +31,9 @@ def test_the_loader_batches_are_what_the_run_trains_on(tmp_path):
     batch of epoch j's permutation; its first pass is the batch train's first step sees."""
     from curvature_gap import train as tr
     ctx = experiments_context(tmp_path, datasets=mnist_datasets(300, 80))
-    r = ctx.recipe("mnist")
-    (x0, y0), (x1, y1) = ctx.loader_batches("mnist", 2)
-    ds = ctx.data("mnist")
+    r = ctx.recipe(MNIST)
+    (x0, y0), (x1, y1) = ctx.loader_batches(MNIST, 2)
+    ds = ctx.data(MNIST)
     for j, (x, y) in enumerate([(x0, y0), (x1, y1)]):
         idx = tr.EpochOrder(len(ds.train), r.batch_size, r.seed).order(j)[:r.batch_size]
         assert torch.equal(x, ds.train.images[idx]) and torch.equal(y, ds.train.labels[idx])
@@ -37,17 +43,22 @@ def test_the_loader_batches_are_what_the_run_trains_on(tmp_path):
 
 def test_data_subsets_first_batch_and_models(tmp_path):
     ctx = experiments_context(tmp_path, datasets=mnist_datasets(300, 80))
-    ds = ctx.data("mnist")
+    ds = ctx.data(MNIST)
     assert len(ds.train) == 256 and len(ds.test) == 64          # the training config's subsets
-    x, y = ctx.first_images("mnist", 5)
+    x, y = ctx.first_images(MNIST, 5)
     assert torch.equal(x, ds.train.images[:5]) and torch.equal(y, ds.train.labels[:5])
     with pytest.raises(ValueError, match="fewer than the batch of 1000"):
-        ctx.first_images("mnist", 1000)
-    init, info = ctx.model("mnist", 0)
+        ctx.first_images(MNIST, 1000)
+    init, info = ctx.model(MNIST, 0)
     assert sum(p.numel() for p in init.parameters()) == 454 and not init.training
-    assert info["step"] == 0 and info["config_hash"] == run_key(ctx.recipe("mnist"))
-    m, tinfo = ctx.model("mnist")
-    assert tinfo["steps"] == 8 and tinfo["weights_sha256"] != info["weights_sha256"]
+    assert info["step"] == 0 and info["config_hash"] == run_key(ctx.recipe(MNIST))
+    with pytest.raises(RunMissing, match="no usable weights"):  # the model is only loaded: nothing trains it here
+        ctx.model(MNIST)
+    assert ctx.phases.get("training", 0) == 0 and ctx.trained == []
+    ctx.train(MNIST)  # the runner's: trains the run
+    m, tinfo = ctx.model(MNIST)
+    assert tinfo["steps"] == 8 and tinfo["weights_sha256"] != info["weights_sha256"] and "loop" not in tinfo
+    assert [t["steps"] for t in ctx.trained] == [8]
     assert not torch.equal(next(m.parameters()), next(init.parameters()))
     assert ctx.phases.get("training", 0) > 0
 
@@ -55,4 +66,4 @@ def test_data_subsets_first_batch_and_models(tmp_path):
 def test_missing_data_is_data_unavailable(tmp_path):
     ctx = Context(profile="smoke", data_dir=tmp_path / "none", progress=False)
     with pytest.raises(DataUnavailable, match="MNIST"):
-        ctx.data("mnist")
+        ctx.data(MNIST)

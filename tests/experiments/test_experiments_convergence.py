@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap.experiments import convergence as cv
 from curvature_gap.landscape.losses import loss_differences
 
@@ -45,15 +45,18 @@ def test_one_slope_row_reads_either_model_and_can_fail():
     """Fig. 6's row on the authors' model is the same rule and row as the theorem's (``convergence_slope``), named by
     the result: its what, command, stand-in note and data count are the authors' loader's."""
     standin6 = _result({"fit": {"slope": -1.099, "r2": 0.82}})
-    row = cv.convergence_slope(None, standin6, "fig6_authors")
+    row = cv.convergence_slope(None, standin6, experiments.spec("fig6_authors"))
     assert row.verdict == "not run" and row.result == row.id.split(".")[0] == "fig6_authors" and "-1.099" in row.note
     assert "CIFAR-100" in row.note and "fig6_authors" in row.command and "the authors' 8-block" in row.what
-    good = cv.convergence_slope(_result({"fit": {"slope": -0.95, "r2": 0.9}, "n_batches": 10166}), name="fig6_authors")
-    bad = cv.convergence_slope(_result({"fit": {"slope": -1.3, "r2": 0.9}, "n_batches": 10166}), name="fig6_authors")
+    good = cv.convergence_slope(_result({"fit": {"slope": -0.95, "r2": 0.9}, "n_batches": 10166}), None,
+                              experiments.spec("fig6_authors"))
+    bad = cv.convergence_slope(_result({"fit": {"slope": -1.3, "r2": 0.9}, "n_batches": 10166}), None,
+                              experiments.spec("fig6_authors"))
     assert (good.verdict, bad.verdict) == ("reproduced", "not reproduced")
     assert good.note.endswith("10,166 batches of their loader") and good.tolerance == cv.SLOPE_TOL
-    theirs = cv.convergence_slope(_result({"fit": {"slope": -0.95, "r2": 0.9}, "n_samples": 50000}))
+    theirs = cv.convergence_slope(_result({"fit": {"slope": -0.95, "r2": 0.9}, "n_samples": 50000}), None,
+                                  experiments.spec("fig6"))
     assert theirs.id == "fig6.slope" and theirs.note.endswith("50,000 samples") and "authors" not in theirs.what
     # the rows sit with each model's result, one verdict per model
-    assert ex.spec("fig6_authors").finding.key == "fig6_authors" and ex.spec("fig6").finding.key == "fig6"
-    assert ex.spec("fig6_authors_mnist").finding is None
+    assert experiments.spec("fig6_authors").finding.key == "fig6_authors" and experiments.spec("fig6").finding.key == "fig6"
+    assert experiments.spec("fig6_authors_mnist").finding is None

@@ -6,7 +6,7 @@ import pytest
 
 import curvature_gap as cg
 from cases import TINY_MODEL
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap.experiments import dynamics_blocks as db
 from curvature_gap.exact.linalg import sym_spectral_norm
 
@@ -15,15 +15,15 @@ from curvature_gap.exact.linalg import sym_spectral_norm
                                                  ("fig10", "layernorm", 4), ("fig11", "feedforward", 4)])
 def test_each_type_is_cut_from_the_trajectory(small_run, fig, kind, n_tensors):
     _, ctx = small_run
-    t = ex.load_results("trajectory", ctx=ctx)
-    r = ex.load_results(fig, ctx=ctx)
+    t = experiments.load_results("trajectory", ctx=ctx)
+    r = experiments.load_results(fig, ctx=ctx)
     assert r["block_type"] == kind and len(r["tensors"]) == n_tensors
     np.testing.assert_array_equal(r["hess_fro"], t[f"fro_{kind}"])
     W = np.concatenate([r[f"w{k}"] for k in range(n_tensors)], 1).astype(np.float64)
     np.testing.assert_allclose(r["param_fro"], np.linalg.norm(W, axis=1), rtol=1e-6)
     assert ("pair_fro" in r) == (kind in ("layernorm", "feedforward"))
     if fig == "fig10":   # drawing is the same code for every type: once is enough
-        assert set(ex.plot(fig, r)) == {"entries", "hessian", "norms"}
+        assert set(experiments.plot(fig, r)) == {"entries", "hessian", "norms"}
 
 
 def test_snapshot_record_of_designed_blocks():

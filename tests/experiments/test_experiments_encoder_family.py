@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap.experiments import encoder_family as fam
 from curvature_gap.experiments.encoder_family import SETTINGS
 from curvature_gap.plotting import MIN_FONT, WIDTH, min_font_size
 
 
 def test_the_smoke_result_computes_in_seconds_and_plots_legibly(tmp_path, one_thread):
-    ctx = ex.Context(profile="smoke", results_dir=tmp_path / "results", progress=False)
-    r = ex.load_results("encoder_family", ctx=ctx)
+    ctx = experiments.Context(profile="smoke", results_dir=tmp_path / "results", progress=False)
+    r = experiments.load_results("encoder_family", ctx=ctx)
     s = SETTINGS["smoke"]
     assert r.meta["seconds"] < 30  # the first draw
     fro = r.arrays["fro"]
@@ -23,8 +23,8 @@ def test_the_smoke_result_computes_in_seconds_and_plots_legibly(tmp_path, one_th
     assert np.allclose(r.arrays["fro_sqrt_n"], fro / np.sqrt([r.meta["unit_sizes"][u] for u in fam.UNITS]))
     assert sum(r.meta["unit_sizes"].values()) == sum(
         p.numel() for p in fam._layer(s, "post-norm", 1, 0).parameters())
-    assert ex.find_result("encoder_family", ctx=ctx).config_hash == r.config_hash       # cached
-    fig = ex.plot("encoder_family", r, "blocks")
+    assert experiments.find_result("encoder_family", ctx=ctx).config_hash == r.config_hash       # cached
+    fig = experiments.plot("encoder_family", r, "blocks")
     assert fig.get_figwidth() == WIDTH and min_font_size(fig) >= MIN_FONT
     # the ranking is stated over every draw (n_draws of the task), under both statistics, with its spread
     n_cases = s.n_draws * len(fam.CONFIGS) * 2
@@ -33,9 +33,10 @@ def test_the_smoke_result_computes_in_seconds_and_plots_legibly(tmp_path, one_th
         rk = r.meta["ranking"][st]
         assert rk["cases"] == n_cases and sum(rk["leads"].values()) == n_cases
     msg, text = fam.message(r), fam.ranking_text(r)
-    assert len(msg) < 320 and "per entry" in msg and f"/{n_cases}" in msg
-    assert f"Over {n_cases} cases" in text and "the second" in text and "per entry" in text
-    assert ex.spec("encoder_family").profiles == ("smoke", "paper")
+    assert len(msg) < 320 and "by RMS eigenvalue" in msg and f"/{n_cases}" in msg and "per entry" not in msg
+    assert f"Over {n_cases} cases" in text and "the second" in text and "by RMS eigenvalue" in text
+    assert "per entry" not in text and "√size" not in text  # ‖H‖_F/√n is an RMS eigenvalue, not a per-entry size
+    assert experiments.spec("encoder_family").profiles == ("smoke", "paper")
 
 
 def test_the_units_partition_the_parameters_and_the_hessian_is_the_mean_over_sequences(one_thread):

@@ -5,19 +5,19 @@ import numpy as np
 import pytest
 import torch
 
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap.experiments.heatmaps import group_table
 from curvature_gap.hessian import hessian
 
 
 def test_fig3_numbers_equal_the_exact_hessian_of_the_first_batch(small_run):
     _, ctx = small_run
-    r = ex.load_results("fig3", ctx=ctx)
+    r = experiments.load_results("fig3", ctx=ctx)
     assert r["n_parameters"] == 454 and r["trained"] is False and r["batch_size"] == 4
     cc = r["cross_check"]
     assert cc["float32"]["max_relative_difference"] < 1e-5 and cc["float64"]["max_relative_difference"] < 1e-10
-    m = ctx.model("mnist", 0)[0]
-    H = hessian(m, ctx.first_images("mnist", 4)).double().numpy()
+    m = ctx.model(experiments.Variant(), 0)[0]
+    H = hessian(m, ctx.first_images(experiments.Variant(), 4)).double().numpy()
     names, starts, stops = r["group_names"], r["group_starts"], r["group_stops"]
     assert names[0] == "pos" and names[-1] == "head" and r["pool"] == 1
     v = names.index("block0.value")
@@ -30,16 +30,16 @@ def test_fig3_numbers_equal_the_exact_hessian_of_the_first_batch(small_run):
     assert r["rankings"]["weights"]["fro"][0] in ("W_Q", "W_K", "W_V", "W_1", "W_2")
     assert r["checkpoint"]["step"] == 0 and any(k.startswith("dyn_") for k in r.arrays)
     for part in ("hessian", "attention", "block_means"):
-        assert len(ex.plot("fig3", r, part).axes) >= 1
+        assert len(experiments.plot("fig3", r, part).axes) >= 1
 
 
 def test_fig4_is_the_trained_model(small_run):
     _, ctx = small_run
-    r = ex.load_results("fig4", ctx=ctx)
+    r = experiments.load_results("fig4", ctx=ctx)
     assert r["trained"] is True and r["checkpoint"]["steps"] == 8
     assert 0 <= r["checkpoint"]["test_accuracy"] <= 1
     assert not any(k.startswith("dyn_") for k in r.arrays)
-    assert r["loss"] != ex.load_results("fig3", ctx=ctx)["loss"]
+    assert r["loss"] != experiments.load_results("fig3", ctx=ctx)["loss"]
 
 
 def test_group_table_describes_the_flat_parameter_vector():
@@ -57,7 +57,8 @@ def test_group_table_describes_the_flat_parameter_vector():
 def test_the_authors_hessian_order_is_their_parameter_list_and_flattening():
     """Their Hessian figures differentiate every weight and LayerNorm gamma, beta (no other bias), flattened
     in their storage: our indices in that order pick exactly their flat vector out of ours."""
-    from curvature_gap.model import authors_hessian_order, authors_parameter_names, build_model
+    from curvature_gap.model import build_model
+    from curvature_gap.params import authors_hessian_order, authors_parameter_names
 
     m = build_model("authors_mnist", seed=3, d_model=4, d_k=4, d_ff=8, patch_size=7)
     idx, layout = authors_hessian_order(m)

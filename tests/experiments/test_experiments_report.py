@@ -57,9 +57,9 @@ def test_report_md_lists_every_result_and_a_table_per_result_with_numbers():
 
 def test_every_result_reproduce_runs_has_key_numbers():
     """The report is written after every result is computed: a result without key numbers would lose it."""
-    from curvature_gap import experiments as ex
+    from curvature_gap import experiments
 
-    missing = [n for n, s in ex.SPECS.items() if s.key_numbers is None]
+    missing = [n for n, s in experiments.SPECS.items() if s.key_numbers is None]
     assert not missing, f"results without key numbers: {missing}"
     with pytest.raises(KeyError, match="declares no key numbers"):
         rp.key_numbers("no-such-result", None)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cases import TINY_MODEL, mnist_datasets
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap.config import recipe_for
 from curvature_gap.data import TensorDataset
 from curvature_gap.experiments import assumption, convergence
@@ -23,10 +23,12 @@ def test_the_paper_profile_is_what_their_configurations_run():
     """loss_landscape_convergence.yaml: seed 42; assumption_1.yaml: seed 21; both the 8-block CIFAR-100 model at
     step 10,000 over 26 epochs of the loader; Fig. 6 takes no gradient."""
     f6, f12 = convergence.AUTHORS_SETTINGS["paper"], assumption.AUTHORS_SETTINGS["paper"]
-    assert (f6.model, f6.run_seed, f6.step, f6.epochs, f6.gradients) == ("authors_cifar100", 42, 10_000, 26, False)
-    assert (f12.model, f12.run_seed, f12.step, f12.epochs, f12.gradients, f12.log_every) == (
+    assert (f6.model, f6.dataset, f6.arithmetic) == (f12.model, f12.dataset, f12.arithmetic) == (
+        "authors", "cifar100", "authors")
+    assert (f6.model_key, f6.run_seed, f6.step, f6.epochs, f6.gradients) == ("authors_cifar100", 42, 10_000, 26, False)
+    assert (f12.model_key, f12.run_seed, f12.step, f12.epochs, f12.gradients, f12.log_every) == (
         "authors_cifar100", 21, 10_000, 26, True, 16)
-    ctx = ex.Context(profile="paper")
+    ctx = experiments.Context(profile="paper")
     c6, c12 = ctx.run_recipe(f6), ctx.run_recipe(f12)
     assert (c6.seed, c12.seed) == (42, 21) and c12 == recipe_for("authors_cifar100", "paper", precision="bf16")
     assert run_key(c6) != run_key(c12), "another seed is another run"
@@ -36,15 +38,20 @@ def test_the_paper_profile_is_what_their_configurations_run():
     assert exact == recipe_for("authors_mnist", "paper") and exact.precision == "float32"
     assert c12.precision == "bf16", "the authors' arithmetic is the default of every result of their model"
     # the stand-in's spread is over trained runs, as their Fig. 12 notebook's: Fig. 4's three bf16 runs, and each
-    # of them is a run to train (reproduce._runs_to_train reads run_seeds); the float32 twin is its one run
+    # of them is a run the pass reads (running_mean.pass_runs), trained by the runner; the float32 twin is its one run
     from curvature_gap.experiments.heatmaps import AUTHORS_TRAINED
     assert rm.MNIST_SETTINGS["paper"].run_seeds == AUTHORS_TRAINED["paper"].seeds == (37, 0, 1)
     assert rm.MNIST_EXACT_SETTINGS["paper"].run_seeds == ()
+    assert rm.pass_runs(rm.MNIST_SETTINGS["paper"], ctx) == [(20_000, 37), (20_000, 0), (20_000, 1)]
+    assert experiments.runs_of("fig6_authors_mnist", ctx) == [], "its numbers are cut from the shared pass"
+    assert [(st, sd) for _, st, sd in experiments.runs_of("loader_pass_authors_mnist", ctx)] == [
+        (20_000, 37), (20_000, 0), (20_000, 1)]
     # the results' configurations record the run they read
     for name, seed in (("fig6_authors", 42), ("fig12_authors", 21), ("fig6_authors_mnist", 37)):
-        s = ex.spec(name)
-        assert ex.config_of(s, ctx, ex.settings_of(s, ctx), {})["train"][s.settings["paper"].model]["seed"] == seed
-    assert rm.MNIST_SETTINGS["paper"].step == 20_000 and "smoke" not in ex.spec("fig6_authors_mnist").settings
+        s = experiments.spec(name)
+        config = experiments.config_of(s, ctx, experiments.settings_of(s, ctx), {})
+        assert config["train"][s.settings["paper"].model_key]["seed"] == seed
+    assert rm.MNIST_SETTINGS["paper"].step == 20_000 and "smoke" not in experiments.spec("fig6_authors_mnist").settings
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +129,8 @@ def test_the_accumulation_summary_reads_both_sums_of_every_pass():
 def test_each_figure_has_one_plot_message_and_key_numbers_for_both_protocols(figure, part):
     """Fig. 6 and Fig. 12 are one module each: the theorem's model (random orders) and the authors' (a loader pass)
     are drawn, captioned and summarised by the same functions, which tell the protocol from the result."""
-    names = [n for n in (*ex.SPECS, *ex.INTERNAL) if n == figure or n.startswith(f"{figure}_")]
-    assert len(names) == 5, names
-    specs = [ex.spec(n) for n in names]
+    specs = experiments.FIGURES[figure].results
+    assert len(specs) == 5 and {s.variant.model for s in specs} == {"table1", "authors"}
     for attr in ("plots", "messages"):
         assert len({getattr(s, attr)[part] for s in specs}) == 1, attr
     assert len({s.key_numbers for s in specs}) == 1

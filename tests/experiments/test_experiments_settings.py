@@ -1,5 +1,6 @@
-"""Per-result settings of each profile: declared by each result's module (FigureSpec.settings); the
-trajectory's, shared, in curvature_gap.experiments.settings."""
+"""Per-result settings of each profile: declared by each figure's module (the points of its FigureSpec's grid),
+each a Variant (model, dataset, arithmetic) where it reads a trained model; the trajectory's, shared, in
+curvature_gap.experiments.settings."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,15 +20,23 @@ def test_every_result_declares_frozen_settings_for_its_profiles_and_smoke_is_sma
             assert dataclasses.is_dataclass(v) and v.__dataclass_params__.frozen, (name, prof)
         if "smoke" in s.settings:
             assert type(s.settings["smoke"]) is type(s.settings["paper"]), name
+        if isinstance(s.settings["paper"], st.Variant):  # the variant is the settings' fields, the id derived from them
+            assert s.spec.id_of(s.settings["paper"]) == name
     assert SPECS["fig6_mnist"].profiles == ("paper",)                                 # a paper-only stand-in
     paper, smoke = (lambda n: SPECS[n].settings["paper"]), (lambda n: SPECS[n].settings["smoke"])
     assert paper("fig3").batch_size == 128 and st.trajectory_settings("paper").n_steps == 1000  # the paper's values
     assert smoke("fig3").batch_size < paper("fig3").batch_size
     assert st.trajectory_settings("smoke").n_steps < st.trajectory_settings("paper").n_steps
-    assert paper("fig6").model == "cifar100" and paper("fig6_mnist").model == "mnist"
-    assert not paper("fig3").trained and paper("fig4").trained
+    assert paper("fig6").dataset == "cifar100" and paper("fig6_mnist").dataset == "mnist"
+    assert paper("fig6").model_key == "cifar100" and paper("fig12_authors").model_key == "authors_cifar100"
+    assert paper("fig3").step == 0 and paper("fig4").step is None and paper("fig4_authors").step == 20_000
+    assert (paper("fig4_authors_exact").model, paper("fig4_authors_exact").arithmetic) == ("authors", "exact")
     with pytest.raises(ConfigError, match="choose one of: paper, smoke"):
         st.trajectory_settings("huge")
+    with pytest.raises(ConfigError, match="unknown model 'authors_mnist'; choose one of: table1, authors"):
+        st.Variant(model="authors_mnist")
+    with pytest.raises(ConfigError, match="unknown arithmetic 'bf16'"):
+        st.Variant(arithmetic="bf16")
 
 
 def test_replace_and_as_dict_round_trip_tuples_through_json_lists():

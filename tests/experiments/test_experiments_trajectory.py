@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from curvature_gap import experiments as ex
+from curvature_gap import experiments
 from curvature_gap.config import ConfigError
 from curvature_gap.experiments import trajectory
 from curvature_gap.experiments.settings import trajectory_settings
 from curvature_gap.hessian import hessian
-from curvature_gap.model import authors_hessian_order, authors_indices, authors_parameter_names, build_model, param_slices
+from curvature_gap.model import build_model
+from curvature_gap.params import authors_hessian_order, authors_indices, authors_parameter_names, param_slices
 from curvature_gap.train import train
 
 
@@ -29,18 +30,19 @@ def test_snapshot_steps():
 
 def test_trajectory_snapshots_are_the_training_run(small_run):
     tmp_path, ctx = small_run
-    t = ex.load_results("trajectory", ctx=ctx)
+    t = experiments.load_results("trajectory", ctx=ctx)
     assert list(t["steps"]) == [0, 3, 5, 6]  # requested steps within n_steps, plus n_steps
     # snapshot 0 is the initialisation, snapshot 6 the run after 6 steps (training resumes exactly)
-    np.testing.assert_array_equal(t["w"][0], trajectory.flat_weights(ctx.model("mnist", 0)[0]))
-    cfg = ctx.recipe("mnist")
-    train(cfg, tmp_path / "direct", device="cpu", datasets=ctx.data("mnist"), max_steps=6, progress=False)
+    mnist = experiments.Variant()
+    np.testing.assert_array_equal(t["w"][0], trajectory.flat_weights(ctx.model(mnist, 0)[0]))
+    cfg = ctx.recipe(mnist)
+    train(cfg, tmp_path / "direct", device="cpu", datasets=ctx.data(mnist), max_steps=6, progress=False)
     direct = torch.load(tmp_path / "direct" / "last.pt", weights_only=True)["model"]
     np.testing.assert_array_equal(t["w"][3], _flat(direct))
     assert not list((tmp_path / "results" / "trajectory").glob("*.partial")), "the partial snapshots are removed"
     G = len(t["groups"])
     assert t["diag_fro"].shape == (4, G) and t["img_values"].shape[0] == 2   # display steps 0 and 6
-    fig3 = ex.load_results("fig3", ctx=ctx)
+    fig3 = experiments.load_results("fig3", ctx=ctx)
     np.testing.assert_allclose(t["diag_fro"][0], fig3["dyn_diag_fro"])     # step 0 is Fig. 3's Hessian
 
 
@@ -60,27 +62,30 @@ def test_interrupted_trajectory_resumes_from_its_saved_snapshots(small_run, monk
 
     monkeypatch.setattr(trajectory, "hessian", killed_at_second)
     with pytest.raises(RuntimeError, match="killed"):
-        ex.load_results("trajectory", ctx=ctx)
-    chash = ex.config_hash_of("trajectory", ctx=ctx)
+        experiments.load_results("trajectory", ctx=ctx)
+    chash = experiments.config_hash_of("trajectory", ctx=ctx)
     assert sorted(p.name for p in (ctx.results_dir / "trajectory" / f"{chash}.partial").iterdir()) == [
         "step_0000000.npz", "step_0000002.npz"]
     calls.clear()
-    t = ex.load_results("trajectory", ctx=ctx)
+    t = experiments.load_results("trajectory", ctx=ctx)
     assert len(calls) == 1 and list(t["steps"]) == [0, 2, 4]  # only the missing snapshot was computed
     tmp_path = ctx.results_dir.parent
-    train(ctx.recipe("mnist"), tmp_path / "direct4", device="cpu", datasets=ctx.data("mnist"), max_steps=4,
-          progress=False)
+    train(ctx.recipe(experiments.Variant()), tmp_path / "direct4", device="cpu", datasets=ctx.data(experiments.Variant()),
+          max_steps=4, progress=False)
     direct = torch.load(tmp_path / "direct4" / "last.pt", weights_only=True)["model"]
     np.testing.assert_array_equal(t["w"][2], _flat(direct))
 
 
-def test_one_computation_takes_the_protocol_of_the_run():
-    """The three trajectories are one computation; the run's recipe (its source) picks the protocol."""
-    specs = [ex.spec(n) for n in ("trajectory", "trajectory_authors", "trajectory_authors_exact")]
-    assert {s.compute for s in specs} == {trajectory.compute_trajectory}
-    ctx = ex.Context(profile="smoke")
-    assert [ctx.recipe(s.settings["smoke"].model).source for s in specs] == ["table1", "authors", "authors"]
+def test_one_computation_takes_the_protocol_of_the_model():
+    """The three trajectories are one figure's grid and one computation; the variant's model picks the protocol, and
+    the run is its recipe (the authors' model: their recipe, in the arithmetic the variant names)."""
+    specs = [experiments.spec(n) for n in ("trajectory", "trajectory_authors", "trajectory_authors_exact")]
+    assert {s.compute for s in specs} == {trajectory.compute_trajectory} and {s.spec for s in specs} == {
+        trajectory.TRAJECTORY_FIGURE}
+    ctx = experiments.Context(profile="smoke")
+    assert [ctx.recipe(s.settings["smoke"]).source for s in specs] == ["table1", "authors", "authors"]
     assert [s.settings["smoke"].arithmetic for s in specs[1:]] == ["authors", "exact"]
+    assert [ctx.recipe(s.settings["smoke"]).precision for s in specs] == ["float32", "bf16", "float32"]
 
 
 def _model():
@@ -134,7 +139,8 @@ def test_a_lists_hessian_from_its_groups_blocks_is_the_dense_hessians_principal_
 
     from curvature_gap.experiments.trajectory import LISTS, list_hessian
     from curvature_gap.hessian import hessian
-    from curvature_gap.model import authors_indices, build_model
+    from curvature_gap.model import build_model
+    from curvature_gap.params import authors_indices
 
     model = build_model("authors_mnist", seed=3).double().eval()
     g = torch.Generator().manual_seed(0)

@@ -310,13 +310,13 @@ def test_fig12_on_the_authors_model_is_seen_whole_on_a_phone():
 def test_the_fig12_figure_of_the_authors_model_fits_a_phone_at_7_pt():
     """The drawing itself (experiments.assumption.plot_assumption on the committed result): its smallest text at 7 pt
     needs less than a phone's column."""
-    from curvature_gap import experiments as ex  # noqa: PLC0415
+    from curvature_gap import experiments  # noqa: PLC0415
     from curvature_gap.notebook import phone_min_width  # noqa: PLC0415
-    ctx = ex.Context(profile="paper", progress=False, published_dir=ex.default_published_dir())
-    res = ex.find_result("fig12_authors_mnist", ctx=ctx)
+    ctx = experiments.Context(profile="paper", progress=False, published_dir=experiments.default_published_dir())
+    res = experiments.find_result("fig12_authors_mnist", ctx=ctx)
     if res is None:
         pytest.skip("no usable published fig12_authors_mnist at this commit")
-    assert phone_min_width(ex.plot("fig12_authors_mnist", res, "assumption")) <= 340
+    assert phone_min_width(experiments.plot("fig12_authors_mnist", res, "assumption")) <= 340
 
 
 def test_inside_the_build_a_figure_is_a_file_at_page_resolution_with_its_full_size_beside_it(tmp_path, monkeypatch):

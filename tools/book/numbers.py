@@ -468,7 +468,7 @@ def setting_values() -> set[float]:
     """Every number of the configuration: the models, the recipes (Table 1's and the authors', both profiles) and
     the settings of every result, both profiles."""
     from curvature_gap import config  # noqa: PLC0415
-    from curvature_gap import experiments as ex  # noqa: PLC0415
+    from curvature_gap import experiments  # noqa: PLC0415
 
     found: set[float] = set()
 
@@ -492,7 +492,7 @@ def setting_values() -> set[float]:
     for model in config.TRAIN_MODELS:
         for profile in config.PROFILES:
             walk(config.recipe_for(model, profile))
-    for s in (*ex.SPECS.values(), *ex.INTERNAL.values()):
+    for s in (*experiments.SPECS.values(), *experiments.INTERNAL.values()):
         walk(s.settings)
     return found
 

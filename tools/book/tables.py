@@ -95,13 +95,13 @@ SCALING_CLAIM = "The title: implications for scaling laws"
 
 
 def _model_word(key: str) -> str:
+    """Which model a result's verdict is about, where its claim has a verdict per model (read from the result's
+    settings: ``experiments.compared_model``), with :func:`~curvature_gap.findings.model_words`."""
+    from curvature_gap.experiments import compared_model  # noqa: PLC0415
     from curvature_gap.findings import model_words  # noqa: PLC0415
 
-    if key.endswith("_authors"):
-        return f"authors' model, {model_words(key)}"
-    if f"{key}_authors" in {k for k, *_ in RESULTS}:
-        return f"theorem's block, {model_words(key)}"
-    return ""
+    words = {"authors": "authors' model", "table1": "theorem's block"}.get(compared_model(key))
+    return f"{words}, {model_words(key)}" if words else ""
 
 
 def _tally(fs: list) -> str:

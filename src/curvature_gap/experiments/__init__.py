@@ -1,12 +1,15 @@
 """The paper's figures and the checks that need a trained model: compute -> results cache -> plot.
 
-``load_results(name, profile)`` returns a result's numbers, computing them only when neither the cache
-(``results/<name>/<config-hash>``) nor the published results (committed to the repository) hold an
-intact result for the current configuration; ``find_result`` never computes. A result's configuration
-is its settings, the training configuration of its model, the configurations of the results it
-depends on, and a hash of the code that computes it (:func:`curvature_gap.codehash.code_hash`), so a
-changed setting or a changed computation is never served from an old result. The plot functions
-(``FigureSpec.plots``) draw a result without computing anything; ``render`` writes them as PDF and PNG.
+Each figure module declares one :class:`FigureSpec` per figure over its grid of variants; each variant is one
+result, named by an id derived from its settings (:func:`.spec.result_id`). ``load_results(name, profile)``
+returns a result's numbers, computing them only when neither the cache (``results/<name>/<config-hash>``) nor
+the published results (committed to the repository) hold an intact result for the current configuration;
+``find_result`` never computes. Before a computation starts, the runner trains the runs it declares
+(``FigureSpec.runs``); the computation only loads them. A result's configuration is its settings, the
+training configuration of its model, the configurations of the results it depends on, and a hash of the code
+that computes it (:func:`curvature_gap.codehash.code_hash`), so a changed setting or a changed computation is
+never served from an old result. The plot functions (``FigureSpec.plots``) draw a result without computing
+anything; ``render`` writes them as PDF and PNG.
 """
 from __future__ import annotations
 
@@ -22,19 +25,21 @@ from ..provenance import checkout_root, git_commit, host, software
 from ..train import run_key
 from .context import Context
 from ..plotting import save_figure
-from .settings import as_dict, replace
-from .spec import FigureSpec, Finding, Job, sort_key
+from .settings import OWN_ARITHMETIC, Variant, as_dict, replace
+from .spec import FigureSpec, Finding, Job, Point, ResultSpec, sort_key
 from .store import PublishedStore, Result, ResultStore, StaleResultWarning, UnusableResult
 
-__all__ = ["Context", "FigureSpec", "Finding", "Job", "register", "SPECS", "INTERNAL", "FIGURE_NAMES", "RESULT_NAMES", "Result", "ResultStore", "PublishedStore",
+__all__ = ["Context", "FigureSpec", "Point", "ResultSpec", "Finding", "Job", "Variant", "register", "SPECS",
+           "INTERNAL", "FIGURES", "FIGURE_NAMES", "RESULT_NAMES", "Result", "ResultStore", "PublishedStore",
            "StaleResultWarning", "UnusableResult", "load_results", "find_result", "config_of", "config_hash_of",
-           "spec", "plot", "message", "render", "published_check", "default_published_dir", "cached_result", "settings_of",
-           "warn_if_damaged"]
+           "spec", "on_model", "compared_model", "runs_of", "furthest", "train_runs", "plot", "message", "render",
+           "published_check", "default_published_dir",
+           "cached_result", "settings_of", "warn_if_damaged"]
 
 
 def _discover() -> tuple[dict, dict]:
-    """The results declared by this package's modules: each module's ``SPECS`` (:mod:`.spec`), in book order
-    (:func:`.spec.sort_key`); internal ones (computed for others only) apart."""
+    """The results declared by this package's modules: the results of each module's ``SPECS`` (figures,
+    :mod:`.spec`), in book order (:func:`.spec.sort_key`); internal ones (computed for others only) apart."""
     found = []
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
@@ -42,30 +47,34 @@ def _discover() -> tuple[dict, dict]:
     return register(found)
 
 
-def register(specs, into: tuple[dict, dict] | None = None) -> tuple[dict, dict]:
-    """Add ``specs`` to the registries ``into`` (default: this package's ``SPECS`` and ``INTERNAL``) and
-    return them; a name declared twice is an error naming both. The CONTRIBUTING recipe's test registers a
-    toy result through this."""
+def register(figures, into: tuple[dict, dict] | None = None) -> tuple[dict, dict]:
+    """Add the results of ``figures`` (:class:`FigureSpec` s) to the registries ``into`` (default: this package's
+    ``SPECS`` and ``INTERNAL``, and ``FIGURES``) and return them; an id declared twice is an error naming both
+    modules. The CONTRIBUTING recipe's test registers a toy result through this."""
     public, internal = into if into is not None else (SPECS, INTERNAL)
-    for s in specs:
-        if s.name in public or s.name in internal:
-            raise ConfigError(f"result {s.name!r} is declared twice (by {s.compute.__module__} and "
-                              f"{(public.get(s.name) or internal[s.name]).compute.__module__})")
-        (internal if s.internal else public)[s.name] = s
+    for f in figures:
+        for s in f.results:
+            if s.name in public or s.name in internal:
+                raise ConfigError(f"result {s.name!r} is declared twice (by {s.compute.__module__} and "
+                                  f"{(public.get(s.name) or internal[s.name]).compute.__module__})")
+            (internal if s.internal else public)[s.name] = s
+        if into is None:
+            FIGURES[f.name] = f
     ordered = dict(sorted(public.items(), key=lambda kv: sort_key(kv[1])))
     public.clear()
     public.update(ordered)
     return public, internal
 
 
-SPECS: dict[str, FigureSpec] = {}
-INTERNAL: dict[str, FigureSpec] = {}
+SPECS: dict[str, ResultSpec] = {}
+INTERNAL: dict[str, ResultSpec] = {}
+FIGURES: dict[str, FigureSpec] = {}  # each figure by its name (its results are in SPECS, INTERNAL)
 _discover()
 RESULT_NAMES = tuple(SPECS)
 FIGURE_NAMES = tuple(n for n, s in SPECS.items() if s.plots)
 
 
-def spec(name: str) -> FigureSpec:
+def spec(name: str) -> ResultSpec:
     if name in SPECS:
         return SPECS[name]
     if name in INTERNAL:
@@ -73,7 +82,62 @@ def spec(name: str) -> FigureSpec:
     raise ConfigError(f"unknown figure {name!r}; valid names: {', '.join(RESULT_NAMES)}")
 
 
-def settings_of(s: FigureSpec, ctx: Context):
+def on_model(name: str, model: str) -> str | None:
+    """The id of the result of ``name``'s figure on ``model`` (``settings.MODELS``), in that model's own arithmetic
+    and on the figure's dataset: ``on_model("fig4", "authors") == "fig4_authors"``; None where the figure has no such
+    result (Figs. 3-6 and 12 have both)."""
+    r = spec(name).spec.result(model=model, arithmetic=OWN_ARITHMETIC[model])
+    return None if r is None else r.name
+
+
+def compared_model(name: str) -> str | None:
+    """The model (``settings.MODELS``) result ``name`` is computed on, where it carries a finding and its figure
+    reads the same claim on the other model too (a result with a finding there, in that model's own arithmetic, on
+    the figure's dataset); None otherwise (an unknown name, a result without a finding or of no trained model, a
+    claim read on one model)."""
+    s = SPECS.get(name)
+    v = s.variant if s is not None and s.finding is not None else None
+    if v is None:
+        return None
+    other = on_model(name, "table1" if v.model == "authors" else "authors")
+    return v.model if other is not None and spec(other).finding is not None else None
+
+
+def runs_of(name: str, ctx: Context) -> list[tuple]:
+    """The training runs result ``name`` reads under ``ctx`` (its figure's ``runs``): ``(variant, step, seed)``
+    each, ``step`` None for a whole run, 0 for an initialisation (nothing to train), ``seed`` None for the
+    recipe's; empty for a result of no trained model."""
+    s = spec(name)
+    settings = settings_of(s, ctx)
+    return [(settings, step, seed) for step, seed in (s.runs(settings, ctx) if s.runs is not None else ())]
+
+
+def furthest(runs: list[tuple], ctx: Context) -> list[tuple]:
+    """``runs`` (``(variant, step, seed)``, :func:`runs_of`) as one training per run (its recipe's key): ``(variant,
+    step, seed, snapshots)`` with ``step`` the furthest any of them reads (None, the whole run, is the furthest) and
+    ``snapshots`` the earlier steps (> 0) to save on the way, so that no step is trained twice."""
+    by: dict[str, list] = {}
+    for v, step, seed in runs:
+        key = run_key(ctx.recipe(v, seed))
+        by.setdefault(key, [v, seed, []])[2].append(step)
+    out = []
+    for v, seed, steps in by.values():
+        ints = sorted({st for st in steps if st is not None})
+        last = None if None in steps else ints[-1]
+        out.append((v, last, seed, tuple(st for st in ints if st and st != last)))
+    return out
+
+
+def train_runs(runs: list[tuple], ctx: Context) -> None:
+    """The runner: train ``runs`` (:func:`runs_of`), each run once to its furthest step with the snapshots of the
+    others (:func:`furthest`), then make every step it reads available to ``Context.model``."""
+    for v, step, seed, snapshots in furthest(runs, ctx):
+        ctx.train(v, step, seed, snapshots)
+    for v, step, seed in runs:
+        ctx.train(v, step, seed)
+
+
+def settings_of(s: ResultSpec, ctx: Context):
     """The settings of result ``s`` under the context's profile, with the context's overrides (by the
     result's name or its ``override_key``)."""
     if ctx.profile not in s.settings:
@@ -83,12 +147,12 @@ def settings_of(s: FigureSpec, ctx: Context):
     return replace(base, **over) if over else base
 
 
-def config_of(s: FigureSpec, ctx: Context, settings, dep_hashes: dict) -> dict:
+def config_of(s: ResultSpec, ctx: Context, settings, dep_hashes: dict) -> dict:
     """Everything that determines a result's numbers; its hash names the result files."""
     recipe = ctx.run_recipe(settings)
     train = {}
     if recipe is not None:
-        train[settings.model] = dict(run_key=run_key(recipe), **recipe.to_dict())
+        train[settings.model_key] = dict(run_key=run_key(recipe), **recipe.to_dict())
     config = dict(figure=s.name, profile=ctx.profile, settings=as_dict(settings), train=train,
                   depends=dict(dep_hashes), code=code_hash(*computation(s), via=CONTEXT_VIA))
     if s.reads:
@@ -100,7 +164,7 @@ def config_of(s: FigureSpec, ctx: Context, settings, dep_hashes: dict) -> dict:
 CONTEXT_VIA = (("ctx", Context), ("self", Context))
 
 
-def computation(s: FigureSpec) -> tuple:
+def computation(s: ResultSpec) -> tuple:
     """The roots of a result's code hash: its compute (and finish) functions; :mod:`curvature_gap.codehash`
     follows what they use, the :class:`Context` methods they call included (``CONTEXT_VIA``). The training code
     is not among them: a run's weights are named by its key (``train.run_key``: the recipe and the code that
@@ -118,7 +182,7 @@ def _context(profile: str | None, ctx: Context | None, kwargs: dict) -> Context:
     return ctx
 
 
-def _config(name: str, ctx: Context) -> tuple[FigureSpec, object, dict, str]:
+def _config(name: str, ctx: Context) -> tuple[ResultSpec, object, dict, str]:
     s = spec(name)
     if ctx.profile not in s.profiles:
         raise ConfigError(f"{name} exists only under the profile(s) {', '.join(s.profiles)}")
@@ -208,10 +272,12 @@ def load_results(name: str, profile: str | None = None, ctx: Context | None = No
                 r = store.load(name, chash, config)
             if r is not None:
                 return r
-        deps = {d: load_results(d, ctx=ctx) for d in s.depends}
-        ctx.log(f"[{name}] computing ({ctx.profile}, config {chash})")
+        deps = {figure: load_results(d, ctx=ctx) for d, figure in s.dep_figures.items()}
         t0, p0 = time.perf_counter(), dict(ctx.phases)
-        job = Job(name, ctx, settings, deps, chash, store, {r: settings_of(spec(r), ctx) for r in s.reads})
+        train_runs(runs_of(name, ctx), ctx)  # the runner trains; the computation only loads (Context.model)
+        ctx.log(f"[{name}] computing ({ctx.profile}, config {chash})")
+        job = Job(name, ctx, settings, deps, chash, store,
+                  {figure: settings_of(spec(r), ctx) for r, figure in s.read_figures.items()})
         arrays, meta = s.compute(job)
         seconds = time.perf_counter() - t0
         phases = {k: round(v - p0.get(k, 0.0), 2) for k, v in ctx.phases.items() if v - p0.get(k, 0.0) > 0}

@@ -13,8 +13,9 @@ Two protocols compute it, named by the settings:
   every 16 batches, summed in float64 (the quantity) and in the parameters' dtype as their ``assumption_1.py`` sums
   it (:func:`.running_mean.compute_loader_pass`). The paper profile is their ``assumption_1.yaml``: the 8-block
   CIFAR-100 model at step 10,000 of the run of seed 21, 26 epochs of its loader (``fig12_authors``); where
-  CIFAR-100 cannot be had, ``fig12_authors_mnist`` (their bf16 runs) and ``fig12_authors_mnist_exact`` (float32)
-  select Fig. 12's numbers from the MNIST passes both figures share.
+  CIFAR-100 cannot be had, the MNIST stand-ins (``fig12_authors_mnist``: their bf16 runs;
+  ``fig12_authors_mnist_exact``: float32) select Fig. 12's numbers from the MNIST passes both figures share
+  (:data:`.running_mean.LOADER_PASS`).
 
 One rule reads the paper's "its validity increases with … a larger number of samples" on every model
 (:func:`curvature_gap.landscape.assumption1.validity_increases`).
@@ -33,43 +34,44 @@ from ..row import Row
 from .claims import not_run
 from .context import Context
 from .running_mean import (ACCUM_TOL, DRIFT_FROM, MNIST_EXACT_SETTINGS, MNIST_NEEDS, MNIST_SETTINGS as PASS_SETTINGS,
-                           SMOKE, LoaderPassSettings, compute_loader_pass, on_loader, pass_title, select)
-from .spec import FigureSpec, Finding
+                           SMOKE, LoaderPassSettings, compute_loader_pass, on_loader, pass_runs, pass_title, select)
+from .settings import Variant
+from .spec import FigureSpec, Finding, Point, claimed
 
 __all__ = ["compute_assumption", "plot_assumption", "message", "key_numbers", "AssumptionSettings", "assumption_rows",
            "ASSUMPTION_TOL", "validity_row",
-           "accumulation_rows", "AUTHORS_SETTINGS", "FALL_TOL", "SPECS"]
+           "accumulation_rows", "AUTHORS_SETTINGS", "FALL_TOL", "FIG12", "SPECS"]
 
 
 @dataclass(frozen=True)
-class AssumptionSettings:
-    """Fig. 12: ||grad L_k(w*)|| against the number of samples k (Assumption 1 says it is 0)."""
+class AssumptionSettings(Variant):
+    """Fig. 12 on the theorem's block: ||grad L_k(w*)|| against the number of samples k (Assumption 1 says it is 0)."""
 
     # the paper's Fig. 12 is on the 8-block CIFAR-100 model (the authors' assumption_1.yaml), so the paper profile of
     # the theorem's block is its CIFAR-100 model of Table 1; the MNIST model stands in where CIFAR-100 cannot be had
-    model: str = "cifar100"
+    dataset: str = "cifar100"
     n_permutations: int = 4  # sampled orders drawn (the mean over all orders is computed exactly)
     n_points: int = 30  # log-spaced sample counts from 1 to N
     chunk: int = 512  # samples per backward pass (memory only; does not change the numbers beyond rounding)
     seed: int = 0  # permutation seed
 
 
-SETTINGS = {"paper": AssumptionSettings(), "smoke": AssumptionSettings(model="mnist", n_points=20, n_permutations=4)}
+SETTINGS = {"paper": AssumptionSettings(), "smoke": AssumptionSettings(dataset="mnist", n_points=20, n_permutations=4)}
 # the stand-in (as fig6_mnist is Fig. 6's): the trained MNIST model of Table 1, without a verdict on the figure
-MNIST_SETTINGS = {"paper": AssumptionSettings(model="mnist")}
+MNIST_SETTINGS = {"paper": AssumptionSettings(dataset="mnist")}
 # the authors' model: their assumption_1.yaml (seed 21, the seed of configs/vit_classification_cifar_100.yaml: the
 # defaults of LoaderPassSettings); smoke: the pass of their MNIST smoke run
 AUTHORS_SETTINGS = {"paper": LoaderPassSettings(), "smoke": SMOKE}
 
 
 def compute_assumption(ctx: Context, s: AssumptionSettings) -> tuple[dict, dict]:
-    model, info = ctx.model(s.model)
-    tr = ctx.data(s.model).train
+    model, info = ctx.model(s)
+    tr = ctx.data(s).train
     ctx.log(f"gradient norms of L_k at w* on {len(tr)} training images, {s.n_permutations} orders, exact mean")
     res = measure(model, tr.images, tr.labels, s.n_points, s.n_permutations, s.seed, ctx.torch_device, s.chunk,
                   ctx.progress)
     arrays = {k: res.pop(k) for k in ("k", "grad_norms", "mean", "rms_exact", "grad_mean")}
-    meta = dict(profile=ctx.profile, model=s.model, n_permutations=s.n_permutations, checkpoint=info,
+    meta = dict(profile=ctx.profile, model=s.model_key, n_permutations=s.n_permutations, checkpoint=info,
                 quantity="‖∇L_k(w*)‖₂, L_k = mean cross-entropy of the first k samples of a random order; "
                          "rms_exact = sqrt(E‖∇L_k‖²) over all orders, from the per-sample gradient moments", **res)
     return arrays, meta
@@ -215,42 +217,46 @@ def assumption_rows(result, standin=None) -> list[Row]:
                        value=m["slope_small_k"], profile=prof, evidence=[str(result.json_path)], note=averaging)]
 
 
-def validity_row(result, standin=None) -> Row:
-    """Fig. 12 on the authors' model: "its validity increases with … a larger number of samples", read as the
-    float64 gradient norm of the running mean falling with the samples seen (the one rule,
+def validity_row(result, standin, spec) -> Row:
+    """Fig. 12 on the authors' model (the result of ``spec``, a :class:`~.spec.ResultSpec`; ``standin``: its MNIST
+    stand-in's): "its validity increases with … a larger number of samples", read as the float64 gradient norm of
+    the running mean falling with the samples seen (the one rule,
     :func:`curvature_gap.landscape.assumption1.validity_increases`)."""
+    name = spec.name
     what = ("'its validity increases with … a larger number of samples': log-log slope of ‖∇L_k(w*)‖ (summed in "
             "float64) against the samples seen, their loader (negative, and the norm at the largest k below the norm "
             "at the smallest: reproduced, the rule of the theorem's block; the authors' 8-block CIFAR-100 model, bf16 "
             "run)")
     if result is None:
-        row = not_run("fig12_authors.validity_increases", "fig12_authors", what, "fig12_authors", _NEEDS)
+        row = not_run(f"{name}.validity_increases", name, what, name, _NEEDS)
         if standin is not None:
             row.note = f"{_STANDIN} {_mechanism(standin)}"
         return row
     s = result.meta["grad_slope"]
     norms = result.arrays["grad_norm"].mean(axis=0)
     ok = validity_increases(s, norms[0], norms[-1])
-    return Row(id="fig12_authors.validity_increases", result="fig12_authors", kind="claim", claim="reproduced",
+    return Row(id=f"{name}.validity_increases", result=name, kind="claim", claim="reproduced",
                expected=None, what=what, verdict="reproduced" if ok else "not reproduced", value=s,
                profile=result.config["profile"], evidence=[str(result.json_path)],
                note=f"slope {s:.3f} over {result.arrays['grad_norm'].shape[1]} logged points; averaging alone gives "
                     f"−0.5. {_mechanism(result)}")
 
 
-def accumulation_rows(standin) -> list[Row]:
-    """The MNIST stand-in of Fig. 12 in their arithmetic: does the curve their code plots equal the quantity
-    (``bf16_over_exact``), and does the quantity itself fall (``exact_drift``)?"""
-    ids = ("fig12_authors_mnist.bf16_over_exact", "fig12_authors_mnist.exact_drift")
+def accumulation_rows(standin, spec) -> list[Row]:
+    """The MNIST stand-in of Fig. 12 in their arithmetic (``standin``, the result of ``spec.standin``; its rows
+    are evidence for ``spec``'s finding): does the curve their code plots equal the quantity (``bf16_over_exact``),
+    and does the quantity itself fall (``exact_drift``)?"""
+    name = spec.name
+    ids = (f"{spec.standin}.bf16_over_exact", f"{spec.standin}.exact_drift")
     whats = (f"the running-mean gradient norm summed in bf16 (their assumption_1.py) over the same norm summed in "
              f"float64, at the largest k, mean over the runs: within {ACCUM_TOL:g} of 1 (the authors' MNIST model, "
              "bf16 run, step 20,000)",
              f"'its validity increases with … a larger number of samples' on the float64 sum: the norm at the largest "
              f"k over its value at k ≈ {DRIFT_FROM:,}, below {1 - FALL_TOL:g} (the same runs)")
     if standin is None:
-        return [not_run(i, "fig12_authors", w, "fig12_authors_mnist", MNIST_NEEDS) for i, w in zip(ids, whats)]
+        return [not_run(i, name, w, spec.standin, MNIST_NEEDS) for i, w in zip(ids, whats)]
     m = standin.meta
-    common = dict(result="fig12_authors", kind="identity", claim="holds", expected=None, role="detail",
+    common = dict(result=name, kind="identity", claim="holds", expected=None, role="detail",
                   profile=standin.config["profile"], evidence=[str(standin.json_path)],
                   instances=f"{m['n_passes']} runs (seeds {', '.join(map(str, m['run_seeds']))}), one loader pass each, "
                             f"k up to {m['largest_k']:,}")
@@ -269,36 +275,39 @@ def accumulation_rows(standin) -> list[Row]:
 
 
 # ----------------------------------------------------------------------------- the results of this module
-def _compute_authors(j):
+_ARRAYS = ("grad_samples", "grad_norm", "grad_norm_theirs")  # Fig. 12's arrays of a loader pass
+
+
+def _compute(j):
+    """Fig. 12 by the protocol of the variant's model: the theorem's block over random orders of the data (exact
+    moments), the authors' model over one pass of their loader (where a shared MNIST pass exists, its numbers)."""
+    if j.settings.model == "table1":
+        return compute_assumption(j.ctx, j.settings)
+    if "loader_pass" in j.deps:
+        return select(_ARRAYS, j.deps["loader_pass"])
     return compute_loader_pass(j.ctx, j.settings)
 
 
-_ARRAYS = ("grad_samples", "grad_norm", "grad_norm_theirs")  # Fig. 12's arrays of a loader pass
-_PLOT, _MESSAGE = {"assumption": plot_assumption}, {"assumption": message}
-SPECS = (
-    FigureSpec("fig12_authors", "Fig. 12", "fig12_assumption_1_authors", "the gradient of the running mean loss at "
-               "w*, the authors' model", AUTHORS_SETTINGS, _compute_authors, _PLOT, _MESSAGE,
-               needs="CIFAR-100 (paper) / MNIST (smoke)", rank=0, key_numbers=key_numbers,
-               rows=lambda res: [validity_row(res.get("fig12_authors"), res.get("fig12_authors_mnist")),
-                                 *accumulation_rows(res.get("fig12_authors_mnist"))],
-               rows_read=("fig12_authors", "fig12_authors_mnist"),
-               finding=Finding("fig12_authors", "Fig. 12 on the authors' model: Assumption 1 improves with more "
-                               "samples (CIFAR-100)", "notebooks/fig12_assumption1")),
-    FigureSpec("fig12_authors_mnist", "Fig. 12", "fig12_assumption_1_authors_mnist", "the gradient of the running "
-               "mean loss at w*, the authors' MNIST model, their bf16 run and bf16 sums (stand-in)", PASS_SETTINGS,
-               select(_ARRAYS), _PLOT, _MESSAGE, depends=("authors_mnist_pass",), needs=MNIST_NEEDS, rank=0,
-               key_numbers=key_numbers),
-    FigureSpec("fig12_authors_mnist_exact", "Fig. 12", "fig12_assumption_1_authors_mnist_exact", "the gradient of the "
-               "running mean loss at w*, the authors' MNIST model, float32 run (stand-in)", MNIST_EXACT_SETTINGS,
-               select(_ARRAYS, "authors_mnist_pass_exact"), _PLOT, _MESSAGE, depends=("authors_mnist_pass_exact",),
-               needs=MNIST_NEEDS, rank=0, key_numbers=key_numbers),
-    # its rows (Assumption 1 literally, and the paper's reading of Fig. 12) are curvature_gap.checks.landscape's
-    FigureSpec("fig12", "Fig. 12", "fig12_assumption_1", "validation of Assumption 1", SETTINGS,
-               lambda j: compute_assumption(j.ctx, j.settings), _PLOT, _MESSAGE, needs="CIFAR-100 (paper) / MNIST (smoke)",
-               override_key="assumption", verify_reads=True, key_numbers=key_numbers,
-               finding=Finding("fig12", "Fig. 12: Assumption 1 improves with more samples (CIFAR-100)",
-                               "notebooks/fig12_assumption1")),
-    FigureSpec("fig12_mnist", "Fig. 12 (MNIST stand-in)", "fig12_assumption_1_mnist", "validation of Assumption 1, "
-               "MNIST model (stand-in)", MNIST_SETTINGS, lambda j: compute_assumption(j.ctx, j.settings), _PLOT, _MESSAGE,
-               override_key="assumption_mnist", verify_reads=True, key_numbers=key_numbers),
-)
+def _rows(res) -> list[Row]:
+    """The claim rows of Fig. 12 on the authors' model (the theorem's block's, Assumption 1 literally and the
+    paper's reading of Fig. 12, are :mod:`curvature_gap.checks.landscape`'s)."""
+    return [row for s in claimed("fig12") if s.settings["paper"].model == "authors"
+            for row in (validity_row(res.get(s.name), res.get(s.standin), s),
+                        *accumulation_rows(res.get(s.standin), s))]
+
+
+FIG12 = FigureSpec(
+    "fig12", "Fig. 12", "fig12_assumption_1", "validation of Assumption 1",
+    (Point(AUTHORS_SETTINGS, Finding("Fig. 12 on the authors' model: Assumption 1 improves with more samples "
+                                     "(CIFAR-100)", "notebooks/fig12_assumption1"), standin=True,
+           needs="CIFAR-100 (paper) / MNIST (smoke)"),
+     Point(PASS_SETTINGS, needs=MNIST_NEEDS, depends=("loader_pass",), trains=False),
+     Point(MNIST_EXACT_SETTINGS, needs=MNIST_NEEDS, depends=("loader_pass",), trains=False),
+     Point(SETTINGS, Finding("Fig. 12: Assumption 1 improves with more samples (CIFAR-100)",
+                             "notebooks/fig12_assumption1"), needs="CIFAR-100 (paper) / MNIST (smoke)",
+           override_key="assumption", verify_reads=True),
+     Point(MNIST_SETTINGS, override_key="assumption_mnist", verify_reads=True)),
+    _compute, {"assumption": plot_assumption}, {"assumption": message},
+    runs=lambda s, ctx: [(None, None)] if s.model == "table1" else pass_runs(s, ctx), key_numbers=key_numbers,
+    rows=_rows, dataset="cifar100")
+SPECS = (FIG12,)

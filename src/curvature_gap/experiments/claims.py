@@ -2,9 +2,10 @@
 
 Each claim is read literally and over every reasonable parameter set and statistic, and the verdict is
 derived from that table (``details`` of the row), never from one number. The claims themselves live with
-their results: Figs. 3–4 in :mod:`.heatmaps` (``values_largest``), Fig. 5 in :mod:`.norms`
-(``keys_values``), Fig. 6 in :mod:`.convergence` (``convergence_slope``). Verdicts about the experiments
-come only from the paper profile; a smoke result gives none.
+their results: Figs. 3–4 in :mod:`.heatmaps` (``values_larger``, Fig. 3's comparative; ``values_largest``, Fig.
+4's superlative and Fig. 3's second reading), Fig. 5 in :mod:`.norms` (``keys_values``, one rule over every reading
+of every run), Fig. 6 in :mod:`.convergence` (``convergence_slope``). Verdicts about the experiments come only from
+the paper profile; a smoke result gives none.
 """
 from __future__ import annotations
 

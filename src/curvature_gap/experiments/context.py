@@ -11,39 +11,32 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .. import data as data_mod
-from ..config import DATASET_OF, Recipe, recipe_for
+from .. import data
+from ..config import Recipe, recipe_for
 from ..device import resolve_device
 from ..model import ViT, build_model
 from ..precision import precision_of
-from ..train import Datasets, ensure, load_datasets, pass_batches, run_dir
-from .settings import trajectory_settings
+from ..train import Datasets, ensure, load_datasets, load_run, pass_batches, run_dir
+from .settings import Variant, replace, trajectory_settings
 
 __all__ = ["Context"]
 
 
-def _seed(seed: int | None) -> dict:
-    """``{"seed": seed}``, or nothing for None (the configuration's own seed)."""
-    return {} if seed is None else {"seed": int(seed)}
-
-
-def _arithmetic(arithmetic: str | None) -> dict:
-    """``{"precision": ...}`` of an arithmetic (``precision.ARITHMETICS``), or nothing for None (the recipe's)."""
-    return {} if arithmetic is None else {"precision": precision_of(arithmetic)}
-
-
 @dataclass
 class Context:
-    """Where and how figures are computed, with one method per need of a result: the recipe of a model's run
-    (:meth:`recipe`), its data (:meth:`data`), the batches it reads (:meth:`first_images`,
-    :meth:`loader_batches`) and its weights at any step (:meth:`model`). Table 1's models and the authors' are
-    served alike: what differs is their recipe's values (``config.RECIPES``).
+    """Where and how figures are computed, with one method per need of a result, each taking the
+    :class:`~.settings.Variant` it is computed on (its settings): the recipe of the variant's run
+    (:meth:`recipe`), its data (:meth:`data`), the batches it reads (:meth:`first_images`, :meth:`loader_batches`)
+    and its weights at any step (:meth:`model`, which only loads them). The runner
+    (``experiments.load_results``) trains the runs a result declares (``FigureSpec.runs``) with :meth:`train`
+    before its computation starts: a computation never trains. Table 1's models and the authors' are served
+    alike: what differs is their recipe's values (``config.RECIPES``).
 
-    ``datasets`` (model or dataset name -> ``train.Datasets``, whole splits normalised to [-1, 1]),
-    ``train_overrides`` (model name -> Recipe overrides) and ``settings_overrides`` (figure -> settings overrides) let tests run every figure on
-    small, test-written data; overrides enter the config hash like any other setting.
-    ``published_dir`` holds the results committed to the repository, one directory per profile (read
-    when the cache has none for the current configuration).
+    ``datasets`` (model key or dataset name -> ``train.Datasets``, whole splits normalised to [-1, 1]),
+    ``train_overrides`` (model key, ``Variant.model_key`` -> Recipe overrides) and ``settings_overrides`` (result
+    -> settings overrides) let tests run every figure on small, test-written data; overrides enter the config
+    hash like any other setting. ``published_dir`` holds the results committed to the repository, one directory
+    per profile (read when the cache has none for the current configuration).
     """
 
     profile: str = "smoke"
@@ -73,23 +66,23 @@ class Context:
     def torch_device(self) -> torch.device:
         return resolve_device(self.device)
 
-    def recipe(self, model: str, seed: int | None = None, arithmetic: str | None = None) -> Recipe:
-        """The recipe that trains ``model`` under this profile (``config.recipe_for``), with the context's
-        overrides; ``seed``: a run of it with another seed (None: the recipe's); ``arithmetic``: ``"authors"``
-        (bf16) or ``"exact"`` (float32) training (None: the recipe's own precision)."""
-        return recipe_for(model, self.profile, **{**self.train_overrides.get(model, {}), **_seed(seed),
-                                                  **_arithmetic(arithmetic)})
+    def recipe(self, v: Variant, seed: int | None = None) -> Recipe:
+        """The recipe that trains ``v``'s model (``config.recipe_for`` of ``v.model_key`` under this profile) in
+        ``v.arithmetic``, with the context's overrides; ``seed``: a run of it with another seed (None: the
+        recipe's)."""
+        return recipe_for(v.model_key, self.profile, **{**self.train_overrides.get(v.model_key, {}),
+                                                        **({} if seed is None else {"seed": int(seed)}),
+                                                        "precision": precision_of(v.arithmetic)})
 
     def run_recipe(self, settings) -> Recipe | None:
-        """The recipe of the run a result with ``settings`` reads: its ``model``'s, with the seed its
-        ``run_seed`` names and the arithmetic its ``arithmetic`` names (None where the settings name no model)."""
-        model = getattr(settings, "model", None)
-        if model is None:
+        """The recipe of the run a result with ``settings`` reads: its variant's, with the seed its ``run_seed``
+        names (None where the settings are no :class:`~.settings.Variant`: no trained model)."""
+        if not isinstance(settings, Variant):
             return None
-        return self.recipe(model, getattr(settings, "run_seed", None), getattr(settings, "arithmetic", None))
+        return self.recipe(settings, getattr(settings, "run_seed", None))
 
-    def run_dir(self, model: str) -> Path:
-        return run_dir(self.recipe(model), self.runs_dir)
+    def run_dir(self, v: Variant, seed: int | None = None) -> Path:
+        return run_dir(self.recipe(v, seed), self.runs_dir)
 
     @contextmanager
     def phase(self, name: str):
@@ -105,74 +98,81 @@ class Context:
         if self.progress:
             tqdm.write(msg, file=sys.stderr)
 
-    def snapshot_steps(self, model: str) -> tuple[int, ...]:
-        """The training steps the theorem's dynamics figures (Figs. 5, 7-11) look at, saved while training."""
+    def snapshot_steps(self, v: Variant) -> tuple[int, ...]:
+        """The training steps the theorem's dynamics figures (Figs. 5, 7-11) look at, saved while ``v``'s run
+        trains (none for another run than the trajectory's)."""
         s = trajectory_settings(self.profile)
-        over = self.settings_overrides.get("trajectory") or {}
-        steps, n = over.get("steps", s.steps), over.get("n_steps", s.n_steps)
-        if over.get("model", s.model) != model:
+        s = replace(s, **(self.settings_overrides.get("trajectory") or {}))
+        if self.recipe(s) != self.recipe(v):
             return ()
-        return tuple(sorted({int(st) for st in steps if st <= n} | {int(n)}))
+        return tuple(sorted({int(st) for st in s.steps if st <= s.n_steps} | {int(s.n_steps)}))
 
     # ---------------------------------------------------------------- data
-    def _raw_datasets(self, model: str) -> Datasets:
-        """The whole train/test split of ``model``'s dataset (normalised to [-1, 1]); given ones
-        (``datasets``, keyed by model or by dataset name) first. Raises DataUnavailable."""
-        name = DATASET_OF[model]
-        for k in (model, name):
+    def _raw_datasets(self, v: Variant) -> Datasets:
+        """The whole train/test split of ``v``'s dataset (normalised to [-1, 1]); given ones (``datasets``, keyed
+        by model key or by dataset name) first. Raises DataUnavailable."""
+        for k in (v.model_key, v.dataset):
             if self.datasets is not None and k in self.datasets:
                 return self.datasets[k]
-        key = ("data", name)
+        key = ("data", v.dataset)
         if key not in self._cache:
             with self.phase("data"):
-                tr = data_mod.load(name, self.data_dir, train=True, verify_md5=self.verify_md5)
-                te = data_mod.load(name, self.data_dir, train=False, verify_md5=self.verify_md5)
+                tr = data.load(v.dataset, self.data_dir, train=True, verify_md5=self.verify_md5)
+                te = data.load(v.dataset, self.data_dir, train=False, verify_md5=self.verify_md5)
             self._cache[key] = Datasets(tr, te)
         return self._cache[key]
 
-    def data(self, model: str) -> Datasets:
-        """Train/test sets as ``model``'s recipe reads them: its subsets, its normalisation, not augmented.
+    def data(self, v: Variant) -> Datasets:
+        """Train/test sets as ``v``'s recipe reads them: its subsets, its normalisation, not augmented.
         Raises DataUnavailable."""
-        return load_datasets(self.recipe(model), datasets=self._raw_datasets(model))
+        return load_datasets(self.recipe(v), datasets=self._raw_datasets(v))
 
-    def first_images(self, model: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def first_images(self, v: Variant, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first ``n`` training images and labels, in file order, unaugmented (the theorem's block's fixed
         Hessian batch), on the device."""
-        tr = self.data(model).train
+        tr = self.data(v).train
         if len(tr) < n:
-            raise ValueError(f"the {model} training set has {len(tr)} images, fewer than the batch of {n}")
+            raise ValueError(f"the {v.model_key} training set has {len(tr)} images, fewer than the batch of {n}")
         dev = self.torch_device
         return tr.images[:n].to(dev), tr.labels[:n].to(dev)
 
-    def loader_batches(self, model: str, passes: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The first batch of each of the first ``passes`` passes over ``model``'s training loader, shuffled,
+    def loader_batches(self, v: Variant, passes: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The first batch of each of the first ``passes`` passes over ``v``'s training loader, shuffled,
         augmented and normalised as its run trains (``train.pass_batches``; the authors' notebooks' repeated
         ``next(iter(loader))``; pass 0 is their Figs. 3–4 batch), on the device."""
         dev = self.torch_device
-        return [(x.to(dev), y.to(dev)) for x, y in pass_batches(self.recipe(model), self.data(model), passes)]
+        return [(x.to(dev), y.to(dev)) for x, y in pass_batches(self.recipe(v), self.data(v), passes)]
 
     # ---------------------------------------------------------------- models
-    def model(self, model: str, step: int | None = None, seed: int | None = None,
-              arithmetic: str | None = None) -> tuple[ViT, dict]:
-        """``model`` after its run under this profile (``step=None``), or after ``step`` steps of it (0: the
-        run's seeded initialisation), in eval mode on the device, in float32 (a bf16 run's weights widen
-        exactly), with a description of the weights. ``seed``, ``arithmetic``: of a run with another seed or
-        arithmetic (None: the recipe's). Weights come from ``train.ensure``: reused when the run's files are
-        intact, else trained or resumed; a whole run of the theorem's dynamics model saves the snapshots its
-        figures read (:meth:`snapshot_steps`)."""
-        recipe = self.recipe(model, seed, arithmetic)
-        key = ("run", model, recipe.hash(), step)
+    def train(self, v: Variant, step: int | None = None, seed: int | None = None, snapshots: tuple = ()) -> None:
+        """The runner's: make ``v``'s run (of ``seed``; None: the recipe's) hold its weights after ``step`` steps
+        (None: the whole run, saving the snapshots the dynamics figures read, :meth:`snapshot_steps`; 0: its
+        initialisation, nothing to train), training or resuming it where they are missing (``train.ensure``), also
+        saving the snapshots of the earlier steps ``snapshots`` on the way, and keep them for :meth:`model`."""
+        recipe = self.recipe(v, seed)
+        key = ("run", recipe.hash(), step)
+        if key in self._cache:
+            return
+        with self.phase("training"):
+            self._cache[key] = ensure(recipe, self.runs_dir, step, self.device,
+                                      datasets=self._raw_datasets(v) if step != 0 else None, progress=self.progress,
+                                      snapshot_steps=(self.snapshot_steps(v) if step is None else ())
+                                      + tuple(snapshots), log=self.log)
+        info = self._cache[key][1]
+        if "loop" in info:
+            self.trained.append(dict(run=info.get("run") or info.get("run_dir"), **info["loop"]))
+
+    def model(self, v: Variant, step: int | None = None, seed: int | None = None) -> tuple[ViT, dict]:
+        """``v``'s model after its run under this profile (``step=None``), or after ``step`` steps of it (0: the
+        run's seeded initialisation), of the run of ``seed`` (None: the recipe's), in eval mode on the device, in
+        float32 (a bf16 run's weights widen exactly), with a description of the weights. It only loads them
+        (``train.load_run``): a run it does not find raises ``train.RunMissing``; the result that reads it
+        declares it (``FigureSpec.runs``) and the runner trains it (:meth:`train`)."""
+        recipe = self.recipe(v, seed)
+        key = ("run", recipe.hash(), step)
         if key not in self._cache:
-            with self.phase("training"):
-                self._cache[key] = ensure(recipe, self.runs_dir, step, self.device,
-                                          datasets=self._raw_datasets(model) if step != 0 else None,
-                                          progress=self.progress,
-                                          snapshot_steps=self.snapshot_steps(model) if step is None else (),
-                                          log=self.log)
-            info = self._cache[key][1]
-            if "loop" in info:
-                self.trained.append(dict(run=info.get("run") or info.get("run_dir"), **info["loop"]))
+            self._cache[key] = load_run(recipe, self.runs_dir, step)
         state, info = self._cache[key]
         m = build_model(recipe.model, seed=None, **dict(recipe.model_overrides))
         m.load_state_dict(state)
-        return m.to(self.torch_device).eval(), dict(info)
+        return m.to(self.torch_device).eval(), {k: x for k, x in info.items() if k != "loop"}

@@ -14,8 +14,8 @@ on log-log axes with its EMA and a linear trend. Two protocols compute it, named
   loader at w* (:func:`.running_mean.compute_loader_pass`), |L_{k+1} − L_k| at every batch, drawn as their
   notebook draws it. The paper profile is their ``loss_landscape_convergence.yaml``: the 8-block CIFAR-100 model
   at step 10,000 of the run of seed 42, 26 epochs of its loader (``fig6_authors``); where CIFAR-100 cannot be
-  had, ``fig6_authors_mnist`` (their bf16 run) and ``fig6_authors_mnist_exact`` (float32) select Fig. 6's
-  numbers from the MNIST passes both figures share.
+  had, the MNIST stand-ins (``fig6_authors_mnist``: their bf16 run; ``fig6_authors_mnist_exact``: float32)
+  select Fig. 6's numbers from the MNIST passes both figures share (:data:`.running_mean.LOADER_PASS`).
 
 The trend is a least-squares line in log-log space through log-spaced k >= ``fit_k_min``
 (:func:`.running_mean.fit_loglog`; theory: slope −1, from the identity L_{k+1} − L_k = (b_{k+1} − L_k)/(k+1),
@@ -36,18 +36,19 @@ from ..row import Row
 from .. import captions
 from .claims import not_run
 from .running_mean import (MNIST_EXACT_SETTINGS, MNIST_NEEDS, MNIST_SETTINGS as PASS_SETTINGS, SMOKE,
-                           LoaderPassSettings, compute_loader_pass, fit_loglog, on_loader, pass_title, select)
-from .spec import FigureSpec, Finding
+                           LoaderPassSettings, compute_loader_pass, fit_loglog, on_loader, pass_runs, pass_title, select)
+from .settings import Variant
+from .spec import FigureSpec, Finding, Point, claimed
 
 __all__ = ["compute_convergence", "ema", "loglog_ema", "fit_loglog", "plot_convergence", "message", "ConvergenceSettings",
-           "convergence_slope", "slope_verdict", "key_numbers", "SLOPE_TOL", "AUTHORS_SETTINGS", "SPECS"]
+           "convergence_slope", "slope_verdict", "key_numbers", "SLOPE_TOL", "AUTHORS_SETTINGS", "FIG6", "SPECS"]
 
 
 @dataclass(frozen=True)
-class ConvergenceSettings:
-    """Fig. 6: |L_{k+1} - L_k| against the number of batches k at the trained weights w*."""
+class ConvergenceSettings(Variant):
+    """Fig. 6 on the theorem's block: |L_{k+1} - L_k| against the number of batches k at the trained weights w*."""
 
-    model: str = "cifar100"  # paper: the 8-block CIFAR-100 model
+    dataset: str = "cifar100"  # paper: the 8-block CIFAR-100 model
     batch_size: int = 128  # "batch-by-batch": k counts batches of this size; 128 as for the Hessian figures
     n_permutations: int = 32  # orders of the data averaged over; makes the mean curve smooth
     # EMA weight of the previous point, along log-spaced k (20 per decade); the paper's constant is
@@ -61,10 +62,10 @@ class ConvergenceSettings:
 SETTINGS = {
     "paper": ConvergenceSettings(),
     # MNIST 1-block smoke model; batch 8 gives 256 batches out of the 2,048 training images.
-    "smoke": ConvergenceSettings(model="mnist", batch_size=8, n_permutations=64),
+    "smoke": ConvergenceSettings(dataset="mnist", batch_size=8, n_permutations=64),
 }
 # the stand-in for Fig. 6 where CIFAR-100 or a GPU is missing: the same procedure on the MNIST model
-MNIST_SETTINGS = {"paper": ConvergenceSettings(model="mnist")}
+MNIST_SETTINGS = {"paper": ConvergenceSettings(dataset="mnist")}
 # the authors' model: their loss_landscape_convergence.yaml (common.seed 42: the run and the loader of seed 42), no
 # gradient; smoke: the pass of their MNIST smoke run
 AUTHORS_SETTINGS = {"paper": LoaderPassSettings(run_seed=42, gradients=False), "smoke": replace(SMOKE, gradients=False)}
@@ -94,8 +95,8 @@ def loglog_ema(k: np.ndarray, y: np.ndarray, beta: float, per_decade: int = 20) 
 
 
 def compute_convergence(ctx: Context, s: ConvergenceSettings) -> tuple[dict, dict]:
-    model, info = ctx.model(s.model)
-    tr = ctx.data(s.model).train
+    model, info = ctx.model(s)
+    tr = ctx.data(s).train
     ctx.log(f"per-sample losses at w* on {len(tr)} training images")
     losses = per_sample_losses(model, tr.images, tr.labels, device=ctx.torch_device)
     D = loss_differences(losses, s.batch_size, s.n_permutations, s.seed)
@@ -108,9 +109,9 @@ def compute_convergence(ctx: Context, s: ConvergenceSettings) -> tuple[dict, dic
     # since L_{k+1} − L_k = (b_{k+1} − L_k)/(k+1) with a batch mean b_{k+1} in [0, ℓ_max].
     arrays = dict(k=k, mean_abs_diff=mean, k_ema=k_ema, ema=y_ema, q10=np.quantile(D, 0.1, axis=0),
                   q90=np.quantile(D, 0.9, axis=0), theorem7_rhs=rhs(k, loss_max, 0.0, 0.0))
-    cfg = ctx.recipe(s.model)
-    meta = dict(profile=ctx.profile, model=s.model, n_blocks=cfg.model_config().n_blocks,
-                dataset="MNIST" if s.model == "mnist" else "CIFAR-100", n_samples=len(losses),
+    cfg = ctx.recipe(s)
+    meta = dict(profile=ctx.profile, model=s.model_key, n_blocks=cfg.model_config().n_blocks,
+                dataset="MNIST" if s.dataset == "mnist" else "CIFAR-100", n_samples=len(losses),
                 n_batches=int(D.shape[1] + 1), batch_size=s.batch_size, n_permutations=s.n_permutations,
                 fit=fit, loss_max=loss_max, loss_mean=float(losses.mean()), checkpoint=info,
                 test_accuracy=info.get("test_accuracy"))
@@ -188,28 +189,29 @@ def slope_verdict(slope: float) -> str:
 
 
 _STANDIN = "Needs CIFAR-100 (not obtainable offline) and the 8-block model trained to step 10,000 of the authors' recipe."
-# per result with a verdict: the model its row is about, what it needs, and how the note counts the data
+# per model a verdict is read on: the model its row is about, what it needs, and how the note counts the data
 _MODELS = {
-    "fig6": dict(model="8-block CIFAR-100 model", needs="CIFAR-100 and a GPU",
-                 standin=lambda f: (f"Needs CIFAR-100 (not obtainable offline) and the Table 1 model trained for "
-                                    f"{recipe_for('cifar100', 'paper').epochs} epochs. The MNIST stand-in (1 block) "
-                                    f"gives slope {f['slope']:.3f} (R² {f['r2']:.3f}), which the running-mean "
-                                    "identity alone predicts for any bounded loss."),
-                 data=lambda m: f"{m['n_samples']:,} samples"),
-    "fig6_authors": dict(model="the authors' 8-block CIFAR-100 model, one pass of their loader",
-                         needs="CIFAR-100, and the authors' recipe trained to step 10,000 (hours on a CPU: a GPU)",
-                         standin=lambda f: (f"{_STANDIN} Their MNIST model (1 block) gives slope {f['slope']:.3f} "
-                                            f"(R² {f['r2']:.3f}) as a stand-in, which the running-mean identity alone "
-                                            "predicts for any bounded loss."),
-                         data=lambda m: f"{m['n_batches']:,} batches of their loader"),
+    "table1": dict(model="8-block CIFAR-100 model", needs="CIFAR-100 and a GPU",
+                   standin=lambda f: (f"Needs CIFAR-100 (not obtainable offline) and the Table 1 model trained for "
+                                      f"{recipe_for('cifar100', 'paper').epochs} epochs. The MNIST stand-in (1 block) "
+                                      f"gives slope {f['slope']:.3f} (R² {f['r2']:.3f}), which the running-mean "
+                                      "identity alone predicts for any bounded loss."),
+                   data=lambda m: f"{m['n_samples']:,} samples"),
+    "authors": dict(model="the authors' 8-block CIFAR-100 model, one pass of their loader",
+                    needs="CIFAR-100, and the authors' recipe trained to step 10,000 (hours on a CPU: a GPU)",
+                    standin=lambda f: (f"{_STANDIN} Their MNIST model (1 block) gives slope {f['slope']:.3f} "
+                                       f"(R² {f['r2']:.3f}) as a stand-in, which the running-mean identity alone "
+                                       "predicts for any bounded loss."),
+                    data=lambda m: f"{m['n_batches']:,} batches of their loader"),
 }
 
 
-def convergence_slope(result, standin=None, name: str = "fig6") -> Row:
-    """Fig. 6's row on the model of result ``name`` (``fig6``: the theorem's CIFAR-100 model; ``fig6_authors``:
-    the authors'): the fitted log-log slope of |L_(k+1) − L_k| is −1 within ``SLOPE_TOL`` (:func:`slope_verdict`);
+def convergence_slope(result, standin, spec) -> Row:
+    """Fig. 6's row on the result of ``spec`` (a :class:`~.spec.ResultSpec`: the theorem's CIFAR-100 model or the
+    authors'): the fitted log-log slope of |L_(k+1) − L_k| is −1 within ``SLOPE_TOL`` (:func:`slope_verdict`);
     without the result, "not run" with the MNIST ``standin``'s slope in the note."""
-    on = _MODELS[name]
+    name = spec.name
+    on = _MODELS[spec.settings["paper"].model]
     what = (f"'the log-log trend follows this prediction': fitted slope of |L_(k+1) − L_k| against k within {SLOPE_TOL} "
             f"of −1 ({on['model']})")
     if result is None:
@@ -225,43 +227,35 @@ def convergence_slope(result, standin=None, name: str = "fig6") -> Row:
 
 
 # ----------------------------------------------------------------------------- the results of this module
+_ARRAYS = ("n_samples", "k", "delta", "running_loss", "ewm")  # Fig. 6's arrays of a loader pass
+
+
 def _compute(j):
-    return compute_convergence(j.ctx, j.settings)
-
-
-def _compute_authors(j):
+    """Fig. 6 by the protocol of the variant's model: the theorem's block over random orders of the data, the
+    authors' model over one pass of their loader (where a shared MNIST pass exists, its numbers)."""
+    if j.settings.model == "table1":
+        return compute_convergence(j.ctx, j.settings)
+    if "loader_pass" in j.deps:
+        return select(_ARRAYS, j.deps["loader_pass"])
     return compute_loader_pass(j.ctx, j.settings)
 
 
-_ARRAYS = ("n_samples", "k", "delta", "running_loss", "ewm")  # Fig. 6's arrays of a loader pass
-_PLOT, _MESSAGE = {"convergence": plot_convergence}, {"convergence": message}
+def _runs(s, ctx) -> list[tuple]:
+    """The runs Fig. 6 reads: the theorem's block's whole run, or the runs of the authors' loader pass."""
+    return [(None, None)] if s.model == "table1" else pass_runs(s, ctx)
 
 
-def _rows(name: str):
-    return lambda res: [convergence_slope(res.get(name), res.get(f"{name}_mnist"), name)]
-
-
-SPECS = (
-    FigureSpec("fig6_authors", "Fig. 6", "fig06_loss_convergence_authors", "the loss difference |L(k+1) − L(k)| "
-               "against k, the authors' model", AUTHORS_SETTINGS, _compute_authors, _PLOT, _MESSAGE,
-               needs="CIFAR-100 (paper) / MNIST (smoke)", rank=0, key_numbers=key_numbers, rows=_rows("fig6_authors"),
-               rows_read=("fig6_authors", "fig6_authors_mnist"),
-               finding=Finding("fig6_authors", "Fig. 6 on the authors' model: |L_(k+1) − L_k| follows 1/k (CIFAR-100)",
-                               "notebooks/fig06_loss_convergence")),
-    FigureSpec("fig6_authors_mnist", "Fig. 6", "fig06_loss_convergence_authors_mnist", "the loss difference "
-               "|L(k+1) − L(k)| against k, the authors' MNIST model, their bf16 run (stand-in)", PASS_SETTINGS,
-               select(_ARRAYS), _PLOT, _MESSAGE, depends=("authors_mnist_pass",), needs=MNIST_NEEDS, rank=0,
-               key_numbers=key_numbers),
-    FigureSpec("fig6_authors_mnist_exact", "Fig. 6", "fig06_loss_convergence_authors_mnist_exact", "the loss "
-               "difference |L(k+1) − L(k)| against k, the authors' MNIST model, float32 run (stand-in)",
-               MNIST_EXACT_SETTINGS, select(_ARRAYS, "authors_mnist_pass_exact"), _PLOT, _MESSAGE,
-               depends=("authors_mnist_pass_exact",), needs=MNIST_NEEDS, rank=0, key_numbers=key_numbers),
-    FigureSpec("fig6", "Fig. 6", "fig06_loss_convergence", "the loss difference |L(k+1) − L(k)| against k", SETTINGS,
-               _compute, _PLOT, _MESSAGE, needs="CIFAR-100 (paper) / MNIST (smoke)", override_key="convergence",
-               key_numbers=key_numbers, rows=_rows("fig6"), rows_read=("fig6", "fig6_mnist"),
-               finding=Finding("fig6", "Fig. 6: |L_(k+1) − L_k| follows 1/k (CIFAR-100)",
-                               "notebooks/fig06_loss_convergence")),
-    FigureSpec("fig6_mnist", "Fig. 6 (MNIST stand-in)", "fig06_loss_convergence_mnist",
-               "the loss difference |L(k+1) − L(k)| against k, MNIST model", MNIST_SETTINGS, _compute, _PLOT, _MESSAGE,
-               override_key="convergence_mnist", key_numbers=key_numbers),
-)
+FIG6 = FigureSpec(
+    "fig6", "Fig. 6", "fig06_loss_convergence", "the loss difference |L(k+1) − L(k)| against k",
+    (Point(AUTHORS_SETTINGS, Finding("Fig. 6 on the authors' model: |L_(k+1) − L_k| follows 1/k (CIFAR-100)",
+                                     "notebooks/fig06_loss_convergence"), standin=True,
+           needs="CIFAR-100 (paper) / MNIST (smoke)"),
+     Point(PASS_SETTINGS, needs=MNIST_NEEDS, depends=("loader_pass",), trains=False),
+     Point(MNIST_EXACT_SETTINGS, needs=MNIST_NEEDS, depends=("loader_pass",), trains=False),
+     Point(SETTINGS, Finding("Fig. 6: |L_(k+1) − L_k| follows 1/k (CIFAR-100)", "notebooks/fig06_loss_convergence"),
+           standin=True, needs="CIFAR-100 (paper) / MNIST (smoke)", override_key="convergence"),
+     Point(MNIST_SETTINGS, override_key="convergence_mnist")),
+    _compute, {"convergence": plot_convergence}, {"convergence": message}, runs=_runs, key_numbers=key_numbers,
+    rows=lambda res: [convergence_slope(res.get(s.name), res.get(s.standin), s) for s in claimed("fig6")],
+    dataset="cifar100")
+SPECS = (FIG6,)

@@ -15,7 +15,7 @@ import numpy as np
 from .. import captions
 from .dynamics_blocks import TYPES
 from .settings import TRAJECTORY
-from .spec import FigureSpec, Finding
+from .spec import FigureSpec, Finding, Point
 from .trajectory import AUTHORS_NEEDS, AUTHORS_SETTINGS, LISTS, lists_of
 from ..plotting import WIDTH, new_figure, tensor_label
 
@@ -182,26 +182,26 @@ def _list_numbers(g: str):
 
 
 # ----------------------------------------------------------------------------- the results of this module
-def _specs(fig: str, finding: Finding | None = None) -> tuple[FigureSpec, FigureSpec]:
-    """Fig. ``n`` on the theorem's model and on the authors' model."""
+def _figure(fig: str, finding: Finding | None = None) -> FigureSpec:
+    """Fig. ``n`` on the theorem's model (its block type, cut from its trajectory) and on the authors' model (their
+    list's Hessian; Fig. 11 also over the feed-forward weights its caption names)."""
     n = int(fig[3:])
     t = TYPES[fig][0]
     g = FIGURES[fig]
     lists = (g, "ffn_weights") if g == "feedforward" else (g,)
-    return (FigureSpec(fig, f"Fig. {n}", f"fig{n:02d}_{t}", f"{t}: entries and Hessian blocks over the first training steps",
-                       TRAJECTORY, lambda j: compute_type(j.name, j.deps["trajectory"]),
-                       {"entries": plot_entries, "hessian": plot_hessian_blocks, "norms": plot_norms},
-                       {p: captions.dynamics(fig, p) for p in ("entries", "hessian", "norms")},
-                       depends=("trajectory",), override_key="trajectory", finding=finding, key_numbers=key_numbers),
-            FigureSpec(f"{fig}_authors", f"Fig. {n}", f"fig{n:02d}_{g}_authors",
-                       f"{LISTS[g][1]}: Hessian blocks over the first 1,000 steps, the authors' model", AUTHORS_SETTINGS,
-                       lambda j: lists_of(j.deps["trajectory_authors"], lists),
-                       {("hessian" if x == g else x): _list_plot(x) for x in lists},
-                       {("hessian" if x == g else x): list_message(x) for x in lists},
-                       depends=("trajectory_authors",), needs=AUTHORS_NEEDS, rank=0, key_numbers=_list_numbers(g)))
+    return FigureSpec(
+        fig, f"Fig. {n}", f"fig{n:02d}_{t}", f"{t}: entries and Hessian blocks over the first training steps",
+        (Point(AUTHORS_SETTINGS, needs=AUTHORS_NEEDS, depends=("trajectory",),
+               plots={("hessian" if x == g else x): _list_plot(x) for x in lists},
+               messages={("hessian" if x == g else x): list_message(x) for x in lists}, key_numbers=_list_numbers(g)),
+         Point(TRAJECTORY, finding, depends=("trajectory",), override_key="trajectory")),
+        lambda j: (lists_of(j.deps["trajectory"], lists) if j.settings.model == "authors"
+                   else compute_type(fig, j.deps["trajectory"])),
+        {"entries": plot_entries, "hessian": plot_hessian_blocks, "norms": plot_norms},
+        {p: captions.dynamics(fig, p) for p in ("entries", "hessian", "norms")}, key_numbers=key_numbers)
 
 
 # the text of Figs. 7-11 describes the blocks over the first 1,000 steps and makes no claim
-SPECS = (*_specs("fig7", Finding("figs7_11", "Figs. 7–11: the blocks over the first 1,000 steps",
-                                 "notebooks/fig07_11_training_dynamics", claim=False)),
-         *(spec for n in (8, 9, 10, 11) for spec in _specs(f"fig{n}")))
+SPECS = (_figure("fig7", Finding("Figs. 7–11: the blocks over the first 1,000 steps",
+                                 "notebooks/fig07_11_training_dynamics", claim=False, key="figs7_11")),
+         *(_figure(f"fig{n}") for n in (8, 9, 10, 11)))

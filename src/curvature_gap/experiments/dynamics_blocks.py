@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..exact.linalg import sym_spectral_norm
-from ..model import param_groups
+from ..params import param_groups
 from ..plotting import pooled_log_image
 
 __all__ = ["TYPES", "trajectory_groups", "trajectory_pairs", "snapshot_record", "blocks_from_dense"]

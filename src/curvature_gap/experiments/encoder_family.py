@@ -30,7 +30,7 @@ from torch import nn
 from ..theory.encoder_layer import encoder_layer_hessian
 from .context import Context
 from ..plotting import WIDTH, new_figure
-from .spec import FigureSpec
+from .spec import FigureSpec, Point
 
 __all__ = ["compute_encoder_family", "plot_encoder_family", "UNITS", "CONFIGS", "unit_indices", "leaders", "ranking", "ranking_text", "EncoderFamilySettings", "SETTINGS", "SPECS"]
 
@@ -247,14 +247,14 @@ def message(result) -> str:
         f"By Frobenius norm {_share(fro['leads'], n)} lead"
     ent_t = " or ".join(_words(k) for k, v in sorted(ent["leads"].items(), key=lambda kv: -kv[1]) if v)
     o_v, v_qk = fro["O_over_V"], fro["V_over_QK"]
-    return (f"{lead_t}, {ent_t} per entry; $W_O$'s block exceeds $W_V$'s in {fro['O_exceeds_V']}/{n} "
+    return (f"{lead_t}, {ent_t} by RMS eigenvalue; $W_O$'s block exceeds $W_V$'s in {fro['O_exceeds_V']}/{n} "
             f"({o_v[0]:.2f}–{o_v[1]:.2f}×), and $W_V$'s exceeds $W_Q$'s and $W_K$'s by {v_qk[0]:.1f}–{v_qk[1]:.1f}×.")
 
 
 def ranking_text(result) -> str:
     """The ranking of the blocks over every draw, configuration and time, in words for the page: the largest and the
-    second by Frobenius norm (and why the largest: its size), the largest per entry by norm placement, and the order
-    of the four attention blocks with what varies and why — all read off ``result``."""
+    second by Frobenius norm (and why the largest: its size), the largest by RMS eigenvalue (‖H‖_F/√n) by norm
+    placement, and the order of the four attention blocks with what varies and why — all read off ``result``."""
     meta = result.meta
     if "ranking" not in meta:
         return ""
@@ -279,7 +279,8 @@ def ranking_text(result) -> str:
     o_v, v_qk = fro["O_over_V"], fro["V_over_QK"]
     return (f"Over {n} cases ({len(meta['draws'])} draws × {len(meta['configs'])} configurations × {len(meta['times'])} "
             f"times): by Frobenius norm, which grows with a block's size, the largest block is {_share(fro['leads'], n)}"
-            f"{why}, and the second {_share(fro['second'], n)}; per entry (Frobenius norm / √size) the largest is "
+            f"{why}, and the second {_share(fro['second'], n)}; by RMS eigenvalue ($\\lVert H\\rVert_F/\\sqrt n$, $n$ "
+            f"the block's rows, which does not grow with its size) the largest is "
             f"{_share(ent['leads'], n)}{by_norm('fro_sqrt_n')}. And {att}: $W_O$'s block exceeds $W_V$'s in "
             f"{fro['O_exceeds_V']}/{n} cases ({o_v[0]:.2f}–{o_v[1]:.2f}×), and $W_V$'s exceeds the larger of $W_Q$'s "
             f"and $W_K$'s by {v_qk[0]:.1f}–{v_qk[1]:.1f}× depending on the draw.")
@@ -318,8 +319,8 @@ def key_numbers(r) -> dict:
 # ----------------------------------------------------------------------------- the results of this module
 SPECS = (
     FigureSpec("encoder_family", "beyond the paper", "extra_encoder_family",
-               "the diagonal Hessian blocks of nn.TransformerEncoderLayer, post/pre-norm, 1/4 heads", SETTINGS,
-               lambda j: compute_encoder_family(j.ctx, j.settings), {"blocks": plot_encoder_family},
-               {"blocks": message},
-               needs="nothing (synthetic data)", key_numbers=key_numbers),
+               "the diagonal Hessian blocks of nn.TransformerEncoderLayer, post/pre-norm, 1/4 heads",
+               (Point(SETTINGS, needs="nothing (synthetic data)"),),
+               lambda j: compute_encoder_family(j.ctx, j.settings), {"blocks": plot_encoder_family}, {"blocks": message},
+               key_numbers=key_numbers),
 )

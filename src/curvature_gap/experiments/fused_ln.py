@@ -22,20 +22,21 @@ from ..hessian.loss import model_loss
 from ..params import flatten
 from torch.func import grad, jacrev, jvp
 
-from ..model import build_model, param_groups
+from ..model import build_model
+from ..params import param_groups
 from .context import Context
 from .hessians import exact_columns, sample_columns
 from ..plotting import WIDTH, new_figure, short_label
-from .spec import FigureSpec
+from .settings import Variant
+from .spec import FigureSpec, Point
 
 __all__ = ["compute_fused_ln", "hvp_route_errors", "plot_fused_error", "FusedSettings", "SPECS"]
 
 
 @dataclass(frozen=True)
-class FusedSettings:
+class FusedSettings(Variant):
     """Beyond the paper: the Hessian through torch.nn.LayerNorm's fused kernel minus the exact one."""
 
-    model: str = "mnist"
     trained: bool = True  # the trained model and batch of Fig. 4
     batch_size: int = 128
     # columns compared: a seeded sample covering every group (the error is structured by group pair).
@@ -47,12 +48,12 @@ SETTINGS = {"paper": FusedSettings(), "smoke": FusedSettings(batch_size=4, colum
 
 
 def compute_fused_ln(ctx: Context, s: FusedSettings) -> tuple[dict, dict]:
-    model, info = ctx.model(s.model, None if s.trained else 0)
-    cfg = ctx.recipe(s.model)
+    model, info = ctx.model(s, None if s.trained else 0)
+    cfg = ctx.recipe(s)
     fused = build_model(cfg.model, seed=None, fused_ln=True, **dict(cfg.model_overrides))
     fused.load_state_dict(model.state_dict())
     fused = fused.to(ctx.torch_device).eval()
-    batch = ctx.first_images(s.model, s.batch_size)
+    batch = ctx.first_images(s, s.batch_size)
     cols = sample_columns(model, s.columns, s.seed)
     ctx.log(f"Hessian columns through the fused LayerNorm (curvlinops) and exact, {len(cols)} columns")
     t0 = time.perf_counter()
@@ -79,7 +80,7 @@ def compute_fused_ln(ctx: Context, s: FusedSettings) -> tuple[dict, dict]:
         loss_gap = float(torch.nn.functional.cross_entropy(model(batch[0]), batch[1])
                          - torch.nn.functional.cross_entropy(fused(batch[0]), batch[1]))
     worst = np.unravel_index(np.nanargmax(err), err.shape)
-    meta = dict(profile=ctx.profile, model=s.model, trained=s.trained, batch_size=s.batch_size, checkpoint=info,
+    meta = dict(profile=ctx.profile, model=s.model_key, trained=s.trained, batch_size=s.batch_size, checkpoint=info,
                 columns=int(len(cols)), max_relative_error=float(np.abs(D).max() / scale),
                 fused_asymmetry=float(np.abs(sub_f - sub_f.T).max() / scale),
                 exact_asymmetry=float(np.abs(sub_e - sub_e.T).max() / scale),
@@ -155,7 +156,8 @@ def key_numbers(r) -> dict:
 
 # ----------------------------------------------------------------------------- the results of this module
 SPECS = (
-    FigureSpec("fused_ln", "beyond the paper", "extra_fused_layernorm", "the fused LayerNorm's Hessian error", SETTINGS,
-               lambda j: compute_fused_ln(j.ctx, j.settings), {"error": plot_fused_error},
-               {"error": captions.fused_ln}, override_key="fused", key_numbers=key_numbers),
+    FigureSpec("fused_ln", "beyond the paper", "extra_fused_layernorm", "the fused LayerNorm's Hessian error",
+               (Point(SETTINGS, override_key="fused"),), lambda j: compute_fused_ln(j.ctx, j.settings),
+               {"error": plot_fused_error}, {"error": captions.fused_ln},
+               runs=lambda s, ctx: [(None if s.trained else 0, None)], key_numbers=key_numbers),
 )

@@ -8,42 +8,49 @@ training-dynamics figures follow at step 0.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from .. import captions
-from ..model import authors_hessian_order, param_groups, param_slices
+from ..params import authors_hessian_order, param_groups, param_slices
 from ..precision import frozen_at_one
 from ..train import evaluate
 from .context import Context
 from .dynamics_blocks import blocks_from_dense, snapshot_record, trajectory_groups
-from .settings import AUTHORS_RUN_SEEDS
+from .settings import AUTHORS_RUN_SEEDS, Variant
 from .hessians import (SETS, STATISTICS, cross_check, dense, group_pair_statistics, rankings, sample_columns,
                        unit_statistics, units_of)
 from ..plotting import WIDTH, group_axes, new_figure, pooled_log_image, short_label
 from ..row import Row
 from .claims import claim_verdict, not_run, ranking_table
 from .settings import TrajectorySettings
-from .spec import FigureSpec, Finding
+from .spec import FigureSpec, Finding, Point, claimed
 
-__all__ = ["compute_heatmap", "group_table", "plot_hessian", "plot_attention", "plot_block_means", "ATTENTION", "HeatmapSettings", "values_largest", "PER_ENTRY", "SPECS"]
+__all__ = ["compute_heatmap", "heatmap_runs", "FIG3", "FIG4", "group_table", "plot_hessian", "plot_attention",
+           "plot_block_means", "ATTENTION", "HeatmapSettings", "values_largest", "values_larger", "v_over_qk", "CAPTIONS",
+           "PER_ENTRY", "SPECS"]
 
 
 @dataclass(frozen=True)
-class HeatmapSettings:
-    """Figs. 3 and 4: one dense exact Hessian of the MNIST model on one batch."""
+class HeatmapSettings(Variant):
+    """Figs. 3 and 4: one dense exact Hessian on one batch, of the theorem's block (as the paper describes it) or
+    of the authors' model (as their code computes it: ``config.AUTHORS_RECIPES``, their
+    notebooks/hessian_visualization.ipynb). On the authors' model the Hessian is float32 of the checkpoint's
+    weights whatever the run's ``arithmetic``, as their notebook takes it; at step 0 both arithmetics are the same
+    float32 initialisation."""
 
-    model: str = "mnist"
-    trained: bool = False
-    # paper (Fig. 5 caption): one batch of 128 MNIST training images. Here the first 128; the authors' code takes
-    # the first batch of its shuffled, augmented loader (the book's provenance tables).
+    # the run's step: 0 its initialisation (Fig. 3); None the end of the run (Fig. 4 on the theorem's block); their
+    # notebooks/hessian_visualization.ipynb loads step 20,000 for Fig. 4
+    step: int | None = 0
+    # paper (Fig. 5 caption): one batch of 128 MNIST training images. The theorem's block: the first 128 (the book's
+    # provenance tables); the authors': the images of their loader's first batch, all 128
+    # (configs/vit_classification_mnist.yaml: data.batch_size)
     batch_size: int = 128
     # prior work's code (dalab/transformer-hessian) plots log10(|H| + 1e-6).
     eps: float = 1e-6
-    # parameters in the Hessian: all of them (positions, embedding, block, head); the paper does not say.
-    parameters: str = "all"
     # pixels per axis of the whole-Hessian image: a page-width figure shows about 600 (mean of log10 per cell).
     display_cells: int = 600
     # curvlinops cross-check: a seeded sample of this many columns covering every group (None: all columns).
@@ -53,49 +60,29 @@ class HeatmapSettings:
     check_batch_f64: int = 16
     # tangents per pass of the exact method (None: its default); cost only, same numbers.
     fast_chunk: int | None = None
-
-
-@dataclass(frozen=True)
-class AuthorsHeatmapSettings:
-    """Figs. 3 and 4 on the authors' model, as their code computes them (config.AUTHORS_RECIPES)."""
-
-    model: str = "authors_mnist"
-    # the checkpoint: 0 = initialisation; their notebooks/hessian_visualization.ipynb loads step 20,000 for Fig. 4
-    step: int = 0
-    # images of their loader's first batch: all 128 (configs/vit_classification_mnist.yaml: data.batch_size)
-    batch_size: int = 128
-    eps: float = 1e-6  # as HeatmapSettings
-    display_cells: int = 600
-    check_columns: int | None = 256
-    check_seed: int = 0
-    check_batch_f64: int = 16
-    fast_chunk: int | None = None
-    # precision.ARITHMETICS: the run the checkpoint comes from, "authors" (their bf16 training) or "exact"
-    # (float32). The Hessian is float32 of the checkpoint's weights either way, as their notebook takes it; at
-    # step 0 both are the same float32 initialisation.
-    arithmetic: str = "authors"
-    # their initialisation is unseeded (no torch.manual_seed in their code): the claim is also read on these
-    # seeds, on the same batch, and its verdict is a count over them (empty: the run of the recipe's seed alone).
-    # At step 0 each is an initialisation (seconds); after training each is a run of the recipe to ``step``
-    # (a bf16 run to step 20,000 takes about 9 min on one CPU core; two run side by side on two cores).
+    # the authors' model: their initialisation is unseeded (no torch.manual_seed in their code), so the claim is
+    # also read on these seeds, on the same batch, and its verdict is a count over them (empty: the run of the
+    # recipe's seed alone). At step 0 each is an initialisation (seconds); after training each is a run of the
+    # recipe to ``step`` (a bf16 run to step 20,000 takes about 9 min on one CPU core; two run side by side on two
+    # cores).
     seeds: tuple = ()
 
 
-# profile -> settings. Smoke: 4 images (a dense Hessian costs ~ P columns x batch size, 32x less than 128).
+# profile -> settings. Smoke: 4 images (a dense Hessian costs ~ P columns x batch size, 32x less than 128); on the
+# authors' model the first 4 images of their loader's batch.
 _SMOKE = dict(batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128)
-INIT = {"paper": HeatmapSettings(trained=False), "smoke": HeatmapSettings(trained=False, **_SMOKE)}
-TRAINED = {"paper": HeatmapSettings(trained=True), "smoke": HeatmapSettings(trained=True, **_SMOKE)}
-# smoke: the authors' smoke run has 3 steps of 128 images (config.RECIPES), its last is "trained"
-_A_SMOKE = dict(batch_size=4, check_columns=64, check_batch_f64=4, fast_chunk=128)  # the batch's first 4 images
+INIT = {"paper": HeatmapSettings(step=0), "smoke": HeatmapSettings(step=0, **_SMOKE)}
+TRAINED = {"paper": HeatmapSettings(step=None), "smoke": HeatmapSettings(step=None, **_SMOKE)}
+_AUTHORS = dict(model="authors", arithmetic="authors")
 # paper: the figure's initialisation (the recipe's seed, 37) and nine more, seeds 0-8: ten draws of their unseeded
 # initialisation (about 5 s each, the Hessian only); smoke: two, to run the count
 INIT_SEEDS = (37, *range(9))
-AUTHORS_INIT = {"paper": AuthorsHeatmapSettings(step=0, seeds=INIT_SEEDS),
-                "smoke": AuthorsHeatmapSettings(step=0, seeds=(37, 0), **_A_SMOKE)}
+AUTHORS_INIT = {"paper": HeatmapSettings(**_AUTHORS, step=0, seeds=INIT_SEEDS),
+                "smoke": HeatmapSettings(**_AUTHORS, step=0, seeds=(37, 0), **_SMOKE)}
 # Fig. 4: the figure's run (seed 37) and two more runs of the recipe (settings.AUTHORS_RUN_SEEDS); smoke: two
-# 3-step runs
-AUTHORS_TRAINED = {"paper": AuthorsHeatmapSettings(step=20_000, seeds=AUTHORS_RUN_SEEDS),
-                   "smoke": AuthorsHeatmapSettings(step=3, seeds=AUTHORS_RUN_SEEDS[:2], **_A_SMOKE)}
+# 3-step runs (the authors' smoke run has 3 steps of 128 images, config.RECIPES: its last is "trained")
+AUTHORS_TRAINED = {"paper": HeatmapSettings(**_AUTHORS, step=20_000, seeds=AUTHORS_RUN_SEEDS),
+                   "smoke": HeatmapSettings(**_AUTHORS, step=3, seeds=AUTHORS_RUN_SEEDS[:2], **_SMOKE)}
 # the float32 twin: one run (the figure's), beside the bf16 runs as the arithmetic's comparison
 AUTHORS_TRAINED_EXACT = {p: replace(v, arithmetic="exact", seeds=()) for p, v in AUTHORS_TRAINED.items()}
 
@@ -115,44 +102,53 @@ def group_table(model) -> dict:
                 param_offsets=[s.start for s in sl.values()], n_parameters=groups[-1].stop if groups else 0)
 
 
-def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings) -> tuple[dict, dict]:
-    """Figs. 3/4 on the theorem's block (Table 1 model): the first ``batch_size`` training images."""
-    if s.trained:
-        model, info = ctx.model(s.model)
-    else:
-        model, info = ctx.model(s.model, 0)
-    batch = ctx.first_images(s.model, s.batch_size)
-    arrays, meta, Hn = _heatmap(ctx, s, model, info, batch, "trained" if s.trained else "initialised")
-    if not s.trained:  # step 0 of the training-dynamics trajectory (same model, same batch)
+def heatmap_runs(s: HeatmapSettings, ctx: Context) -> list[tuple]:
+    """The runs a heatmap reads: its variant's at ``s.step``, of each seed of ``s.seeds`` (none: the recipe's)."""
+    return [(s.step, seed) for seed in tuple(s.seeds) or (None,)]
+
+
+def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings | None) -> tuple[dict, dict]:
+    """Figs. 3/4 on ``s``'s model after ``s.step`` steps of its run. The theorem's block: the first
+    ``batch_size`` training images, every parameter in :func:`~curvature_gap.params.param_groups` order; at step 0
+    also step 0 of the training-dynamics trajectory (same model, same batch; ``traj``: its settings). The
+    authors' model as they computed it (:func:`_authors_heatmap`)."""
+    if s.model == "authors":
+        return _authors_heatmap(ctx, s)
+    model, info = ctx.model(s, s.step)
+    batch = ctx.first_images(s, s.batch_size)
+    trained = s.step != 0
+    arrays, meta, Hn = _heatmap(ctx, s, model, info, batch, "trained" if trained else "initialised")
+    if not trained:  # step 0 of the training-dynamics trajectory (same model, same batch)
         rec = snapshot_record(blocks_from_dense(Hn, model), model, True, traj.eps, traj.display_cells)
         arrays.update({f"dyn_{k}": np.asarray(v) for k, v in rec.items()})
-    meta.update(trained=s.trained, batch="first training images",
+    meta.update(trained=trained, batch="first training images",
                 parameters_included="all: positional embedding, patch embedding, transformer block(s), head",
                 trajectory_groups=trajectory_groups(model))
     return arrays, meta
 
 
-def compute_authors_heatmap(ctx: Context, s: AuthorsHeatmapSettings) -> tuple[dict, dict]:
+def _authors_heatmap(ctx: Context, s: HeatmapSettings) -> tuple[dict, dict]:
     """Figs. 3/4 as the authors computed them: their model after ``s.step`` steps of their recipe, the first
     batch of their shuffled, augmented loader, the image over their parameter list in their order
-    (:func:`curvature_gap.model.authors_hessian_order`). The Hessian is exact (hand-written LayerNorm); the
+    (:func:`curvature_gap.params.authors_hessian_order`). The Hessian is exact (hand-written LayerNorm); the
     statistics of each diagonal block do not depend on which other parameters are included."""
-    model, info = ctx.model(s.model, s.step, arithmetic=s.arithmetic)
-    x, y = ctx.loader_batches(s.model)[0]
+    model, info = ctx.model(s, s.step)
+    x, y = ctx.loader_batches(s)[0]
     if s.batch_size > len(y):
-        raise ValueError(f"{s.model}: the loader's first batch has {len(y)} images, fewer than the {s.batch_size} asked")
+        raise ValueError(f"{s.model_key}: the loader's first batch has {len(y)} images, fewer than the {s.batch_size} "
+                         "asked")
     batch = x[:s.batch_size], y[:s.batch_size]
     order, layout = authors_hessian_order(model)
     with ctx.phase("evaluation"):
-        test_loss, test_acc = evaluate(model, ctx.data(s.model).test, ctx.torch_device)
+        test_loss, test_acc = evaluate(model, ctx.data(s).test, ctx.torch_device)
     info = dict(info, test_accuracy=test_acc, test_loss=test_loss)
     arrays, meta, Hn = _heatmap(ctx, s, model, info, batch, f"after {s.step} steps of the authors' recipe",
                                display=(np.asarray(order), layout), attention=THEIR_ATTENTION, clip=True)
     if s.seeds:
-        own = ctx.recipe(s.model, arithmetic=s.arithmetic).seed  # the figure's run: its Hessian is Hn
+        own = ctx.recipe(s).seed  # the figure's run: its Hessian is Hn
         meta["seed_leads"] = _seed_leads(ctx, s, batch, units_of(model), {own: Hn})
     at_one, n_gamma, max_dev = frozen_at_one(model)
-    meta.update(arithmetic=s.arithmetic, precision=ctx.recipe(s.model, arithmetic=s.arithmetic).precision,
+    meta.update(arithmetic=s.arithmetic, precision=ctx.recipe(s).precision,
                 layernorm_gamma=dict(exactly_one=at_one, total=n_gamma, max_abs_deviation=max_dev))
     meta.update(trained=s.step > 0, step=s.step, batch=f"the first {s.batch_size} images of the first batch of the "
                 "authors' shuffled, augmented training loader (their recipe's seed)", parameters_included="the authors': every weight and "
@@ -160,17 +156,18 @@ def compute_authors_heatmap(ctx: Context, s: AuthorsHeatmapSettings) -> tuple[di
     return arrays, meta
 
 
-def _seed_leads(ctx: Context, s: AuthorsHeatmapSettings, batch, units, known: dict | None = None) -> list[dict]:
+def _seed_leads(ctx: Context, s: HeatmapSettings, batch, units, known: dict | None = None) -> list[dict]:
     """For each seed of ``s.seeds``: the authors' model of that seed at ``s.step``, the exact Hessian on ``batch``
     (``known``: seed -> a Hessian already computed, the figure's own run; ``units``: the model's :func:`units_of`,
     the same for every seed), and in how many of the :data:`STATISTICS` W_V's diagonal block leads each set of
-    :data:`SETS` (and which block leads the weight matrices where it does not)."""
+    :data:`SETS` (and which block leads the weight matrices where it does not), and W_V's block over the larger of
+    W_Q's and W_K's in each statistic (:func:`v_over_qk`)."""
     out = []
     for seed in s.seeds:
         if known and seed in known:
             H = known[seed]
         else:
-            model, _ = ctx.model(s.model, s.step, seed=seed, arithmetic=s.arithmetic)
+            model, _ = ctx.model(s, s.step, seed)
             ctx.log(f"seed {seed}, step {s.step}: exact Hessian, {len(batch[1])} images")
             with ctx.phase("hessian"):
                 H = dense(model, batch, s.fast_chunk)[0].cpu().numpy().astype(np.float64)
@@ -179,6 +176,7 @@ def _seed_leads(ctx: Context, s: AuthorsHeatmapSettings, batch, units, known: di
         table = ranking_table(stats)
         out.append(dict(seed=int(seed), leads={k: sum(v.values()) for k, v in lead.items()},
                         weights_first={st: order[0] for st, order in table["weights"].items()},
+                        v_over_qk=v_over_qk(stats),
                         verdict=claim_verdict(list(lead["weights"].values()),
                                               all(all(v.values()) for v in lead.values()))))
     return out
@@ -224,7 +222,7 @@ def _heatmap(ctx: Context, s, model, info, batch, state: str, display=None, atte
                   attention=(np.log10(np.maximum(block, s.eps)) if clip else np.log10(block + s.eps)).astype(np.float16),
                   pair_mean=pairs["mean"], pair_max=pairs["max"], pair_fro=pairs["fro"])
     meta = dict(
-        profile=ctx.profile, model=s.model, batch_size=len(batch[1]), loss=loss, cross_check=cc, checkpoint=info,
+        profile=ctx.profile, model=s.model_key, batch_size=len(batch[1]), loss=loss, cross_check=cc, checkpoint=info,
         pool=f, attention_range=[int(a0), int(a1)], attention_groups=[names[i] for i in att],
         colour="log10(max(|H|, eps)), shared limits" if clip else "log10(|H| + eps)", unit_stats=stats, rankings=rankings(stats),
         statistics={k: v[0] for k, v in STATISTICS.items()}, **gd)
@@ -333,6 +331,83 @@ def plot_block_means(result):
 
 
 # ----------------------------------------------------------------------------- the claim
+# The captions of Figs. 3 and 4, verbatim (the paper's LaTeX, figures "hessian_entries" and "hessian_entries_trained";
+# the colour and bold markup dropped). Fig. 3's claim is a comparative, "larger": its authors' second panel shows
+# only the Q, K and V weights, so the Values block is compared with the Queries' and the Keys' (values_larger); the
+# superlative, "the largest" of every block, is a second reading (values_largest, role "detail"). Fig. 4's caption
+# is the superlative: the claim itself (values_largest).
+CAPTIONS = {
+    "fig3": "Hessian entries visualization for an initialized model with one Transformer Block. We see the entire "
+            "magnitudes' heterogeneity, while the Values corresponding blocks have larger values.",
+    "fig4": "Hessian entries visualization for a model trained for a number of epochs with one Transformer Block. We "
+            "see the entire magnitudes' heterogeneity, while the Values-Values corresponding block has the largest "
+            "values.",
+}
+# the blocks Fig. 3's comparative sets W_V's against: the other two of the authors' second panel
+COMPARED = ("W_Q", "W_K")
+
+
+def v_over_qk(stats: dict) -> dict:
+    """``{statistic: W_V's diagonal block over the larger of W_Q's and W_K's}`` over :data:`STATISTICS` (above 1:
+    W_V's block is larger than both, Fig. 3's comparative)."""
+    return {st: stats["W_V"][st] / max(stats[u][st] for u in COMPARED) for st in STATISTICS}
+
+
+def _over(ratios) -> str:
+    """A range of W_V-over-W_Q/W_K ratios in words: "1.7–8.5×"."""
+    lo, hi = min(ratios), max(ratios)
+    return f"{lo:.3g}×" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g}–{hi:.3g}×"
+
+
+def _words(spec) -> tuple[str, str, str]:
+    """(state, model, draws) of a result's variant in words, from its settings."""
+    paper = spec.settings["paper"]
+    init = paper.step == 0
+    return ("at initialisation" if init else "after training",
+            "the authors' model" if paper.model == "authors" else "the theorem's block (Table 1 model)",
+            "initialisations" if init else "training runs")
+
+
+def values_larger(result, spec) -> Row:
+    """Fig. 3's claim, the caption's comparative: W_V's diagonal Hessian block is larger than W_Q's and W_K's (the
+    blocks of the authors' second panel), in every statistic of :data:`STATISTICS`, on the result of ``spec`` (a
+    :class:`~.spec.ResultSpec`); on the authors' model counted over the initialisations of its seeds (their code does
+    not seed it): reproduced where every draw shows it in every statistic, not reproduced where none shows it in
+    any."""
+    figure = spec.name
+    state, model, draws = _words(spec)
+    what = (f'"{CAPTIONS[spec.spec.name]}" ({state}, {model}): the comparative, as the authors\' second panel shows only '
+            "Q, K and V: W_V's diagonal Hessian block larger than W_Q's and W_K's, in every statistic")
+    if result is None:
+        return not_run(f"{figure}.values_larger", figure, what, figure)
+    n = len(STATISTICS)
+    ratio = v_over_qk(result.meta["unit_stats"])
+    no = [_label(st) for st, r in ratio.items() if r <= 1]
+    sentence = (f"W_V's diagonal block is larger than W_Q's and W_K's in {n - len(no)}/{n} statistics"
+                + (f" (not in: {', '.join(no)})" if no else "") + f"; W_V over the larger of them: {_over(ratio.values())}.")
+    verdict, value = claim_verdict([r > 1 for r in ratio.values()], not no), (n - len(no)) / n
+    details = {"v_over_qk": ratio, "statistics": {k: v[0] for k, v in STATISTICS.items()}, "compared": list(COMPARED)}
+    seeds = result.meta.get("seed_leads") or []
+    if seeds:  # a count over the draws: the verdict is the count's
+        per = [sum(r > 1 for r in d["v_over_qk"].values()) for d in seeds]
+        full, none = sum(k == n for k in per), sum(k == 0 for k in per)
+        verdict = "reproduced" if full == len(seeds) else "not reproduced" if none == len(seeds) else "partly reproduced"
+        value = full / len(seeds)
+        seed = ((result.config.get("train") or {}).get(result.meta["model"]) or {}).get("seed", "of the run")
+        sentence = (f"Over {len(seeds)} {draws} (their code does not seed the initialisation): W_V's diagonal block is "
+                    f"larger than W_Q's and W_K's in all {n} statistics in {full}/{len(seeds)}, in none in "
+                    f"{none}/{len(seeds)}; W_V over the larger of them: "
+                    f"{_over([r for d in seeds for r in d['v_over_qk'].values()])}. The figure's "
+                    f"{'initialisation' if draws == 'initialisations' else 'run'} (seed {seed}): {sentence}")
+        details["seeds"] = [dict(seed=d["seed"], larger=k, v_over_qk=d["v_over_qk"]) for d, k in zip(seeds, per)]
+    return Row(id=f"{figure}.values_larger", result=figure, kind="claim", claim="reproduced", expected=None, what=what,
+               verdict=verdict, value=value, profile=result.config["profile"], evidence=[str(result.json_path)],
+               instances=f"{result.meta['batch_size']} training images, "
+                         f"{result.meta.get('n_parameters_model', result.meta['n_parameters']):,} parameters",
+               note=sentence + " — the superlative reading ('the largest' of every block): "
+                    f"{figure}.values_largest", details=details)
+
+
 # the statistics of a block's entries (not of its size or spectrum): what "larger per entry" means
 PER_ENTRY = ("mean", "rms", "median", "max")
 
@@ -398,15 +473,20 @@ def leads_without(result, drop: str | None, unit: str = "W_V") -> int:
     return sum(order[0] == unit for order in ranking_table(stats)["weights"].values())
 
 
-def values_largest(result, figure: str) -> Row:
-    """Figs. 3/4: W_V's diagonal Hessian block is the largest (see :mod:`.claims`); ``figure`` is the result
-    (``fig3``, ``fig4``: the theorem's block; ``fig3_authors``, ``fig4_authors``: the authors' model)."""
-    state = "at initialisation" if figure.startswith("fig3") else "after training"
-    model = "the authors' model" if figure.endswith("_authors") else "the theorem's block (Table 1 model)"
-    what = (f"'the Values block has the largest values' ({state}, {model}): W_V's diagonal Hessian block leads the "
-            "ranking of the diagonal blocks of the Transformer block's parameters, per parameter set and statistic")
+def values_largest(result, spec, claim: bool = True) -> Row:
+    """The superlative: W_V's diagonal Hessian block is the largest (see :mod:`.claims`), on the result of ``spec``
+    (a :class:`~.spec.ResultSpec`: its settings say the model and the step). ``claim``: the caption's claim (Fig. 4);
+    False: a second reading beside the comparative one (Fig. 3, :func:`values_larger`), a detail that is no claim of
+    the paper's."""
+    figure = spec.name
+    state, model, _ = _words(spec)
+    what = (f'"{CAPTIONS[spec.spec.name]}" ({state}, {model}): ' if claim else
+            f"the superlative reading of Fig. 3's caption, 'the largest' ({state}, {model}), beside its comparative "
+            f"({figure}.values_larger): ") + ("W_V's diagonal Hessian block leads the ranking of the diagonal blocks "
+                                              "of the Transformer block's parameters, per parameter set and statistic")
+    role = dict(role="statement", claim="reproduced") if claim else dict(role="detail", claim=None)
     if result is None:
-        return not_run(f"{figure}.values_largest", figure, what, figure)
+        return dataclasses.replace(not_run(f"{figure}.values_largest", figure, what, figure), **role)
     stats = result.meta["unit_stats"]
     table = ranking_table(stats)
     lead = leads(stats)
@@ -437,13 +517,12 @@ def values_largest(result, figure: str) -> Row:
     details = {"rankings": table, "leads": lead, "statistics": {k: v[0] for k, v in STATISTICS.items()},
                "sets": {k: v[0] for k, v in SETS.items()}, "values": stats}
     if result.meta.get("seed_leads"):  # a count over initialisations: the verdict is the count's
-        verdict, over, counts = seed_count(result.meta["seed_leads"],
-                                           "initialisations" if result.meta.get("step", 0) == 0 else "training runs")
+        verdict, over, counts = seed_count(result.meta["seed_leads"], _words(spec)[2])
         value = counts["reproduced"] / len(result.meta["seed_leads"])
         seed = ((result.config.get("train") or {}).get(result.meta["model"]) or {}).get("seed", "of the run")
         sentence = f"{over} The figure's {'initialisation' if result.meta.get('step', 0) == 0 else 'run'} (seed {seed}): {sentence}"
         details["seeds"] = result.meta["seed_leads"]
-    return Row(id=f"{figure}.values_largest", result=figure, kind="claim", claim="reproduced", expected=None,
+    return Row(id=f"{figure}.values_largest", result=figure, kind="claim", expected=None, **role,
                what=what, verdict=verdict, value=value,
                profile=result.config["profile"], evidence=[str(result.json_path)],
                instances=f"{result.meta['batch_size']} training images, "
@@ -471,38 +550,28 @@ _HEAT_MESSAGES = {"hessian": captions.heatmap_whole, "attention": captions.heatm
 
 
 def _compute(j):
-    return compute_heatmap(j.ctx, j.settings, j.reads["trajectory"])
+    return compute_heatmap(j.ctx, j.settings, j.reads.get("trajectory"))
 
 
-def _compute_authors(j):
-    return compute_authors_heatmap(j.ctx, j.settings)
-
-
-SPECS = (
-    FigureSpec("fig3_authors", "Fig. 3", "fig03_hessian_init_authors", "Hessian entries at initialisation, the authors' "
-               "model", AUTHORS_INIT, _compute_authors, _HEAT, messages=_HEAT_MESSAGES, key_numbers=key_numbers,
-               needs="MNIST", rank=0, rows=lambda res: [values_largest(res.get("fig3_authors"), "fig3_authors")],
-               finding=Finding("fig3_authors", "Fig. 3 on the authors' model: the Values blocks are largest "
-                               "(initialisation)", "notebooks/fig03_hessian_init")),
-    FigureSpec("fig3", "Fig. 3", "fig03_hessian_init", "Hessian entries at initialisation", INIT, _compute, _HEAT,
-               messages=_HEAT_MESSAGES, key_numbers=key_numbers, reads=("trajectory",), override_key="init_heatmap",
-               rows=lambda res: [values_largest(res.get("fig3"), "fig3")],
-               finding=Finding("fig3", "Fig. 3 on the theorem's block: the Values blocks are largest (initialisation)",
-                               "notebooks/fig03_hessian_init")),
-    FigureSpec("fig4_authors", "Fig. 4", "fig04_hessian_trained_authors", "Hessian entries after training, the "
-               "authors' model", AUTHORS_TRAINED, _compute_authors, _HEAT, messages=_HEAT_MESSAGES,
-               key_numbers=key_numbers, needs="MNIST; trains the authors' recipe in bf16 to step 20,000, three runs (seeds 37, 0, 1; about 9 min "
-               "each on one CPU core, two side by side)",
-               rank=0, rows=lambda res: [values_largest(res.get("fig4_authors"), "fig4_authors")],
-               finding=Finding("fig4_authors", "Fig. 4 on the authors' model: the Values–Values block is largest "
-                               "(trained)", "notebooks/fig04_hessian_trained")),
-    FigureSpec("fig4_authors_exact", "Fig. 4", "fig04_hessian_trained_authors_exact", "Hessian entries after "
-               "training, the authors' model, float32 run", AUTHORS_TRAINED_EXACT, _compute_authors, _HEAT,
-               messages=_HEAT_MESSAGES, key_numbers=key_numbers,
-               needs="MNIST; trains the authors' recipe in float32 to step 20,000 (about 6 min on a CPU)", rank=0),
-    FigureSpec("fig4", "Fig. 4", "fig04_hessian_trained", "Hessian entries after training", TRAINED, _compute, _HEAT,
-               messages=_HEAT_MESSAGES, key_numbers=key_numbers, reads=("trajectory",), override_key="trained_heatmap",
-               rows=lambda res: [values_largest(res.get("fig4"), "fig4")],
-               finding=Finding("fig4", "Fig. 4 on the theorem's block: the Values–Values block is largest (trained)",
-                               "notebooks/fig04_hessian_trained")),
-)
+_BF16_RUNS = "MNIST; trains the authors' recipe in bf16 to step 20,000, three runs (seeds 37, 0, 1; about 9 min each " \
+             "on one CPU core, two side by side)"
+FIG3 = FigureSpec(
+    "fig3", "Fig. 3", "fig03_hessian_init", "Hessian entries at initialisation",
+    (Point(AUTHORS_INIT, Finding("Fig. 3 on the authors' model: the Values blocks are largest (initialisation)",
+                                 "notebooks/fig03_hessian_init")),
+     Point(INIT, Finding("Fig. 3 on the theorem's block: the Values blocks are largest (initialisation)",
+                         "notebooks/fig03_hessian_init"), reads=("trajectory",), override_key="init_heatmap")),
+    _compute, _HEAT, _HEAT_MESSAGES, runs=heatmap_runs, key_numbers=key_numbers,
+    rows=lambda res: [row for s in claimed("fig3")
+                      for row in (values_larger(res.get(s.name), s), values_largest(res.get(s.name), s, claim=False))])
+FIG4 = FigureSpec(
+    "fig4", "Fig. 4", "fig04_hessian_trained", "Hessian entries after training",
+    (Point(AUTHORS_TRAINED, Finding("Fig. 4 on the authors' model: the Values–Values block is largest (trained)",
+                                    "notebooks/fig04_hessian_trained"), needs=_BF16_RUNS),
+     Point(AUTHORS_TRAINED_EXACT, needs="MNIST; trains the authors' recipe in float32 to step 20,000 (about 6 min on a "
+                                        "CPU)"),
+     Point(TRAINED, Finding("Fig. 4 on the theorem's block: the Values–Values block is largest (trained)",
+                            "notebooks/fig04_hessian_trained"), reads=("trajectory",), override_key="trained_heatmap")),
+    _compute, _HEAT, _HEAT_MESSAGES, runs=heatmap_runs, key_numbers=key_numbers,
+    rows=lambda res: [values_largest(res.get(s.name), s) for s in claimed("fig4")])
+SPECS = (FIG3, FIG4)

@@ -26,7 +26,7 @@ from ..exact.linalg import sym_spectral_norm
 from ..hessian import hessian
 from ..hessian._generic import curvlinops_columns
 from ..hessian._vit import ViTSecondOrder
-from ..model import param_groups, param_slices
+from ..params import param_groups, param_slices
 
 __all__ = ["UNITS", "OUTSIDE_BLOCK", "STATISTICS", "SETS", "units_of", "sample_columns", "cross_check",
            "exact_columns", "unit_statistics", "rankings", "group_pair_statistics"]

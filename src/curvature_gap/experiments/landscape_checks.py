@@ -20,16 +20,16 @@ from ..exact.instances import from_model
 from ..landscape.theorem7 import vit_check
 from .context import Context
 from ..plotting import WIDTH, new_figure
-from .spec import FigureSpec
+from .settings import Variant
+from .spec import FigureSpec, Point
 
 __all__ = ["compute_theorem7", "compute_trained_bounds", "plot_theorem7", "Theorem7Settings", "TrainedBoundsSettings", "SPECS"]
 
 
 @dataclass(frozen=True)
-class Theorem7Settings:
+class Theorem7Settings(Variant):
     """Theorem 7 on the trained MNIST ViT (the Fig. 6 setting): both sides along w = w* + t u."""
 
-    model: str = "mnist"
     n_samples: int = 1024  # training samples in L_k (dataset order); k runs to n_samples - 1
     hessian_samples: int = 64  # samples whose exact Hessian norm enters M = max_i ‖∇²l_i(w*)‖
     power_iters: int = 40  # power-iteration steps per sample before the Lanczos refinement
@@ -38,10 +38,9 @@ class Theorem7Settings:
 
 
 @dataclass(frozen=True)
-class TrainedBoundsSettings:
+class TrainedBoundsSettings(Variant):
     """The bounds at the MNIST ViT's block 0, at initialisation and trained (test images)."""
 
-    model: str = "mnist"
     n_samples: int = 1  # per-sample instances with every bound (each needs the 2,816-weight loss Hessian)
     n_batch: int = 16  # images in the batch rows (curvlinops Hessian of the mean MSE, Lanczos)
     n_ce: int = 2  # images in the cross-entropy check (dense 2,816-weight Hessian each)
@@ -52,15 +51,15 @@ TRAINED_BOUNDS = {"paper": TrainedBoundsSettings(), "smoke": TrainedBoundsSettin
 
 
 def compute_theorem7(ctx: Context, s: Theorem7Settings) -> tuple[dict, dict]:
-    model, info = ctx.model(s.model)
-    tr = ctx.data(s.model).train
+    model, info = ctx.model(s)
+    tr = ctx.data(s).train
     images, labels = tr.images[:s.n_samples], tr.labels[:s.n_samples]
     res = vit_check(model, images, labels, s.hessian_samples, seed=s.seed, iters=s.power_iters,
                     refine=s.refine, log=ctx.log, device=ctx.torch_device)
     table = res.pop("table")
     arrays = {k: np.array([row[k] for row in table]) for k in table[0] if k != "direction"}
     arrays["direction_is_random"] = np.array([row["direction"] == "random" for row in table])
-    meta = dict(profile=ctx.profile, model=s.model, checkpoint=info, **res)
+    meta = dict(profile=ctx.profile, model=s.model_key, checkpoint=info, **res)
     return arrays, meta
 
 
@@ -69,10 +68,10 @@ def compute_trained_bounds(ctx: Context, s: TrainedBoundsSettings) -> tuple[dict
     # the theory block (L x d_V matrices; targets from the CPU generator, norms by NumPy eigensolves), and
     # the ViT's only work here is one forward pass for the tokens. ctx.device still decides where the
     # model is trained (ctx.model).
-    init = ctx.model(s.model, 0)[0].cpu()
-    trained, info = ctx.model(s.model)
+    init = ctx.model(s, 0)[0].cpu()
+    trained, info = ctx.model(s)
     trained = trained.cpu()
-    te = ctx.data(s.model).test
+    te = ctx.data(s).test
     rows, _ = training_sweep({"init": init, "trained": trained}, te.images, s.n_samples, s.n_batch, tensors=False,
                              log=ctx.log)
     for name, m in (("init", init), ("trained", trained)):
@@ -83,7 +82,7 @@ def compute_trained_bounds(ctx: Context, s: TrainedBoundsSettings) -> tuple[dict
     records = [{k: (float(v) if isinstance(v, (np.floating, float)) else v) for k, v in r.items()
                 if k in ("check", "sub", "bound", "exact", "ratio", "sweep", "x", "seed", "L", "d_V", "d_K", "d_ff")}
                for r in rows]
-    meta = dict(profile=ctx.profile, model=s.model, checkpoint=info, records=records,
+    meta = dict(profile=ctx.profile, model=s.model_key, checkpoint=info, records=records,
                 instances="block 0 of the ViT: tokens of test images, the five weight matrices (theory block: "
                           "no FFN biases, γ = 1, β = 0); MSE targets: the perturbed layer's output")
     return {"ratio": np.array([r["ratio"] for r in records], dtype=np.float64)}, meta
@@ -132,10 +131,10 @@ def trained_bounds_numbers(r) -> dict:
 # ----------------------------------------------------------------------------- the results of this module
 # their rows are curvature_gap.checks.landscape's (Theorem 7) and curvature_gap.checks.bounds' (the bounds)
 SPECS = (
-    FigureSpec("theorem7", "check", "check_theorem7", "Theorem 7 on the trained ViT", THEOREM7,
-               lambda j: compute_theorem7(j.ctx, j.settings), {"ratios": plot_theorem7},
-               {"ratios": captions.theorem7}, verify_reads=True, key_numbers=theorem7_numbers),
-    FigureSpec("trained_bounds", "check", "", "the bounds at the trained ViT's block", TRAINED_BOUNDS,
-               lambda j: compute_trained_bounds(j.ctx, j.settings), verify_reads=True,
-               key_numbers=trained_bounds_numbers),
+    FigureSpec("theorem7", "check", "check_theorem7", "Theorem 7 on the trained ViT",
+               (Point(THEOREM7, verify_reads=True),), lambda j: compute_theorem7(j.ctx, j.settings), {"ratios": plot_theorem7}, {"ratios": captions.theorem7},
+               runs=lambda s, ctx: [(None, None)], key_numbers=theorem7_numbers),
+    FigureSpec("trained_bounds", "check", "", "the bounds at the trained ViT's block",
+               (Point(TRAINED_BOUNDS, verify_reads=True),), lambda j: compute_trained_bounds(j.ctx, j.settings),
+               runs=lambda s, ctx: [(0, None), (None, None)], key_numbers=trained_bounds_numbers),
 )

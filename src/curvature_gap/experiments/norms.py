@@ -17,26 +17,26 @@ import matplotlib
 import numpy as np
 
 from .. import captions
-from ..model import param_groups
+from ..params import param_groups
 from ..plotting import WIDTH, new_figure, short_label
 from ..row import Row
-from .claims import claim_verdict, not_run
+from .claims import not_run
 from .context import Context
 from .hessians import SETS, STATISTICS, units_of
-from .spec import FigureSpec, Finding
+from .settings import Variant
+from .spec import FigureSpec, Finding, Point, claimed
 from .trajectory import AUTHORS_EXACT_SETTINGS, AUTHORS_NEEDS, AUTHORS_SETTINGS, LISTS, PLOTTED, flat_weights, lists_of
 
 __all__ = ["compute_norms", "plot_parameters", "plot_hessians", "plot_parameters_over_training",
            "plot_hessians_over_training", "plot_lists", "lists_message", "arithmetic_comparison", "UNIT_ORDER",
-           "NormsSettings", "keys_values", "MUCH_SMALLER", "SPECS"]
+           "NormsSettings", "keys_values", "MUCH_SMALLER", "FIG5", "SPECS"]
 
 
 @dataclass(frozen=True)
-class NormsSettings:
-    """Fig. 5: parameter-block and Hessian-block norms at init and trained (the Hessians of Figs. 3 and 4)
-    and over the first training steps (the trajectory)."""
-
-    model: str = "mnist"
+class NormsSettings(Variant):
+    """Fig. 5 on the theorem's block: parameter-block and Hessian-block norms at init and trained (the Hessians of
+    Figs. 3 and 4) and over the first training steps (the trajectory). On the authors' model Fig. 5 is cut from
+    their trajectory, whose settings it takes (:class:`.trajectory.AuthorsTrajectorySettings`)."""
 
 
 SETTINGS = {"paper": NormsSettings(), "smoke": NormsSettings()}
@@ -55,14 +55,17 @@ def param_unit_norms(w: np.ndarray, units: dict) -> dict[str, dict[str, float]]:
             for u, idx in units.items()}
 
 
-def compute_norms(ctx: Context, s: NormsSettings, deps: dict) -> tuple[dict, dict]:
-    """Parameter-unit and Hessian-unit norms at init and trained (the Hessians of Figs. 3 and 4) and the
-    followed block norms over the trajectory."""
+def compute_norms(ctx: Context, s, deps: dict) -> tuple[dict, dict]:
+    """Fig. 5 on ``s``'s model: on the theorem's block the parameter-unit and Hessian-unit norms at init and
+    trained (the Hessians of Figs. 3 and 4) and the followed block norms over the trajectory; on the authors'
+    model their figure's lists, from their trajectory (:func:`list_norms`)."""
     t = deps["trajectory"]
-    init = ctx.model(s.model, 0)[0]
-    trained, _ = ctx.model(s.model)
+    if s.model == "authors":
+        return list_norms(t)
+    init = ctx.model(s, 0)[0]
+    trained, _ = ctx.model(s)
     units = units_of(init)
-    meta = dict(profile=ctx.profile, model=s.model, batch_size=deps["fig3"].meta["batch_size"],
+    meta = dict(profile=ctx.profile, model=s.model_key, batch_size=deps["fig3"].meta["batch_size"],
                 units=[u for u in UNIT_ORDER if u in units], groups=t.meta["groups"],
                 param_norms={"init": param_unit_norms(flat_weights(init), units), "trained": param_unit_norms(flat_weights(trained), units)},
                 hessian_stats={"init": deps["fig3"].meta["unit_stats"], "trained": deps["fig4"].meta["unit_stats"]},
@@ -219,46 +222,74 @@ def kv_reading(values: dict, keys: tuple) -> tuple[list, bool, float, bool]:
     return order, top_two, ratio, top_two and ratio <= MUCH_SMALLER
 
 
-def kv_verdict(holds: dict) -> tuple[str, float, str]:
-    """The verdict of Fig. 5's sentence from ``holds`` (a group of readings -> reading -> whether the sentence
-    holds in it): reproduced when it holds in every reading of some group, partly when in some reading, not
-    reproduced otherwise; the value is the best group's fraction of readings. Groups are the readings that
-    stand for one figure: on the theorem's model each panel (its statistics are alternative readings of
-    'magnitude'), on the authors' model their one figure (both panels at every step). Returns (verdict, value,
-    best group)."""
-    frac = {p: sum(v.values()) / len(v) for p, v in holds.items()}
-    best = max(frac, key=frac.get)
-    return claim_verdict([any(any(v.values()) for v in holds.values())], frac[best] == 1.0), frac[best], best
+def kv_verdict(groups: dict) -> tuple[str, float, list]:
+    """Fig. 5's verdict by one rule on either model, from ``groups``: (run, panel) -> {reading: whether the sentence
+    holds in it} over every run read (the theorem's block: its one run; the authors' model: each run of their recipe,
+    their initialisation being unseeded) and both panels of the figure (on the theorem's block each statistic at
+    initialisation and trained, on the authors' each step of their figure). Reproduced when the sentence holds in
+    every reading of every run; partly reproduced when it holds throughout at least one panel of one run (a panel of
+    a figure that shows it); not reproduced otherwise, however many isolated readings support it. Returns (verdict,
+    the fraction of all readings in which it holds, the (run, panel) groups in which it holds throughout)."""
+    n = sum(len(g) for g in groups.values())
+    held = sum(sum(g.values()) for g in groups.values())
+    whole = [k for k, g in groups.items() if all(g.values())]
+    verdict = "reproduced" if held == n else "partly reproduced" if whole else "not reproduced"
+    return verdict, held / n, whole
 
 
-def _kv_what(name: str) -> str:
-    if name == "fig5":
+def _count_sentence(groups: dict, whole: list, runs: str) -> str:
+    """The one rule's count in words: readings where the sentence holds over all, per run where there are several,
+    and the panels it holds throughout."""
+    n = sum(len(g) for g in groups.values())
+    held = sum(sum(g.values()) for g in groups.values())
+    seeds = list(dict.fromkeys(run for run, _ in groups))
+    per_run = ("" if len(seeds) == 1 else "; " + ", ".join(
+        f"seed {s}: {sum(sum(g.values()) for (r, _), g in groups.items() if r == s)}/"
+        f"{sum(len(g) for (r, _), g in groups.items() if r == s)}" for s in seeds))
+    panels = ("; throughout no panel of " + ("any run" if len(seeds) > 1 else "the figure") if not whole else
+              "; throughout " + ", ".join(f"the {_PANEL[p]} panel" + (f" of seed {r}" if len(seeds) > 1 else "")
+                                          for r, p in whole))
+    return f"The sentence holds in {held}/{n} readings ({runs}{per_run}){panels}"
+
+
+def _readings_table(groups: dict, orders: dict, ratios: dict, labels: dict) -> list[dict]:
+    """Every reading of ``groups`` as a row for the page: run, panel, the reading in words, the blocks largest first,
+    the largest other over the smaller of Keys and Values, whether the sentence holds."""
+    return [dict(run=run, panel=_PANEL[panel], reading=labels[(panel, r)], order=orders[(run, panel)][r],
+                 ratio=ratios[(run, panel)][r], holds=h) for (run, panel), g in groups.items() for r, h in g.items()]
+
+
+def _kv_what(model: str) -> str:
+    if model == "table1":
         return ("'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much "
                 "smaller absolute entries': W_K and W_V are the two largest of the weight matrices, and each of the "
-                f"other three is at most {MUCH_SMALLER:g} × the smaller of them, in the parameter-norm panel and in "
-                "the Hessian-norm panel")
+                f"other three is at most {MUCH_SMALLER:g} × the smaller of them, in every reading of the parameter-norm "
+                "panel and of the Hessian-norm panel (one rule for both models: kv_verdict)")
     return ("'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much smaller "
             "absolute entries', on Fig. 5 as the authors' code draws it (their model, their five parameter lists, "
             f"steps 0–1000): at each step and in each panel, every other line is at most {MUCH_SMALLER:g} × the lower "
-            "of Keys and Values")
+            "of Keys and Values, on every run of their recipe (one rule for both models: kv_verdict)")
 
 
-def keys_values(result, name: str = "fig5") -> Row:
-    """Fig. 5's sentence on result ``name`` (``fig5``: the theorem's model, its weight matrices in each panel and
-    statistic; ``fig5_authors``: the authors' figure, their five lists at each step), by one rule
-    (:func:`kv_reading`, :func:`kv_verdict`; "much smaller" as the comment on :data:`MUCH_SMALLER` reads it)."""
-    what = _kv_what(name)
+def keys_values(result, spec) -> Row:
+    """Fig. 5's sentence on the result of ``spec`` (a :class:`~.spec.ResultSpec`: on the theorem's model its weight
+    matrices in each panel and statistic; on the authors' model their figure, their five lists at each step, on
+    each run), by one rule (:func:`kv_reading` in each reading, :func:`kv_verdict` over all readings of all runs;
+    "much smaller" as the comment on :data:`MUCH_SMALLER` reads it)."""
+    name, model = spec.name, spec.settings["paper"].model
+    what = _kv_what(model)
     if result is None:
         return not_run(f"{name}.keys_values", name, what, name)
-    verdict, value, note, details = (_kv_units if name == "fig5" else _kv_lists)(result)
+    verdict, value, note, details = (_kv_units if model == "table1" else _kv_lists)(result)
     return Row(id=f"{name}.keys_values", result=name, kind="claim", claim="reproduced", expected=None, what=what,
                verdict=verdict, value=value, tolerance=MUCH_SMALLER, profile=result.config["profile"],
                evidence=[str(result.json_path)], note=note, details=details)
 
 
 def _kv_units(result) -> tuple:
-    """The theorem's model: each panel's readings are its statistics at initialisation and trained."""
+    """The theorem's model: one run; each panel's readings are its statistics at initialisation and trained."""
     m = result.meta
+    run = ((result.config.get("train") or {}).get(m.get("model")) or {}).get("seed")
     weights = [u for u in SETS["weights"][1] if u in m["param_norms"]["init"]]
     panels, values = {"parameters": {}, "hessians": {}}, {"parameters": {}, "hessians": {}}
     top_two, ratio, much_smaller, holds = ({"parameters": {}, "hessians": {}} for _ in range(4))
@@ -270,15 +301,15 @@ def _kv_units(result) -> tuple:
                 panels[panel][k], top_two[panel][k], ratio[panel][k], holds[panel][k] = kv_reading(values[panel][k],
                                                                                                     ("W_K", "W_V"))
                 much_smaller[panel][k] = ratio[panel][k] <= MUCH_SMALLER
-    verdict, value, best = kv_verdict(holds)
-    everywhere = value == 1.0
+    groups = {(run, panel): h for panel, h in holds.items()}
+    verdict, value, whole = kv_verdict(groups)
     n = sum(len(v) for v in holds.values())
     n_top = sum(sum(v.values()) for v in top_two.values())
     n_small = sum(sum(v.values()) for v in much_smaller.values())
-    n_both = sum(sum(v.values()) for v in holds.values())
     per_panel = ", ".join(f"{_PANEL[p]} {sum(v.values())}/{len(v)}" for p, v in top_two.items())
-    note = (f"W_K and W_V are the two largest weight matrices in {n_top}/{n} readings, and the other three much "
-            f"smaller (each ≤ {MUCH_SMALLER:g} × the smaller of W_K, W_V) in {n_small}/{n}")
+    note = (_count_sentence(groups, whole, "both panels, each statistic at initialisation and trained")
+            + f". W_K and W_V are the two largest weight matrices in {n_top}/{n} readings, and the other three much "
+              f"smaller (each ≤ {MUCH_SMALLER:g} × the smaller of W_K, W_V) in {n_small}/{n}")
     # where W_K and W_V lead but the third is not much smaller: how close the third comes to the second
     close = [(p, k) for p, per in top_two.items() for k, ok in per.items() if ok and not much_smaller[p][k]]
     if close:
@@ -292,20 +323,21 @@ def _kv_units(result) -> tuple:
         note += f": where W_K and W_V lead, {who} ({cases})"
     # with MUCH_SMALLER < 1 the second clause implies the first, so a reading supports the sentence exactly
     # when the second clause holds
-    if n_both == 0:
+    if n_small == 0:
         note += (". The first clause (W_K and W_V on top) fails in every reading, and with it the second"
                  if n_top == 0 else ". The second clause ('much smaller') fails in every reading, so no reading "
                  "supports the sentence")
-    else:
-        note += (f". Both clauses hold in {n_both}/{n} readings, best in the {_PANEL[best]} panel"
-                 + (" (every reading)" if everywhere else f" ({sum(holds[best].values())}/{len(holds[best])})"))
     low_p, low_k = min(((p, k) for p, per in ratio.items() for k in per), key=lambda pk: ratio[pk[0]][pk[1]])
     note += (f". — W_K and W_V on top: {per_panel}. The largest of the other three over the smaller of W_K, W_V is "
              f"at least {ratio[low_p][low_k]:.2f} ({_reading(low_p, low_k)}); 'much smaller' needs ≤ {MUCH_SMALLER:g}")
+    labels = {(p, k): _reading(p, k) for p, per in holds.items() for k in per}
     return verdict, value, note, {"orders": panels, "top_two": top_two, "others_over_smaller_of_KV": ratio,
                                   "much_smaller": much_smaller, "holds": holds, "much_smaller_factor": MUCH_SMALLER,
                                   "parameter_statistics": _PARAM_STATS,
-                                  "hessian_statistics": {k: STATISTICS[k][0] for k in _HESS_STATS}}
+                                  "hessian_statistics": {k: STATISTICS[k][0] for k in _HESS_STATS},
+                                  "readings": _readings_table(groups, {(run, p): v for p, v in panels.items()},
+                                                              {(run, p): v for p, v in ratio.items()}, labels),
+                                  "whole_panels": [list(k) for k in whole]}
 
 
 def _list_readings(a, lists) -> dict:
@@ -318,41 +350,41 @@ def _list_readings(a, lists) -> dict:
     return out
 
 
+def _run_arrays(a, r: int | None) -> dict:
+    """The lines of run ``r`` of the authors' result (None: the figure's own run; else the ``r``-th of its other
+    runs, ``runs_param_*`` and ``runs_spec_*``), as :func:`_list_readings` reads them."""
+    if r is None:
+        return a
+    out = {"steps": a["steps"]}
+    for g in PLOTTED:
+        out[f"param_{g}"], out[f"spec_{g}"] = a[f"runs_param_{g}"][r], a[f"runs_spec_{g}"][r]
+    return out
+
+
 def _kv_lists(result) -> tuple:
     """The authors' model: their figure's readings (both panels at every step), on each run of their recipe."""
     a = result.arrays
-    theirs = _list_readings(a, PLOTTED)
+    seeds = [result.meta.get("run_seed"), *(result.meta.get("run_seeds") or [])]
+    readings = {seed: _list_readings(_run_arrays(a, None if i == 0 else i - 1), PLOTTED) for i, seed in enumerate(seeds)}
+    groups = {(seed, panel): {k.split("/", 1)[1]: h for k, (_, _, _, h) in rs.items() if k.startswith(panel + "/")}
+              for seed, rs in readings.items() for panel in ("parameters", "hessians")}
+    verdict, value, whole = kv_verdict(groups)
+    theirs = readings[seeds[0]]
     fixed = _list_readings(a, tuple(g for g in PLOTTED if g != "feedforward") + ("ffn_weights",))
-    verdict, value, _ = kv_verdict({"figure": {k: h for k, (_, _, _, h) in theirs.items()}})
     n = len(theirs)
     n_ok = sum(h for _, _, _, h in theirs.values())
     n_top = sum(t for _, t, _, _ in theirs.values())
     n_fixed = sum(h for _, _, _, h in fixed.values())
     low = min(theirs, key=lambda k: theirs[k][2])
     lab = {g: result.meta["lists"][g]["label"] for g in result.meta["lists"]}
-    note = (f"Keys and Values are the two highest lines in {n_top}/{n} readings, and the other three at most "
-            f"{MUCH_SMALLER:g} × the lower of them in {n_ok}/{n}. The closest reading is {low}: the largest other "
-            f"line ({lab[next(g for g in theirs[low][0] if g not in ('keys', 'values'))]}) over the lower of Keys and "
+    runs = (f"both panels at each of {len(a['steps'])} steps, " + (f"{len(seeds)} runs, seeds "
+            f"{', '.join(map(str, seeds))}: their initialisation is unseeded" if len(seeds) > 1 else "one run"))
+    note = (_count_sentence(groups, whole, runs) + f". The run of seed {seeds[0]}: Keys and Values are the two highest "
+            f"lines in {n_top}/{n} readings, and the other three at most {MUCH_SMALLER:g} × the lower of them in "
+            f"{n_ok}/{n}. The closest reading is {low}: the largest other line "
+            f"({lab[next(g for g in theirs[low][0] if g not in ('keys', 'values'))]}) over the lower of Keys and "
             f"Values is {theirs[low][2]:.2f}. Their 'FeedForward' line is LN2's γ, β; with the feed-forward weights in "
             f"its place the sentence holds in {n_fixed}/{n} readings")
-    runs = result.meta.get("run_seeds") or []
-    per_run = [dict(seed=result.meta.get("run_seed"), holds=n_ok, of=n, verdict=verdict)]
-    for r, seed in enumerate(runs):  # other runs (their initialisation is unseeded): the same reading on each
-        a_r = {k: a[k] for k in ("steps",)}
-        for g in PLOTTED:
-            a_r[f"param_{g}"], a_r[f"spec_{g}"] = a[f"runs_param_{g}"][r], a[f"runs_spec_{g}"][r]
-        holds_r = {k: h for k, (_, _, _, h) in _list_readings(a_r, PLOTTED).items()}
-        per_run.append(dict(seed=seed, holds=sum(holds_r.values()), of=n, verdict=kv_verdict({"figure": holds_r})[0]))
-    if runs:
-        vs = [p["verdict"] for p in per_run]
-        verdict = ("reproduced" if all(v == "reproduced" for v in vs) else
-                   "not reproduced" if all(v == "not reproduced" for v in vs) else "partly reproduced")
-        value = sum(v == "reproduced" for v in vs) / len(vs)
-        per_run_text = ", ".join(f"{p['holds']}/{n}" for p in per_run)
-        note = (f"Over {len(per_run)} runs (seeds {', '.join(str(p['seed']) for p in per_run)}; their initialisation "
-                f"is unseeded) the sentence holds in every reading in {sum(v == 'reproduced' for v in vs)}/{len(vs)} "
-                f"runs (readings per run: {per_run_text}). The run of "
-                f"seed {per_run[0]['seed']}: " + note)
     spread = {g: a[f"spread_{g}"] for g in PLOTTED if f"spread_{g}" in a}
     if spread:
         worst = max(spread, key=lambda g: spread[g].max() / spread[g].min())
@@ -360,11 +392,25 @@ def _kv_lists(result) -> tuple:
                  f"{int(a['steps'][-1])} a list's Hessian norm varies across those five batches by up to "
                  f"{spread[worst].max() / spread[worst].min():.2f}× ({lab[worst]} {spread[worst].min():.3g}–"
                  f"{spread[worst].max():.3g})")
+    per_run = [dict(seed=seed, holds=sum(sum(g.values()) for (r, _), g in groups.items() if r == seed),
+                    of=sum(len(g) for (r, _), g in groups.items() if r == seed)) for seed in seeds]
+    orders = {(seed, panel): {k.split("/", 1)[1]: [lab[g] for g in o] for k, (o, _, _, _) in rs.items()
+                              if k.startswith(panel + "/")} for seed, rs in readings.items()
+              for panel in ("parameters", "hessians")}
+    ratios = {(seed, panel): {k.split("/", 1)[1]: r for k, (_, _, r, _) in rs.items() if k.startswith(panel + "/")}
+              for seed, rs in readings.items() for panel in ("parameters", "hessians")}
+    labels = {(p, k): k for (_, p), g in groups.items() for k in g}
+    table = _readings_table(groups, orders, ratios, labels)
+    for r, (panel, reading) in zip(table, [(p, k) for (_, p), g in groups.items() for k in g]):
+        if r["run"] == seeds[0]:  # the figure's run: the sentence with the feed-forward weights for their FeedForward
+            r["holds_with_ffn_weights"] = fixed[f"{panel}/{reading}"][3]
     return verdict, value, note, {"theirs": {k: dict(holds=h, ratio=r, order=o) for k, (o, _, r, h) in theirs.items()},
                                   "with_ffn_weights": {k: dict(holds=h, ratio=r, order=o)
                                                        for k, (o, _, r, h) in fixed.items()},
                                   "runs": per_run, "batch_spread": {g: v.tolist() for g, v in spread.items()},
-                                  "much_smaller_factor": MUCH_SMALLER}
+                                  "much_smaller_factor": MUCH_SMALLER,
+                                  "readings": table, "whole_panels": [list(k) for k in whole]}
+
 
 def list_norms(trajectory) -> tuple[dict, dict]:
     """Fig. 5 on the authors' model: every list of their trajectory (:func:`~.trajectory.lists_of`) without the
@@ -389,27 +435,21 @@ def _lists_numbers(r) -> dict:
 
 
 # ----------------------------------------------------------------------------- the results of this module
-SPECS = (
-    FigureSpec("fig5", "Fig. 5", "fig05_norms", "parameter and Hessian block norms", SETTINGS,
-               lambda j: compute_norms(j.ctx, j.settings, j.deps),
-               {"parameters": plot_parameters, "hessians": plot_hessians,
-                "parameters_over_training": plot_parameters_over_training,
-                "hessians_over_training": plot_hessians_over_training},
-               messages={"parameters": captions.fig5_parameters, "hessians": captions.fig5_hessians,
-                         "parameters_over_training": captions.fig5_parameters_over_training,
-                         "hessians_over_training": captions.fig5_hessians_over_training},
-               depends=("fig3", "fig4", "trajectory"), override_key="norms", key_numbers=key_numbers,
-               rows=lambda res: [keys_values(res.get("fig5"))],
-               finding=Finding("fig5", "Fig. 5: Keys and Values have the highest norms", "notebooks/fig05_block_norms")),
-    FigureSpec("fig5_authors", "Fig. 5", "fig05_norms_authors", "parameter and Hessian norms over the first 1,000 "
-               "steps, the authors' model", AUTHORS_SETTINGS, lambda j: list_norms(j.deps["trajectory_authors"]),
-               {"norms": plot_lists}, {"norms": lists_message}, depends=("trajectory_authors",), needs=AUTHORS_NEEDS, rank=0,
-               key_numbers=_lists_numbers, rows=lambda res: [keys_values(res.get("fig5_authors"), "fig5_authors")],
-               finding=Finding("fig5_authors", "Fig. 5 on the authors' model: Keys and Values have the highest norms",
-                               "notebooks/fig05_block_norms")),
-    FigureSpec("fig5_authors_exact", "Fig. 5", "fig05_norms_authors_exact", "parameter and Hessian norms over the "
-               "first 1,000 steps, the authors' model, float32 run", AUTHORS_EXACT_SETTINGS,
-               lambda j: list_norms(j.deps["trajectory_authors_exact"]), {"norms": plot_lists},
-               {"norms": lists_message}, depends=("trajectory_authors_exact",), needs=AUTHORS_NEEDS, rank=0,
-               key_numbers=_lists_numbers),
-)
+FIG5 = FigureSpec(
+    "fig5", "Fig. 5", "fig05_norms", "parameter and Hessian block norms",
+    (Point(AUTHORS_SETTINGS, Finding("Fig. 5 on the authors' model: Keys and Values have the highest norms",
+                                     "notebooks/fig05_block_norms"), needs=AUTHORS_NEEDS, depends=("trajectory",),
+           plots={"norms": plot_lists}, messages={"norms": lists_message}, key_numbers=_lists_numbers),
+     Point(AUTHORS_EXACT_SETTINGS, needs=AUTHORS_NEEDS, depends=("trajectory",), plots={"norms": plot_lists},
+           messages={"norms": lists_message}, key_numbers=_lists_numbers),
+     Point(SETTINGS, Finding("Fig. 5: Keys and Values have the highest norms", "notebooks/fig05_block_norms"),
+           depends=("fig3", "fig4", "trajectory"), override_key="norms")),
+    lambda j: compute_norms(j.ctx, j.settings, j.deps),
+    {"parameters": plot_parameters, "hessians": plot_hessians, "parameters_over_training": plot_parameters_over_training,
+     "hessians_over_training": plot_hessians_over_training},
+    {"parameters": captions.fig5_parameters, "hessians": captions.fig5_hessians,
+     "parameters_over_training": captions.fig5_parameters_over_training,
+     "hessians_over_training": captions.fig5_hessians_over_training},
+    runs=lambda s, ctx: [(0, None), (None, None)] if s.model == "table1" else [], key_numbers=key_numbers,
+    rows=lambda res: [keys_values(res.get(s.name), s) for s in claimed("fig5")])
+SPECS = (FIG5,)

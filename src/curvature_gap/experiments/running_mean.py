@@ -14,8 +14,9 @@ A result of this protocol is named by its settings (:class:`LoaderPassSettings`:
 arithmetic, the epochs, whether it takes the gradient); :func:`compute_loader_pass` computes both figures'
 quantities from one pass per run. The figures are :mod:`.convergence` (Fig. 6) and :mod:`.assumption`
 (Fig. 12), each for both models; this module holds the pass they share, the log-log trend both fit
-(:func:`fit_loglog`) and the two MNIST passes the stand-ins of both figures select from (``authors_mnist_pass``
-and ``authors_mnist_pass_exact``). The loader is the one their recipe trains on (``train.loader``).
+(:func:`fit_loglog`) and the two MNIST passes the stand-ins of both figures select from (the results
+``loader_pass_authors_mnist`` and ``loader_pass_authors_mnist_exact`` of :data:`LOADER_PASS`). The loader is the one
+their recipe trains on (``train.loader``).
 """
 from __future__ import annotations
 
@@ -29,21 +30,25 @@ from tqdm.auto import tqdm
 from ..precision import arithmetic_for, frozen_at_one, precision_of
 from ..train import loader
 from .context import Context
-from .settings import AUTHORS_RUN_SEEDS
-from .spec import FigureSpec
+from .settings import AUTHORS_RUN_SEEDS, Variant
+from .spec import FigureSpec, Point
 
-__all__ = ["LoaderPassSettings", "GradientSums", "loader_pass", "compute_loader_pass", "fit_loglog", "ewm",
-           "accumulation_summary", "on_loader", "pass_title", "select", "MNIST_SETTINGS", "MNIST_EXACT_SETTINGS", "SMOKE",
-           "ACCUM_TOL", "DRIFT_FROM", "MNIST_NEEDS", "SPECS"]
+__all__ = ["LoaderPassSettings", "GradientSums", "loader_pass", "compute_loader_pass", "pass_runs", "fit_loglog",
+           "ewm", "accumulation_summary", "on_loader", "pass_title", "select", "MNIST_SETTINGS", "MNIST_EXACT_SETTINGS",
+           "SMOKE", "ACCUM_TOL", "DRIFT_FROM", "MNIST_NEEDS", "LOADER_PASS", "SPECS"]
 
 
 @dataclass(frozen=True)
-class LoaderPassSettings:
+class LoaderPassSettings(Variant):
     """One pass of the authors' loader at fixed trained weights (their loss_landscape_convergence.py, assumption_1.py).
 
     The defaults are their Fig. 12 configuration (``configs/experiments/vit_classification/assumption_1.yaml``)."""
 
-    model: str = "authors_cifar100"  # *.yaml: model.params (8 blocks, model_dim 128, CIFAR-100)
+    model: str = "authors"
+    dataset: str = "cifar100"  # *.yaml: model.params (8 blocks, model_dim 128, CIFAR-100)
+    # precision.ARITHMETICS: "authors" = their bf16 run, bf16 forward, gradients summed into bf16 buffers (beside a
+    # float64 sum of the same gradients); "exact" = the float32 run, float32 forward, float64 sums
+    arithmetic: str = "authors"
     # *.yaml: common.seed, which names the trained run (checkpoint_path .../vit_classification_seed_<seed>/) and
     # seeds their loader (data.seed); None: the recipe's own seed. Here it also seeds the run's initialisation.
     run_seed: int | None = 21
@@ -58,9 +63,6 @@ class LoaderPassSettings:
     drop_last: int = 1000
     fit_k_min: int = 4  # as ConvergenceSettings
     fit_points: int = 40  # as ConvergenceSettings
-    # precision.ARITHMETICS: "authors" = their bf16 run, bf16 forward, gradients summed into bf16 buffers (beside a
-    # float64 sum of the same gradients); "exact" = the float32 run, float32 forward, float64 sums
-    arithmetic: str = "authors"
     # the trained runs (seeds of the recipe, each at ``step``), one loader pass each, its loader seeded by the run's
     # seed as their assumption_1.yaml seeds both with common.seed (empty: the run of ``run_seed`` alone). Their
     # Fig. 12 notebook (notebooks/assumption_1.ipynb) draws the mean ± std of three runs, seeds 307, 42 and 21.
@@ -69,15 +71,15 @@ class LoaderPassSettings:
 
 # smoke: the authors' MNIST smoke run (3 steps of 128 images) and 8 passes over its training subset (24 batches);
 # each figure's settings take it (Fig. 6 without the gradient)
-SMOKE = LoaderPassSettings(model="authors_mnist", run_seed=None, step=3, epochs=8, log_every=1)
+SMOKE = LoaderPassSettings(dataset="mnist", run_seed=None, step=3, epochs=8, log_every=1)
 # the stand-ins where CIFAR-100 cannot be had: their MNIST model at Fig. 4's checkpoint (step 20,000; their
 # MNIST configuration has no Fig. 6/12 experiment), with the recipe's own seed (37); 2 epochs are 938
-# batches, three decades of k, in about 20 s on a CPU. One pass (``authors_mnist_pass``) serves both.
+# batches, three decades of k, in about 20 s on a CPU. One pass (``loader_pass_authors_mnist``) serves both.
 # The runs: the three bf16 runs Fig. 4's verdict counts over (settings.AUTHORS_RUN_SEEDS: the recipe's seed 37,
 # then 0 and 1), so the mean ± std is over trained runs, as their notebook's, at no training of its own. 5 epochs (2,345
 # batches, k up to 300,000) show the bf16 sum's stall at a quarter of their CIFAR pass's 10,166 batches, at ~1 min
 # a pass. The float32 twin: the one float32 run (seed 37), one pass.
-MNIST_SETTINGS = {"paper": LoaderPassSettings(model="authors_mnist", run_seed=None, step=20_000, epochs=5,
+MNIST_SETTINGS = {"paper": LoaderPassSettings(dataset="mnist", run_seed=None, step=20_000, epochs=5,
                                               run_seeds=AUTHORS_RUN_SEEDS)}
 MNIST_EXACT_SETTINGS = {p: replace(v, arithmetic="exact", run_seeds=()) for p, v in MNIST_SETTINGS.items()}
 
@@ -158,11 +160,11 @@ def compute_loader_pass(ctx: Context, s: LoaderPassSettings) -> tuple[dict, dict
     at step ``s.step`` of its run trained in ``s.arithmetic`` and over its run's loader, with Fig. 6's
     |L_{k+1} − L_k| and its log-log trend (the first run), and (``s.gradients``) Fig. 12's gradient norms of every
     pass, both sums."""
-    ds = ctx.data(s.model)
+    ds = ctx.data(s)
     passes, runs = [], []
     for run_seed in tuple(s.run_seeds) or (s.run_seed,):
-        m, i = ctx.model(s.model, s.step, run_seed, s.arithmetic)
-        c = ctx.recipe(s.model, run_seed, s.arithmetic)
+        m, i = ctx.model(s, s.step, run_seed)
+        c = ctx.recipe(s, run_seed)
         runs.append((m, i, c))
         n_batches = -(-len(ds.train) // c.batch_size) * s.epochs
         ctx.log(f"{n_batches} batches of the authors' loader (seed {c.seed}) at step {s.step} of the run of seed "
@@ -178,7 +180,7 @@ def compute_loader_pass(ctx: Context, s: LoaderPassSettings) -> tuple[dict, dict
     fit = fit_loglog(k, positive, s.fit_k_min, s.fit_points)
     arrays = dict(n_samples=p["n_seen"][1:], k=k, delta=delta, running_loss=running, ewm=ewm(delta, s.ewm_alpha))
     at_one, n_gamma, max_dev = frozen_at_one(model)
-    meta = dict(profile=ctx.profile, model=s.model, seed=cfg.seed, run_seeds=[c.seed for _, _, c in runs], step=s.step,
+    meta = dict(profile=ctx.profile, model=s.model_key, seed=cfg.seed, run_seeds=[c.seed for _, _, c in runs], step=s.step,
                 epochs=s.epochs, arithmetic=s.arithmetic, precision=cfg.precision,
                 batch_size=cfg.batch_size, log_every=s.log_every if s.gradients else None, n_blocks=cfg.model_config().n_blocks, n_train=len(ds.train),
                 n_batches=len(running), checkpoint=info, fit=fit, ewm_alpha=s.ewm_alpha,
@@ -267,23 +269,20 @@ def on_loader(result) -> bool:
     return "loader" in result.meta
 
 
-def _compute(j):
-    return compute_loader_pass(j.ctx, j.settings)
+def pass_runs(s: LoaderPassSettings, ctx: Context) -> list[tuple]:
+    """The runs a loader pass reads: each of ``s.run_seeds`` (none: the run of ``s.run_seed``) at ``s.step``."""
+    return [(s.step, seed) for seed in tuple(s.run_seeds) or (s.run_seed,)]
 
 
-def select(keys, source: str = "authors_mnist_pass"):
-    """A result's arrays ``keys`` and its meta, from the shared MNIST passes (``source``)."""
-    def compute(j):
-        res = j.deps[source]
-        return {k: res.arrays[k] for k in keys}, dict(res.meta)
-    return compute
+def select(keys, res) -> tuple[dict, dict]:
+    """The arrays ``keys`` and the meta of the shared MNIST pass ``res`` (a result of :data:`LOADER_PASS`)."""
+    return {k: res.arrays[k] for k in keys}, dict(res.meta)
 
 
 # ----------------------------------------------------------------------------- the results of this module
 MNIST_NEEDS = "MNIST; the authors' recipe trained to step 20,000 (float32 about 6 min, bf16 about 9 min on a CPU)"
-SPECS = (
-    FigureSpec("authors_mnist_pass", "Figs. 6, 12", "", "passes of the authors' MNIST loader at w*, their bf16 "
-               "arithmetic", MNIST_SETTINGS, _compute, needs=MNIST_NEEDS, internal=True),
-    FigureSpec("authors_mnist_pass_exact", "Figs. 6, 12", "", "passes of the authors' MNIST loader at w*, float32 "
-               "run and float64 sums", MNIST_EXACT_SETTINGS, _compute, needs=MNIST_NEEDS, internal=True),
-)
+LOADER_PASS = FigureSpec(
+    "loader_pass", "Figs. 6, 12", "", "passes of the authors' loader at w*",
+    (Point(MNIST_SETTINGS, needs=MNIST_NEEDS), Point(MNIST_EXACT_SETTINGS, needs=MNIST_NEEDS)),
+    lambda j: compute_loader_pass(j.ctx, j.settings), runs=pass_runs, internal=True, dataset="cifar100")
+SPECS = (LOADER_PASS,)

@@ -2,19 +2,62 @@
 
 Each result's numbers are determined by its settings dataclass, the training configurations of the
 models it uses (their ``config.Recipe`` and run key) and the code that computes it; together they form its config
-hash. A result's own settings, per profile, live in its module (``SPECS[...].settings``); here are only
-the trajectory's, which the training run itself reads (the snapshots it saves), Figs. 3–4 record, and
-Figs. 5 and 7–11 are computed from. Values the paper states are marked "paper"; every other value carries
-a one-line reason.
+hash. What a result is computed on is part of its settings: every settings class that reads a trained model
+extends :class:`Variant` (whose model, which dataset, which arithmetic), and a result's id is derived from
+those fields (:func:`.spec.result_id`), never the other way round. A result's own settings, per profile, live in
+its module (the grid of its ``FigureSpec``); here are only the trajectory's, which the training run itself
+reads (the snapshots it saves), Figs. 3–4 record, and Figs. 5 and 7–11 are computed from. Values the paper
+states are marked "paper"; every other value carries a one-line reason.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from ..config import check_choice
+from ..config import DATASET_OF, check_choice
+from ..precision import ARITHMETICS
 
-__all__ = ["TrajectorySettings", "TRAJECTORY", "AUTHORS_RUN_SEEDS", "trajectory_settings", "replace", "as_dict"]
+__all__ = ["Variant", "MODELS", "DATASETS", "OWN_ARITHMETIC", "MODEL_KEYS", "TrajectorySettings", "TRAJECTORY",
+           "AUTHORS_RUN_SEEDS", "trajectory_settings", "replace", "as_dict"]
+
+# whose model a result is computed on: "table1", the theorem's block (paper Eq. 1) as this companion builds it for
+# Table 1, computed as the paper describes; "authors", the model of the authors' public code, computed as their code
+# computes each figure (config.AUTHORS_CODE)
+MODELS = ("table1", "authors")
+DATASETS = tuple(dict.fromkeys(DATASET_OF.values()))
+# the arithmetic each model is trained in unless a result names another (precision.ARITHMETICS): Table 1's runs in
+# float32, the authors' in their bf16
+OWN_ARITHMETIC = {"table1": "exact", "authors": "authors"}
+# the configuration (config.MODEL_CONFIGS, config.RECIPES) of each model on each dataset
+MODEL_KEYS = {("table1", "mnist"): "mnist", ("table1", "cifar100"): "cifar100",
+              ("authors", "mnist"): "authors_mnist", ("authors", "cifar100"): "authors_cifar100"}
+assert {m: DATASET_OF[m] for m in MODEL_KEYS.values()} == {k: d for (_, d), k in MODEL_KEYS.items()}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What a result is computed on: the base of the settings of every result that reads a trained model.
+
+    ``model``: whose model (:data:`MODELS`), and with it whose protocol: the theorem's block as the paper describes
+    each figure, or the authors' model as their code computes it; ``dataset``: the data it is trained on and read
+    with; ``arithmetic``: the arithmetic of its training run (``precision.ARITHMETICS``: ``"exact"`` float32,
+    ``"authors"`` their bf16). The run itself is the recipe of :attr:`model_key` under the profile
+    (``experiments.Context.recipe``)."""
+
+    model: str = "table1"
+    dataset: str = "mnist"
+    arithmetic: str = "exact"
+
+    def __post_init__(self):
+        check_choice("model", self.model, MODELS)
+        check_choice("dataset", self.dataset, DATASETS)
+        check_choice("arithmetic", self.arithmetic, ARITHMETICS)
+
+    @property
+    def model_key(self) -> str:
+        """The model's configuration: its key in ``config.MODEL_CONFIGS`` and ``config.RECIPES``."""
+        return MODEL_KEYS[(self.model, self.dataset)]
+
 
 # The runs of the authors' MNIST recipe a verdict on their trained model counts over (their initialisation is
 # unseeded, so one run is one draw): the recipe's seed (37, configs/vit_classification_mnist.yaml), then 0 and 1.
@@ -24,10 +67,9 @@ AUTHORS_RUN_SEEDS = (37, 0, 1)
 
 
 @dataclass(frozen=True)
-class TrajectorySettings:
-    """Figs. 5 (over training) and 7-11: snapshots of the first training steps."""
+class TrajectorySettings(Variant):
+    """Figs. 5 (over training) and 7-11 on the theorem's block: snapshots of the first training steps."""
 
-    model: str = "mnist"
     batch_size: int = 128  # paper (Fig. 5 caption); the same fixed batch at every snapshot
     n_steps: int = 1000  # paper (App. A.1): the first 1000 training steps
     # snapshot steps (clipped to n_steps; n_steps itself always included): dense early, where the

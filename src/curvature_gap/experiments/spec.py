@@ -1,21 +1,28 @@
-"""What a result module declares: :class:`FigureSpec`, and the :class:`Job` its compute function gets.
+"""What a result module declares: one :class:`FigureSpec` per figure over its grid of variants, and the
+:class:`Job` its compute function gets.
 
-A result (a figure of the paper, a figure beyond it, or a check that needs a trained model) is one module
-of this package. The module holds its settings per profile, its compute and plot functions, the claim
-rows read from its numbers and the finding they are evidence for, and declares them in a module-level
-tuple ``SPECS`` of :class:`FigureSpec`. The registries (``experiments.SPECS``, the results ``verify``
-reads, the experiments of ``findings.RESULTS``) are built from those tuples; nothing else lists a result.
-The recipe for adding one is in ``CONTRIBUTING.md``.
+A figure (of the paper, beyond it, or a check that needs a trained model) is one module of this package. The
+module holds its settings per profile, its compute and plot functions, the claim rows read from its numbers and
+the findings they are evidence for, and declares them in a module-level tuple ``SPECS`` of :class:`FigureSpec`.
+A figure is computed on one or more variants (its ``grid`` of :class:`Point`: the theorem's block and the
+authors' model, a stand-in dataset, another arithmetic); each is one result, whose id is derived from its
+settings (:func:`result_id`: ``fig3``, ``fig3_authors``, ``fig4_authors_exact``, ``fig12_authors_mnist``), never
+read back out of it. The registries (``experiments.SPECS``: one :class:`ResultSpec` per result, the results
+``verify`` reads, the experiments of ``findings.RESULTS``) are built from those tuples; nothing else lists a
+result. The recipe for adding one is in ``CONTRIBUTING.md``.
 """
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..config import PROFILES
+from .settings import OWN_ARITHMETIC, Variant
 
-__all__ = ["FigureSpec", "Job", "Finding", "sort_key", "BEYOND_THE_PAPER", "CHECK", "SECTIONS"]
+__all__ = ["FigureSpec", "Point", "ResultSpec", "Job", "Finding", "result_id", "claimed", "sort_key",
+           "BEYOND_THE_PAPER", "CHECK", "SECTIONS", "STANDIN"]
 
 # the book's sections, in order: the paper's figures (by number), results beyond the paper, checks that need a
 # trained model; ``FigureSpec.paper`` of a result beyond the paper is exactly its name
@@ -24,89 +31,273 @@ CHECK = "check"
 SECTIONS = ("paper", BEYOND_THE_PAPER, CHECK)
 
 
-# ``FigureSpec.paper`` of a result under a paper figure: "Fig. 12", "Figs. 7–11", "Figs. 5, 7-11",
+# ``FigureSpec.paper`` of a figure under a paper figure: "Fig. 12", "Figs. 7–11", "Figs. 5, 7-11",
 # "Fig. 6 (MNIST stand-in)"; group 1 is the figure it is placed under
 _PAPER_LABEL = re.compile(r"Figs?\. (\d+)(?:(?:, ?|[-–])\d+)*(?: \(.+\))?")
+
+# the dataset that stands in for a figure's CIFAR-100 where CIFAR-100 cannot be had (:attr:`Point.standin`)
+STANDIN = "mnist"
+_DATA_WORDS = {"mnist": "MNIST", "cifar100": "CIFAR-100"}
+_ARITHMETIC_WORDS = {"exact": "float32 run", "authors": "bf16 run"}
+_ARITHMETIC_SUFFIX = {"exact": "exact", "authors": "bf16"}  # never "authors": that names the model
+
+
+def _variant(settings) -> Variant | None:
+    return settings if isinstance(settings, Variant) else None
+
+
+def result_id(figure: str, settings, dataset: str) -> str:
+    """The id of the result of ``figure`` computed with ``settings`` (a :class:`~.settings.Variant`; any other
+    settings: the figure's name), for a figure whose paper dataset is ``dataset``: the figure's name, then
+    ``_authors`` on the authors' model, ``_<dataset>`` on another dataset than the figure's (a stand-in), and
+    ``_exact`` / ``_bf16`` in another arithmetic than the model's own (``settings.OWN_ARITHMETIC``): ``fig3``,
+    ``fig3_authors``, ``fig4_authors_exact``, ``fig6_mnist``, ``fig12_authors_mnist``."""
+    v = _variant(settings)
+    if v is None:
+        return figure
+    parts = [figure] + (["authors"] if v.model == "authors" else []) + ([v.dataset] if v.dataset != dataset else [])
+    return "_".join(parts + ([_ARITHMETIC_SUFFIX[v.arithmetic]] if v.arithmetic != OWN_ARITHMETIC[v.model] else []))
+
+
+def _variant_words(v: Variant | None, dataset: str) -> str:
+    """What a title adds for the variant: ", the authors' model, MNIST stand-in, float32 run" ("" for the
+    figure's own)."""
+    if v is None:
+        return ""
+    words = (["the authors' model"] if v.model == "authors" else []) + (
+        [f"{_DATA_WORDS[v.dataset]} stand-in"] if v.dataset != dataset else []) + (
+        [_ARITHMETIC_WORDS[v.arithmetic]] if v.arithmetic != OWN_ARITHMETIC[v.model] else [])
+    return "".join(f", {w}" for w in words)
 
 
 @dataclass(frozen=True)
 class Job:
-    """What a compute function gets: the context, its settings, its dependencies' results."""
+    """What a compute function gets: the context, its settings, its dependencies' results (by the name of their
+    figure: the result of that figure on the same variant)."""
 
     name: str
     ctx: object  # experiments.context.Context
     settings: object
-    deps: dict
+    deps: dict  # figure -> its result on this variant (Point.depends)
     config_hash: str
     store: object  # experiments.store.ResultStore
-    reads: dict = field(default_factory=dict)  # name -> settings of each result in FigureSpec.reads
+    reads: dict = field(default_factory=dict)  # figure -> the settings of its result on this variant (Point.reads)
 
 
 @dataclass(frozen=True)
 class Finding:
     """The result of the paper a result's claim rows are evidence for: one line of ``findings.RESULTS``.
 
-    ``claim=False``: the figure's text makes no claim (its verdict is "no claim made")."""
+    ``claim=False``: the figure's text makes no claim (its verdict is "no claim made"). ``key``: the key of
+    ``findings.RESULTS``; by default the id of the result that declares it."""
 
-    key: str
     title: str  # the result as the paper names it, with its claim in words
     page: str  # the book page, e.g. "notebooks/fig03_hessian_init"
     claim: bool = True
+    key: str = ""
 
 
 @dataclass(frozen=True)
-class FigureSpec:
-    """One result.
+class Point:
+    """One variant of a figure's grid: the settings of one result per profile (each a :class:`~.settings.Variant`
+    where it reads a trained model; its id is derived from the paper profile's, :func:`result_id`), and what this
+    variant alone declares.
 
-    ``settings`` maps each profile the result exists under to its settings (a frozen dataclass: every
-    value a named choice with its source); ``compute(job) -> (arrays, meta)`` computes it; ``plots`` maps
-    each figure part to ``function(result) -> matplotlib Figure`` and ``messages`` to the one sentence its
-    caption opens with (what to see, computed from the numbers); ``rows(results) -> [Row]`` reads the
-    claim rows from ``results`` (name -> paper-profile result or None; it reads ``rows_read``, by default
-    the result itself); ``verify_reads`` marks a result whose numbers rows of another topic read (the
-    trained-model bounds, Theorem 7, Assumption 1); ``finding`` is the entry of ``findings.RESULTS`` its
-    rows are evidence for.
+    ``finding``: the entry of ``findings.RESULTS`` its claim rows are evidence for; ``standin``: its rows also read
+    the same variant on :data:`STANDIN` (the MNIST stand-in of a CIFAR-100 figure); ``needs``: what it needs to run,
+    for reports; ``depends`` / ``reads``: figures whose results (``Job.deps``) / settings (``Job.reads``) on the same
+    variant its computation reads; ``trains``: False where it reads no run of its own (its numbers are cut from
+    those of ``depends``), so the figure's ``runs`` are not trained for it; ``override_key``: a second name under
+    which ``Context(settings_overrides=...)`` reaches its settings; ``verify_reads``: rows of another topic read its numbers (the trained-model bounds,
+    Theorem 7, Assumption 1); ``plots``, ``messages``, ``key_numbers``: where this variant's result is drawn or
+    cited otherwise than the figure's (another protocol's arrays)."""
+
+    settings: dict
+    finding: Finding | None = None
+    standin: bool = False
+    needs: str = "MNIST"
+    depends: tuple = ()
+    reads: tuple = ()
+    override_key: str = ""
+    verify_reads: bool = False
+    trains: bool = True
+    plots: dict | None = None
+    messages: dict | None = None
+    key_numbers: Callable | None = None
+
+
+@dataclass(frozen=True, eq=False)  # a declaration: equal to itself only (hashable, as a key of its results)
+class FigureSpec:
+    """One figure over its grid of variants.
+
+    ``grid``: its :class:`Point` s, one result each; ``dataset``: the dataset of the figure in the paper (a
+    variant on another is a stand-in); ``compute(job) -> (arrays, meta)`` computes any of its results, reading
+    what to compute from ``job.settings``; ``runs(settings, ctx) -> [(step, seed), ...]``: the training runs of
+    the settings' variant a computation reads (``step`` None: the whole run; 0: the initialisation; ``seed``
+    None: the recipe's), trained by the runner (``experiments.load_results``) before it starts, so that a
+    computation never trains (``Context.model`` only loads); ``plots`` maps each figure part to ``function(result)
+    -> matplotlib Figure`` and ``messages`` to the one sentence its caption opens with (what to see, computed from
+    the numbers); ``rows(results) -> [Row]`` reads the claim rows of all its results from ``results`` (id ->
+    paper-profile result or None); ``key_numbers(result) -> {name: number}``: what a reader would cite (the
+    reproduction report); ``internal``: computed for other results only (no figure of its own).
     """
 
     name: str
     paper: str  # the paper's figure number, "beyond the paper", or "check"
     stem: str  # output file stem under figures/ ("" for results without a figure)
     title: str
-    settings: dict  # profile -> settings
+    grid: tuple  # Point, ...
     compute: Callable[[Job], tuple]
     plots: dict = field(default_factory=dict)  # part -> function(result) -> matplotlib Figure
     messages: dict = field(default_factory=dict)  # part -> function(result) -> the caption's message (str)
-    depends: tuple = ()
-    reads: tuple = ()  # settings of other results its computation reads (they enter its config)
+    runs: Callable | None = None  # (settings, ctx) -> [(step, seed), ...]
     finish: Callable | None = None
-    needs: str = "MNIST"  # what it needs to run, for reports
     rows: Callable | None = None
-    rows_read: tuple = ()  # results its rows read (default: itself)
-    verify_reads: bool = False
-    finding: Finding | None = None
-    key_numbers: Callable | None = None  # result -> {name: number} a reader would cite (the reproduction report)
-    override_key: str = ""  # a second name under which Context(settings_overrides=...) reaches its settings
-    internal: bool = False  # computed for other results only (no figure of its own, not in RESULT_NAMES)
-    rank: int = 1  # order among the results of one paper figure (0: first, the authors' model)
+    key_numbers: Callable | None = None
+    internal: bool = False
+    dataset: str = "mnist"
     figure: int | None = None  # the paper's figure the book places it under (None: beyond the paper, a check)
 
     def __post_init__(self):
         """``figure`` is the book's order; where a declaration leaves it out, it is the first number of a ``paper``
         that names a figure, whose form is checked here (a malformed one fails at import, never sorts silently).
-        A label that names no figure places the result beyond the paper (:data:`BEYOND_THE_PAPER`) or, any
-        other, with the checks."""
-        if not self.paper.startswith("Fig"):
-            if self.figure is not None:
-                raise ValueError(f"{self.name}: figure={self.figure} given for a result {self.paper!r}")
-            return
-        m = _PAPER_LABEL.fullmatch(self.paper)
-        if m is None:
-            raise ValueError(f"{self.name}: paper={self.paper!r} is neither 'Fig. N' nor 'Figs. N, M-K' (optionally "
-                             "with a parenthesis)")
-        if self.figure is None:
-            object.__setattr__(self, "figure", int(m.group(1)))
-        elif self.figure != int(m.group(1)):
-            raise ValueError(f"{self.name}: figure={self.figure} but paper={self.paper!r}")
+        A label that names no figure places the figure beyond the paper (:data:`BEYOND_THE_PAPER`) or, any
+        other, with the checks. Each point's variant is the same under every profile (only its dataset may differ:
+        the smoke profile runs a CIFAR-100 figure on MNIST), and no two points share an id."""
+        if self.paper.startswith("Fig"):
+            m = _PAPER_LABEL.fullmatch(self.paper)
+            if m is None:
+                raise ValueError(f"{self.name}: paper={self.paper!r} is neither 'Fig. N' nor 'Figs. N, M-K' "
+                                 "(optionally with a parenthesis)")
+            if self.figure is None:
+                object.__setattr__(self, "figure", int(m.group(1)))
+            elif self.figure != int(m.group(1)):
+                raise ValueError(f"{self.name}: figure={self.figure} but paper={self.paper!r}")
+        elif self.figure is not None:
+            raise ValueError(f"{self.name}: figure={self.figure} given for a result {self.paper!r}")
+        if not self.grid:
+            raise ValueError(f"{self.name}: an empty grid (give one Point per result)")
+        for p in self.grid:
+            paper = p.settings.get("paper")
+            for profile, s in p.settings.items():
+                v, w = _variant(s), _variant(paper)
+                if paper is None or (v is None) != (w is None) or (
+                        v is not None and (v.model, v.arithmetic) != (w.model, w.arithmetic)):
+                    raise ValueError(f"{self.name}: a point's {profile} settings are another variant than its paper "
+                                     "settings (every point needs paper settings, and one model and arithmetic)")
+        ids = [r.name for r in self.results]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{self.name}: two points of the grid have the same id ({', '.join(ids)})")
+
+    def id_of(self, settings) -> str:
+        """The id of this figure's result computed with ``settings`` (:func:`result_id`)."""
+        return result_id(self.name, settings, self.dataset)
+
+    @functools.cached_property
+    def results(self) -> tuple:
+        """Its results (:class:`ResultSpec`), in book order; the first carries the figure's claim rows."""
+        out = sorted((ResultSpec(self, p) for p in self.grid), key=sort_key)
+        return tuple(out)
+
+    def claimed(self) -> tuple:
+        """Its results whose finding states a claim (their rows are evidence for it)."""
+        return tuple(r for r in self.results if r.finding is not None and r.finding.claim)
+
+    def result(self, **variant) -> ResultSpec | None:
+        """Its result whose variant has the fields ``variant`` (``model="authors"``, ``dataset="mnist"``, ...) and
+        otherwise the paper profile's of the figure's own: e.g. ``result(model="authors", arithmetic="authors")``
+        is the figure on the authors' model in their arithmetic; None if the grid has no such point."""
+        for r in self.results:
+            v = r.variant
+            if v is not None and all(getattr(v, k) == x for k, x in variant.items()) and (
+                    "dataset" in variant or v.dataset == self.dataset):
+                return r
+        return None
+
+
+class ResultSpec:
+    """One result, as the registry (``experiments.SPECS``) serves it: what its :class:`FigureSpec` and its
+    :class:`Point` declare, with its id, and the ids of the results it depends on, derived from its settings.
+
+    ``rows`` is the figure's claim-row function on the figure's first result only (it reads every result of the
+    figure: ``rows_read``), so that iterating the registry yields each row once."""
+
+    def __init__(self, figure: FigureSpec, point: Point):
+        self.spec, self.point = figure, point
+        self.name = figure.id_of(point.settings["paper"])
+        self.dep_figures = {self._same_variant(d): d for d in point.depends}
+        self.read_figures = {self._same_variant(d): d for d in point.reads}
+
+    def _same_variant(self, figure: str) -> str:
+        return result_id(figure, self.point.settings["paper"], self.spec.dataset)
+
+    def __repr__(self) -> str:
+        return f"ResultSpec({self.name!r} of {self.spec.name!r})"
+
+    # ---- what the figure and the point declare
+    paper = property(lambda self: self.spec.paper)
+    figure = property(lambda self: self.spec.figure)
+    compute = property(lambda self: self.spec.compute)
+    finish = property(lambda self: self.spec.finish)
+    runs = property(lambda self: self.spec.runs if self.point.trains else None)
+    internal = property(lambda self: self.spec.internal)
+    settings = property(lambda self: self.point.settings)
+    needs = property(lambda self: self.point.needs)
+    override_key = property(lambda self: self.point.override_key)
+    verify_reads = property(lambda self: self.point.verify_reads)
+    plots = property(lambda self: self.point.plots if self.point.plots is not None else self.spec.plots)
+    messages = property(lambda self: self.point.messages if self.point.messages is not None else self.spec.messages)
+    key_numbers = property(lambda self: self.point.key_numbers or self.spec.key_numbers)
+
+    @property
+    def depends(self) -> tuple:
+        """The ids of the results its computation reads (its point's ``depends`` on its variant)."""
+        return tuple(self.dep_figures)
+
+    @property
+    def reads(self) -> tuple:
+        return tuple(self.read_figures)
+
+    @property
+    def variant(self) -> Variant | None:
+        """The variant it is computed on (its paper settings), None for settings of no trained model."""
+        return _variant(self.point.settings["paper"])
+
+    @property
+    def rank(self) -> int:
+        """Order among the results of one figure: the authors' model first (0)."""
+        v = self.variant
+        return 0 if v is not None and v.model == "authors" else 1
+
+    @property
+    def stem(self) -> str:
+        """Its output file stem under figures/ ("" without a figure): the figure's, with the id's suffix."""
+        return self.spec.stem + self.name[len(self.spec.name):] if self.spec.stem else ""
+
+    @property
+    def title(self) -> str:
+        return self.spec.title + _variant_words(self.variant, self.spec.dataset)
+
+    @property
+    def finding(self) -> Finding | None:
+        f = self.point.finding
+        return None if f is None else (f if f.key else replace(f, key=self.name))
+
+    @property
+    def standin(self) -> str | None:
+        """The id of its stand-in (the same variant on :data:`STANDIN`) where its rows read one."""
+        return self.spec.id_of(replace(self.variant, dataset=STANDIN)) if self.point.standin else None
+
+    @property
+    def rows(self) -> Callable | None:
+        return self.spec.rows if self.spec.results[0] is self else None
+
+    @property
+    def rows_read(self) -> tuple:
+        """The results the figure's claim rows read (on its first result): each claimed result and its stand-in."""
+        if self.rows is None:
+            return ()
+        return tuple(dict.fromkeys(n for r in self.spec.claimed() for n in (r.name, r.standin) if n))
 
     @property
     def section(self) -> str:
@@ -123,10 +314,19 @@ class FigureSpec:
     @property
     def read_by_rows(self) -> tuple:
         """The results its claim rows read."""
-        return (self.rows_read or (self.name,)) if self.rows is not None else ()
+        return self.rows_read
 
 
-def sort_key(s: FigureSpec) -> tuple:
+def claimed(figure: str) -> tuple:
+    """The results of the registered figure ``figure`` (by its name) whose finding states a claim
+    (:meth:`FigureSpec.claimed`): what a figure's ``rows`` function iterates. Read from the registry at call time, so
+    that the code hash of the rows reaches the row functions and not the figure's declaration (its computation)."""
+    from . import FIGURES  # noqa: PLC0415 - the registry is built from the modules that declare the rows
+
+    return FIGURES[figure].claimed()
+
+
+def sort_key(s: ResultSpec) -> tuple:
     """Book order: the paper's figures by number (the authors' model first: ``rank``), then results beyond the
     paper, then checks (:data:`SECTIONS`)."""
     return (SECTIONS.index(s.section), s.figure or 0, s.rank, s.name)

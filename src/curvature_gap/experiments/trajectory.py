@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from ..exact.linalg import sym_spectral_norm
 from ..hessian import hessian
 from ..io import save_npz_atomic
-from ..model import authors_indices, param_groups
+from ..params import authors_indices, param_groups
 from ..plotting import pooled_log_image
 from ..precision import frozen_at_one
 from ..train import run_key
@@ -49,28 +49,28 @@ from .context import Context
 from .dynamics_blocks import TYPES, snapshot_record, trajectory_groups, trajectory_pairs
 from .heatmaps import group_table
 from .hessians import dense
-from .settings import AUTHORS_RUN_SEEDS, TRAJECTORY, TrajectorySettings
-from .spec import FigureSpec
+from .settings import AUTHORS_RUN_SEEDS, TRAJECTORY, TrajectorySettings, Variant
+from .spec import FigureSpec, Point
 
 __all__ = ["AuthorsTrajectorySettings", "AUTHORS_NEEDS", "AUTHORS_SETTINGS", "AUTHORS_EXACT_SETTINGS", "LISTS", "PLOTTED",
-           "SECTION_PASS", "compute_trajectory", "finish_trajectory", "flat_weights", "list_hessian", "lists_of", "snapshot_steps",
-           "SPECS"]
+           "SECTION_PASS", "compute_trajectory", "trajectory_runs", "finish_trajectory", "flat_weights", "list_hessian",
+           "lists_of", "snapshot_steps", "TRAJECTORY_FIGURE", "SPECS"]
 
 
 # ----------------------------------------------------------------------------- the settings
 @dataclass(frozen=True)
-class AuthorsTrajectorySettings:
+class AuthorsTrajectorySettings(Variant):
     """The trajectory of the authors' model, as their notebooks/sa_ln_ff_changing.ipynb takes it (Figs. 5 and 7–11)."""
 
-    model: str = "authors_mnist"
+    model: str = "authors"
+    # precision.ARITHMETICS: the run, "authors" (their bf16 training: weights and AdamW state in bf16, so every
+    # LayerNorm γ stays exactly 1.0) or "exact" (float32); the Hessians are float32 of its weights either way
+    arithmetic: str = "authors"
     steps: tuple = (0, 200, 400, 600, 800, 1000)  # their notebook: steps = [0, 200, 400, 600, 800, 1000]
     batch_size: int = 128  # their notebook: the first batch of their training loader, all of it
     eps: float = 1e-6  # their notebook clips |H| at 1e-6 before log10; here log10(|H| + 1e-6), as for Figs. 3-4
     display_cells: int = 600  # as HeatmapSettings: the FFN weights' 2,048 rows are shown as cell means
     fast_chunk: int | None = None  # as HeatmapSettings.fast_chunk
-    # precision.ARITHMETICS: the run, "authors" (their bf16 training: weights and AdamW state in bf16, so every
-    # LayerNorm γ stays exactly 1.0) or "exact" (float32); the Hessians are float32 of its weights either way
-    arithmetic: str = "authors"
     # other runs of the recipe besides the recipe's seed (37): their initialisation is unseeded, so the claim's
     # verdict is a count over runs (each run: 1,000 steps and six Hessians, about a minute on a CPU)
     run_seeds: tuple = ()
@@ -123,13 +123,27 @@ def list_hessian(model, batch, flat: list[int], method_chunk=None) -> np.ndarray
 
 # ----------------------------------------------------------------------------- the computation
 def compute_trajectory(job) -> tuple[dict, dict]:
-    """The trajectory of ``job.settings.model``'s run, by the protocol of its recipe (``Recipe.source``): Table 1's
-    runs follow the theorem's block's groups on the fixed batch (:func:`_followed_blocks`), the authors' runs
-    their notebook's parameter lists on their loader's batches (:func:`_their_lists`)."""
+    """The trajectory of the run of ``job.settings``, by its model's protocol: the theorem's block's groups on the
+    fixed batch (:func:`_followed_blocks`), the authors' model by their notebook's parameter lists on their loader's
+    batches (:func:`_their_lists`)."""
     s = job.settings
-    if job.ctx.recipe(s.model).source == "authors":
+    if s.model == "authors":
         return _their_lists(job.ctx, s)
     return _followed_blocks(job.ctx, s, job.deps["fig3"], job.config_hash, job.store)
+
+
+def _total_steps(ctx: Context, s: TrajectorySettings) -> int:
+    """The optimiser steps of the whole run of ``s``'s variant."""
+    return math.ceil(len(ctx.data(s).train) / ctx.recipe(s).batch_size) * ctx.recipe(s).epochs
+
+
+def trajectory_runs(s, ctx: Context) -> list[tuple]:
+    """The runs a trajectory reads: the theorem's block's whole run (which saves the snapshots) and each snapshot
+    of :func:`snapshot_steps`; the authors' model at each of ``s.steps``, on the recipe's seed and each of
+    ``s.run_seeds``."""
+    if s.model == "authors":
+        return [(step, seed) for seed in (None, *s.run_seeds) for step in sorted(s.steps)]
+    return [(None, None)] + [(step, None) for step in snapshot_steps(s, _total_steps(ctx, s))]
 
 
 # ----------------------------------------------------------------------------- Table 1's runs: the followed blocks
@@ -144,21 +158,20 @@ def flat_weights(model) -> np.ndarray:
 
 
 def _model_at_step(ctx: Context, s: TrajectorySettings, step: int):
-    """The training run's model after ``step`` steps (``Context.model``: its saved snapshot, else an exact replay)."""
-    return ctx.model(s.model, step)[0]
+    """The training run's model after ``step`` steps (``Context.model``: its saved snapshot, or the exact replay the
+    runner trained, :func:`trajectory_runs`)."""
+    return ctx.model(s, step)[0]
 
 
 def _followed_blocks(ctx: Context, s: TrajectorySettings, fig3, chash: str, store) -> tuple[dict, dict]:
     """The theorem's protocol (Table 1's runs): at each snapshot of :func:`snapshot_steps`, the followed blocks of
     :mod:`.dynamics_blocks` on the fixed batch (the first training images); step 0 is Fig. 3's Hessian."""
-    cfg = ctx.recipe(s.model)
-    ds = ctx.data(s.model)
-    steps = snapshot_steps(s, math.ceil(len(ds.train) / cfg.batch_size) * cfg.epochs)
-    ctx.model(s.model)  # trains (saving the snapshots) if it has not been trained yet
+    cfg = ctx.recipe(s)
+    steps = snapshot_steps(s, _total_steps(ctx, s))
     partial = store.partial_dir("trajectory", chash)
     partial.mkdir(parents=True, exist_ok=True)
-    batch = ctx.first_images(s.model, s.batch_size)
-    init = ctx.model(s.model, 0)[0]
+    batch = ctx.first_images(s, s.batch_size)
+    init = ctx.model(s, 0)[0]
     pairs = trajectory_pairs(init)
     ctx.log(f"trajectory: {len(steps)} snapshots over the first {steps[-1]} steps, {len(pairs)} Hessian blocks each")
     for step in tqdm(steps, desc="trajectory snapshots", unit="snap", disable=not ctx.progress):
@@ -200,7 +213,7 @@ def _followed_blocks(ctx: Context, s: TrajectorySettings, fig3, chash: str, stor
         arrays[f"spec_{t}"] = np.array([float(r[f"spec_{t}"]) for r in recs])
         arrays[f"img_{t}"] = np.stack([r[f"img_{t}"] for r in recs if int(r["step"]) in s.display_steps])
         pools[t] = int(next(r[f"pool_{t}"] for r in recs if int(r["step"]) in s.display_steps))
-    meta = dict(profile=ctx.profile, model=s.model, display_steps=shown, run_key=run_key(cfg),
+    meta = dict(profile=ctx.profile, model=s.model_key, display_steps=shown, run_key=run_key(cfg),
                 batch_size=s.batch_size, groups=trajectory_groups(init), pools=pools,
                 hessian_method="curvature_gap.hessian.hessian, blocks (step 0: Fig. 3's dense Hessian)",
                 **group_table(init))
@@ -221,16 +234,16 @@ def _their_lists(ctx: Context, s: AuthorsTrajectorySettings) -> tuple[dict, dict
     feed-forward weights take their FeedForward section's), its spectral and Frobenius norms, its image, and the
     list's parameter norm. At the last step also every list's spectral norm on each of the five batches (the
     spread their per-section batches bring), and for each extra run of ``s.run_seeds`` the norms per step."""
-    passes = [(x[:s.batch_size], y[:s.batch_size]) for x, y in ctx.loader_batches(s.model, len(SECTION_PASS))]
+    passes = [(x[:s.batch_size], y[:s.batch_size]) for x, y in ctx.loader_batches(s, len(SECTION_PASS))]
     if s.batch_size > len(passes[0][1]):
-        raise ValueError(f"{s.model}: the loader's first batch has {len(passes[0][1])} images, fewer than the "
+        raise ValueError(f"{s.model_key}: the loader's first batch has {len(passes[0][1])} images, fewer than the "
                          f"{s.batch_size} asked")
     batch_of = {g: passes[SECTION_PASS.get(g, SECTION_PASS["feedforward"])] for g in LISTS}
     steps = sorted(s.steps)
     rec: dict[str, list] = {k: [] for k in ("loss", "seconds", "gamma_at_one")}
     infos, idx = [], None
     for step in tqdm(steps, desc="authors' snapshots", unit="snap", disable=not ctx.progress):
-        model, info = ctx.model(s.model, step, arithmetic=s.arithmetic)
+        model, info = ctx.model(s, step)
         rec["gamma_at_one"].append(frozen_at_one(model)[0])
         if idx is None:
             idx = {g: authors_indices(model, names) for g, (names, _) in LISTS.items()}
@@ -263,7 +276,7 @@ def _their_lists(ctx: Context, s: AuthorsTrajectorySettings) -> tuple[dict, dict
     # other runs of the same recipe (their initialisation is unseeded): the norms per step, on the same batches
     for seed in s.run_seeds:
         for step in steps:
-            m, _ = ctx.model(s.model, step, seed=seed, arithmetic=s.arithmetic)
+            m, _ = ctx.model(s, step, seed)
             w = flat_weights(m).astype(np.float64)
             for g, ix in idx.items():
                 with ctx.phase("hessian"):
@@ -274,9 +287,9 @@ def _their_lists(ctx: Context, s: AuthorsTrajectorySettings) -> tuple[dict, dict
         for g in LISTS:
             for k in ("spec", "param"):
                 arrays[f"runs_{k}_{g}"] = np.array(rec[f"runs_{k}_{g}"]).reshape(len(s.run_seeds), len(steps))
-    meta = dict(profile=ctx.profile, model=s.model, batch_size=s.batch_size, snapshots=infos, arithmetic=s.arithmetic,
-                precision=ctx.recipe(s.model, arithmetic=s.arithmetic).precision,
-                gamma_total=frozen_at_one(model)[1], run_seed=ctx.recipe(s.model).seed, run_seeds=list(s.run_seeds),
+    meta = dict(profile=ctx.profile, model=s.model_key, batch_size=s.batch_size, snapshots=infos, arithmetic=s.arithmetic,
+                precision=ctx.recipe(s).precision,
+                gamma_total=frozen_at_one(model)[1], run_seed=ctx.recipe(s).seed, run_seeds=list(s.run_seeds),
                 section_pass={g: SECTION_PASS.get(g, SECTION_PASS["feedforward"]) for g in LISTS},
                 lists={g: dict(parameters=list(names), label=label, n=len(idx[g]), pool=int(rec[f"pool_{g}"][0]))
                        for g, (names, label) in LISTS.items()},
@@ -301,12 +314,10 @@ def lists_of(res, lists) -> tuple[dict, dict]:
 # ----------------------------------------------------------------------------- the results of this module
 AUTHORS_NEEDS = "MNIST; trains the authors' recipe to step 1,000 (about 20 s on a CPU)"  # for reports
 
-SPECS = (
-    FigureSpec("trajectory", "Figs. 5, 7-11", "", "snapshots of the first training steps", TRAJECTORY,
-               compute_trajectory, depends=("fig3",), finish=lambda j: finish_trajectory(j.ctx, j.config_hash, j.store),
-               internal=True),
-    FigureSpec("trajectory_authors", "Figs. 5, 7-11", "", "the authors' model over their first 1,000 steps",
-               AUTHORS_SETTINGS, compute_trajectory, needs=AUTHORS_NEEDS, internal=True),
-    FigureSpec("trajectory_authors_exact", "Figs. 5, 7-11", "", "the authors' model over their first 1,000 steps, "
-               "float32 run", AUTHORS_EXACT_SETTINGS, compute_trajectory, needs=AUTHORS_NEEDS, internal=True),
-)
+TRAJECTORY_FIGURE = FigureSpec(
+    "trajectory", "Figs. 5, 7-11", "", "snapshots of the first training steps",
+    (Point(TRAJECTORY, depends=("fig3",)),
+     Point(AUTHORS_SETTINGS, needs=AUTHORS_NEEDS), Point(AUTHORS_EXACT_SETTINGS, needs=AUTHORS_NEEDS)),
+    compute_trajectory, runs=trajectory_runs, internal=True,
+    finish=lambda j: finish_trajectory(j.ctx, j.config_hash, j.store) if j.settings.model == "table1" else None)
+SPECS = (TRAJECTORY_FIGURE,)

@@ -183,8 +183,9 @@ def path_check(model, images, labels, M: dict, ts=T_GRID, directions=("random", 
                ks_table: int = 60, device=None) -> dict:
     """Measured ``|L_{k+1}(w) − L_k(w)|`` along ``w = w* + t u`` against :func:`rhs` for each ``M`` in
     ``M`` (name -> value). Returns per (direction, t): the identity residual, the smallest ``rhs/lhs``
-    over ``k = 1..n−1`` for each M with its ``k``, and a table on log-spaced ``k``. Runs on ``device``
-    (default: the model's)."""
+    over ``k = 1..n−1`` for each M with its ``k``, and a table on log-spaced ``k`` to which each path's
+    minimising ``k`` are added (``at_min``: the row of a minimum, whose ``rhs/lhs`` is the reported ratio, so it
+    can be recomputed from the table). Runs on ``device`` (default: the model's)."""
     m = copy.deepcopy(model).double().to(_device_of(model, device)).eval()
     names = block_param_names(m)
     base = {k: v.detach() for k, v in m.named_parameters()}
@@ -205,8 +206,9 @@ def path_check(model, images, labels, M: dict, ts=T_GRID, directions=("random", 
                 entry[f"min_ratio_{name}"], entry[f"argmin_k_{name}"] = r, k
             entry["lhs_max"] = float(lhs.max())
             res["paths"].append(entry)
-            for kk in ktab:
-                row = {"direction": d, "t": t, "k": int(kk), "lhs": float(lhs[kk - 1])}
+            at_min = {entry[f"argmin_k_{name}"] for name in M}
+            for kk in sorted(set(ktab.tolist()) | at_min):
+                row = {"direction": d, "t": t, "k": int(kk), "lhs": float(lhs[kk - 1]), "at_min": kk in at_min}
                 for name, Mv in M.items():
                     row[f"rhs_{name}"] = float(rhs(kk, ell_max, Mv, t * t))
                 res["table"].append(row)
