@@ -61,17 +61,21 @@ def test_verdict_text_and_html_on_the_quick_rows(quick_rows):
     assert "<strong>Verdict: fails; repaired version holds.</strong>" in h and "**" not in h
     for key in ("fig6", "fig6_authors"):  # CIFAR-100 on either model
         assert 'data-verdict="not run at paper scale"' in nb.verdict_html(key, "paper", quick_rows)
-    # a claim with a verdict per model says which model each verdict is about; others name none
-    # and on which dataset: the label "the theorem's block" is the MNIST model on Fig. 3's and Fig. 12's pages,
+    # every experiment's verdict names its model, dataset and arithmetic (the theorem's block's float32 too)
+    # and a statement's names none;: the label "the theorem's block" is the MNIST model on Fig. 3's and Fig. 12's pages,
     # the CIFAR-100 one on Fig. 6's
     for fig, authors, block in (("fig3", "MNIST, at initialisation", "MNIST, at initialisation"),
-                                ("fig6", "CIFAR-100, bf16 runs", "CIFAR-100"),
-                                ("fig12", "CIFAR-100, bf16 runs", "CIFAR-100")):
+                                ("fig4", "MNIST, bf16 runs", "MNIST, float32 runs"),
+                                ("fig6", "CIFAR-100, bf16 runs", "CIFAR-100, float32 runs"),
+                                ("fig12", "CIFAR-100, bf16 runs", "CIFAR-100, float32 runs")):
         assert (f"</strong> <em>On the authors' model ({authors}).</em>"
                 in nb.verdict_html(f"{fig}_authors", "paper", quick_rows))
         assert (f"</strong> <em>On the theorem's block (the Table 1 model, {block}).</em>"
                 in nb.verdict_html(fig, "paper", quick_rows))
     assert "<em>On the" not in h and "<em>On the" not in nb.verdict_html("thm7", "paper", quick_rows)
+    # long evidence is folded after its first clause (split outside brackets), nothing lost
+    assert '<details class="cg-more">' in h and h.count("found over the same instances") == 1
+    assert nb._first_clause("a (b; c); d; e") == ("a (b; c)", "d; e") and nb._first_clause("a") == ("a", "")
 
 
 def test_the_two_models_verdicts_are_compared_only_where_both_ran():

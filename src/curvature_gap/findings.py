@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from .bounds.registry import BOUNDS
 from .bounds.titles import INEQUALITIES, step_title
 from .captions import code_tex
-from .config import DATASET_OF
-from .experiments import SPECS
+from .experiments import SPECS, on_model
 from .row import Row
 from .theory.errata import misprint_counts
 
@@ -79,15 +78,14 @@ def result_entries(specs=None) -> list[tuple[str, str, str, str]]:
 RESULTS = result_entries()  # as declared at import; findings() reads the registry each time
 
 
-# config.DATASET_OF's datasets as a reader names them
+# experiments.settings.DATASETS as a reader names them
 DATA_NAMES = {"mnist": "MNIST", "cifar100": "CIFAR-100"}
 
 
 def paper_dataset(name: str) -> str | None:
-    """The dataset of result ``name``'s paper profile, read from the model its settings name
-    (config.DATASET_OF): "MNIST", "CIFAR-100", or None for a result of no dataset (synthetic inputs)."""
-    model = getattr(SPECS[name].settings.get("paper"), "model", None)
-    return DATA_NAMES[DATASET_OF[model]] if model in DATASET_OF else None
+    """The dataset of result ``name``'s paper profile, read from its settings (``Variant.dataset``): "MNIST",
+    "CIFAR-100", or None for a result of no dataset (synthetic inputs)."""
+    return DATA_NAMES.get(getattr(SPECS[name].settings.get("paper"), "dataset", None))
 
 
 def _cifar() -> set:
@@ -401,14 +399,16 @@ def _experiment(key: str, rows: list[Row]) -> tuple[str, str]:
 
 
 def model_words(name: str) -> str:
-    """The dataset of a result's paper profile and, for the authors' model, how its run was computed: "MNIST",
-    "CIFAR-100, bf16 runs", "MNIST, at initialisation" (what a verdict about an experiment names)."""
+    """The dataset of a result's paper profile and the arithmetic of its training runs: "MNIST, float32 runs",
+    "CIFAR-100, bf16 runs", "MNIST, at initialisation", "synthetic data" (what a verdict about an experiment names)."""
     data = paper_dataset(name) or "synthetic data"
     paper = SPECS[name].settings.get("paper")
     if getattr(paper, "step", None) == 0:
         return f"{data}, at initialisation"
-    arithmetic = getattr(paper, "arithmetic", None)
-    return data if arithmetic is None else f"{data}, {'bf16' if arithmetic == 'authors' else 'float32'} runs"
+    if getattr(paper, "arithmetic", None) is None:  # synthetic inputs: no training run
+        return data
+    # every trained result names its arithmetic, the theorem's block (float32 only) included
+    return f"{data}, {'bf16' if paper.arithmetic == 'authors' else 'float32'} runs"
 
 
 def findings(rows: list[Row]) -> list[Verdict]:
@@ -507,9 +507,9 @@ def summary_sentences(rows: list[Row]) -> list[str]:
                    f"the paper's \"explicitly validated\" is {cev.verdict}.")
     def per_model(k):  # "Fig. 3: not reproduced on the authors' model (MNIST, at initialisation), partly … (MNIST)"
         name = f[k].title.split(":")[0].split(" on the ")[0]
-        a = f.get(f"{k}_authors")
-        return (f"{name}: {a.verdict} on the authors' model ({model_words(f'{k}_authors')}), {f[k].verdict} on the "
-                f"theorem's block ({model_words(k)})" if a is not None else f"{name}: {f[k].verdict}")
+        a = on_model(k, "authors")
+        return (f"{name}: {f[a].verdict} on the authors' model ({model_words(a)}), {f[k].verdict} on the "
+                f"theorem's block ({model_words(k)})" if a in f else f"{name}: {f[k].verdict}")
     out.append("The figures' claims, from the paper-profile results: " + "; ".join(
         per_model(k) for k in ("fig3", "fig4", "fig5", "fig6", "fig12")) + ".")
     f12 = by.get("fig12.validity_increases")

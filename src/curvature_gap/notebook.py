@@ -571,6 +571,28 @@ def verdict_text(key: str, profile: str, rs: list[Row] | None = None) -> str:
     return f"**Verdict: {f.verdict}.** {sentence(f.evidence)}"
 
 
+def _first_clause(text: str) -> tuple[str, str]:
+    """``text`` split at its first "; " outside brackets: (first clause, the rest); the rest "" if none."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch in "([{" and 1 or -(ch in ")]}")
+        if depth == 0 and text.startswith("; ", i):
+            return text[:i], text[i + 2:]
+    return text, ""
+
+
+def computed_on(key: str) -> str:
+    """What the verdict of experiment ``key`` was computed on, in words: the model, the dataset and the arithmetic
+    of its paper profile (its settings' ``experiments.Variant``); "" for a result of no trained model (a
+    statement's checks run in float64, as its page says)."""
+    variant = getattr(experiments.SPECS.get(key), "variant", None)
+    if variant is None:
+        return ""
+    if variant.model == "authors":
+        return f"On the authors' model ({model_words(key)})."
+    return f"On the theorem's block (the Table 1 model, {model_words(key)})."
+
+
 def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     """The verdict line of a result as a marked HTML element (the book's checks find it by its class and
     ``data-verdict``); the same element on a result's page and on the generated pages."""
@@ -580,16 +602,15 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     cls = "cg-smoke-note" if smoke else f"cg-verdict cg-{f.css}"
     body = html_math(verdict_text(key, profile, rs)).replace("**", "")
     if not smoke:
-        # where a claim has a verdict per model, say which model this one is about (read from its settings)
-        on = experiments.compared_model(key)
-        model = ("" if on is None else f"On the authors' model ({model_words(key)})." if on == "authors" else
-                 f"On the theorem's block (the Table 1 model, {model_words(key)}).")
+        # every verdict says what it was computed on: model, dataset and arithmetic (read from its settings)
+        on = computed_on(key)
         body = re.sub(r"^Verdict: ([^.]*)\.", lambda m: f"<strong>Verdict: {m.group(1)}.</strong>"
-                      + (f" <em>{model}</em>" if model else ""), body)
-    if not smoke:  # short: the verdict and the first sentence of its evidence; the rest folded
-        head, _, rest = body.partition("; ")
+                      + (f" <em>{on}</em>" if on else ""), body)
+        # short: the verdict and the first clause of its evidence; the rest folded
+        head, mark, tail = body.partition("</em>" if on else "</strong>")
+        first, rest = _first_clause(tail)
         if rest:
-            body = (f"{head}.<details class=\"cg-more\"><summary>The evidence in full</summary>"
+            body = (f"{head}{mark}{first}.<details class=\"cg-more\"><summary>The evidence in full</summary>"
                     f"{sentence(rest)}</details>")
     return (f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'
             f"{body}</div>")
