@@ -35,4 +35,8 @@
     clearTimeout(timer);
     timer = setTimeout(mark, 150);
   });
+  // a printed page (or PDF) shows a verdict's folded evidence in full
+  window.addEventListener("beforeprint", function () {
+    document.querySelectorAll("details.cg-more").forEach(function (d) { d.open = true; });
+  });
 })();
