@@ -85,7 +85,7 @@ def build_pdf(root: Path | None = None, log=print) -> Path:
                 raise BookError(f"MathJax did not typeset the whole book ({state}): no PDF written")
             page.add_style_tag(content=PRINT_CSS)
             # a verdict's folded evidence (notebook.verdict_html) prints in full
-            page.evaluate("document.querySelectorAll('details').forEach(function (d) { d.open = true; })")
+            page.evaluate("document.querySelectorAll('details.cg-more').forEach(function (d) { d.open = true; })")
             page.pdf(path=str(pdf), format="A4", print_background=True, margin=_MARGIN)
         finally:
             chromium.close()
