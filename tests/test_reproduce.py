@@ -152,7 +152,7 @@ def test_missing_cifar100_blocks_fig6_only_and_the_run_exits_zero(tmp_path, monk
     assert "| training | " in md and "| Hessians | " in md and "| rest | " in md
     assert "The training's floor: 0 steps of 0 run(s)" in md, "nothing was trained here"
     row = next(ln for ln in md.splitlines() if ln.startswith("| fig6 |"))
-    assert "| blocked | not reproduced: CIFAR-100 is not available offline" in row
+    assert "| blocked | not recomputed: CIFAR-100 is not available offline" in row
     assert next(ln for ln in md.splitlines() if ln.startswith("| a |")).startswith("| a | ok | nothing published")
 
 

@@ -28,7 +28,7 @@ def test_rounding_other_numbers_and_another_configuration():
 
 def test_not_reproduced_and_nothing_published():
     blocked = rp.compare("fig6", _fig6(), None, "blocked", "CIFAR-100 is not available offline")
-    assert blocked["differs"] == "not reproduced: CIFAR-100 is not available offline"
+    assert blocked["differs"] == "not recomputed: CIFAR-100 is not available offline"
     assert all(n["recomputed"] is None and n["published"] is not None for n in blocked["numbers"])
     new = rp.compare("fig6", None, _fig6())
     assert new["differs"] == "nothing published to compare with" and all(n["published"] is None for n in new["numbers"])
@@ -40,7 +40,7 @@ def test_a_published_result_of_another_layout_is_reported_not_fatal():
     numbers: the report says so, for a blocked and for a recomputed result alike, and goes on."""
     old = Result("fig6", "h0", {}, {}, {"fit": {"slope": -1.0}})  # no "loss_max": another layout
     blocked = rp.compare("fig6", old, None, "blocked", "CIFAR-100 is missing")
-    assert blocked["differs"].startswith("not reproduced: CIFAR-100 is missing; the published result has another "
+    assert blocked["differs"].startswith("not recomputed: CIFAR-100 is missing; the published result has another "
                                          "layout (KeyError: 'r2')") and blocked["numbers"] == []
     new = rp.compare("fig6", old, _fig6())
     assert "another layout" in new["differs"] and "make publish" in new["differs"]
@@ -51,7 +51,7 @@ def test_report_md_lists_every_result_and_a_table_per_result_with_numbers():
     entries = [rp.compare("fig6", _fig6(), _fig6(slope=-0.9)), rp.compare("fig3", None, None, "blocked", "no | data")]
     md = rp.report_md(entries, "header line")
     assert md.startswith("# Reproduction report\n\nheader line\n")
-    assert "| fig6 | ok |" in md and "| fig3 | blocked | not reproduced: no / data |" in md
+    assert "| fig6 | ok |" in md and "| fig3 | blocked | not recomputed: no / data |" in md
     assert md.count("## ") == 1 and "| fitted slope | -1 | -0.9 | 1.0e-01 |" in md
 
 

@@ -47,7 +47,8 @@ def compare(name: str, published, recomputed, status: str = "ok", message: str =
     entry = {"result": name, "status": status, "numbers": []}
     old, unreadable = _published_numbers(name, published) if published is not None else (None, "")
     if recomputed is None:
-        entry["differs"] = (f"not reproduced: {message}" if message else "not reproduced") + (
+        # "not recomputed", never a verdict's word: a result skipped here says nothing about the paper's claim
+        entry["differs"] = (f"not recomputed: {message}" if message else "not recomputed") + (
             f"; {unreadable}" if unreadable else "")
         if old is not None:
             entry["numbers"] = [dict(name=k, published=v, recomputed=None, rel_diff=None) for k, v in old.items()]
