@@ -113,8 +113,8 @@ def test_a_bound_the_check_guarantees_cannot_fail_and_names_the_informative_row(
 
 
 def test_the_theorem7_statement_rows_are_marked_guaranteed_from_the_size_of_M():
-    from curvature_gap.checks.landscape import GUARANTEED_FACTOR, _cannot_fail
-    assert _cannot_fail(GUARANTEED_FACTOR * 2.0, 2.0) and not _cannot_fail(GUARANTEED_FACTOR * 1.9, 2.0)
+    from curvature_gap.landscape.theorem7 import GUARANTEED_FACTOR, cannot_fail
+    assert cannot_fail(GUARANTEED_FACTOR * 2.0, 2.0) and not cannot_fail(GUARANTEED_FACTOR * 1.9, 2.0)
 
 
 def test_the_papers_validated_ce_claim_is_not_supported_and_the_companions_ce_is_its_own_result():

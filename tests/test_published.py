@@ -54,11 +54,11 @@ def test_published_results_name_the_commit_that_computed_them():
 def test_a_checkout_without_results_computes_every_data_row_from_the_published_results(tmp_path):
     """What `curvature-gap verify` reads in a fresh clone (no results/): every result of the trained models
     is found among the published ones, and only the CIFAR-100 results (Figs. 6 and 12 at paper scale) are not run."""
-    from curvature_gap.checks import figures, landscape
+    from curvature_gap.checks import Inputs, figures
     ctx = experiments.Context(profile="paper", results_dir=tmp_path / "results", published_dir=PUBLISHED.parent, progress=False)
     res = {n: experiments.find_result(n, ctx=ctx) for n in checks.DATA_RESULTS}
     assert CIFAR == ("fig6_authors", "fig6", "fig12_authors", "fig12")
     assert [n for n, r in res.items() if r is None] == [n for n in checks.DATA_RESULTS if n in CIFAR]
-    rows = figures.run_checks(res) + landscape.run_checks(res["fig12"], res["theorem7"], res.get("fig12_mnist"))
+    rows = figures.run(Inputs(results=res))  # Assumption 1 and Theorem 7 on the trained ViT are figures' rows
     assert sorted(r.id for r in rows if not r.ran) == ["fig12.validity_increases", "fig12_authors.validity_increases",
                                                        "fig6.slope", "fig6_authors.slope"]

@@ -17,8 +17,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
-__all__ = ["Row", "KINDS", "ROLES", "VERDICTS", "ROW_SCHEMA", "format_table", "exit_status", "summary_line"]
+__all__ = ["Row", "Check", "Declared", "by_id", "KINDS", "ROLES", "VERDICTS", "ROW_SCHEMA", "format_table",
+           "exit_status", "summary_line"]
 
 KINDS = ("formula", "bound", "identity", "claim", "software")
 ROLES = ("statement", "detail", "proof", "repair", "reference")
@@ -30,6 +32,66 @@ VERDICTS = {
     "software": ("holds", "fails"),
 }
 NOT_RUN = "not run"
+
+
+@runtime_checkable
+class Check(Protocol):
+    """A declared check of any kind (:data:`KINDS`): what every row of ``verify`` is built from.
+
+    A closed form against autograd (``checks.theory.common.FormulaCheck``), a bound against its exact quantity
+    (``bounds.bound.Bound``), one configuration of a library layer (``checks.encoder_layer.LayerCheck``) and a check
+    measured by hand (:class:`Declared`) all declare its ``id``, the ``result`` it is evidence for (a key of
+    ``findings.RESULTS``), its ``role`` (:data:`ROLES`), its ``kind`` and ``row_ids``, the ids of the rows it
+    yields. The battery (``checks.TOPICS``) holds every declaration once, by id."""
+
+    id: str
+    result: str
+    role: str
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def row_ids(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A check whose one row is measured by hand (an identity, a software trap, a search summary): its declaration,
+    and :meth:`row` fills a row's fixed fields from it. ``expected`` is what the software expects of the verdict;
+    ``claim`` what the paper states (None for the companion's own checks)."""
+
+    id: str
+    result: str
+    kind: str
+    role: str = "statement"
+    claim: str | None = None
+    expected: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS or self.role not in ROLES:
+            raise ValueError(f"check {self.id!r}: kind {self.kind!r} (one of {KINDS}), role {self.role!r} (one of {ROLES})")
+
+    @property
+    def row_ids(self) -> tuple[str, ...]:
+        return (self.id,)
+
+    def row(self, **fields) -> "Row":
+        """Its row: ``fields`` (what, verdict, the numbers, ...) beside the declared id, result, kind, role, claim
+        and expected."""
+        return Row(id=self.id, result=self.result, kind=self.kind, role=self.role, claim=self.claim,
+                   expected=self.expected, **fields)
+
+
+def by_id(*checks, into: dict | None = None) -> dict:
+    """``checks`` (any :class:`Check`) added to ``into`` (default: a new dict), keyed by id, in order; an id declared
+    twice is refused (the one index of every kind: formula groups, bounds, the battery)."""
+    into = {} if into is None else into
+    for c in checks:
+        if c.id in into:
+            raise ValueError(f"check {c.id!r} is declared twice")
+        into[c.id] = c
+    return into
 
 
 @dataclass

@@ -11,7 +11,8 @@ import torch
 from cases import randn
 from curvature_gap.bounds import quantities as qt
 from curvature_gap.bounds import registry
-from curvature_gap.bounds.bound import Bound, by_id
+from curvature_gap.bounds.bound import Bound
+from curvature_gap.row import by_id
 from curvature_gap.bounds.titles import INEQUALITIES, shown
 from curvature_gap.checks import bounds as cb
 from curvature_gap.codehash import reached

@@ -13,11 +13,16 @@ from curvature_gap.exact import encoder_layer as ref
 def test_configuration_rows_and_the_exact_quantity_against_pytorch():
     """Two configuration rows (the family's first and last) and ``.exact_vs_pytorch``: seconds (``make test-fast``)."""
     with quiet_single_thread():
-        rows = [el_rows._config_row(c, True) for c in (ref.CONFIGS[0], ref.CONFIGS[-1])] + [el_rows._pytorch_row()]
+        rows = [c.row(True) for c in (el_rows.LAYERS[0], el_rows.LAYERS[-1])] + [el_rows._pytorch_row()]
     assert [r.id for r in rows] == [f"{el_rows.RESULT}.{ref.config_id(c)}" for c in (ref.CONFIGS[0], ref.CONFIGS[-1])] + [
         f"{el_rows.MH}.exact_vs_pytorch"]
     for r in rows:
         assert r.result == el_rows.RESULT and r.verdict == r.expected == "verified" and r.rel_err <= r.tolerance, r
+
+
+def test_the_layer_grid_is_the_family_of_configurations():
+    assert [c.cfg for c in el_rows.LAYERS] == list(ref.CONFIGS)
+    assert all(c.row_ids == (c.id,) and c.kind == "formula" for c in el_rows.LAYERS)
 
 
 def test_the_multihead_bound_rows_quick(quick_rows):
@@ -28,8 +33,10 @@ def test_the_multihead_bound_rows_quick(quick_rows):
         assert r.result == el_rows.RESULT and r.verdict == r.expected, r
     top = rows[el_rows.MH]
     assert top.kind == "bound" and top.role == "statement" and top.claim is None and top.min_ratio >= 1
-    assert top.details["min_ratio_searched"] <= top.details["min_ratio_start"], "the search lowers the ratio"
-    assert "Adam starts" in top.details["searched"] and "worst at" in top.note
+    # the one worst-case search: its extent, the start that won, the minimum by L
+    assert "Adam steps on log(bound/exact)" in top.details["searched"] and "worst at" in top.note
+    assert top.details["won_by"]["family"] and top.details["won_by"]["ratio"] == pytest.approx(top.min_ratio)
+    assert min(top.details["searched_by_L"].values()) == pytest.approx(top.min_ratio)
     assert rows[f"{el_rows.MH}.blocks"].role == "proof" and rows[f"{el_rows.MH}.blocks"].min_ratio >= 1
     assert rows[f"{el_rows.MH}.exact_vs_pytorch"].rel_err < 1e-12
 

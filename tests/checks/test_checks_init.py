@@ -26,6 +26,35 @@ def test_every_row_validates_against_the_schema_and_ids_are_unique(quick_rows):
     assert all(r.as_expected for r in quick_rows), [r.id for r in quick_rows if not r.as_expected]
 
 
+def test_each_topic_yields_exactly_the_rows_it_declares(quick_rows):
+    """One battery: every row of a topic with declarations is one of its declared row ids and every declared id is a
+    row (the figures' rows are declared by the figures); declared check ids are unique across topics."""
+    by_topic: dict[str, list[str]] = {}
+    from curvature_gap.checks import Inputs
+
+    for t in checks.TOPICS:
+        if t is checks.figures.TOPIC:
+            continue
+        declared = t.row_ids()
+        assert declared, t.name
+        assert len(declared) == len(set(declared)), t.name
+        by_topic[t.name] = list(declared)
+    ids = [r.id for r in quick_rows]
+    figure_ids = {r.id for r in checks.figures.run(Inputs())}
+    other = [i for i in ids if i not in figure_ids]
+    declared_all = [i for d in by_topic.values() for i in d]
+    assert sorted(other) == sorted(declared_all)
+    assert len(checks.CHECKS) == sum(len(t.checks()) for t in checks.TOPICS)
+    assert {c.kind for c in checks.CHECKS.values()} >= {"formula", "bound"}
+
+
+def test_the_battery_refuses_an_id_declared_twice():
+    from curvature_gap.row import by_id
+    c = next(iter(checks.CHECKS.values()))
+    with pytest.raises(ValueError, match="declared twice"):
+        by_id(c, c)
+
+
 def test_theorem1_printed_fails_and_the_repaired_bound_holds(quick_rows):
     by = {r.id: r for r in quick_rows}
     printed, repaired = by["bounds.thm1.printed"], by["bounds.thm1.repaired"]

@@ -1,9 +1,11 @@
-"""curvature_gap.checks.landscape: rows for Theorem 7 and Assumption 1."""
+"""Theorem 7's rows: one attention layer (curvature_gap.checks.landscape) and the trained ViT (its figure's rows,
+curvature_gap.experiments.landscape_checks)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from curvature_gap.checks import landscape as cl
+from curvature_gap.experiments import landscape_checks as cl
+from curvature_gap.landscape.theorem7 import IDENTITY_TOL
 
 
 def _res(meta):
@@ -15,7 +17,7 @@ def test_theorem7_one_attention_layer_rows_of_the_quick_run(quick_rows):
     assert set(rows) == {"thm7.sa.printed", "thm7.sa.repaired", "thm7.sa.exact_at_w_star", "thm7.identity"}
     for r in rows.values():
         assert r.ran and r.verdict == r.expected == "holds", r
-    assert rows["thm7.identity"].value <= cl.IDENTITY_TOL
+    assert rows["thm7.identity"].value <= IDENTITY_TOL
     assert "Assumption 1 fails here" in rows["thm7.sa.printed"].note
 
 

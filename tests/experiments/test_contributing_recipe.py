@@ -12,7 +12,7 @@ import pytest
 from cases import REPO
 from curvature_gap import checks, findings
 from curvature_gap import experiments
-from curvature_gap.checks import figures
+from curvature_gap.checks import Inputs, figures
 from curvature_gap.experiments import report
 
 
@@ -47,7 +47,7 @@ def test_the_recipe_builds_a_result_that_every_registry_derives(toy, tmp_path):
     fig = experiments.plot("toy", r, "histogram")
     assert fig.get_figwidth() > 0 and experiments.message("toy", "histogram", r).startswith("The mean of 100 draws")
     assert report.key_numbers("toy", r) == {"mean": r.meta["mean"], "standard error": r.meta["se"]}
-    rows = figures.run_checks({"toy": r})
+    rows = figures.run(Inputs(results={"toy": r}))
     (row,) = [x for x in rows if x.id == "toy.mean"]
     assert row.verdict == "reproduced"
     assert "toy" in checks.data_results()                                    # verify reads it
@@ -55,7 +55,7 @@ def test_the_recipe_builds_a_result_that_every_registry_derives(toy, tmp_path):
     assert ("toy", "Toy: the mean of N(0, 1) draws is near 0", "notebooks/toy", "experiment") in entries
     assert findings.finding_of("toy", [row]).verdict == "not run"        # a smoke result gives no verdict
     paper = experiments.load_results("toy", ctx=experiments.Context(profile="paper", results_dir=tmp_path / "results", progress=False))
-    (prow,) = [x for x in figures.run_checks({"toy": paper}) if x.id == "toy.mean"]
+    (prow,) = [x for x in figures.run(Inputs(results={"toy": paper})) if x.id == "toy.mean"]
     assert paper.meta["n"] == 10_000 and findings.finding_of("toy", [prow]).verdict == "reproduced"
     # a changed setting is a new result, never the cached one
     other = experiments.Context(profile="smoke", results_dir=tmp_path / "results", progress=False,

@@ -428,7 +428,7 @@ def test_trap_torch_func_hessian_is_wrong_through_layernorm(norm_first):
 
 # ------------------------------------------------------------------------------ the verify rows
 def test_verify_rows_one_per_configuration_and_trap(quick_rows):
-    """The rows of ``checks.encoder_layer.run_checks(quick=True)``, as ``verify --quick`` (quick_rows) computed them."""
+    """The rows of ``checks.encoder_layer.run(Inputs(quick=True))``, as ``verify --quick`` (quick_rows) computed them."""
     from curvature_gap.checks import encoder_layer as rows_mod
     from curvature_gap.row import ROW_SCHEMA
 

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Bound", "by_id", "ratio", "holds", "RTOL", "ZERO", "PARTS", "ROLES"]
+__all__ = ["Bound", "ratio", "holds", "RTOL", "ZERO", "PARTS", "SYNTHETIC_PARTS", "ROLES"]
 
 RTOL = 1e-9
 ZERO = 1e-12
@@ -24,6 +24,7 @@ ZERO = 1e-12
 # LayerNorm input), "prop" and "block" (quantities.block_exact), "ce" (bounds.ce.ce_records), "batch"
 # (bounds.training.batch_records)
 PARTS = ("sa", "ln", "prop", "block", "ce", "batch")
+SYNTHETIC_PARTS = PARTS[:4]  # evaluated on synthetic instances; "ce" and "batch" only at the trained model
 ROLES = ("statement", "proof", "repair", "reference")
 
 Terms = Callable[[dict], list]  # q -> [(sub, bound, exact), ...]
@@ -77,6 +78,15 @@ class Bound:
         if self.repairs is not None and self.role != "repair":
             raise ValueError(f"bound {self.id!r}: only a repair (role 'repair') repairs another bound")
 
+    kind = "bound"  # a row.Check of this kind
+
+    @property
+    def row_ids(self) -> tuple[str, ...]:
+        """Its rows: ``bounds.<id>`` (synthetic instances, :data:`SYNTHETIC_PARTS`) and, declared ``trained``,
+        ``bounds.mnist.<id>``."""
+        synthetic = (f"bounds.{self.id}",) if self.part in SYNTHETIC_PARTS else ()
+        return synthetic + ((f"bounds.mnist.{self.id}",) if self.trained else ())
+
     @property
     def expect(self) -> str:
         """What the software expects: "fails" for a known failure, else "holds"."""
@@ -92,16 +102,6 @@ class Bound:
         """The arguments of :func:`.registry.evaluate` that produce this bound's records, and no more than it needs."""
         return dict(parts=(self.part,), tensors=self.tensors, hessian=self.hessian or self.part == "sa",
                     ln_input="X" if self.part == "ln" else "block")
-
-
-def by_id(*bounds: Bound, into: dict | None = None) -> dict[str, Bound]:
-    """``bounds`` added to ``into`` (default: a new dict), keyed by id, in order; an id declared twice is refused."""
-    into = {} if into is None else into
-    for b in bounds:
-        if b.id in into:
-            raise ValueError(f"bound {b.id!r} is declared twice")
-        into[b.id] = b
-    return into
 
 
 def ratio(bound: float, exact: float) -> float:

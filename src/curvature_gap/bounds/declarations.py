@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 
 from . import formulas
-from .bound import Bound, by_id
+from ..row import by_id
+from .bound import Bound
 
 __all__ = ["BOUNDS", "admissible", "ADMISSIBLE_TOL"]
 

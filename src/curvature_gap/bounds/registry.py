@@ -17,7 +17,8 @@ from typing import Callable, Iterator
 
 from ..exact.instances import Instance
 from . import quantities
-from .bound import PARTS, RTOL, ZERO, Bound, by_id, holds, ratio
+from ..row import by_id
+from .bound import PARTS, RTOL, SYNTHETIC_PARTS, ZERO, Bound, holds, ratio
 from .declarations import BOUNDS
 
 __all__ = ["Bound", "BOUNDS", "CHECKS", "INEQUALITIES", "PARTS", "register", "known_failures",
@@ -97,7 +98,7 @@ def term(check: str, q: dict):
     return b, e
 
 
-def evaluate(inst: Instance, parts=("sa", "ln", "prop", "block"), tensors: bool = True,
+def evaluate(inst: Instance, parts=SYNTHETIC_PARTS, tensors: bool = True,
              hessian: bool = True, ln_input: str = "block", only: str | None = None, need=None) -> list[dict]:
     """All records of ``parts`` at ``inst``; ``only``: the records of that bound alone, its quantities computed with
     ``need`` (its quantity groups, :func:`.quantities.block_exact`) when given.

@@ -49,6 +49,7 @@ from ..exact.forward import attention_matrix, sa_loss
 from ..exact.instances import Instance, random_instance
 from ..io import atomic_write_json, atomic_write_text
 from . import registry
+from .bound import SYNTHETIC_PARTS
 
 __all__ = ["Sweep", "definitions", "run_sweep", "summarize", "slopes", "pick_counterexamples",
            "write_csv", "counterexample_json", "replay", "CSV_FIELDS", "theorem1_sweeps",
@@ -73,7 +74,7 @@ class Sweep:
     meta: dict = field(default_factory=dict)
 
 
-ALL = ("sa", "ln", "prop", "block")
+ALL = SYNTHETIC_PARTS
 # the scales of W₂ swept: down to 10⁻⁵, where the local slopes of a bound that vanishes with ‖W₂‖ have settled (a law
 # is read only there: :func:`law_of`)
 W2_SCALES = [1.0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5]

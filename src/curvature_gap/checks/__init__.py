@@ -1,11 +1,14 @@
-"""``curvature-gap verify``: every check of the package as one list of :class:`~.row.Row`.
+"""``curvature-gap verify``: every check of the package as one list of :class:`~.row.Row`, from one battery.
+
+:data:`TOPICS` is the battery (:mod:`.battery`): each topic declares its checks (``row.Check``: id, result, role,
+kind and the row ids it yields), the results its rows read, and the runner that computes them together.
 
 * :mod:`.theory`    — each closed form against autograd and finite differences;
-* :mod:`.bounds`    — each bound against the exact quantity (synthetic sweeps, committed counter-examples,
-  and the trained MNIST model when its result is available);
-* :mod:`.landscape` — Theorem 7 (one attention layer, always; the trained ViT from its result) and
-  Assumption 1 (from Fig. 12's result);
-* :mod:`.figures`   — the paper's claims about its figures (from the paper-profile results);
+* :mod:`.bounds`    — each bound against the exact quantity (synthetic sweeps and one worst-case search,
+  committed counter-examples, and the trained MNIST model from its result);
+* :mod:`.landscape` — Theorem 7 on one attention layer (always);
+* :mod:`.figures`   — the paper's claims about its figures, Assumption 1 and Theorem 7 on the trained ViT, as each
+  figure's module declares them (from the paper-profile results);
 * :mod:`.encoder_layer` — beyond the paper: the closed-form Hessian of ``nn.TransformerEncoderLayer`` in each
   configuration against autograd of PyTorch's layer, and the two autodiff traps.
 
@@ -27,16 +30,24 @@ from ..provenance import git_commit, software
 from ..codehash import code_hash
 from ..theory.errata import ERRATA
 from . import bounds, encoder_layer, figures, landscape, theory
-from ..row import Row, exit_status, format_table, summary_line
+from .battery import Inputs, Topic
+from ..row import Row, by_id, exit_status, format_table, summary_line
 
-__all__ = ["Row", "run", "main", "QUICK_NOTE", "quick_note", "load_rows", "DATA_RESULTS", "data_results", "rows_meta", "verify_code_hash", "published_rows",
+__all__ = ["Row", "TOPICS", "CHECKS", "Inputs", "Topic", "run", "main", "QUICK_NOTE", "quick_note", "load_rows", "DATA_RESULTS", "data_results", "rows_meta", "verify_code_hash", "published_rows",
            "write_rows", "run_cached"]
 
+TOPICS: tuple[Topic, ...] = (theory.TOPIC, bounds.TOPIC, landscape.TOPIC, figures.TOPIC, encoder_layer.TOPIC)
+"""The battery, in the order of the rows."""
+
+CHECKS = by_id(*(c for t in TOPICS for c in t.checks()))
+"""Every declared check of the battery by id (the figures' claim rows are declared by the figures themselves)."""
+
+
 def data_results() -> tuple:
-    """The results whose numbers rows are read from, as their modules declare it (``FigureSpec.rows`` and
-    ``rows_read``, ``verify_reads``), in book order."""
-    by_rows = figures.read_by_rows()
-    return tuple(n for n, s in SPECS.items() if s.verify_reads or n in by_rows)
+    """The results whose numbers rows are read from, as the topics declare it (``Topic.reads``; a figure's through
+    ``FigureSpec.rows_read``), in book order."""
+    read = {n for t in TOPICS for n in t.reads()}
+    return tuple(n for n in SPECS if n in read)
 
 
 DATA_RESULTS = data_results()
@@ -59,8 +70,7 @@ def rows_meta(quick: bool, results_dir="results", profile: str = "paper") -> dic
 def verify_code_hash() -> str:
     """The hash of the code the rows are computed by (:mod:`curvature_gap.codehash`, from the row
     functions of each topic); the results they read enter :func:`rows_meta` by their config hashes."""
-    return code_hash(theory.run_checks, bounds.run_checks, landscape.run_checks, figures.run_checks,
-                     *figures.row_functions(), encoder_layer.run_checks, _link_errata)
+    return code_hash(*(t.run for t in TOPICS), *figures.row_functions(), _link_errata)
 
 
 def _link_errata(rows: list[Row]) -> None:
@@ -86,11 +96,8 @@ def run(quick: bool = False, results_dir="results", published_dir=None, log=None
     the trained model's rows read the results of ``profile`` (:data:`curvature_gap.config.PROFILES`), or
     ``res`` (name -> result or None, as :func:`run_cached` found them)."""
     res = res if res is not None else _found(_context(results_dir, published_dir, profile))
-    rows = theory.run_checks(quick)
-    rows += bounds.run_checks(quick, res["trained_bounds"], log=log)
-    rows += landscape.run_checks(res["fig12"], res["theorem7"], res.get("fig12_mnist"))
-    rows += figures.run_checks(res)
-    rows += encoder_layer.run_checks(quick)
+    inputs = Inputs(quick=quick, results=res, log=log)
+    rows = [row for t in TOPICS for row in t.run(inputs)]
     _link_errata(rows)
     return rows
 

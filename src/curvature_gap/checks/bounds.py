@@ -16,13 +16,15 @@ from pathlib import Path
 from ..bounds import registry
 from ..bounds import search
 from ..bounds import sweeps
-from ..row import Row
+from ..row import Declared, Row
+from .battery import Inputs, Topic
 
-__all__ = ["COUNTEREXAMPLES", "run_checks", "replay_committed", "rows_from_summary", "trained_rows",
+__all__ = ["COUNTEREXAMPLES", "run", "TOPIC", "REPLAY", "replay_committed", "rows_from_summary", "trained_rows",
            "trained_checks", "synthetic_records", "REPLAY_RTOL"]
 
 COUNTEREXAMPLES = sweeps.COMMITTED
 REPLAY_RTOL = 1e-6
+REPLAY = Declared("bounds.counterexamples.replay", "software", "software", role="reference", expected="holds")
 
 
 def trained_checks() -> tuple[str, ...]:
@@ -50,10 +52,9 @@ def replay_committed(directory: Path = COUNTEREXAMPLES) -> tuple[list[dict], Row
     bad = [f"{r['file']}: recorded {r['recorded']:.6g}, replayed {r['ratio']:.6g}" for r in recs
            if abs(r["ratio"] - r["recorded"]) / abs(r["recorded"]) > REPLAY_RTOL or not r["ratio"] < 1]
     n = len(recs)
-    row = Row(id="bounds.counterexamples.replay", result="software", kind="software", role="reference",
-              what="every committed counter-example recomputes to its recorded ratio (rel. 1e-6) and still fails",
-              verdict="holds" if not bad else "fails", expected="holds", value=float(n), tolerance=REPLAY_RTOL,
-              instances=f"{n} files in curvature_gap/bounds/counterexamples", note="; ".join(bad) or "all replayed")
+    row = REPLAY.row(what="every committed counter-example recomputes to its recorded ratio (rel. 1e-6) and still fails",
+                     verdict="holds" if not bad else "fails", value=float(n), tolerance=REPLAY_RTOL,
+                     instances=f"{n} files in curvature_gap/bounds/counterexamples", note="; ".join(bad) or "all replayed")
     return recs, row
 
 
@@ -123,9 +124,12 @@ def trained_rows(result) -> list[Row]:
     return rows
 
 
-def run_checks(quick: bool = False, trained=None, log=None) -> list[Row]:
-    """The bound rows (see module doc); ``trained`` is a ``trained_bounds`` result or None."""
-    recs, _ = synthetic_records(quick, log)
+def run(inputs: Inputs) -> list[Row]:
+    """The bound rows (see module doc); the trained model's from ``inputs.results["trained_bounds"]`` (or not run)."""
+    recs, _ = synthetic_records(inputs.quick, inputs.log)
     rep, status = replay_committed()
     summary = sweeps.summarize(recs + rep)
-    return rows_from_summary(summary, rep) + trained_rows(trained) + [status]
+    return rows_from_summary(summary, rep) + trained_rows(inputs.results.get("trained_bounds")) + [status]
+
+
+TOPIC = Topic("bounds", run, checks=lambda: (*registry.BOUNDS.values(), REPLAY), reads=lambda: ("trained_bounds",))

@@ -1,7 +1,7 @@
 """Rows for the closed-form Hessian of ``torch.nn.TransformerEncoderLayer`` (beyond the paper).
 
 One row per configuration of the family (norm_first × activation × bias × nhead × causal mask, 48 rows,
-:data:`curvature_gap.exact.encoder_layer.CONFIGS`): :func:`curvature_gap.theory.encoder_layer_hessian`
+:data:`curvature_gap.exact.encoder_layer.CONFIGS`, one :class:`LayerCheck` each): :func:`curvature_gap.layer_hessian`
 against reverse-over-reverse ``torch.autograd`` of PyTorch's layer itself under the MATH attention backend,
 float64, on a generic instance and one with near-one-hot attention (``quick``: that one only);
 ``rel_err = max|closed − autograd| / max|autograd|``, tolerance 1e-10. And one row per autodiff trap,
@@ -18,6 +18,7 @@ reverse-over-reverse autograd of ``nn.MultiheadAttention`` itself (``.exact_vs_p
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
 
@@ -25,11 +26,12 @@ from ..bounds import multihead as mhb
 from ..bounds import registry as bck
 from ..bounds import search, sweeps
 from ..exact import encoder_layer as ref
-from ..theory.encoder_layer import encoder_layer_hessian
-from ..row import Row
+from ..hessian.layers import layer_hessian
+from ..row import Declared, Row
+from .battery import Inputs, Topic
 from .theory import quiet_single_thread
 
-__all__ = ["run_checks", "TOL", "TRAP_TOL", "RESULT", "SHAPE"]
+__all__ = ["run", "TOPIC", "LayerCheck", "LAYERS", "TRAPS", "MH_CHECKS", "TOL", "TRAP_TOL", "RESULT", "SHAPE"]
 
 TOL = 1e-10
 TRAP_TOL = 1e-6
@@ -45,34 +47,67 @@ def _layer(cfg: dict, seed: int, sharp: float, x_scale: float):
                             sharp=sharp, x_scale=x_scale)
 
 
-def _config_row(cfg: dict, quick: bool) -> Row:
-    insts = INSTANCES[1:] if quick else INSTANCES
-    err, n = 0.0, 0
-    for seed, sharp, xs in insts:
-        layer, X, T = _layer(cfg, seed, sharp, xs)
-        H_ref = ref.hessian_autograd(layer, X, target=T, is_causal=cfg["causal"])
-        H = encoder_layer_hessian(layer, X, target=T, is_causal=cfg["causal"]).dense
-        err = max(err, ref.relative_error(H, H_ref))
-        n = H.shape[0]
-    cid = ref.config_id(cfg)
-    what = (f"closed-form loss Hessian of nn.TransformerEncoderLayer ({'pre' if cfg['norm_first'] else 'post'}-norm, "
-            f"{cfg['activation']}, bias={cfg['bias']}, nhead={cfg['nhead']}, "
-            f"{'causal mask' if cfg['causal'] else 'no mask'}) vs reverse-over-reverse autograd of the layer (MATH)")
-    return Row(id=f"{RESULT}.{cid}", result=RESULT, kind="formula", role="statement", what=what,
-               verdict="verified" if err <= TOL else "fails", expected="verified", rel_err=err, tolerance=TOL,
-               instances=(f"{len(insts)} inst: L={SHAPE['L']} d_model={SHAPE['d_model']} "
-                          f"dim_feedforward={SHAPE['dim_feedforward']}; compared ({n}, {n})"),
-               note="instances: " + "; ".join(f"seed {s}, Q/K weights x{a:g}, X x{b:g}" for s, a, b in insts))
+@dataclass(frozen=True)
+class LayerCheck:
+    """One configuration of ``nn.TransformerEncoderLayer`` (a point of :data:`LAYERS`, the grid over
+    :data:`curvature_gap.exact.encoder_layer.CONFIGS`): the engine's Hessian of the layer against reverse-over-reverse
+    autograd of the layer itself (MATH backend), float64, on :data:`INSTANCES` (``quick``: the second only)."""
+
+    norm_first: bool
+    activation: str
+    bias: bool
+    nhead: int
+    causal: bool
+    result = RESULT
+    role = "statement"
+    kind = "formula"
+
+    @property
+    def cfg(self) -> dict:
+        return dict(norm_first=self.norm_first, activation=self.activation, bias=self.bias, nhead=self.nhead,
+                    causal=self.causal)
+
+    @property
+    def id(self) -> str:
+        return f"{RESULT}.{ref.config_id(self.cfg)}"
+
+    @property
+    def row_ids(self) -> tuple[str, ...]:
+        return (self.id,)
+
+    def row(self, quick: bool) -> Row:
+        insts = INSTANCES[1:] if quick else INSTANCES
+        err, n = 0.0, 0
+        for seed, sharp, xs in insts:
+            layer, X, T = _layer(self.cfg, seed, sharp, xs)
+            H_ref = ref.hessian_autograd(layer, X, target=T, is_causal=self.causal)
+            H = layer_hessian(layer, X, target=T, is_causal=self.causal).dense
+            err = max(err, ref.relative_error(H, H_ref))
+            n = H.shape[0]
+        what = (f"closed-form loss Hessian of nn.TransformerEncoderLayer ({'pre' if self.norm_first else 'post'}-norm, "
+                f"{self.activation}, bias={self.bias}, nhead={self.nhead}, "
+                f"{'causal mask' if self.causal else 'no mask'}) vs reverse-over-reverse autograd of the layer (MATH)")
+        return Row(id=self.id, result=RESULT, kind=self.kind, role=self.role, what=what,
+                   verdict="verified" if err <= TOL else "fails", expected="verified", rel_err=err, tolerance=TOL,
+                   instances=(f"{len(insts)} inst: L={SHAPE['L']} d_model={SHAPE['d_model']} "
+                              f"dim_feedforward={SHAPE['dim_feedforward']}; compared ({n}, {n})"),
+                   note="instances: " + "; ".join(f"seed {s}, Q/K weights x{a:g}, X x{b:g}" for s, a, b in insts))
+
+
+# the family's grid: one declaration per configuration
+LAYERS = tuple(LayerCheck(**cfg) for cfg in ref.CONFIGS)
+TRAPS = (Declared(f"{RESULT}.trap.default_kernel_double_backward", RESULT, "software", role="reference", expected="holds"),
+         Declared(f"{RESULT}.trap.func_hessian_layernorm", RESULT, "software", role="reference", expected="holds"))
 
 
 def _trap_rows() -> list[Row]:
     layer, X, T = _layer(dict(norm_first=False, activation="relu", bias=True, nhead=2), 0, 1.0, 1.0)
     msg = ref.default_kernel_double_backward_error(layer, X, T)
     expected_msg = "derivative for aten::_scaled_dot_product_flash_attention_for_cpu_backward is not implemented"
-    a = Row(id=f"{RESULT}.trap.default_kernel_double_backward", result=RESULT, kind="software", role="reference",
+    a = TRAPS[0].row(
             what="double backward through nn.TransformerEncoderLayer under the default CPU attention kernel raises "
                  "(so the references use the MATH backend)",
-            verdict="holds" if msg is not None and expected_msg in msg else "fails", expected="holds",
+            verdict="holds" if msg is not None and expected_msg in msg else "fails",
             instances="L=5 d_model=8 nhead=2 dim_feedforward=6",
             note=(f"raises: {msg.splitlines()[0]}" if msg else
                   "no longer raises: PyTorch fixed it; the book text must change"))
@@ -81,10 +116,10 @@ def _trap_rows() -> list[Row]:
         H_func = ref.func_hessian(layer, X, target=T)
     H_ref = ref.hessian_autograd(layer, X, target=T)
     err, asym = ref.relative_error(H_func, H_ref), ref.asymmetry(H_func)
-    b = Row(id=f"{RESULT}.trap.func_hessian_layernorm", result=RESULT, kind="software", role="reference",
+    b = TRAPS[1].row(
             what="torch.func.hessian (forward-over-reverse) of the layer under MATH is wrong through LayerNorm: max "
                  "rel err vs reverse-over-reverse autograd exceeds 1e-6",
-            verdict="holds" if err > TRAP_TOL else "fails", expected="holds", value=err, tolerance=TRAP_TOL,
+            verdict="holds" if err > TRAP_TOL else "fails", value=err, tolerance=TRAP_TOL,
             instances="L=5 d_model=8 nhead=2 dim_feedforward=6, post-norm",
             note=f"max rel err {err:.2e}, asymmetry max|H - Hᵀ|/max|H| {asym:.2e}"
                  + ("" if err > TRAP_TOL else "; PyTorch fixed it: the book text must change"),
@@ -93,10 +128,17 @@ def _trap_rows() -> list[Row]:
 
 
 MH = f"{RESULT}.mh_bound"
+# the repaired Theorem 1 for h heads with W_O: the bound, its blocks, the softmax lemma (each found by the search's
+# summary key), and the bound's exact quantity against PyTorch's layer
+MH_CHECKS = {"mh": Declared(MH, RESULT, "bound", expected="holds"),
+             "mh.blocks": Declared(f"{MH}.blocks", RESULT, "bound", role="proof", expected="holds"),
+             "softmax_d2": Declared(f"{MH}.softmax_d2", RESULT, "bound", role="proof", expected="holds"),
+             "exact_vs_pytorch": Declared(f"{MH}.exact_vs_pytorch", RESULT, "formula", role="reference",
+                                          expected="verified")}
 
 
-def _bound_row(rid: str, s: dict, what: str, role: str, details: dict | None = None) -> Row:
-    """A row of the multi-head bound from its search summary ``s`` (:func:`curvature_gap.bounds.sweeps.summarize`)."""
+def _bound_row(check: Declared, s: dict, what: str, details: dict | None = None) -> Row:
+    """The row of ``check`` from its search summary ``s`` (:func:`curvature_gap.bounds.sweeps.summarize`)."""
     w = s["worst"]
     where = ", ".join(f"{k}={w[k]}" for k in ("x", "sub") if w.get(k) not in (None, ""))
     note = f"worst at {where}"
@@ -107,9 +149,9 @@ def _bound_row(rid: str, s: dict, what: str, role: str, details: dict | None = N
     if s.get("at_minimiser"):
         note += f"; {s['at_minimiser']['min_ratio']:.3g} at an exact minimiser (loss 0)"
     d = {k: s[k] for k in ("searched_by_L", "degenerate", "at_minimiser", "won_by", "scaling") if s.get(k)}
-    return Row(id=rid, result=RESULT, kind="bound", role=role, what=what, verdict=s["verdict"], expected="holds",
-               claim=None, min_ratio=s["min_ratio"], median_ratio=s["median_ratio"], tolerance=bck.RTOL,
-               instances=f"{s['n_records']} records", note=note, details={**d, **(details or {})})
+    return check.row(what=what, verdict=s["verdict"], min_ratio=s["min_ratio"], median_ratio=s["median_ratio"],
+                     tolerance=bck.RTOL, instances=f"{s['n_records']} records", note=note,
+                     details={**d, **(details or {})})
 
 
 def _mh_rows(quick: bool) -> list[Row]:
@@ -118,15 +160,14 @@ def _mh_rows(quick: bool) -> list[Row]:
     budget = search.QUICK_BUDGET if quick else search.BUDGET
     recs, _ = search.records_of(search.search_all([*search.MH_OBJECTIVES, search.SOFTMAX_OBJECTIVE], budget))
     s = {x["id"]: x for x in sweeps.summarize(recs, ("mh", "mh.blocks", "softmax_d2"))}
-    a = _bound_row(MH, s["mh"], "‖H‖_2 ≤ M_h = 4 max over ten rows 2/(Ld)(g_i g_j + ρ φ_ij): the repaired Theorem 1 "
-                   "extended to h heads with W_O (Hessian of (1/(Ld))‖F − Target‖_F² w.r.t. W_Q, W_K, W_V, W_O)",
-                   "statement", {"searched": search.extent(budget, "mh")})
-    b = _bound_row(f"{MH}.blocks", s["mh.blocks"], "‖H(W_i, W_j)‖_2 ≤ row ij for each of the ten block pairs (the "
-                   "step before the 4×4 block inequality)", "proof", {"searched": search.extent(budget, "mh")})
-    c = _bound_row(f"{MH}.softmax_d2", s["softmax_d2"], "‖∂²a/∂z²[t, s]‖_2 ≤ ‖t‖_2‖s‖_2 for a softmax row a = "
-                   "softmax(z) (the lemma the bound's second-order rows use)", "proof",
-                   {"searched": search.extent(budget, "softmax")})
-    return [a, b, c, _pytorch_row()]
+    mh = {"searched": search.extent(budget, "mh")}
+    whats = {"mh": ("‖H‖_2 ≤ M_h = 4 max over ten rows 2/(Ld)(g_i g_j + ρ φ_ij): the repaired Theorem 1 extended to h "
+                    "heads with W_O (Hessian of (1/(Ld))‖F − Target‖_F² w.r.t. W_Q, W_K, W_V, W_O)", mh),
+             "mh.blocks": ("‖H(W_i, W_j)‖_2 ≤ row ij for each of the ten block pairs (the step before the 4×4 block "
+                           "inequality)", mh),
+             "softmax_d2": ("‖∂²a/∂z²[t, s]‖_2 ≤ ‖t‖_2‖s‖_2 for a softmax row a = softmax(z) (the lemma the bound's "
+                            "second-order rows use)", {"searched": search.extent(budget, "softmax")})}
+    return [_bound_row(MH_CHECKS[k], s[k], what, extra) for k, (what, extra) in whats.items()] + [_pytorch_row()]
 
 
 def _pytorch_row() -> Row:
@@ -139,15 +180,18 @@ def _pytorch_row() -> Row:
             mask = torch.triu(torch.full((L, L), float("-inf"), dtype=torch.float64), 1) if causal else None
             H = mhb.exact(*inst.tensors(), h, mask)["H"]
             err = max(err, ref.relative_error(H, mhb.pytorch_hessian(inst, causal)))
-    return Row(id=f"{MH}.exact_vs_pytorch", result=RESULT, kind="formula", role="reference",
-               what="the bound's exact quantity (torch.func.hessian of the hand-written multi-head layer) against "
-                    "reverse-over-reverse autograd of nn.MultiheadAttention(bias=False) itself (MATH backend)",
-               verdict="verified" if err <= TOL else "fails", expected="verified", rel_err=err, tolerance=TOL,
-               instances="L=5, d=4, h ∈ {1, 2, 4}, no mask and causal; Q/K weights x8")
+    return MH_CHECKS["exact_vs_pytorch"].row(
+        what="the bound's exact quantity (torch.func.hessian of the hand-written multi-head layer) against "
+             "reverse-over-reverse autograd of nn.MultiheadAttention(bias=False) itself (MATH backend)",
+        verdict="verified" if err <= TOL else "fails", rel_err=err, tolerance=TOL,
+        instances="L=5, d=4, h ∈ {1, 2, 4}, no mask and causal; Q/K weights x8")
 
 
-def run_checks(quick: bool = False) -> list[Row]:
-    """48 configuration rows, 2 trap rows and 4 rows of the multi-head bound (same ids with ``quick``, which uses
-    one instance per configuration row and a shorter search)."""
+def run(inputs: Inputs) -> list[Row]:
+    """48 configuration rows, 2 trap rows and 4 rows of the multi-head bound (same ids with ``inputs.quick``, which
+    uses one instance per configuration row and a shorter search)."""
     with quiet_single_thread():
-        return [_config_row(cfg, quick) for cfg in ref.CONFIGS] + _trap_rows() + _mh_rows(quick)
+        return [c.row(inputs.quick) for c in LAYERS] + _trap_rows() + _mh_rows(inputs.quick)
+
+
+TOPIC = Topic("nn.TransformerEncoderLayer", run, checks=lambda: (*LAYERS, *TRAPS, *MH_CHECKS.values()))

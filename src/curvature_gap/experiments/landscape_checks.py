@@ -17,13 +17,15 @@ from .. import captions
 from ..bounds.ce import ce_records
 from ..bounds.training import training_sweep
 from ..exact.instances import from_model
-from ..landscape.theorem7 import vit_check
+from ..bounds.registry import RTOL
+from ..landscape.theorem7 import IDENTITY_TOL, STATEMENT, T0_FLOOR, cannot_fail, moved, vit_check
+from ..row import Declared, Row
 from .context import Context
 from ..plotting import WIDTH, new_figure
 from .settings import Variant
 from .spec import FigureSpec, Point
 
-__all__ = ["compute_theorem7", "compute_trained_bounds", "plot_theorem7", "Theorem7Settings", "TrainedBoundsSettings", "SPECS"]
+__all__ = ["compute_theorem7", "compute_trained_bounds", "plot_theorem7", "vit_rows", "VIT_CHECKS", "Theorem7Settings", "TrainedBoundsSettings", "SPECS"]
 
 
 @dataclass(frozen=True)
@@ -128,13 +130,49 @@ def trained_bounds_numbers(r) -> dict:
     return out
 
 
+# Theorem 7 on the trained ViT: M exact at w* (the informative reference) and M of Theorem 6 (the statement)
+VIT_CHECKS = {n: (Declared(f"thm7.vit.{n}", "thm7", "bound", role=role, claim=claim), label) for n, role, claim, label in (
+    ("exact", "reference", None, "M = max_i ‖∇²l_i(w*)‖ over block 0's matrices (exact at w*)"),
+    ("thm6_ce", "statement", "holds", "M = max_i M_tr of Theorem 6 (App. C.6) with the cross-entropy factors"))}
+VIT_IDENTITY = Declared("thm7.vit.identity", "thm7", "identity", role="proof", claim="holds", expected="holds")
+
+
+def vit_rows(result) -> list[Row]:
+    """Theorem 7 on the trained MNIST ViT, from the ``theorem7`` result; ``not run`` rows naming the command without."""
+    if result is None:
+        return [check.row(verdict="not run", what=f"{STATEMENT} on the trained MNIST ViT, {label}", profile="paper",
+                          command="curvature-gap reproduce --only theorem7 (needs MNIST; trains the model if needed)")
+                for check, label in VIT_CHECKS.values()]
+    m = result.meta
+    rows = []
+    for n, (check, label) in VIT_CHECKS.items():
+        away = moved(m["paths"])  # t > 0: at t = 0 rhs/lhs ≥ 2 by construction
+        worst = min(away, key=lambda p: p[f"min_ratio_{n}"])
+        mn = float(worst[f"min_ratio_{n}"])
+        rows.append(check.row(
+            what=f"{STATEMENT} on the trained MNIST ViT (cross-entropy, w = w* + t u in block 0's matrices), {label} = "
+                 f"{m['M'][n]:.3g}; ratio rhs/lhs, min over k, t and two directions",
+            verdict="holds" if mn >= 1 - RTOL else "fails", min_ratio=mn, tolerance=RTOL, profile=result.config["profile"],
+            details=cannot_fail(m["M"][n], m["M"]["exact"]) if check.role != "reference" else {"floor": T0_FLOOR},
+            instances=f"first {m['n']} training images, t ∈ {m['ts']}", evidence=[str(result.json_path)],
+            note=f"smallest over t > 0 (at t = 0 rhs/lhs ≥ {T0_FLOOR:g} by construction); worst at direction "
+                 f"{worst['direction']}, t = {worst['t']}, k = {worst[f'argmin_k_{n}']}; ℓ_max = {m['ell_max']:.3g}"))
+    resid = max(p["identity_residual"] for p in m["paths"])
+    rows.append(VIT_IDENTITY.row(what="the running-mean identity on the trained ViT's per-sample losses, max |residual|",
+                                 verdict="holds" if resid <= IDENTITY_TOL else "fails", value=resid,
+                                 tolerance=IDENTITY_TOL, profile=result.config["profile"],
+                                 evidence=[str(result.json_path)]))
+    return rows
+
+
 # ----------------------------------------------------------------------------- the results of this module
-# their rows are curvature_gap.checks.landscape's (Theorem 7) and curvature_gap.checks.bounds' (the bounds)
+# Theorem 7's rows are its figure's (vit_rows); the trained bounds' rows are curvature_gap.checks.bounds'
 SPECS = (
     FigureSpec("theorem7", "check", "check_theorem7", "Theorem 7 on the trained ViT",
                (Point(THEOREM7, verify_reads=True),), lambda j: compute_theorem7(j.ctx, j.settings), {"ratios": plot_theorem7}, {"ratios": captions.theorem7},
-               runs=lambda s, ctx: [(None, None)], key_numbers=theorem7_numbers),
+               runs=lambda s, ctx: [(None, None)], key_numbers=theorem7_numbers,
+               rows=lambda res: vit_rows(res.get("theorem7"))),
     FigureSpec("trained_bounds", "check", "", "the bounds at the trained ViT's block",
-               (Point(TRAINED_BOUNDS, verify_reads=True),), lambda j: compute_trained_bounds(j.ctx, j.settings),
+               (Point(TRAINED_BOUNDS),), lambda j: compute_trained_bounds(j.ctx, j.settings),
                runs=lambda s, ctx: [(0, None), (None, None)], key_numbers=trained_bounds_numbers),
 )

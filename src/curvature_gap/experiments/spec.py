@@ -108,8 +108,8 @@ class Point:
     for reports; ``depends`` / ``reads``: figures whose results (``Job.deps``) / settings (``Job.reads``) on the same
     variant its computation reads; ``trains``: False where it reads no run of its own (its numbers are cut from
     those of ``depends``), so the figure's ``runs`` are not trained for it; ``override_key``: a second name under
-    which ``Context(settings_overrides=...)`` reaches its settings; ``verify_reads``: rows of another topic read its numbers (the trained-model bounds,
-    Theorem 7, Assumption 1); ``plots``, ``messages``, ``key_numbers``: where this variant's result is drawn or
+    which ``Context(settings_overrides=...)`` reaches its settings; ``verify_reads``: its figure's rows read its numbers though it states no claim
+    (Theorem 7 on the trained ViT); ``plots``, ``messages``, ``key_numbers``: where this variant's result is drawn or
     cited otherwise than the figure's (another protocol's arrays)."""
 
     settings: dict
@@ -294,10 +294,12 @@ class ResultSpec:
 
     @property
     def rows_read(self) -> tuple:
-        """The results the figure's claim rows read (on its first result): each claimed result and its stand-in."""
+        """The results the figure's rows read (on its first result): each claimed result and its stand-in, and each
+        declared ``verify_reads``."""
         if self.rows is None:
             return ()
-        return tuple(dict.fromkeys(n for r in self.spec.claimed() for n in (r.name, r.standin) if n))
+        read = [r for r in self.spec.results if r in self.spec.claimed() or r.verify_reads]
+        return tuple(dict.fromkeys(n for r in read for n in (r.name, r.standin) if n))
 
     @property
     def section(self) -> str:

@@ -44,8 +44,8 @@ from ..hessian.loss import model_loss
 from ..params import flatten
 from .losses import identity_residual, per_sample_losses, running_means
 
-__all__ = ["block_param_names", "rhs", "per_sample_hessian_norms", "thm6_M_ce", "path_check", "vit_check",
-           "sa_problem", "sa_check", "T_GRID"]
+__all__ = ["STATEMENT", "IDENTITY_TOL", "GUARANTEED_FACTOR", "cannot_fail", "T0_FLOOR", "moved", "block_param_names",
+           "rhs", "per_sample_hessian_norms", "thm6_M_ce", "path_check", "vit_check", "sa_problem", "sa_check", "T_GRID"]
 
 T_GRID = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 
@@ -65,6 +65,23 @@ def rhs(k, ell_max: float, M: float, dist2: float):
 # At t = 0 (w = w*) the right-hand side is 2ℓ_max/(k+1) while |L_{k+1} − L_k| = |l_{k+1} − L_k|/(k+1) ≤ ℓ_max/(k+1):
 # rhs/lhs ≥ 2 there by construction, so only t > 0 informs about the curvature term.
 T0_FLOOR = 2.0
+
+STATEMENT = "|L_{k+1}(w) − L_k(w)| ≤ 2ℓ_max/(k+1) + M‖w − w*‖²/(k+1)"  # the inequality as a row names it
+IDENTITY_TOL = 1e-12  # float64 rounding of a running mean over ≤ 60,000 terms of size O(1)
+# An M that exceeds the exact curvature at w* by more than this cannot fail as checked: for l_i ≥ 0 with
+# ‖∇²l_i‖ ≤ M near the segment, l_i(w) ≤ 2 l_i(w*) + M‖w − w*‖², and that alone gives
+# |L_{k+1}(w) − L_k(w)| ≤ (2ℓ_max + M‖w − w*‖²)/(k+1), the statement (the lemma on the Theorem 7 page).
+GUARANTEED_FACTOR = 1e3
+
+
+def cannot_fail(M: float, M_exact: float) -> dict:
+    """A statement row's ``details`` when its ``M`` is at least :data:`GUARANTEED_FACTOR` times the exact curvature
+    (the check cannot fail, and the row says why); ``{}`` otherwise."""
+    if M < GUARANTEED_FACTOR * M_exact:
+        return {}
+    return {"cannot_fail": f"M is {M / M_exact:.2g}× the exact curvature max_i ‖∇²l_i(w*)‖, and any M that bounds "
+                           "‖∇²l_i‖ near w* gives the inequality by l_i(w) ≤ 2l_i(w*) + M‖w − w*‖² (for l_i ≥ 0), "
+                           "without Assumption 1 or the Taylor step: this check cannot fail"}
 
 
 def moved(paths: list[dict]) -> list[dict]:

@@ -5,7 +5,7 @@ words, for the errata's summary table), ``where`` (theorem / equation / proof st
 prints), ``holds`` (what is implemented and verified), ``evidence`` (the ``curvature-gap verify``
 check id that measures both), and optionally ``related`` (further check ids) and ``as_printed`` (what
 the errata page says of a printed form that cannot be evaluated, where that is not its shapes: e.g. an
-undefined symbol).  The measured errors are in the rows of :func:`curvature_gap.checks.theory.run_checks`.
+undefined symbol).  The measured errors are in the rows of :func:`curvature_gap.checks.theory.run`.
 
 The entries are numbered E1, E2, … in this order. An entry whose evidence row has the verdict
 ``corrected`` is a misprinted formula; one whose evidence row has the verdict ``notation`` (the printed

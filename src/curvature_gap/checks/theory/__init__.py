@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from ...row import Row
 from . import attention, block, calculus, ffn, layernorm
-from .common import BAD, FD_TOL, TOL, FormulaCheck, Group, by_id, checked_instances, quiet_single_thread, rel_err
+from ...row import by_id
+from ..battery import Inputs, Topic
+from .common import BAD, FD_TOL, TOL, FormulaCheck, Group, checked_instances, quiet_single_thread, rel_err
 
-__all__ = ["run_checks", "GROUPS", "CHECKS", "run_group", "rel_err", "TOL", "FD_TOL", "BAD", "FormulaCheck",
+__all__ = ["run", "TOPIC", "GROUPS", "CHECKS", "run_group", "rel_err", "TOL", "FD_TOL", "BAD", "FormulaCheck",
            "quiet_single_thread"]
 
 # the groups of checks, in the order of the rows: each declares its checks beside the code that measures them
@@ -34,11 +36,14 @@ def run_group(name: str, quick: bool = False) -> list[Row]:
         return GROUPS[name].rows(quick, checked_instances(quick))
 
 
-def run_checks(quick: bool = False) -> list[Row]:
-    """Every closed-form row; ``quick`` uses 2 random instances instead of 16 (same row ids)."""
+def run(inputs: Inputs) -> list[Row]:
+    """Every closed-form row; ``inputs.quick`` uses 2 random instances instead of 16 (same row ids)."""
     rows: list[Row] = []
     with quiet_single_thread():
-        insts = checked_instances(quick)
+        insts = checked_instances(inputs.quick)
         for g in GROUPS.values():
-            rows.extend(g.rows(quick, insts))
+            rows.extend(g.rows(inputs.quick, insts))
     return rows
+
+
+TOPIC = Topic("closed forms", run, checks=lambda: tuple(CHECKS.values()))

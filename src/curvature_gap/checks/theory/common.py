@@ -24,9 +24,9 @@ from typing import Callable
 import torch
 
 from ...exact.instances import Instance, random_instance
-from ...row import ROLES, Row
+from ...row import ROLES, Row, by_id
 
-__all__ = ["TOL", "FD_TOL", "BAD", "SHARPNESS", "EXPECTED", "FormulaCheck", "Group", "by_id", "rel_err",
+__all__ = ["TOL", "FD_TOL", "BAD", "SHARPNESS", "EXPECTED", "FormulaCheck", "Group", "rel_err",
            "check_instance", "Accumulator", "try_printed", "block_args", "checked_instances", "heavy_subset",
            "quiet_single_thread"]
 
@@ -121,6 +121,12 @@ class FormulaCheck:
         if not (self.id and self.result and self.what and self.key):
             raise ValueError(f"check {self.id!r}: id, result, what and key are required")
 
+    kind = "formula"  # a row.Check of this kind
+
+    @property
+    def row_ids(self) -> tuple[str, ...]:
+        return (self.id,)
+
     @property
     def printed(self) -> bool:
         """Whether the paper prints it wrongly (the software expects the printed form to be measured wrong)."""
@@ -154,16 +160,6 @@ class FormulaCheck:
         return Row(id=self.id, result=self.result, kind="formula", role=self.role, what=self.what,
                    verdict=verdict, expected=self.expected, claim="verified", rel_err=acc.err,
                    printed_rel_err=printed, tolerance=self.tol, instances=shapes, note=" | ".join(parts))
-
-
-def by_id(*checks: FormulaCheck) -> dict[str, FormulaCheck]:
-    """``checks`` keyed by id, in order; an id declared twice is refused."""
-    out: dict[str, FormulaCheck] = {}
-    for c in checks:
-        if c.id in out:
-            raise ValueError(f"check {c.id!r} is declared twice")
-        out[c.id] = c
-    return out
 
 
 Measure = Callable[[bool, list, dict], None]  # (quick, instances, key -> Accumulator) -> None
