@@ -7,7 +7,7 @@ Both sides compute the full Hessian of the MSE ``(1/(L d))||layer(X) − Target|
 parameter of one ``nn.TransformerEncoderLayer`` (post-norm, ReLU, biases, dropout 0; random parameters,
 ``curvature_gap.exact.encoder_layer.random_layer(seed=0)``) on one sequence, in float64:
 
-* ``closed form``: ``curvature_gap.theory.encoder_layer_hessian`` (hand-written Jacobians and second
+* ``closed form``: ``curvature_gap.layer_hessian`` (hand-written Jacobians and second
   derivatives, no autograd);
 * ``autograd batched, chunk N``: reverse-over-reverse ``torch.autograd`` under the MATH attention backend,
   the gradient with ``create_graph=True`` then ``torch.autograd.grad(..., is_grads_batched=True)`` along N unit
@@ -57,10 +57,10 @@ def _worker(spec: dict) -> dict:
     warnings.simplefilter("ignore")
     torch.set_num_threads(spec["threads"])
     from curvature_gap.exact import encoder_layer as ref
-    from curvature_gap.theory import encoder_layer_hessian
+    from curvature_gap import layer_hessian
 
     layer, X, T = ref.random_layer(spec["d_model"], spec["nhead"], spec["dim_feedforward"], spec["L"], seed=0)
-    fn = {"closed": lambda: encoder_layer_hessian(layer, X, target=T).dense,
+    fn = {"closed": lambda: layer_hessian(layer, X, target=T).dense,
           "batched": lambda: ref.hessian_autograd(layer, X, chunk=spec["chunk"], target=T),
           "loop": lambda: ref.hessian_autograd_loop(layer, X, target=T)}[spec["method"]]
     base = peak_mb()

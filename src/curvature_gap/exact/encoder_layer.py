@@ -1,4 +1,5 @@
-"""Autograd references for :mod:`curvature_gap.theory.encoder_layer`: PyTorch's own layer, differentiated twice.
+"""Autograd references for :func:`curvature_gap.layer_hessian` on ``nn.TransformerEncoderLayer``: PyTorch's own
+layer, differentiated twice.
 
 The reference Hessian of ``l(layer(X))`` is **reverse-over-reverse** ``torch.autograd``: the gradient
 with ``create_graph=True``, then the gradient of that gradient along every unit vector at once

@@ -2,7 +2,7 @@
 
 The paper's Figs. 3-4 find the Values block largest in its ViT's block. Here the same statistic — the
 Frobenius norm of each parameter group's diagonal block of the loss Hessian — is taken across the layer
-family that PyTorch builds (:func:`curvature_gap.theory.encoder_layer_hessian`, exact, float64): post-norm and
+family that PyTorch builds (:func:`curvature_gap.layer_hessian`, exact, float64): post-norm and
 pre-norm, 1 and 4 heads, at PyTorch's initialisation and after a short Adam run.
 
 **The task** (why: realisable, so every block has something to learn and the loss can reach 0; synthetic,
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..theory.encoder_layer import encoder_layer_hessian
+from ..hessian.layers import layer_hessian
 from .context import Context
 from ..plotting import WIDTH, new_figure
 from .spec import FigureSpec, Point
@@ -95,12 +95,9 @@ def unit_indices(layer: nn.TransformerEncoderLayer) -> dict[str, np.ndarray]:
 
 
 def _hessian(layer, X, Y) -> np.ndarray:
-    """The Hessian of ``mean over sequences of mean((layer(X_b) − Y_b)²)``: the mean of the per-sequence ones."""
-    H = None
-    for x, y in zip(X, Y):
-        Hb = encoder_layer_hessian(layer, x, target=y).dense
-        H = Hb if H is None else H + Hb
-    return (H / X.shape[0]).numpy()
+    """The Hessian of ``mean over sequences of mean((layer(X_b) − Y_b)²)`` (the mean of the per-sequence ones):
+    one batched call on X, Y (n_seq, L, d)."""
+    return layer_hessian(layer, X, target=Y).dense.numpy()
 
 
 def _stats(H: np.ndarray, units: dict) -> tuple[list, list]:

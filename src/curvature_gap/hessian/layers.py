@@ -364,6 +364,19 @@ def attention_mask(N: int, L: int, attn_mask=None, key_padding_mask=None, is_cau
     return M
 
 
+def _causal_hint(N: int, L: int, attn_mask: torch.Tensor, ref: torch.Tensor) -> None:
+    """PyTorch's ``TransformerEncoderLayer`` reads ``is_causal=True`` as a hint that ``src_mask`` *is* the causal
+    mask: it attends causally and ignores ``src_mask`` (or, with a key padding mask, uses ``src_mask`` and not the
+    causal mask), where :func:`attention_mask` adds the two. They agree only when ``attn_mask`` is the causal mask;
+    ValueError otherwise."""
+    causal = attention_mask(N, L, is_causal=True, ref=ref).expand(N, L, L)
+    if not torch.equal(attention_mask(N, L, attn_mask, ref=ref).expand(N, L, L), causal):
+        raise ValueError("is_causal=True with an attn_mask that is not the causal mask: nn.TransformerEncoderLayer "
+                         "reads is_causal as a hint that src_mask is causal and would not apply attn_mask as given; "
+                         "pass attn_mask=None (the causal mask alone) or the causal mask itself, or is_causal=False "
+                         "(attn_mask alone)")
+
+
 # ---------------------------------------------------------------------------------------------- the Hessian
 @dataclass
 class LayerHessian:
@@ -456,6 +469,8 @@ def _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss):
         raise ValueError(f"X of shape {tuple(X.shape)}: expected (L, d) or (N, L, d)"
                          + ("" if bf else " ((L, N, d): batch_first=False)"))
     N, L, d = Xb.shape
+    if is_causal and attn_mask is not None and type(layer) is nn.TransformerEncoderLayer:
+        _causal_hint(N, L, attn_mask, X)
     M = attention_mask(N, L, attn_mask, key_padding_mask, is_causal, X)
     nodes, out, width = layer_nodes(layer, "", "X", M)
     if d != width:
@@ -491,7 +506,9 @@ def layer_hessian(layer: nn.Module, X: torch.Tensor, loss="mse", target: torch.T
     ``blocks``: None (the dense (P, P) Hessian, ``.dense``) or parameter names (every block among them) or
     ``(name_a, name_b)`` pairs (just those): ``.blocks[(a, b)]`` is the (n_a, n_b) block, each parameter
     flattened row-major (as ``p.reshape(-1)``). ``attn_mask``, ``key_padding_mask``, ``is_causal``:
-    :func:`attention_mask`. ``chunk``: directions per pass (memory; None: a parameter's all at once).
+    :func:`attention_mask` (``is_causal=True`` alone: the causal mask; on a PyTorch layer, with an ``attn_mask``
+    that must be the causal mask, as the layer's hint reads it). ``chunk``: directions per pass (memory; None: a
+    parameter's all at once).
 
     Also returns ``.gradient`` (P,), ``.Z`` (the layer's output, X's layout) and ``.loss`` (MSE). Raises
     ``ValueError`` naming what is not supported (another class, qk-norm, a gated or GLU MLP, an activation

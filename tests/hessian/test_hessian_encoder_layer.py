@@ -1,11 +1,13 @@
-"""theory.encoder_layer: the closed-form Hessian of nn.TransformerEncoderLayer (the engine's program of it, under
-PyTorch's argument names) against PyTorch's own layer.
+"""hessian.layers on nn.TransformerEncoderLayer: curvature_gap.layer_hessian of PyTorch's layer against the
+layer itself, under PyTorch's own arguments.
 
 Reference: reverse-over-reverse torch.autograd of the layer itself under the MATH attention backend
 (curvature_gap.exact.encoder_layer), float64. Every configuration of the family, near-one-hot attention
-and large inputs; the second-derivative pieces of the engine's ops against central differences and the paper's
-Lemma C.1 and Theorem 3; the paper's block (theory.block, Theorem 5) and the authors' experimental block as points
-of the family; the two autodiff traps, which fail here the day PyTorch fixes them.
+and large inputs; one sequence in each layout PyTorch takes; PyTorch's masks (src_mask, src_key_padding_mask, the
+is_causal hint, and the hint with a mask it would not apply, refused); the second-derivative pieces of the engine's
+ops against central differences and the paper's Lemma C.1 and Theorem 3; the paper's block (theory.block, Theorem 5)
+and the authors' experimental block as points of the family; the two autodiff traps, which fail here the day PyTorch
+fixes them.
 """
 from __future__ import annotations
 
@@ -17,14 +19,15 @@ import torch
 from torch import nn
 
 from cases import slow_but
+from curvature_gap.checks import Inputs
 from curvature_gap.exact import encoder_layer as ref
 from curvature_gap.exact.instances import random_instance
+from curvature_gap.hessian.layers import layer_hessian
 from curvature_gap.hessian.ops.activation import parts as activation_parts
 from curvature_gap.hessian.ops.attention import Attention
 from curvature_gap.hessian.ops.layernorm import LayerNorm
 from curvature_gap.theory import attention as at
 from curvature_gap.theory import block as bk
-from curvature_gap.theory import encoder_layer_hessian
 from curvature_gap.theory import layernorm as ln
 
 TOL = 1e-10
@@ -59,7 +62,7 @@ def test_every_configuration_matches_autograd_of_the_pytorch_layer(cfg):
     for seed, sharp, xs in INSTANCES:
         layer, X, T = _layer(cfg, seed, sharp, xs)
         H_ref = ref.hessian_autograd(layer, X, target=T, is_causal=cfg["causal"])
-        res = encoder_layer_hessian(layer, X, target=T, is_causal=cfg["causal"])
+        res = layer_hessian(layer, X, target=T, is_causal=cfg["causal"])
         assert res.dense.shape == H_ref.shape == (sum(res.sizes),) * 2
         worst = max(worst, ref.relative_error(res.dense, H_ref))
         if sharp > 1:
@@ -68,9 +71,9 @@ def test_every_configuration_matches_autograd_of_the_pytorch_layer(cfg):
     assert sharpest > 0.99, sharpest  # the near-one-hot instance is one (most rows)
 
 
-def test_result_layout_names_blocks_gradient_and_batched_input():
+def test_result_layout_names_blocks_gradient_and_one_sequence_in_each_layout():
     layer, X, T = ref.random_layer(nhead=2, seed=3)
-    res = encoder_layer_hessian(layer, X, target=T)
+    res = layer_hessian(layer, X, target=T)
     assert res.names == tuple(n for n, _ in layer.named_parameters())
     assert res.sizes == tuple(p.numel() for p in layer.parameters())
     off = res.offsets()
@@ -83,13 +86,15 @@ def test_result_layout_names_blocks_gradient_and_batched_input():
         g = torch.autograd.grad(loss, list(layer.parameters()))
     assert ref.relative_error(res.gradient, torch.cat([x.reshape(-1) for x in g])) <= TOL
     assert math.isclose(res.loss, float(loss), rel_tol=1e-12)
-    batched = encoder_layer_hessian(layer, X[None], target=T[None])
-    assert torch.equal(batched.dense, res.dense)
+    # one sequence as (L, d), a batch of one (1, L, d), and (L, 1, d) for a sequence-first layer
+    batched = layer_hessian(layer, X[None], target=T[None])
+    assert torch.equal(batched.dense, res.dense) and torch.equal(batched.Z, res.Z[None])
     seq_first = ref.random_layer(nhead=2, seed=3)[0]
     seq_first.self_attn.batch_first = False
-    assert torch.equal(encoder_layer_hessian(seq_first, X[:, None], target=T).dense, res.dense)
+    seq = layer_hessian(seq_first, X[:, None], target=T[:, None])
+    assert torch.equal(seq.dense, res.dense) and torch.equal(seq.Z, res.Z[:, None])
     for chunk in (7, None):   # directions pushed through 7 at a time / a whole parameter at once
-        chunked = encoder_layer_hessian(layer, X, target=T, chunk=chunk)
+        chunked = layer_hessian(layer, X, target=T, chunk=chunk)
         assert ref.relative_error(chunked.dense, res.dense) <= 1e-14
 
 
@@ -118,11 +123,12 @@ def test_further_points_of_the_family(variant):
     elif variant == "causal_as_mask":
         call["src_mask"] = nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64)
     H_ref = ref.hessian_autograd(layer, X, target=T, **call)
-    res = encoder_layer_hessian(layer, X, target=T, **call)
+    res = layer_hessian(layer, X, target=T, attn_mask=call.get("src_mask"))
     assert ref.relative_error(res.dense, H_ref) <= TOL, variant
-    if variant == "causal_as_mask":
-        causal = encoder_layer_hessian(layer, X, target=T, is_causal=True)
-        assert ref.relative_error(causal.dense, H_ref) <= 1e-14
+    if variant == "causal_as_mask":  # is_causal=True alone, or with the causal mask itself: the same mask
+        for mask in (None, call["src_mask"]):
+            causal = layer_hessian(layer, X, target=T, attn_mask=mask, is_causal=True)
+            assert ref.relative_error(causal.dense, H_ref) <= 1e-14
 
 
 def test_other_outer_losses_through_dl_dZ_and_d2l_dZ2():
@@ -146,16 +152,16 @@ def test_other_outer_losses_through_dl_dZ_and_d2l_dZ2():
         return Q + torch.block_diag(*[torch.diag(s) - torch.outer(s, s) for s in S])
 
     H_ref = ref.hessian_autograd(layer, X, loss=loss)
-    res = encoder_layer_hessian(layer, X, loss=(dl, d2l))
+    res = layer_hessian(layer, X, loss=(dl, d2l))
     assert ref.relative_error(res.dense, H_ref) <= TOL
     Z = res.Z
-    as_tensors = encoder_layer_hessian(layer, X, loss=(dl(Z), d2l(Z)))
+    as_tensors = layer_hessian(layer, X, loss=(dl(Z), d2l(Z)))
     assert torch.equal(as_tensors.dense, res.dense)
 
 
 def test_hessian_against_central_differences_of_the_gradient():
     layer, X, T = ref.random_layer(nhead=2, seed=6, activation="gelu", sharp=2.0)
-    res = encoder_layer_hessian(layer, X, target=T)
+    res = layer_hessian(layer, X, target=T)
     ps = list(layer.parameters())
     flat0 = torch.cat([p.detach().reshape(-1) for p in ps])
 
@@ -165,7 +171,7 @@ def test_hessian_against_central_differences_of_the_gradient():
             for p in ps:
                 p.copy_(flat[o:o + p.numel()].reshape(p.shape))
                 o += p.numel()
-        return encoder_layer_hessian(layer, X, target=T).gradient
+        return layer_hessian(layer, X, target=T).gradient
 
     g = torch.Generator().manual_seed(2)
     h = 1e-5
@@ -329,7 +335,7 @@ def test_the_paper_block_is_the_special_case_theorem5(shape, seed):
                                                         "norm2.weight"]
     with torch.no_grad():
         Z_nn = layer(inst.X)
-    res = encoder_layer_hessian(layer, inst.X, target=inst.Target)
+    res = layer_hessian(layer, inst.X, target=inst.Target)
     from curvature_gap.exact.forward import block_output
     Z_th = block_output(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2)
     assert ref.relative_error(res.Z, Z_th) <= 1e-13 and ref.relative_error(Z_nn, Z_th) <= 1e-13
@@ -354,7 +360,7 @@ def test_the_authors_block():
             p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
     X, T = (torch.randn(6, 8, generator=g, dtype=torch.float64) for _ in range(2))
     H_ref = ref.hessian_autograd(layer, X, target=T)
-    res = encoder_layer_hessian(layer, X, target=T)
+    res = layer_hessian(layer, X, target=T)
     assert res.names == tuple(names)
     assert ref.relative_error(res.dense, H_ref) <= TOL
 
@@ -362,7 +368,7 @@ def test_the_authors_block():
 # ------------------------------------------------------------------------------ what is refused
 def _raises(match, layer, X, **kw):
     with pytest.raises(ValueError, match=match):
-        encoder_layer_hessian(layer, X, **kw)
+        layer_hessian(layer, X, **kw)
 
 
 def test_configurations_outside_the_family_raise_a_clear_error():
@@ -370,20 +376,20 @@ def test_configurations_outside_the_family_raise_a_clear_error():
     d = 8
     train = nn.TransformerEncoderLayer(d, 2, 6, dropout=0.1, batch_first=True, dtype=torch.float64)
     _raises("training mode with dropout", train, X, target=T)
-    encoder_layer_hessian(train.eval(), X, target=T)        # eval mode: dropout is the identity
+    layer_hessian(train.eval(), X, target=T)        # eval mode: dropout is the identity
     custom = nn.TransformerEncoderLayer(d, 2, 6, dropout=0.0, activation=lambda t: t.tanh(), batch_first=True,
                                         dtype=torch.float64)
     _raises("activation .* is not supported", custom, X, target=T)
-    _raises("src_key_padding_mask is not supported", layer, X, target=T,
-            src_key_padding_mask=torch.zeros(1, 5, dtype=torch.bool))
-    _raises("only one sequence", layer, torch.randn(2, 5, d, dtype=torch.float64), target=T)
-    _raises(r"\(L, 1, d\)", nn.TransformerEncoderLayer(d, 2, 6, dropout=0.0, dtype=torch.float64),
+    # a sequence-first layer reads X (L, N, d): (1, 5, d) is 5 sequences of length 1, so T (5, d) does not fit
+    _raises("must have the shape of X", nn.TransformerEncoderLayer(d, 2, 6, dropout=0.0, dtype=torch.float64).eval(),
             torch.randn(1, 5, d, dtype=torch.float64), target=T)
-    _raises("is not the causal mask", layer, X, target=T, is_causal=True, src_mask=torch.zeros(5, 5))
-    _raises("only one \\(L, L\\)", layer, X, target=T, src_mask=torch.zeros(4, 5, 5))
+    # PyTorch's layer reads is_causal as a hint that src_mask is causal and applies src_mask alone: refused
+    _raises("is not the causal mask", layer, X, target=T, is_causal=True, attn_mask=torch.zeros(5, 5, dtype=torch.float64))
+    _raises(r"\(L, L\) = \(5, 5\) shared by every sequence", layer, X, target=T,
+            attn_mask=torch.zeros(4, 5, 5, dtype=torch.float64))
     full = torch.zeros(5, 5, dtype=torch.bool)
     full[2] = True
-    _raises("masks every key", layer, X, target=T, src_mask=full)
+    _raises("masks every key", layer, X, target=T, attn_mask=full)
     _raises("needs target", layer, X)
     _raises("loss='huber' is not supported", layer, X, loss="huber", target=T)
     _raises("d2l_dZ2 must have shape", layer, X, loss=(T, torch.eye(3, dtype=torch.float64)))
@@ -423,7 +429,7 @@ def test_trap_torch_func_hessian_is_wrong_through_layernorm(norm_first):
         f"PyTorch fixed it: torch.func.hessian of the layer now agrees with reverse-over-reverse autograd "
         f"(max rel err {err:.1e}, asymmetry {asym:.1e}) -- the book text (and this test, and the verify row) must change")
     # while the closed form and reverse-over-reverse agree
-    assert ref.relative_error(encoder_layer_hessian(layer, X, target=T).dense, H_ref) <= TOL
+    assert ref.relative_error(layer_hessian(layer, X, target=T).dense, H_ref) <= TOL
 
 
 # ------------------------------------------------------------------------------ the verify rows
