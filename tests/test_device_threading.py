@@ -41,9 +41,9 @@ def test_compute_theorem7_forwards_the_context_device(monkeypatch):
     monkeypatch.setattr(lc, "vit_check", fake_vit_check)
     train = SimpleNamespace(images=torch.zeros(5, 1, 4, 4), labels=torch.zeros(5, dtype=torch.long))
     ctx = SimpleNamespace(torch_device=torch.device("cpu"), profile="test", log=lambda msg: None,
-                          model=lambda name, step=None: (model, {"path": "x"}),
-                          data=lambda name: SimpleNamespace(train=train))
-    s = Theorem7Settings(model="mnist", n_samples=4, hessian_samples=3)
+                          model=lambda variant, step=None, seed=None: (model, {"path": "x"}),
+                          data=lambda variant: SimpleNamespace(train=train))
+    s = Theorem7Settings(n_samples=4, hessian_samples=3)
     arrays, meta = lc.compute_theorem7(ctx, s)
     assert seen["model"] is model and seen["device"] == torch.device("cpu")
     assert seen["n"] == 4 and seen["hessian_n"] == 3
