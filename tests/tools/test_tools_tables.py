@@ -10,7 +10,8 @@ import pytest
 
 from curvature_gap.config import RECIPES
 from curvature_gap.faults import FAULTS
-from curvature_gap.findings import RESULTS, findings
+from curvature_gap.findings import BEYOND, RESULTS, findings
+from curvature_gap.checks.bounds import COUNTEREXAMPLES as CE_DIR
 from curvature_gap.captions import code_tex
 from curvature_gap.notebook import md_math, verdict_html
 from curvature_gap.theory.errata import ERRATA, misprint_counts
@@ -74,7 +75,8 @@ def test_errata_page_lists_every_erratum_with_its_evidence_and_every_counterexam
     assert first.startswith(f"### C1. {title}\n") and f"$$\n{tex}\n$$" in first
     assert "check <code>bounds.thm1.printed</code>" in first and "### C1. `" not in md
     # the stored counter-examples counted in words, their files in the small reference with the check id
-    assert "Counter-examples: 4 stored instances" in first
+    n_files = sum(1 for p in CE_DIR.glob("*.json") if json.loads(p.read_text())["check"] == "thm1.printed")
+    assert n_files >= 4 and f"Counter-examples: {n_files} stored instances" in first
     assert '<p class="cg-ref">check <code>bounds.thm1.printed</code>, ' in first
     assert "<code>curvature_gap/bounds/counterexamples/thm1.printed@minimiser.json</code>" in first
     assert "e-0" not in md and "e+0" not in md, "numbers as a reader writes them (4.9 × 10⁻⁵)"
@@ -249,7 +251,9 @@ def test_the_landing_s_first_screen_gives_each_claim_its_verdict_badges(quick_ro
     tally = md.splitlines()[0]
     fs = findings(quick_rows)
     counts = [int(n) for n in re.findall(r": (\d+)</span>", tally)]
-    assert sum(counts) == len(fs) and f"{len(fs)} results checked" in tally
+    own = [f for f in fs if f.key in BEYOND]
+    assert sum(counts) == len(fs) and f"{len(fs) - len(own)} results of the paper checked" in tally
+    assert not own or "of this companion's own" in tally, "the companion's own results counted apart"
     lines = _table_rows(md)[1:]
     assert len(lines) == len(tables.CLAIMS) + 1 and "not supported" in lines[-1]
     for css, key, marked, verdict in BADGE.findall(md):
