@@ -5,6 +5,9 @@ import warnings
 # torch 2.14 warns about that on every import. The notice is about a dependency's import, not about
 # anything this package computes, so it is silenced here, by its exact text, and nowhere else.
 warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+# tqdm.auto (the progress bars) warns in a Jupyter kernel without ipywidgets, on first import; the package's modules
+# import it, so the notice is silenced here, before any of them, by its exact text (pages show no progress bars).
+warnings.filterwarnings("ignore", message=r"IProgress not found")
 
 from .config import MODEL_CONFIGS, ModelConfig, Recipe, recipe_for
 from .model import ViT, build_model

@@ -15,12 +15,8 @@ import json
 import os
 import re
 import sys
-import warnings
 from pathlib import Path
 
-# a notice from tqdm (no ipywidgets in the kernel; progress bars are off on pages anyway),
-# about neither the computation nor the page
-warnings.filterwarnings("ignore", message=r"IProgress not found")
 
 from . import checks, experiments, myst  # noqa: E402
 from .experiments.claims import ranking_table  # noqa: E402
@@ -461,7 +457,7 @@ def scaling_md(r: Row) -> str:
         if not t.get("law"):
             return "none stated: local slopes " + readable(" → ".join(f"{x:.2f}" for x in t["local_slopes"])) + " not settled"
         lo, hi = t["range"]
-        return md_math(tex_powers(readable(t["law"]).replace("^−", "^-"))) + f" on [{lo:g}, {hi:g}]"
+        return md_math(tex_powers(readable(t["law"]).replace("^−", "^-"))) + readable(f" on [{lo:g}, {hi:g}]")
     body = [[code_html(t["var"]), readable(", ".join(f"{x:g}: {y:.3g}" for x, y in t["points"])), law(t)] for t in tabs]
     return md_table(["as it varies", "smallest bound/exact found", "law"], body) if body else ""
 
