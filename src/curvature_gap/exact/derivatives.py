@@ -42,23 +42,22 @@ def second_derivative(f: Callable, args: Sequence[torch.Tensor], i: int, j: int)
     return H.reshape(-1, args[j].numel())
 
 
+def _central(g: Callable, x: torch.Tensor, h: float) -> torch.Tensor:
+    """Central differences ``(g(x + h e_c) − g(x − h e_c)) / 2h`` of ``g``, flattened, one column per entry c of x."""
+    cols = []
+    for c in range(x.numel()):
+        e = torch.zeros_like(x).reshape(-1)
+        e[c] = h
+        e = e.reshape(x.shape)
+        cols.append(((g(x + e) - g(x - e)) / (2 * h)).reshape(-1))
+    return torch.stack(cols, dim=1)
+
+
 def fd_second_derivative(f: Callable, args: Sequence[torch.Tensor], i: int, j: int,
                          h: float = 1e-5) -> torch.Tensor:
     """Central differences of the autograd Jacobian ``∂f/∂W_i`` along each entry of ``W_j``."""
     args = list(args)
-    base = args[j]
-    cols = []
-    for c in range(base.numel()):
-        e = torch.zeros_like(base).reshape(-1)
-        e[c] = h
-        e = e.reshape(base.shape)
-        args[j] = base + e
-        jp = jacobian(f, args, i)
-        args[j] = base - e
-        jm = jacobian(f, args, i)
-        cols.append(((jp - jm) / (2 * h)).reshape(-1))
-    args[j] = base
-    return torch.stack(cols, dim=1)
+    return _central(lambda w: jacobian(f, args[:j] + [w] + args[j + 1:], i), args[j], h)
 
 
 def block_slices(order, sizes) -> dict:
@@ -97,13 +96,7 @@ def loss_hessian_autograd(inst, order=BLOCK_ORDER) -> torch.Tensor:
 def fd_loss_hessian(inst, order=BLOCK_ORDER, h: float = 1e-5) -> torch.Tensor:
     """Central differences of the autograd gradient of the block loss (column by column)."""
     f, x, _ = flat_loss(inst, order, "block")
-    g = grad(f)
-    cols = []
-    for c in range(x.numel()):
-        e = torch.zeros_like(x)
-        e[c] = h
-        cols.append((g(x + e) - g(x - e)) / (2 * h))
-    return torch.stack(cols, dim=1)
+    return _central(grad(f), x, h)
 
 
 def sa_loss_hessian_autograd(inst, order=SA_ORDER) -> dict:

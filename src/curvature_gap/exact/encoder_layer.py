@@ -23,11 +23,11 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-__all__ = ["CONFIGS", "config_id", "random_layer", "math_backend", "layer_loss", "autograd_hessian", "hessian_autograd",
-           "hessian_autograd_loop", "func_hessian", "default_kernel_double_backward_error", "relative_error",
-           "asymmetry"]
+__all__ = ["CONFIGS", "config_id", "random_layer", "math_backend", "layer_loss", "batched_rows", "autograd_hessian",
+           "hessian_autograd", "hessian_autograd_loop", "func_hessian", "default_kernel_double_backward_error",
+           "relative_error", "asymmetry"]
 
-# norm_first × activation × bias × nhead × causal: the family of item 2 of the issue
+# norm_first × activation × bias × nhead × causal: the family the tests and the checks run
 CONFIGS = [dict(norm_first=nf, activation=act, bias=b, nhead=h, causal=c)
            for nf, act, b, h, c in itertools.product((False, True), ("relu", "gelu"), (True, False), (1, 2, 4),
                                                      (False, True))]
@@ -85,29 +85,28 @@ def layer_loss(layer, X, target=None, src_mask=None, is_causal=False, loss=None)
     return (Z - target.reshape(Z.shape)).pow(2).mean() if loss is None else loss(Z)
 
 
-def _grad(layer, X, **kw):
-    ps = list(layer.parameters())
+def batched_rows(g: torch.Tensor, params: list, chunk: int | None = None) -> list[torch.Tensor]:
+    """The second backward of the flat gradient ``g`` (built with ``create_graph=True``) along its unit vectors,
+    ``chunk`` of them per ``torch.autograd.grad(..., is_grads_batched=True)`` call (all at once by default), into
+    each of ``params``: one (g.numel(), numel) tensor per parameter. MATH attention backend."""
+    n = g.numel()
+    step = n if chunk is None else chunk
+    parts = [[] for _ in params]
     with math_backend():
-        g = torch.autograd.grad(layer_loss(layer, X, **kw), ps, create_graph=True)
-    return ps, torch.cat([x.reshape(-1) for x in g])
+        for c0 in range(0, n, step):
+            E = torch.eye(n, dtype=g.dtype, device=g.device)[c0:c0 + step]
+            for part, h in zip(parts, torch.autograd.grad(g, params, E, retain_graph=True, is_grads_batched=True)):
+                part.append(h.reshape(E.shape[0], -1))
+    return [torch.cat(part, 0) for part in parts]
 
 
 def autograd_hessian(loss_fn, params: list, chunk: int | None = None) -> torch.Tensor:
     """Reverse-over-reverse Hessian (P, P) of the scalar ``loss_fn()`` w.r.t. ``params`` (in that order, each
-    flattened): the gradient with ``create_graph=True``, then ``torch.autograd.grad(..., is_grads_batched=True)``
-    along the unit vectors, ``chunk`` of them per call (all at once by default). MATH attention backend."""
+    flattened): the gradient with ``create_graph=True``, then :func:`batched_rows` along the unit vectors,
+    ``chunk`` of them per call (all at once by default). MATH attention backend."""
     with math_backend():
         g = torch.autograd.grad(loss_fn(), params, create_graph=True)
-    g = torch.cat([x.reshape(-1) for x in g])
-    P = g.numel()
-    step = P if chunk is None else chunk
-    rows = []
-    with math_backend():
-        for c0 in range(0, P, step):
-            E = torch.eye(P, dtype=g.dtype, device=g.device)[c0:c0 + step]
-            H = torch.autograd.grad(g, params, E, retain_graph=True, is_grads_batched=True)
-            rows.append(torch.cat([h.reshape(E.shape[0], -1) for h in H], 1))
-    return torch.cat(rows, 0)
+    return torch.cat(batched_rows(torch.cat([x.reshape(-1) for x in g]), params, chunk), 1)
 
 
 def hessian_autograd(layer, X, chunk: int | None = None, **kw) -> torch.Tensor:
@@ -118,20 +117,18 @@ def hessian_autograd(layer, X, chunk: int | None = None, **kw) -> torch.Tensor:
 
 def hessian_autograd_loop(layer, X, **kw) -> torch.Tensor:
     """As :func:`hessian_autograd`, one Hessian-vector product (``torch.autograd.grad``) per row."""
-    ps, g = _grad(layer, X, **kw)
-    rows = []
+    ps = list(layer.parameters())
     with math_backend():
-        for i in range(g.numel()):
-            H = torch.autograd.grad(g[i], ps, retain_graph=True)
-            rows.append(torch.cat([h.reshape(-1) for h in H]))
-    return torch.stack(rows)
+        g = torch.cat([x.reshape(-1) for x in torch.autograd.grad(layer_loss(layer, X, **kw), ps, create_graph=True)])
+        return torch.stack([torch.cat([h.reshape(-1) for h in torch.autograd.grad(g[i], ps, retain_graph=True)])
+                            for i in range(g.numel())])
 
 
 def func_hessian(layer, X, **kw) -> torch.Tensor:
     """``torch.func.hessian`` (forward-over-reverse, ``jacfwd(jacrev)``) of the same loss w.r.t. the flat
     parameters, through ``torch.func.functional_call``, under the MATH backend: **wrong** through
     LayerNorm on this stack (the trap measured by the tests and ``verify``)."""
-    from torch.func import hessian
+    from torch.func import functional_call, hessian
 
     named = [(n, p.shape) for n, p in layer.named_parameters()]
     flat0 = torch.cat([p.detach().reshape(-1) for p in layer.parameters()])
@@ -141,21 +138,10 @@ def func_hessian(layer, X, **kw) -> torch.Tensor:
         for n, s in named:
             ps[n] = flat[o:o + s.numel()].reshape(s)
             o += s.numel()
-        return layer_loss(_Call(layer, ps), X, **kw)
+        return layer_loss(lambda X_, **k: functional_call(layer, ps, (X_,), k), X, **kw)
 
     with math_backend():
         return hessian(f)(flat0)
-
-
-class _Call:
-    """``layer`` called with the parameters ``ps`` (``functional_call``)."""
-
-    def __init__(self, layer, ps):
-        self.layer, self.ps = layer, ps
-
-    def __call__(self, X, **kw):
-        from torch.func import functional_call
-        return functional_call(self.layer, self.ps, (X,), kw)
 
 
 def default_kernel_double_backward_error(layer, X, target) -> str | None:

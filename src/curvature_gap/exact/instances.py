@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from .forward import block_forward, sa_forward
 
-__all__ = ["Instance", "random_instance", "from_block", "from_model", "TARGETS", "UNIFORM", "MNIST_SHAPE"]
+__all__ = ["Instance", "random_instance", "refit", "from_block", "from_model", "TARGETS", "UNIFORM", "MNIST_SHAPE"]
 
 TARGETS = ("random", "zero", "perturbed", "fit")
 UNIFORM = (None, "zero_query", "orthogonal")
@@ -98,16 +98,11 @@ class Instance:
 
     @classmethod
     def from_json(cls, d: dict) -> "Instance":
-        t = {k: torch.tensor(d[k], dtype=torch.float64) for k in _KEYS}
         L, d_V, d_K, d_ff = d["shape"]
-        t["X"] = t["X"].reshape(L, d_V)
-        t["Target"] = t["Target"].reshape(L, d_V)
-        t["W_Q"] = t["W_Q"].reshape(d_V, d_K)
-        t["W_K"] = t["W_K"].reshape(d_V, d_K)
-        t["W_V"] = t["W_V"].reshape(d_V, d_V)
-        t["W_1"] = t["W_1"].reshape(d_V, d_ff)
-        t["W_2"] = t["W_2"].reshape(d_ff, d_V)
-        return cls(**t, meta=dict(d.get("meta", {})))
+        shapes = dict(X=(L, d_V), W_Q=(d_V, d_K), W_K=(d_V, d_K), W_V=(d_V, d_V), W_1=(d_V, d_ff), W_2=(d_ff, d_V),
+                      Target=(L, d_V))
+        return cls(**{k: torch.tensor(d[k], dtype=torch.float64).reshape(shapes[k]) for k in _KEYS},
+                   meta=dict(d.get("meta", {})))
 
 
 def _target(kind: str, inst: Instance, g: torch.Generator, scale: float, output: str) -> torch.Tensor:
@@ -124,6 +119,14 @@ def _target(kind: str, inst: Instance, g: torch.Generator, scale: float, output:
             return sa_forward(inst.X, w["W_Q"], w["W_K"], w["W_V"]).detach()
         return block_forward(inst.X, w["W_Q"], w["W_K"], w["W_V"], w["W_1"], w["W_2"])["Z"].detach()
     raise ValueError(f"unknown target {kind!r}; choose one of {TARGETS}")
+
+
+def refit(inst: Instance, output: str) -> Instance:
+    """``inst`` with ``Target`` recomputed as the ``output`` ("attention": F, "block": Z) of its own ``X`` and weights:
+    an exact minimiser (loss 0) in this machine's arithmetic. A stored minimiser's Target is F as the machine that
+    wrote it rounded it; another CPU rounds F in other last bits, and a residual of rounding size makes
+    ``rank(F − Target)`` full instead of 0, which moves every bound that carries √rank."""
+    return replace(inst, Target=_target("fit", inst, None, 1.0, output), meta=dict(inst.meta))
 
 
 def _regular(inst: Instance) -> bool:

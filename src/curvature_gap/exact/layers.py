@@ -1,14 +1,12 @@
-"""Autograd references for :func:`curvature_gap.layer_hessian` and :func:`curvature_gap.model_hessian`: the real modules,
-built from configs, differentiated twice.
+"""Autograd references for :func:`curvature_gap.layer_hessian` and :func:`curvature_gap.model_hessian`: the real
+modules, built from configs, differentiated twice.
 
 The layers are those of the libraries themselves (``torch.nn.TransformerEncoderLayer``, timm's
 ``vision_transformer.Block``, Hugging Face's ``ViTLayer`` and ``BertLayer``), built from a configuration
 object only (nothing is downloaded), every parameter drawn at random from a seed (:func:`randomize`: PyTorch
 and the libraries initialise biases to 0 and LayerNorm γ to 1, which would hide their curvature terms).
 The reference is reverse-over-reverse ``torch.autograd`` through the module's own ``forward`` under the
-MATH attention backend (:func:`curvature_gap.exact.encoder_layer.autograd_hessian`): the default CPU
-attention kernel has no double backward, and ``torch.func.hessian`` is wrong through LayerNorm on this
-stack (:mod:`curvature_gap.exact.encoder_layer`). Hugging Face layers are built with
+MATH attention backend (:mod:`curvature_gap.exact.encoder_layer` says why). Hugging Face layers are built with
 ``attn_implementation="sdpa"``: the ``"eager"`` one computes the softmax in float32 even in a float64
 model (:func:`eager_softmax_error` measures it).
 """
@@ -21,12 +19,13 @@ import math
 import torch
 from torch import nn
 
-from .encoder_layer import autograd_hessian, math_backend, random_layer
+from .encoder_layer import autograd_hessian, batched_rows, math_backend, random_layer
 
 __all__ = ["GRID", "grid_id", "LIBRARY", "MINIMUM", "available", "check", "randomize", "torch_layer", "timm_block",
            "vit_layer", "bert_layer", "BUILDERS", "timm_vit", "bert_model", "MODEL_BUILDERS", "model_instance",
            "model_output", "model_loss", "model_hessian_autograd", "additive_mask", "layer_output",
-           "layer_loss", "hessian_autograd", "block_autograd", "hvp_autograd", "fd_column_error", "eager_softmax_error", "instance"]
+           "layer_loss", "hessian_autograd", "block_autograd", "hvp_autograd", "fd_column_error", "eager_softmax_error",
+           "instance"]
 
 
 # (kind, configuration, L): the grid the tests and the book page check, each on N = 2 sequences
@@ -119,6 +118,15 @@ def torch_layer(d: int = 8, heads: int = 2, d_ff: int = 16, norm_first: bool = F
     return layer.eval()
 
 
+def _seeded(build, seed: int, dtype) -> nn.Module:
+    """``build()`` under ``torch.manual_seed(seed)`` (the global RNG restored after), in ``dtype``, every parameter
+    drawn by :func:`randomize`, in eval mode."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        m = build()
+    return randomize(m.to(dtype), seed).eval()
+
+
 def timm_block(d: int = 8, heads: int = 2, mlp_ratio: float = 2.0, qkv_bias: bool = True, proj_bias: bool = True,
                init_values: float | None = None, act: str = "gelu", scale_attn_norm: bool = False,
                scale_mlp_norm: bool = False, qk_norm: bool = False, seed: int = 0, dtype=torch.float64):
@@ -127,17 +135,16 @@ def timm_block(d: int = 8, heads: int = 2, mlp_ratio: float = 2.0, qkv_bias: boo
     from timm.models.vision_transformer import Block
 
     acts = {"gelu": nn.GELU, "relu": nn.ReLU, "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        b = Block(d, heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_bias=proj_bias, init_values=init_values,
-                  act_layer=acts[act], scale_attn_norm=scale_attn_norm, scale_mlp_norm=scale_mlp_norm,
-                  qk_norm=qk_norm, proj_drop=0.1, attn_drop=0.1, drop_path=0.1)
-    return randomize(b.to(dtype), seed).eval()
+    return _seeded(lambda: Block(d, heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_bias=proj_bias,
+                                 init_values=init_values, act_layer=acts[act], scale_attn_norm=scale_attn_norm,
+                                 scale_mlp_norm=scale_mlp_norm, qk_norm=qk_norm, proj_drop=0.1, attn_drop=0.1,
+                                 drop_path=0.1), seed, dtype)
 
 
-def _hf_config(cls, d, heads, d_ff, act, attn, **kw):
-    return cls(hidden_size=d, num_hidden_layers=1, num_attention_heads=heads, intermediate_size=d_ff, hidden_act=act,
-               hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, attn_implementation=attn, **kw)
+def _hf_config(cls, d, heads, d_ff, act, attn, layers=1, **kw):
+    return cls(hidden_size=d, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=d_ff,
+               hidden_act=act, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, attn_implementation=attn,
+               **kw)
 
 
 def vit_layer(d: int = 8, heads: int = 2, d_ff: int = 16, qkv_bias: bool = True, act: str = "gelu",
@@ -146,10 +153,7 @@ def vit_layer(d: int = 8, heads: int = 2, d_ff: int = 16, qkv_bias: bool = True,
     from transformers import ViTConfig
     from transformers.models.vit.modeling_vit import ViTLayer
 
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        layer = ViTLayer(_hf_config(ViTConfig, d, heads, d_ff, act, attn, qkv_bias=qkv_bias))
-    return randomize(layer.to(dtype), seed).eval()
+    return _seeded(lambda: ViTLayer(_hf_config(ViTConfig, d, heads, d_ff, act, attn, qkv_bias=qkv_bias)), seed, dtype)
 
 
 def bert_layer(d: int = 8, heads: int = 2, d_ff: int = 16, act: str = "gelu", attn: str = "sdpa", seed: int = 0,
@@ -158,10 +162,7 @@ def bert_layer(d: int = 8, heads: int = 2, d_ff: int = 16, act: str = "gelu", at
     from transformers import BertConfig
     from transformers.models.bert.modeling_bert import BertLayer
 
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        layer = BertLayer(_hf_config(BertConfig, d, heads, d_ff, act, attn, **kw))
-    return randomize(layer.to(dtype), seed).eval()
+    return _seeded(lambda: BertLayer(_hf_config(BertConfig, d, heads, d_ff, act, attn, **kw)), seed, dtype)
 
 
 BUILDERS = {"torch": torch_layer, "timm": timm_block, "vit": vit_layer, "bert": bert_layer}
@@ -175,11 +176,9 @@ def timm_vit(img: int = 8, patch: int = 4, chans: int = 1, classes: int = 5, d: 
     from timm.models.vision_transformer import VisionTransformer
 
     rates = dict(drop_rate=0.1, pos_drop_rate=0.1, attn_drop_rate=0.1, proj_drop_rate=0.1, drop_path_rate=0.1)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        m = VisionTransformer(img_size=img, patch_size=patch, in_chans=chans, num_classes=classes, embed_dim=d,
-                              depth=depth, num_heads=heads, mlp_ratio=2.0, **{**rates, **kw})
-    return randomize(m.to(dtype), seed).eval()
+    return _seeded(lambda: VisionTransformer(img_size=img, patch_size=patch, in_chans=chans, num_classes=classes,
+                                             embed_dim=d, depth=depth, num_heads=heads, mlp_ratio=2.0,
+                                             **{**rates, **kw}), seed, dtype)
 
 
 def bert_model(d: int = 8, heads: int = 2, d_ff: int = 16, layers: int = 2, vocab: int = 11, positions: int = 8,
@@ -188,13 +187,9 @@ def bert_model(d: int = 8, heads: int = 2, d_ff: int = 16, layers: int = 2, voca
     random parameters."""
     from transformers import BertConfig, BertModel
 
-    cfg = BertConfig(vocab_size=vocab, hidden_size=d, num_hidden_layers=layers, num_attention_heads=heads,
-                     intermediate_size=d_ff, hidden_act=act, max_position_embeddings=positions, type_vocab_size=2,
-                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, attn_implementation=attn, **kw)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        m = BertModel(cfg, add_pooling_layer=pooler)
-    return randomize(m.to(dtype), seed).eval()
+    cfg = _hf_config(BertConfig, d, heads, d_ff, act, attn, layers, vocab_size=vocab,
+                     max_position_embeddings=positions, type_vocab_size=2, **kw)
+    return _seeded(lambda: BertModel(cfg, add_pooling_layer=pooler), seed, dtype)
 
 
 MODEL_BUILDERS = {"timm_vit": timm_vit, "bert": bert_model}
@@ -322,23 +317,10 @@ def block_autograd(layer, X, target, pairs, chunk: int | None = None, **kw) -> d
     by_row: dict = {}
     for a, b in pairs:
         r, c = (a, b) if named[a].numel() <= named[b].numel() else (b, a)
-        by_row.setdefault(r, [])
-        if c not in by_row[r]:
-            by_row[r].append(c)
+        by_row.setdefault(r, {})[c] = None  # an ordered set
     got = {}
-    with math_backend():
-        for r, cs in by_row.items():
-            gr = g[r].reshape(-1)
-            n = gr.numel()
-            step = n if chunk is None else chunk
-            parts = {c: [] for c in cs}
-            for c0 in range(0, n, step):
-                E = torch.eye(n, dtype=gr.dtype, device=gr.device)[c0:c0 + step]
-                hs = torch.autograd.grad(gr, [named[c] for c in cs], E, retain_graph=True, is_grads_batched=True)
-                for c, h in zip(cs, hs):
-                    parts[c].append(h.reshape(E.shape[0], -1))
-            for c in cs:
-                got[(r, c)] = torch.cat(parts[c], 0)
+    for r, cs in by_row.items():
+        got.update(zip([(r, c) for c in cs], batched_rows(g[r].reshape(-1), [named[c] for c in cs], chunk)))
     return {(a, b): got[(a, b)] if (a, b) in got else got[(b, a)].T for a, b in pairs}
 
 
@@ -358,17 +340,8 @@ def fd_column_error(layer, X, target, H: torch.Tensor, h: float = 1e-5, loss_fn=
     module's first-order autograd (no double backward: independent of :func:`hessian_autograd`); ``H`` (P, P)
     in ``named_parameters()`` order; ``l`` is :func:`layer_loss` of ``X``, ``target`` and the masks, or
     ``loss_fn()`` (a whole model's loss, :func:`model_loss`). The parameters are restored. Computed on one thread:
-    the error is mostly the gradients' rounding amplified by 1/h, and the thread count changes that rounding (a page
-    built on one thread and re-run on two printed 2.3e-11 and 1.4e-11 for the same layer)."""
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _fd_column_error(layer, H, h, loss_fn or (lambda: layer_loss(layer, X, target, **mask)))
-    finally:
-        torch.set_num_threads(n_threads)
-
-
-def _fd_column_error(layer, H: torch.Tensor, h: float, loss_fn) -> float:
+    the error is mostly the gradients' rounding amplified by 1/h, which the thread count changes."""
+    loss_fn = loss_fn or (lambda: layer_loss(layer, X, target, **mask))
     params = dict(layer.named_parameters())
 
     def grad():
@@ -376,21 +349,26 @@ def _fd_column_error(layer, H: torch.Tensor, h: float, loss_fn) -> float:
             g = torch.autograd.grad(loss_fn(), list(params.values()))
         return torch.cat([x.reshape(-1) for x in g])
 
-    worst, o = 0.0, 0
-    for p in params.values():
-        j = p.numel() // 2
-        old = float(p.detach().view(-1)[j])
-        with torch.no_grad():
-            p.view(-1)[j] = old + h
-        gp = grad()
-        with torch.no_grad():
-            p.view(-1)[j] = old - h
-        gm = grad()
-        with torch.no_grad():
-            p.view(-1)[j] = old
-        worst = max(worst, float((H[:, o + j] - (gp - gm) / (2 * h)).abs().max() / H.abs().max()))
-        o += p.numel()
-    return worst
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        worst, o = 0.0, 0
+        for p in params.values():
+            j = p.numel() // 2
+            old = float(p.detach().view(-1)[j])
+            with torch.no_grad():
+                p.view(-1)[j] = old + h
+            gp = grad()
+            with torch.no_grad():
+                p.view(-1)[j] = old - h
+            gm = grad()
+            with torch.no_grad():
+                p.view(-1)[j] = old
+            worst = max(worst, float((H[:, o + j] - (gp - gm) / (2 * h)).abs().max() / H.abs().max()))
+            o += p.numel()
+        return worst
+    finally:
+        torch.set_num_threads(n_threads)
 
 
 def eager_softmax_error(d: int = 8, heads: int = 2, L: int = 5, seed: int = 0) -> float:

@@ -1,26 +1,11 @@
 """Spectral norms and extreme eigenvalues: the one home of every eigenvalue computation of the package.
 
-* :func:`spectral_norm` — ``‖M‖_2`` of a dense matrix (largest singular value).
-* :func:`sym_spectral_norm` — ``max |λ|`` of a dense symmetric matrix (``eigvalsh``; ARPACK above
-  ``LANCZOS_MIN`` rows), NumPy or torch input.
-* :func:`lanczos_sym_norm` — ``max |λ|`` of a symmetric operator given by matrix-vector products
-  (SciPy's implicitly restarted Lanczos, ``eigsh(which="LM")``, converged to ``tol``): float64, CPU.
-* :func:`lanczos` — plain Lanczos with full reorthogonalisation for several operators at once, in
-  torch (on the operators' device): the block spectra of large models on a GPU, where a fixed number
-  of steps is spent per operator.
-* :func:`power_iteration` — batched power iteration on ``b`` operators at once (one batched product per step):
-  ``‖H_i v‖`` estimates of the per-sample Hessian norms of Theorem 7;
-* :func:`matrix_norms`, :func:`top_eigenvalues`, :func:`sym_abs_max`, :func:`gram_roots` — the same quantities
-  as torch tensors, batched over leading dimensions and differentiable (one LAPACK call each: the
-  adversarial searches take gradients through them, the bound rows read them as numbers);
-* :func:`arpack_extreme` — one ARPACK call (``eigsh``, ``k = 1``) on an operator already built (a SciPy
-  ``LinearOperator``, e.g. curvlinops' ``to_scipy()``);
-* :func:`second_derivative_norm` — the spectral norm of a second-derivative tensor written, as in
-  the paper (§2, numerator layout with ``vec_r``), as the matrix
-  ``∂²f/∂W_i∂W_j ∈ R^{(out · n_i) × n_j}``.  With ``K_a = ∂²f_a/∂W_i∂W_j`` (``n_i × n_j``) for each
-  output ``a`` this is ``sqrt(λ_max(Σ_a K_aᵀ K_a))``.  Small tensors are formed densely with
-  ``jacfwd(jacrev)``; large ones are handled matrix-free (a JVP of the Jacobian for ``M v`` and a
-  VJP for ``Mᵀ u``, Lanczos on the Gram operator).
+Dense matrices (LAPACK; ARPACK above ``LANCZOS_MIN`` rows), symmetric operators given by products (SciPy's
+``eigsh``, float64, CPU; :func:`lanczos` in torch on the operators' device, several at once; batched
+:func:`power_iteration`), differentiable batched tensors (:func:`matrix_norms`, :func:`top_eigenvalues`,
+:func:`sym_abs_max`, :func:`gram_roots`: the adversarial searches take gradients through them), and
+second-derivative tensors written, as in the paper (§2, numerator layout with ``vec_r``), as the matrix
+``∂²f/∂W_i∂W_j ∈ R^{(out · n_i) × n_j}`` (:func:`second_derivative_norm`).
 
 Tolerances are the numerical ones of LAPACK / ARPACK (``tol=1e-10``); no bound constant is involved.
 """
@@ -141,7 +126,10 @@ def second_derivative_tensor(f: Callable, args: Sequence[torch.Tensor], i: int, 
 
 def second_derivative_norm(f: Callable, args: Sequence[torch.Tensor], i: int, j: int,
                            dense_limit: float = DENSE_LIMIT) -> float:
-    """Spectral norm of ``∂²f/∂W_i∂W_j ∈ R^{(out·n_i) × n_j}`` (``W = args``), see module doc."""
+    """Spectral norm of ``∂²f/∂W_i∂W_j ∈ R^{(out·n_i) × n_j}`` (``W = args``): with ``K_a = ∂²f_a/∂W_i∂W_j``
+    (n_i × n_j) per output a, ``sqrt(λ_max(Σ_a K_aᵀ K_a))``. Formed densely (``jacfwd(jacrev)``) up to
+    ``dense_limit`` entries, else matrix-free (a JVP of the Jacobian for ``M v``, a VJP for ``Mᵀ u``, Lanczos on
+    the Gram operator)."""
     args = list(args)
     out = f(*args).numel()
     ni, nj = args[i].numel(), args[j].numel()

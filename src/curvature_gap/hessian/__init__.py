@@ -16,23 +16,18 @@ Entry points
 Methods (all exact; they differ in cost only)
 
 * ``"vit"`` — the engine's forward-over-reverse passes (:mod:`.program`, the op rules of :mod:`.ops`) over
-  the program of :class:`curvature_gap.model.ViT` with cross-entropy (:mod:`._vit`): block-triangular (rows at or
-  after the tangent's group, then ``H = Hᵀ``), tangents batched in GEMM-friendly layouts, batch processed in
-  sample chunks; the last block's FFN×FFN block in closed form. For the dense Hessian two more exact shortcuts:
-  each block's query and key columns come from one pass over the scores' bilinear form M = W̃_Q W̃_Kᵀ
-  (:func:`._vit.bilinear_blocks`), and with learned positions the patch embedding's columns are mixed, sample by
-  sample, from the positions' pass (:func:`._vit.embed_from_pos`).
+  the program of :class:`curvature_gap.model.ViT` with cross-entropy, block-triangular, with the exact speed
+  shortcuts of :mod:`._vit` (the last FFN block in closed form, the scores' bilinear form, the embedding from
+  the positions' pass).
 * ``"functorch"`` — the same block-triangular scheme with ``torch.func`` ``vmap(jvp(grad))`` for
   any ``nn.Module`` and loss.
 * ``"curvlinops"`` — ``curvlinops.HessianLinearOperator @ I`` in column chunks (the paper's tool).
 * ``"torch.func"`` — ``torch.func.hessian`` in one shot (runs out of memory at paper scale).
 
 Variants: each route declares the :class:`curvature_gap.config.ModelConfig` variants it supports in
-:data:`SUPPORTS` (field -> allowed values; a missing field: any value). Every route takes every variant (the
-``"vit"`` program is composed from the config's fields: pre- or post-norm, any number of heads, ReLU or GELU,
-each bias present or not, learned, sinusoidal or no positions); ``"vit"`` refuses a model built with
-``fused_ln=True`` (its Hessian follows the hand-written LayerNorm), and ``method="auto"`` sends that one, another
-``nn.Module`` or another loss to ``"functorch"``.
+:data:`SUPPORTS` (field -> allowed values; a missing field: any value); every route takes every variant, but
+``"vit"`` refuses a model built with ``fused_ln=True`` (its Hessian follows the hand-written LayerNorm), and
+``method="auto"`` sends that one, another ``nn.Module`` or another loss to ``"functorch"``.
 All methods agree with curvlinops to rounding (tested in float64); diagonal blocks of the dense
 result are symmetrised, ``(H_gg + H_ggᵀ)/2``, which changes them by rounding only.
 """
@@ -105,22 +100,21 @@ def hessian(model: nn.Module, data, loss="cross_entropy", blocks=None, method: s
         if pairs is None:
             return _vit.dense(so, chunk, sample_chunk)
         res = _vit.block_pairs(so, pairs, chunk, sample_chunk)
-        return res[pairs[0]] if single else res
-    if pairs is not None and method == "functorch":
+    elif pairs is not None and method == "functorch":
         res = {p: _generic.functorch_block(model, images, labels, p[0], p[1], loss, dtype, chunk or 16) for p in pairs}
-        return res[pairs[0]] if single else res
-    if method == "functorch":
-        H = _generic.functorch_hessian(model, images, labels, loss, dtype, chunk or 16)
-    elif method == "curvlinops":
-        if loss != "cross_entropy":
-            raise ValueError("method='curvlinops' is wired for cross-entropy only")
-        H = _generic.curvlinops_hessian(model, images, labels, dtype, chunk or 64)
     else:
-        H = _generic.torch_func_hessian(model, images, labels, loss, dtype)
-    if pairs is None:
-        return H
-    groups = {g.name: g for g in groups_of(model)}
-    res = {(r, c): H[groups[r].slice, groups[c].slice] for r, c in pairs}
+        if method == "functorch":
+            H = _generic.functorch_hessian(model, images, labels, loss, dtype, chunk or 16)
+        elif method == "curvlinops":
+            if loss != "cross_entropy":
+                raise ValueError("method='curvlinops' is wired for cross-entropy only")
+            H = _generic.curvlinops_hessian(model, images, labels, dtype, chunk or 64)
+        else:
+            H = _generic.torch_func_hessian(model, images, labels, loss, dtype)
+        if pairs is None:
+            return H
+        groups = {g.name: g for g in groups_of(model)}
+        res = {(r, c): H[groups[r].slice, groups[c].slice] for r, c in pairs}
     return res[pairs[0]] if single else res
 
 

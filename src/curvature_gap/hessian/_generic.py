@@ -44,6 +44,12 @@ def _group_columns_fn(model, groups, gi, loss, X, y, dtype, rows: list[int]):
     return cols
 
 
+def _columns(fn, size: int, dtype, device, chunk: int) -> torch.Tensor:
+    """``fn`` of the unit vectors of a group of ``size``, ``chunk`` at a time, as columns: (rows, size)."""
+    eye = torch.eye(size, dtype=dtype, device=device)
+    return torch.cat([fn(eye[s:s + chunk]) for s in range(0, size, chunk)]).T
+
+
 def functorch_hessian(model: nn.Module, X, y, loss="cross_entropy", dtype=None, chunk: int = 16) -> torch.Tensor:
     """Dense exact Hessian (P, P) of ``loss(model(X), y)`` by block-triangular ``vmap(jvp(grad))``."""
     dtype = dtype or next(model.parameters()).dtype
@@ -51,17 +57,15 @@ def functorch_hessian(model: nn.Module, X, y, loss="cross_entropy", dtype=None, 
     P = groups[-1].stop
     H = torch.zeros(P, P, dtype=dtype, device=X.device)
     for gi, g in enumerate(groups):
-        rows = list(range(gi, len(groups)))
-        fn = _group_columns_fn(model, groups, gi, loss, X, y, dtype, rows)
-        eye = torch.eye(g.size, dtype=dtype, device=X.device)
-        for s in range(0, g.size, chunk):
-            H[g.start:, g.start + s:g.start + min(g.size, s + chunk)] = fn(eye[s:s + chunk]).T
-    for gi, g in enumerate(groups):
+        fn = _group_columns_fn(model, groups, gi, loss, X, y, dtype, list(range(gi, len(groups))))
+        H[g.start:, g.start:g.stop] = _columns(fn, g.size, dtype, X.device, chunk)
+    for g in groups:
         H[g.start:g.stop, g.stop:] = H[g.stop:, g.start:g.stop].T
     return H
 
 
-def functorch_block(model: nn.Module, X, y, row: str, col: str, loss="cross_entropy", dtype=None, chunk: int = 16) -> torch.Tensor:
+def functorch_block(model: nn.Module, X, y, row: str, col: str, loss="cross_entropy", dtype=None,
+                    chunk: int = 16) -> torch.Tensor:
     """One block H[row, col] by ``vmap(jvp(grad))`` with the tangent on the later-in-order group's partner."""
     dtype = dtype or next(model.parameters()).dtype
     groups = groups_of(model)
@@ -71,9 +75,7 @@ def functorch_block(model: nn.Module, X, y, row: str, col: str, loss="cross_entr
     if transpose:
         ri, ci = ci, ri
     fn = _group_columns_fn(model, groups, ci, loss, X, y, dtype, [ri])
-    g = groups[ci]
-    eye = torch.eye(g.size, dtype=dtype, device=X.device)
-    out = torch.cat([fn(eye[s:s + chunk]) for s in range(0, g.size, chunk)]).T  # (|r|, |c|)
+    out = _columns(fn, groups[ci].size, dtype, X.device, chunk)  # (|r|, |c|)
     return out.T if transpose else out
 
 

@@ -15,17 +15,12 @@ moves LN1 and LN2 before the attention and the FFN and adds ``ln_f``)::
 With one head ``A (a W_V + b_V) = (A a) W_V + b_V`` (the rows of A sum to one): the program mixes the tokens first,
 the order of :func:`curvature_gap.model.block_forward`, so its values are the model's bit for bit.
 
-Speed shortcuts over the engine's passes, all exact:
-
-* **closed-form last FFN:** :meth:`ViTSecondOrder.last_ffn_hessian` gives the (W1, b1, W2, b2) block of the last
-  block from per-token quantities (after it come only a LayerNorm, mean pooling, the head and the loss);
-* **the scores' bilinear form:** with one head the scores are ``s x̃ M x̃ᵀ``, ``M = W̃_Q W̃_Kᵀ`` (D × D); one pass
-  over the virtual group ``block{i}.scores`` replaces the query's and key's passes where D < 2 d_K
-  (:func:`bilinear_blocks`, :func:`scores_to_qk`);
-* **embedding from positions:** with learned positions the patch embedding's columns are mixed, sample by sample,
-  from the positions' pass (:func:`embed_from_pos`);
-* **chunks:** tangents and samples per pass sized for the cache (:func:`default_chunks`), a pass's orientation by
-  its cost (:func:`curvature_gap.hessian.program.orientation`).
+Speed shortcuts over the engine's passes, all exact: the last FFN block in closed form
+(:meth:`ViTSecondOrder.last_ffn_hessian`); with one head, the query's and key's passes replaced by one over the
+scores' bilinear form ``M = W̃_Q W̃_Kᵀ`` (:func:`bilinear_blocks`, :func:`scores_to_qk`); with learned positions,
+the patch embedding's columns mixed from the positions' pass (:func:`embed_from_pos`); tangents and samples per
+pass sized for the cache (:func:`_chunks`), a pass's orientation by its cost
+(:func:`curvature_gap.hessian.program.orientation`).
 
 Shapes: B images, n tokens, d = d_V, d_K, d_ff, K classes, c tangent directions. Parameters keep their stored
 orientation (``X @ W`` for block weights, ``nn.Linear``'s (out, in) for embedding and head); rows are flattened
@@ -45,7 +40,7 @@ from .ops.loss import CrossEntropy
 from .ops.tokens import Add, AddParam, Pool, Patches
 from .program import Node, Program, State, block_columns, blocks, fill
 
-__all__ = ["ViTSecondOrder", "SUPPORTS", "unsupported", "unsupported_message", "program", "default_chunks", "dense",
+__all__ = ["ViTSecondOrder", "SUPPORTS", "unsupported", "unsupported_message", "program", "dense",
            "block_pairs", "closed_form_groups", "bilinear_blocks", "embed_from_pos", "dense_plan", "scores_to_qk",
            "EMBED_FROM_POS_BYTES"]
 
@@ -80,69 +75,57 @@ def program(model: ViT) -> Program:
     ``blocks.{i}.scores`` (its scores' bilinear form, group ``block{i}.scores``)."""
     cfg = model.cfg
     names = dict(model.named_parameters())
-    has = lambda n: n in names  # noqa: E731
-    out_in = Linear("in_out")
-
-    def pr(**slots):
-        return {s: n for s, n in slots.items() if n is not None and has(n)}
-
-    nodes = [Node("patches", Patches(cfg.patch_size), ("images",), "xp"),
-             Node("embed", Linear("out_in"), ("xp",), "e", pr(weight="embed.weight", bias="embed.bias"))]
-    x = "e"
-    if cfg.pos_encoding == "learned":
-        nodes.append(Node("pos", AddParam(), ("e",), "x0", {"value": "pos"}))
-        x = "x0"
-    elif cfg.pos_encoding == "sinusoidal":
-        nodes.append(Node("pos", Add(), ("e", "pos_table"), "x0"))
-        x = "x0"
     shapes = {n: p.shape for n, p in names.items()}
+    nodes = []
+
+    def add(name, op, ins, out, weight=None, bias=None, **params):
+        """Append the node ``out = op(ins)`` with its weight and bias where the model has them; returns ``out``."""
+        nodes.append(Node(name, op, tuple(ins), out, {**{s: n for s, n in (("weight", weight), ("bias", bias))
+                                                          if n in names}, **params}))
+        return out
+
+    add("patches", Patches(cfg.patch_size), ("images",), "xp")
+    x = add("embed", Linear("out_in"), ("xp",), "e", "embed.weight", "embed.bias")
+    if cfg.pos_encoding == "learned":
+        x = add("pos", AddParam(), ("e",), "x0", value="pos")
+    elif cfg.pos_encoding == "sinusoidal":
+        x = add("pos", Add(), ("e", "pos_table"), "x0")
     for i, blk in enumerate(model.blocks):
         P = lambda n, i=i: f"blocks.{i}.{n}"  # noqa: E731
         V = lambda n, i=i: f"b{i}.{n}"  # noqa: E731
-        ln1 = Node(P("ln1"), LayerNorm(blk.ln1.eps), None, None, pr(weight=P("ln1.weight"), bias=P("ln1.bias")))
-        ln2 = Node(P("ln2"), LayerNorm(blk.ln2.eps), None, None, pr(weight=P("ln2.weight"), bias=P("ln2.bias")))
-        a = x
-        if cfg.norm == "pre":
-            nodes.append(Node(ln1.name, ln1.op, (x,), V("a"), ln1.params))
-            a = V("a")
-        nodes += [Node(P("query"), out_in, (a,), V("q"), pr(weight=P("query"), bias=P("query_bias"))),
-                  Node(P("key"), out_in, (a,), V("k"), pr(weight=P("key"), bias=P("key_bias")))]
+
+        def ln(k, inp, out, blk=blk, P=P, V=V):
+            return add(P(f"ln{k}"), LayerNorm(getattr(blk, f"ln{k}").eps), (inp,), V(out), P(f"ln{k}.weight"),
+                       P(f"ln{k}.bias"))
+
+        def lin(name, inp, out, weight, bias, P=P, V=V):  # x @ W [+ b], W stored (in, out)
+            return add(P(name), Linear("in_out"), (inp,), V(out), P(weight), P(bias))
+
+        a = ln(1, x, "a") if cfg.norm == "pre" else x
+        q, k = lin("query", a, "q", "query", "query_bias"), lin("key", a, "k", "key", "key_bias")
         if cfg.n_heads == 1:  # mix first, then W_V (module doc); the scores' bilinear form as a virtual parameter
-            nodes += [Node(P("attention"), Attention(1, bilinear=cfg.qkv_bias), (V("q"), V("k"), a, a), V("ax"),
-                           {"scores": P("scores")}),
-                      Node(P("value"), out_in, (V("ax"),), V("v"), pr(weight=P("value"), bias=P("value_bias")))]
+            ax = add(P("attention"), Attention(1, bilinear=cfg.qkv_bias), (q, k, a, a), V("ax"), scores=P("scores"))
+            o = lin("value", ax, "v", "value", "value_bias")
             shapes[P("scores")] = (cfg.d_model + int(cfg.qkv_bias),) * 2
-            o = V("v")
         else:
-            nodes += [Node(P("value"), out_in, (a,), V("v"), pr(weight=P("value"), bias=P("value_bias"))),
-                      Node(P("attention"), Attention(cfg.n_heads), (V("q"), V("k"), V("v")), V("o"))]
-            o = V("o")
+            v = lin("value", a, "v", "value", "value_bias")
+            o = add(P("attention"), Attention(cfg.n_heads), (q, k, v), V("o"))
         if cfg.out_proj:
-            nodes.append(Node(P("out"), out_in, (o,), V("wo"), pr(weight=P("out"), bias=P("out_bias"))))
-            o = V("wo")
-        nodes.append(Node(P("residual1"), Add(), (x, o), V("u1")))
+            o = lin("out", o, "wo", "out", "out_bias")
+        u1 = add(P("residual1"), Add(), (x, o), V("u1"))
         if cfg.norm == "post":
-            nodes.append(Node(ln1.name, ln1.op, (V("u1"),), V("y"), ln1.params))
-            f_in = base = V("y")
+            f_in = base = ln(1, u1, "y")
         else:
-            nodes.append(Node(ln2.name, ln2.op, (V("u1"),), V("b"), ln2.params))
-            f_in, base = V("b"), V("u1")
-        nodes += [Node(P("ffn1"), out_in, (f_in,), V("h"), pr(weight=P("ffn1.weight"), bias=P("ffn1.bias"))),
-                  Node(P("act"), Activation(cfg.activation), (V("h"),), V("r")),
-                  Node(P("ffn2"), out_in, (V("r"),), V("f"), pr(weight=P("ffn2.weight"), bias=P("ffn2.bias"))),
-                  Node(P("residual2"), Add(), (base, V("f")), V("u2"))]
-        if cfg.norm == "post":
-            nodes.append(Node(ln2.name, ln2.op, (V("u2"),), V("out"), ln2.params))
-            x = V("out")
-        else:
-            x = V("u2")
+            f_in, base = ln(2, u1, "b"), u1
+        h = lin("ffn1", f_in, "h", "ffn1.weight", "ffn1.bias")
+        f = lin("ffn2", add(P("act"), Activation(cfg.activation), (h,), V("r")), "f", "ffn2.weight", "ffn2.bias")
+        u2 = add(P("residual2"), Add(), (base, f), V("u2"))
+        x = ln(2, u2, "out") if cfg.norm == "post" else u2
     if model.ln_f is not None:
-        nodes.append(Node("ln_f", LayerNorm(model.ln_f.eps), (x,), "features", pr(weight="ln_f.weight",
-                                                                                   bias="ln_f.bias")))
-        x = "features"
-    nodes += [Node("pool", Pool(), (x,), "m"),
-              Node("head", Linear("out_in"), ("m",), "z", pr(weight="head.weight", bias="head.bias")),
-              Node("loss", CrossEntropy(), ("z", "labels"), "loss")]
+        x = add("ln_f", LayerNorm(model.ln_f.eps), (x,), "features", "ln_f.weight", "ln_f.bias")
+    add("pool", Pool(), (x,), "m")
+    add("head", Linear("out_in"), ("m",), "z", "head.weight", "head.bias")
+    add("loss", CrossEntropy(), ("z", "labels"), "loss")
     groups = {g.name: g.param_names for g in param_groups(model)}
     if cfg.n_heads == 1:
         groups.update({f"block{i}.scores": (f"blocks.{i}.scores",) for i in range(cfg.n_blocks)})
@@ -155,7 +138,7 @@ class ViTSecondOrder(State):
     runs in ``dtype`` (default: the model's) on the images' device; the model is not modified.
 
     Attributes besides :class:`~curvature_gap.hessian.program.State`'s: ``cfg``, ``groups`` (the
-    :func:`~curvature_gap.params.param_groups`), ``group_index``, ``n_blocks``, ``xp`` (the patches), ``p``
+    :func:`~curvature_gap.params.param_groups`), ``n_blocks``, ``xp`` (the patches), ``p``
     (the parameters by name)."""
 
     def __init__(self, model: ViT, images: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype | None = None):
@@ -168,7 +151,6 @@ class ViTSecondOrder(State):
         dev = images.device
         params = {n: p.detach().to(device=dev, dtype=dtype) for n, p in model.named_parameters()}
         self.groups = param_groups(model)
-        self.group_index = {g.name: i for i, g in enumerate(self.groups)}
         self.n_blocks = self.cfg.n_blocks
         inputs = {"images": images.to(dtype), "labels": labels}
         if self.cfg.pos_encoding == "sinusoidal":
@@ -181,10 +163,6 @@ class ViTSecondOrder(State):
     def ctx(self, node: str) -> dict:
         """The context of the node named ``node`` (its primal values and adjoints)."""
         return self.ctxs[self._node_index[node]]
-
-    def group_size(self, group: str) -> int:
-        """Entries of a parameter group, or of a virtual ``block{i}.scores`` group (D²)."""
-        return self.program.group_size(group)
 
     # ------------------------------------------------------------------ last FFN in closed form
     def last_ffn_hessian(self, token_chunk: int = 512) -> torch.Tensor:
@@ -289,10 +267,6 @@ class ViTSecondOrder(State):
         block, _, part = group.partition(".")
         return int(block[len("block"):]) if part == "scores" else None
 
-    def scores_dim(self) -> int:
-        """D, the side of M: d, plus 1 where Q and K have biases."""
-        return self.cfg.d_model + int(self.cfg.qkv_bias)
-
     def scores_factors(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(W̃_Q, W̃_K), each (D, d_K): the query and key weights with their bias rows, in the row-major order
         of the groups ``block{i}.query`` and ``block{i}.key``."""
@@ -309,25 +283,11 @@ class ViTSecondOrder(State):
 
 
 # ====================================================================== the route's plans
-def default_chunks(device: torch.device | str, group: str | None = None) -> tuple[int, int | None]:
-    """(tangents per pass, samples per pass).
-
-    CPU: 16 tangents × 32 samples keeps the (samples, tangents, n, n) attention tangents in cache
-    (64 × 16 for groups after the attention: ``block{i}.out`` (W_O, b_O), ``ln1``, ``ffn1``, ``ffn2``,
-    ``ln2``, ``head``); GPU: 256 tangents over the whole batch.
-    """
-    if torch.device(device).type == "cuda":
-        return 256, None
-    if group is not None and group.split(".")[-1] in ("out", "ln1", "ffn1", "ffn2", "ln2") or group in ("head", "ln_f"):
-        return 64, 16
-    return 16, 32
-
-
 def closed_form_groups(so: ViTSecondOrder) -> list[str]:
     """Groups whose joint block comes from :meth:`ViTSecondOrder.last_ffn_hessian`.
 
     The closed form holds for ReLU and GELU, with or without FFN biases, post- and pre-norm; a ReLU model
-    without FFN biases keeps its Hessian-vector columns (the route's result for it as before GELU existed).
+    without FFN biases keeps its Hessian-vector columns (its published result).
     """
     if not so.n_blocks or (so.cfg.activation == "relu" and not so.cfg.ffn_bias):
         return []
@@ -336,8 +296,19 @@ def closed_form_groups(so: ViTSecondOrder) -> list[str]:
 
 
 def _chunks(so: ViTSecondOrder, chunk, sample_chunk):
+    """group -> (tangents per pass, samples per pass): ``chunk`` and ``sample_chunk`` where given, else:
+
+    CPU: 16 tangents × 32 samples keeps the (samples, tangents, n, n) attention tangents in cache
+    (64 × 16 for groups after the attention: ``block{i}.out`` (W_O, b_O), ``ln1``, ``ffn1``, ``ffn2``,
+    ``ln2``, ``head``); GPU: 256 tangents over the whole batch.
+    """
     def per_group(group):
-        ch, sc = default_chunks(so.device, group)
+        if so.device.type == "cuda":
+            ch, sc = 256, None
+        elif group.split(".")[-1] in ("out", "ln1", "ffn1", "ffn2", "ln2") or group in ("head", "ln_f"):
+            ch, sc = 64, 16
+        else:
+            ch, sc = 16, 32
         return chunk or ch, sample_chunk if sample_chunk is not None else sc
 
     return per_group
@@ -351,8 +322,8 @@ def block_pairs(so: ViTSecondOrder, pairs: list[tuple[str, str]], chunk, sample_
     out, rest = {}, []
     for row, col in pairs:
         for name in (row, col):
-            if name not in so.group_index:
-                raise KeyError(f"unknown parameter group {name!r}; groups: {list(so.group_index)}")
+            if name not in groups:
+                raise KeyError(f"unknown parameter group {name!r}; groups: {list(groups)}")
         if row in cf and col in cf:
             if "ffn" not in out:
                 out["ffn"] = so.last_ffn_hessian()
@@ -377,7 +348,8 @@ def bilinear_blocks(so: ViTSecondOrder) -> list[int]:
     """
     if so.cfg.n_heads != 1:
         return []
-    return list(range(so.n_blocks)) if so.scores_dim() < 2 * so.cfg.d_k else []
+    D = so.cfg.d_model + int(so.cfg.qkv_bias)
+    return list(range(so.n_blocks)) if D < 2 * so.cfg.d_k else []
 
 
 # The per-sample rows of one pass of the positions (sample chunk × tangents × parameters) this route may hold to

@@ -4,9 +4,7 @@
 subset, by name, in ``parameters_to_vector`` order), the data and the block sizes of its flat vector.
 ``op @ V`` multiplies (P,) or (P, m) vectors; :meth:`HessianOperator.rows_times` gives the rows of another
 parameter set (``H[rows, cols] V``, the block-triangular dense Hessian's pass); :meth:`HessianOperator.per_sample`
-the per-sample Hessians ``∇²ℓ_i`` times one vector each (Theorem 7's power iteration). Every generic Hessian
-of the package is built on it: the dense and block Hessians of :mod:`._generic`, the block spectra of
-:mod:`.spectra`, Theorem 7's per-sample norms and the fused-LayerNorm figure's reference product.
+the per-sample Hessians ``∇²ℓ_i`` times one vector each (Theorem 7's power iteration).
 """
 from __future__ import annotations
 
@@ -19,18 +17,7 @@ from torch.func import grad, jvp, vmap
 from ..params import flat_view, flatten, groups_of, offsets
 from .loss import model_loss
 
-__all__ = ["HessianOperator", "detached_parameters", "detached_buffers"]
-
-
-def detached_parameters(model: nn.Module, dtype, device) -> dict[str, torch.Tensor]:
-    """The model's parameters, detached, in ``dtype`` on ``device`` (named_parameters order)."""
-    return {n: p.detach().to(device=device, dtype=dtype) for n, p in model.named_parameters()}
-
-
-def detached_buffers(model: nn.Module, dtype, device) -> dict[str, torch.Tensor]:
-    """The model's buffers, floating ones in ``dtype``, on ``device``."""
-    return {n: (b.to(device=device, dtype=dtype) if b.is_floating_point() else b.to(device))
-            for n, b in model.named_buffers()}
+__all__ = ["HessianOperator"]
 
 
 class HessianOperator:
@@ -51,8 +38,9 @@ class HessianOperator:
         self.model, self.loss = model, loss
         self.dtype = dtype = dtype or next(model.parameters()).dtype
         self.device = X.device
-        self.values = detached_parameters(model, dtype, X.device)
-        self.buffers = detached_buffers(model, dtype, X.device)
+        self.values = {n: p.detach().to(device=X.device, dtype=dtype) for n, p in model.named_parameters()}
+        self.buffers = {n: (b.to(device=X.device, dtype=dtype) if b.is_floating_point() else b.to(X.device))
+                        for n, b in model.named_buffers()}  # floating ones in dtype
         if groups is not None:
             by_name = {g.name: g for g in groups_of(model)}
             params = [n for g in groups for n in by_name[g].param_names]
@@ -73,25 +61,24 @@ class HessianOperator:
         diff = set(differentiated)
         return {**{n: v for n, v in self.values.items() if n not in diff}, **self.buffers}
 
-    def flat_loss(self):
-        """``f(θ)``: the loss on the whole batch as a function of the flat vector of S."""
+    def _flat(self, X, y):
+        """``f(θ)``: the loss on (X, y) as a function of the flat vector of S."""
         l = model_loss(self.model, self.loss, fixed=self.fixed(self.names))
-        X, y = torch.cat([p[0] for p in self.pieces]), torch.cat([p[1] for p in self.pieces])
         return lambda theta: l(self.unflat(theta), X, y)
 
-    def _batched(self, X, y):
-        l = model_loss(self.model, self.loss, fixed=self.fixed(self.names))
-        theta0 = self.theta0
+    def _whole(self):
+        """The whole batch (X, y), in ``dtype``."""
+        return torch.cat([p[0] for p in self.pieces]), torch.cat([p[1] for p in self.pieces])
 
-        def f(theta):
-            return l(self.unflat(theta), X, y)
-
-        return vmap(lambda v: jvp(grad(f), (theta0,), (v,))[1])
+    def flat_loss(self):
+        """``f(θ)``: the loss on the whole batch as a function of the flat vector of S."""
+        return self._flat(*self._whole())
 
     def matmat(self, V: torch.Tensor) -> torch.Tensor:
         """``(H Vᵀ)ᵀ`` for V (m, P): m products at once (vmapped), summed over micro-batches."""
         if not hasattr(self, "_fns"):
-            self._fns = [(self._batched(X, y), w) for X, y, w in self.pieces]
+            self._fns = [(vmap(lambda v, f=self._flat(X, y): jvp(grad(f), (self.theta0,), (v,))[1]), w)
+                         for X, y, w in self.pieces]
         out = None
         for fn, w in self._fns:
             r = fn(V.to(self.dtype)) * w
@@ -110,8 +97,7 @@ class HessianOperator:
         own = self.names
         extra = [n for n in rows if n not in own]
         l = model_loss(self.model, self.loss, fixed=self.fixed(own + extra))
-        X = torch.cat([p[0] for p in self.pieces])
-        y = torch.cat([p[1] for p in self.pieces])
+        X, y = self._whole()
         ta0 = {n: self.values[n] for n in extra}
 
         def f(tj, ta):
@@ -126,10 +112,4 @@ class HessianOperator:
     def per_sample(self):
         """``(V (b, P), X (b, ...), y (b,)) -> (b, P)``: the Hessian of sample i's loss times V[i], vmapped over
         the samples (each sample its own batch of one)."""
-        l = model_loss(self.model, self.loss, fixed=self.fixed(self.names))
-        theta0 = self.theta0
-
-        def hvp(v, img, lab):
-            return jvp(grad(lambda th: l(self.unflat(th), img[None], lab[None])), (theta0,), (v,))[1]
-
-        return vmap(hvp, in_dims=(0, 0, 0))
+        return vmap(lambda v, img, lab: jvp(grad(self._flat(img[None], lab[None])), (self.theta0,), (v,))[1])

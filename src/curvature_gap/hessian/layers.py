@@ -8,19 +8,14 @@ library is loaded). Their differences are settings of the same ops: fused or sep
 three linear maps on row blocks of one weight), LayerScale, pre- or post-norm, where the residuals join, the
 activation, masks. The same builders give the blocks of whole models (:mod:`.models`).
 
-On a batch X (N, L, d) of N sequences (one (L, d) sequence: N = 1) the loss is one function of all outputs: the MSE
-``l = (1/(N L d)) Σ ||Z_n − Target_n||_F²`` (``nn.MSELoss()`` of the batch) or any ``l`` given by ``∂l/∂Z`` and
-``∂²l/∂Z²`` over the stacked rows (N L, d). A mask is an additive constant on the attention scores
-(:func:`attention_mask`), shared (L, L) or one per sequence (N, L, L).
-
-:func:`layer_hessian` returns the dense Hessian in ``named_parameters()`` order or only the blocks asked for by
-name (a ViT-Tiny layer has ≈ 445k parameters: its dense Hessian, 1.6 TB in float64, does not fit);
-:func:`layer_hvp` returns Hessian-vector products ``H v`` (one pass for all parameters at once). What an adapter
-cannot express raises ``ValueError`` naming it: qk-norm, gated attention, GLU MLPs, another normalisation, another
-activation, dropout or stochastic depth in training mode, a decoder ``BertLayer``.
+:func:`layer_hessian` (the loss: one function of all outputs of a batch of sequences) returns the dense Hessian
+in ``named_parameters()`` order or only the blocks asked for by name (a ViT-Tiny layer has ≈ 445k parameters: its
+dense Hessian, 1.6 TB in float64, does not fit); :func:`layer_hvp` returns Hessian-vector products ``H v`` (one
+pass for all parameters at once).
 """
 from __future__ import annotations
 
+import operator
 import sys
 from dataclasses import dataclass
 
@@ -40,7 +35,7 @@ from .program import Node, Program, State, blocks as program_blocks, dense, hvp
 
 __all__ = ["layer_hessian", "layer_hvp", "attention_mask", "LayerHessian", "SUPPORTED", "library_class",
            "activation_name", "layer_nodes", "no_dropout_in_training", "assemble", "loss_node", "requested_pairs",
-           "is_class", "layernorm_of"]
+           "is_class", "layernorm_of", "first_parameter", "program_state"]
 
 SUPPORTED = {
     "torch.nn.TransformerEncoderLayer": (
@@ -163,10 +158,67 @@ class _Builder:
 
 
 # ---------------------------------------------------------------------------------------------- the classes
-def _check_torch(layer: nn.TransformerEncoderLayer) -> None:
-    drops = {"self_attn.dropout": layer.self_attn.dropout}
-    no_dropout_in_training(layer, drops)
-    mha = layer.self_attn
+def _encoder(b: _Builder, x: str, qkv: list, attn: Attention, d: int, pre: bool, lay: dict, lin=None) -> str:
+    """The encoder layer every supported class computes, from the Q, K, V nodes ``qkv`` [(name, op, params)] and
+    the submodules ``lay`` names; returns the output value. Pre-norm: ``U1 = X + SA(LN1(X))``,
+    ``Z = U1 + F(LN2(U1))``; post-norm: ``Y = LN1(X + SA(X))``, ``Z = LN2(Y + F(Y))``; SA = [LayerScale] ∘ out ∘
+    [norm] ∘ attention, F = [LayerScale] ∘ fc2 ∘ [norm] ∘ act ∘ fc1 (bracketed: timm's, where ``lay`` names them
+    in ``norms`` ((path, width) pairs) and ``scales``). ``x_last``: the residual sums read ``SA + X``; ``lin``: the
+    op of a linear submodule (default :func:`_linear`)."""
+    lin = lin or _linear
+    get = lambda name: operator.attrgetter(name)(b.m)  # noqa: E731
+    (ln1, ln2), (fc1, act, fc2) = lay["ln"], lay["mlp"]
+    (an, aw), (mn, mw) = lay.get("norms", ((None, None), (None, None)))
+    ls1, ls2 = lay.get("scales", (None, None))
+
+    def norm(name, inp, out, width=d):
+        return b.add(name, layernorm_of(get(name), name, width), (inp,), out, b.params(name))
+
+    def linear(name, inp, out):
+        return b.add(name, lin(get(name), name), (inp,), out, b.params(name))
+
+    def optional(path, inp, out, width=None):  # an inner norm (width) or a LayerScale; nn.Identity: absent
+        if path is None or isinstance(get(path), nn.Identity):
+            return inp
+        if width is not None:
+            return norm(path, inp, out, width)
+        if not is_class(get(path), "timm.layers.layer_scale", "LayerScale"):
+            raise ValueError(f"{path} = {type(get(path)).__name__} is not supported: only timm's LayerScale")
+        return b.add(path, Scale(), (inp,), out, b.params(path, ("weight",), {"weight": "gamma"}))
+
+    def join(name, u, v, out):  # u + v in the class's order of the operands
+        return b.add(name, Add(), (v, u) if lay.get("x_last") else (u, v), out)
+
+    a = norm(ln1, x, "A") if pre else x
+    o = b.add(lay["attn"], attn, [b.add(n, op, (a,), v, ps) for (n, op, ps), v in zip(qkv, "QKV")], "O")
+    u1 = join("residual1", x, optional(ls1, linear(lay["out"], optional(an, o, "On", aw), "SA"), "SAs"), "U1")
+    f_in = norm(ln2, u1, "B") if pre else norm(ln1, u1, "Y")
+    p = linear(fc1, f_in, "P")
+    hd = b.add(act, Activation(activation_name(get(act), act)), (p,), lay.get("hidden", "Hd"))
+    f = optional(ls2, linear(fc2, optional(mn, hd, "Hn", mw), "F"), "Fs")
+    if pre:
+        return join("residual2", u1, f, "Z")
+    return norm(ln2, join("residual2", f_in, f, "U2"), "Z")
+
+
+def _packed(b: _Builder, where: str, width: int, **kw) -> list:
+    """The Q, K, V nodes of a fused projection ``where``: three linear maps on row blocks of one weight."""
+    name = where if "rename" not in kw else where + ".in_proj"
+    return [(f"{name}[{s}]", Linear(), b.params(where, rows=slice(k * width, (k + 1) * width), **kw))
+            for k, s in enumerate("qkv")]
+
+
+def _separate(b: _Builder, names: tuple, scaling: float, head_dim: int) -> list:
+    """The Q, K, V nodes of separate projections (Hugging Face)."""
+    if abs(scaling - head_dim ** -0.5) > 1e-15 * scaling:
+        raise ValueError(f"{names[0].rpartition('.')[0]}: attention scaling {scaling} != head_dim^-1/2 is not "
+                         "supported")
+    return [(n, _linear(b.m.get_submodule(n), n), b.params(n)) for n in names]
+
+
+def _torch_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
+    mha, b, d = layer.self_attn, _Builder(layer, prefix), layer.self_attn.embed_dim
+    no_dropout_in_training(layer, {"self_attn.dropout": mha.dropout})
     if not mha._qkv_same_embed_dim or mha.in_proj_weight is None:
         raise ValueError("self_attn with separate q/k/v projection weights (kdim/vdim != d_model) is not supported")
     if mha.bias_k is not None or mha.bias_v is not None:
@@ -175,35 +227,13 @@ def _check_torch(layer: nn.TransformerEncoderLayer) -> None:
         raise ValueError("self_attn with add_zero_attn=True is not supported")
     for n in ("norm1", "norm2"):
         ln = getattr(layer, n)
-        if type(ln) is not nn.LayerNorm or tuple(ln.normalized_shape) != (mha.embed_dim,):
+        if type(ln) is not nn.LayerNorm or tuple(ln.normalized_shape) != (d,):
             raise ValueError(f"{n} = {ln!r} is not supported: only nn.LayerNorm over the last dimension d_model")
-
-
-def _torch_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
-    _check_torch(layer)
-    mha, b = layer.self_attn, _Builder(layer, prefix)
-    d, h = mha.embed_dim, mha.num_heads
-    act = activation_name(layer.activation, "activation")
-    ln1, ln2 = LayerNorm(layer.norm1.eps), LayerNorm(layer.norm2.eps)
-    a = b.add("norm1", ln1, (x,), "A", b.params("norm1")) if layer.norm_first else x
-    qkv = [b.add(f"self_attn.in_proj[{s}]", Linear(), (a,), s.upper(),
-                 b.params("self_attn", rename={"weight": "in_proj_weight", "bias": "in_proj_bias"},
-                          rows=slice(k * d, (k + 1) * d)))
-           for k, s in enumerate("qkv")]
-    o = b.add("self_attn", Attention(h, mask), qkv, "O")
-    sa = b.add("self_attn.out_proj", Linear(), (o,), "SA", b.params("self_attn.out_proj"))
-    u1 = b.add("residual1", Add(), (x, sa), "U1")
-    if layer.norm_first:
-        f_in = b.add("norm2", ln2, (u1,), "B", b.params("norm2"))
-    else:
-        f_in = b.add("norm1", ln1, (u1,), "Y", b.params("norm1"))
-    p = b.add("linear1", Linear(), (f_in,), "P", b.params("linear1"))
-    hd = b.add("activation", Activation(act), (p,), "H")
-    f = b.add("linear2", Linear(), (hd,), "F", b.params("linear2"))
-    if layer.norm_first:
-        return b.nodes, b.add("residual2", Add(), (u1, f), "Z"), d
-    u2 = b.add("residual2", Add(), (f_in, f), "U2")
-    return b.nodes, b.add("norm2", ln2, (u2,), "Z", b.params("norm2")), d
+    qkv = _packed(b, "self_attn", d, rename={"weight": "in_proj_weight", "bias": "in_proj_bias"})
+    lay = dict(ln=("norm1", "norm2"), attn="self_attn", out="self_attn.out_proj",
+               mlp=("linear1", "activation", "linear2"), hidden="H")
+    return b.nodes, _encoder(b, x, qkv, Attention(mha.num_heads, mask), d, layer.norm_first, lay,
+                             lambda mod, where: Linear()), d
 
 
 def _timm_block(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
@@ -220,44 +250,13 @@ def _timm_block(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
                          "(fc1, activation, fc2); GluMlp / SwiGLU gates have no rule here")
     no_dropout_in_training(layer)
     d = layer.norm1.normalized_shape[0] if hasattr(layer.norm1, "normalized_shape") else attn.qkv.in_features
-    h, aw = attn.num_heads, getattr(attn, "attn_dim", attn.qkv.out_features // 3)
+    aw = getattr(attn, "attn_dim", attn.qkv.out_features // 3)
     if abs(attn.scale - attn.head_dim ** -0.5) > 1e-15 * attn.scale:
         raise ValueError(f"timm Attention with scale {attn.scale} != head_dim^-1/2 is not supported")
-    a = b.add("norm1", layernorm_of(layer.norm1, "norm1", d), (x,), "A", b.params("norm1"))
     _linear(attn.qkv, "attn.qkv")
-    qkv = [b.add(f"attn.qkv[{s}]", Linear(), (a,), s.upper(), b.params("attn.qkv", rows=slice(k * aw, (k + 1) * aw)))
-           for k, s in enumerate("qkv")]
-    o = b.add("attn", Attention(h, mask), qkv, "O")
-    if not isinstance(attn.norm, nn.Identity):
-        o = b.add("attn.norm", layernorm_of(attn.norm, "attn.norm", aw), (o,), "On", b.params("attn.norm"))
-    sa = b.add("attn.proj", _linear(attn.proj, "attn.proj"), (o,), "SA", b.params("attn.proj"))
-    if not isinstance(layer.ls1, nn.Identity):
-        if not is_class(layer.ls1, "timm.layers.layer_scale", "LayerScale"):
-            raise ValueError(f"ls1 = {type(layer.ls1).__name__} is not supported: only timm's LayerScale")
-        sa = b.add("ls1", Scale(), (sa,), "SAs", b.params("ls1", ("weight",), {"weight": "gamma"}))
-    u1 = b.add("residual1", Add(), (x, sa), "U1")
-    bn = b.add("norm2", layernorm_of(layer.norm2, "norm2", d), (u1,), "B", b.params("norm2"))
-    p = b.add("mlp.fc1", _linear(mlp.fc1, "mlp.fc1"), (bn,), "P", b.params("mlp.fc1"))
-    hd = b.add("mlp.act", Activation(activation_name(mlp.act, "mlp.act")), (p,), "Hd")
-    if not isinstance(mlp.norm, nn.Identity):
-        hd = b.add("mlp.norm", layernorm_of(mlp.norm, "mlp.norm", mlp.fc1.out_features), (hd,), "Hn",
-                   b.params("mlp.norm"))
-    f = b.add("mlp.fc2", _linear(mlp.fc2, "mlp.fc2"), (hd,), "F", b.params("mlp.fc2"))
-    if not isinstance(layer.ls2, nn.Identity):
-        if not is_class(layer.ls2, "timm.layers.layer_scale", "LayerScale"):
-            raise ValueError(f"ls2 = {type(layer.ls2).__name__} is not supported: only timm's LayerScale")
-        f = b.add("ls2", Scale(), (f,), "Fs", b.params("ls2", ("weight",), {"weight": "gamma"}))
-    return b.nodes, b.add("residual2", Add(), (u1, f), "Z"), d
-
-
-def _hf_attention(b: _Builder, where: str, names: tuple, scaling: float, head_dim: int, h: int, mask,
-                  inp: str) -> str:
-    """Separate Q, K, V projections into the attention; returns its output value."""
-    if abs(scaling - head_dim ** -0.5) > 1e-15 * scaling:
-        raise ValueError(f"{where}: attention scaling {scaling} != head_dim^-1/2 is not supported")
-    qkv = [b.add(f"{where}.{m}", _linear(b.m.get_submodule(f"{where}.{m}"), f"{where}.{m}"), (inp,), o,
-                 b.params(f"{where}.{m}")) for m, o in zip(names, ("Q", "K", "V"))]
-    return b.add(where, Attention(h, mask), qkv, "O")
+    lay = dict(ln=("norm1", "norm2"), attn="attn", out="attn.proj", mlp=("mlp.fc1", "mlp.act", "mlp.fc2"),
+               norms=(("attn.norm", aw), ("mlp.norm", mlp.fc1.out_features)), scales=("ls1", "ls2"))
+    return b.nodes, _encoder(b, x, _packed(b, "attn.qkv", aw), Attention(attn.num_heads, mask), d, True, lay), d
 
 
 def _vit_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
@@ -266,19 +265,11 @@ def _vit_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
         raise ValueError("this ViTLayer has another layout than transformers 5 (attention.q_proj/k_proj/v_proj/"
                          "o_proj, mlp.fc1/fc2): install transformers>=5 (the 'layers' extra)")
     no_dropout_in_training(layer, {"attention_probs_dropout_prob": at.attention_dropout})
-    d, h = layer.layernorm_before.normalized_shape[0], at.num_attention_heads
-    a = b.add("layernorm_before", layernorm_of(layer.layernorm_before, "layernorm_before", d), (x,), "A",
-              b.params("layernorm_before"))
-    o = _hf_attention(b, "attention", ("q_proj", "k_proj", "v_proj"), at.scaling, at.head_dim, h, mask, a)
-    sa = b.add("attention.o_proj", _linear(at.o_proj, "attention.o_proj"), (o,), "SA", b.params("attention.o_proj"))
-    u1 = b.add("residual1", Add(), (sa, x), "U1")
-    bn = b.add("layernorm_after", layernorm_of(layer.layernorm_after, "layernorm_after", d), (u1,), "B",
-               b.params("layernorm_after"))
-    p = b.add("mlp.fc1", _linear(layer.mlp.fc1, "mlp.fc1"), (bn,), "P", b.params("mlp.fc1"))
-    hd = b.add("mlp.activation_fn", Activation(activation_name(layer.mlp.activation_fn, "mlp.activation_fn")), (p,),
-               "Hd")
-    f = b.add("mlp.fc2", _linear(layer.mlp.fc2, "mlp.fc2"), (hd,), "F", b.params("mlp.fc2"))
-    return b.nodes, b.add("residual2", Add(), (f, u1), "Z"), d
+    d = layer.layernorm_before.normalized_shape[0]
+    qkv = _separate(b, ("attention.q_proj", "attention.k_proj", "attention.v_proj"), at.scaling, at.head_dim)
+    lay = dict(ln=("layernorm_before", "layernorm_after"), attn="attention", out="attention.o_proj",
+               mlp=("mlp.fc1", "mlp.activation_fn", "mlp.fc2"), x_last=True)
+    return b.nodes, _encoder(b, x, qkv, Attention(at.num_attention_heads, mask), d, True, lay), d
 
 
 def _bert_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
@@ -287,22 +278,13 @@ def _bert_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
                          "encoder layer (one sequence attending to itself)")
     sa_mod, b = layer.attention.self, _Builder(layer, prefix)
     no_dropout_in_training(layer)
-    d, h = layer.attention.output.LayerNorm.normalized_shape[0], sa_mod.num_attention_heads
-    o = _hf_attention(b, "attention.self", ("query", "key", "value"), sa_mod.scaling, sa_mod.attention_head_size, h,
-                      mask, x)
-    sa = b.add("attention.output.dense", _linear(layer.attention.output.dense, "attention.output.dense"), (o,), "SA",
-               b.params("attention.output.dense"))
-    u1 = b.add("residual1", Add(), (sa, x), "U1")
-    y = b.add("attention.output.LayerNorm", layernorm_of(layer.attention.output.LayerNorm, "attention.output.LayerNorm",
-                                                       d), (u1,), "Y", b.params("attention.output.LayerNorm"))
-    p = b.add("intermediate.dense", _linear(layer.intermediate.dense, "intermediate.dense"), (y,), "P",
-              b.params("intermediate.dense"))
-    act = activation_name(layer.intermediate.intermediate_act_fn, "intermediate.intermediate_act_fn")
-    hd = b.add("intermediate.intermediate_act_fn", Activation(act), (p,), "Hd")
-    f = b.add("output.dense", _linear(layer.output.dense, "output.dense"), (hd,), "F", b.params("output.dense"))
-    u2 = b.add("residual2", Add(), (f, y), "U2")
-    return b.nodes, b.add("output.LayerNorm", layernorm_of(layer.output.LayerNorm, "output.LayerNorm", d), (u2,), "Z",
-                          b.params("output.LayerNorm")), d
+    d = layer.attention.output.LayerNorm.normalized_shape[0]
+    qkv = _separate(b, ("attention.self.query", "attention.self.key", "attention.self.value"), sa_mod.scaling,
+                    sa_mod.attention_head_size)
+    lay = dict(ln=("attention.output.LayerNorm", "output.LayerNorm"), attn="attention.self",
+               out="attention.output.dense", mlp=("intermediate.dense", "intermediate.intermediate_act_fn",
+                                                  "output.dense"), x_last=True)
+    return b.nodes, _encoder(b, x, qkv, Attention(sa_mod.num_attention_heads, mask), d, False, lay), d
 
 
 _CLASSES = (
@@ -431,6 +413,21 @@ def loss_node(loss, out: str) -> Node:
     return Node("loss", GivenLoss(*loss), (out,), "loss")
 
 
+def first_parameter(module: nn.Module) -> torch.Tensor:
+    """The module's first parameter (ValueError if it has none: nothing to differentiate)."""
+    w = next(module.parameters(), None)
+    if w is None:
+        raise ValueError(f"{type(module).__name__} has no parameters: nothing to differentiate")
+    return w
+
+
+def program_state(module: nn.Module, nodes: list, loss: Node, data: dict) -> State:
+    """The program ``nodes + [loss]`` over ``module.named_parameters()`` (detached, in that order), run on the
+    inputs ``data``."""
+    params = {n: p.detach() for n, p in module.named_parameters()}
+    return State(Program(nodes + [loss], {n: p.shape for n, p in params.items()}, list(params)), params, data)
+
+
 def assemble(state: State, blocks=None, chunk: int | None = 128, output: str = "Z", layout=lambda Z: Z) -> LayerHessian:
     """The :class:`LayerHessian` of a program's ``state``: dense, or the ``blocks`` asked for (names or pairs)."""
     prog = state.program
@@ -455,9 +452,7 @@ def _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss):
     sequence-first PyTorch layer), run; ``to_layout`` maps the output back to X's layout."""
     if not isinstance(layer, nn.Module):
         raise ValueError(f"layer must be a torch.nn.Module, not {type(layer).__name__}")
-    w = next(layer.parameters(), None)
-    if w is None:
-        raise ValueError(f"{type(layer).__name__} has no parameters: nothing to differentiate")
+    w = first_parameter(layer)
     if not isinstance(X, torch.Tensor) or not X.is_floating_point() or X.dtype != w.dtype or X.device != w.device:
         raise ValueError(f"X must be a floating tensor with the dtype and device of the layer ({w.dtype}, {w.device})")
     bf = layer.self_attn.batch_first if type(layer) is nn.TransformerEncoderLayer else True
@@ -483,13 +478,11 @@ def _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss):
         inputs["target"] = target[None] if X.dim() == 2 else (target if bf else target.transpose(0, 1))
     elif loss == "mse":
         raise ValueError("loss='mse' needs target, of the shape of the layer's output")
-    params = {n: p.detach() for n, p in layer.named_parameters()}
-    prog = Program(nodes + [loss_node(loss, out)], {n: p.shape for n, p in params.items()}, list(params))
 
     def to_layout(Z):
         return Z[0] if X.dim() == 2 else (Z if bf else Z.transpose(0, 1))
 
-    return State(prog, params, inputs), to_layout, out
+    return program_state(layer, nodes, loss_node(loss, out), inputs), to_layout, out
 
 
 def layer_hessian(layer: nn.Module, X: torch.Tensor, loss="mse", target: torch.Tensor | None = None, blocks=None,

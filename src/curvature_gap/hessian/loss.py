@@ -1,13 +1,9 @@
-"""The loss of a model as a function of its named parameters: the one closure every Hessian route builds on.
+"""The loss of a model as a function of its named parameters: the one closure every generic Hessian route builds on.
 
 ``model_loss(model)`` returns ``l(params, X, y) = loss(model with params(X), y)`` where ``params`` maps
 parameter names to tensors and every parameter or buffer it does not name keeps the value given in
-``fixed`` (``torch.func.functional_call`` semantics). Differentiate it with ``torch.func`` in ``params``
-(``grad``, ``jvp``, ``vmap`` over samples with ``X[None]``), or flatten it with :func:`curvature_gap.params.flat_view`;
-:class:`.hvp.HessianOperator` is the one Hessian-vector product built on it.
-Used by the generic Hessians and block spectra (:mod:`._generic`, :mod:`.spectra`), Theorem 7's per-sample
-Hessians (:mod:`curvature_gap.landscape.theorem7`), Assumption 1's per-sample gradients
-(:mod:`curvature_gap.landscape.assumption1`) and the fused-LayerNorm figure.
+``fixed`` (``torch.func.functional_call`` semantics): differentiate it with ``torch.func`` in ``params``, or
+flatten it with :func:`curvature_gap.params.flat_view` (:class:`.hvp.HessianOperator`).
 """
 from __future__ import annotations
 

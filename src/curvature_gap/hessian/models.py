@@ -12,11 +12,9 @@ Beyond the paper, and the proof that the engine is general: a timm ``VisionTrans
   is a constant, as ``nn.Embedding(padding_idx=…)`` has it), their LayerNorm, every ``BertLayer`` (its attention
   masked at the padded keys of ``attention_mask``), and the pooler (first token, dense, tanh) where present.
 
-The loss is ``"cross_entropy"`` of the logits (B, K) against labels (B,) (batch mean), ``"mse"`` of the output
-against a target of its shape, or ``(dl_dZ, d2l_dZ2)`` of the stacked output rows. The output is the model's:
-timm's logits; BERT's ``pooler_output`` where the model has a pooler, else ``last_hidden_state`` (``output=``
-chooses). The result is in ``named_parameters()`` order (:class:`.layers.LayerHessian`). A submodule the engine
-has no rules for is refused with a ``ValueError`` that names it and what is supported (:data:`SUPPORTED`).
+The loss and the output are :func:`model_hessian`'s; the result is in ``named_parameters()`` order
+(:class:`.layers.LayerHessian`). A submodule the engine has no rules for is refused with a ``ValueError`` that
+names it and what is supported (:data:`SUPPORTED`).
 """
 from __future__ import annotations
 
@@ -24,12 +22,13 @@ import torch
 from torch import nn
 
 from . import layers
-from .layers import LayerHessian, assemble, is_class, layer_nodes, layernorm_of, loss_node, no_dropout_in_training
+from .layers import (LayerHessian, _Builder, assemble, first_parameter, is_class, layer_nodes, layernorm_of,
+                     loss_node, no_dropout_in_training, program_state)
 from .ops.activation import Activation
 from .ops.linear import Linear
 from .ops.loss import CrossEntropy
 from .ops.tokens import Add, AddParam, Embed, Pool, Patches, Prepend
-from .program import Node, Program, State, hvp
+from .program import Node, State, hvp
 
 __all__ = ["model_hessian", "model_hvp", "model_nodes", "describe", "SUPPORTED"]
 
@@ -45,11 +44,6 @@ SUPPORTED = {
         "attn_implementation 'sdpa' or 'eager' (check against autograd with 'sdpa': 'eager' rounds the softmax to "
         "float32); dropout any in eval mode. Not: a decoder (is_decoder), inputs_embeds, past key values"),
 }
-
-
-def _wb(module: nn.Module, name: str) -> dict:
-    """``{slot: parameter name}`` of the weight and bias of ``module`` (named ``name``) that are present."""
-    return {s: f"{name}.{s}" for s in ("weight", "bias") if getattr(module, s) is not None}
 
 
 def _identity_or(module: nn.Module, where: str, allowed: str) -> bool:
@@ -89,45 +83,35 @@ def _timm_vit(model, images: torch.Tensor, out: str | None) -> tuple[list, str, 
     no_dropout_in_training(model)
     if model.training and not isinstance(model.patch_drop, nn.Identity):
         raise ValueError("patch_drop (PatchDropout) in training mode is random: call model.eval()")
-    d = model.embed_dim
-    nodes = [Node("patch_embed", Patches(proj.kernel_size[0]), ("images",), "xp"),
-             Node("patch_embed.proj", Linear(), ("xp",), "x_patches", _wb(proj, "patch_embed.proj"))]
-    x = "x_patches"
+    d, b = model.embed_dim, _Builder(model, "")
+    b.add("patch_embed", Patches(proj.kernel_size[0]), ("images",), "xp")
+    x = b.add("patch_embed.proj", Linear(), ("xp",), "x_patches", b.params("patch_embed.proj"))
     if model.pos_embed is not None and model.no_embed_class:
-        nodes.append(Node("pos_embed", AddParam(), (x,), "x_pos", {"value": "pos_embed"}))
-        x = "x_pos"
+        x = b.add("pos_embed", AddParam(), (x,), "x_pos", {"value": "pos_embed"})
     for tok in ("reg_token", "cls_token"):  # [cls, reg, patches]
         if getattr(model, tok) is not None:
-            nodes.append(Node(tok, Prepend(), (x,), f"x_{tok}", {"value": tok}))
-            x = f"x_{tok}"
+            x = b.add(tok, Prepend(), (x,), f"x_{tok}", {"value": tok})
     if model.pos_embed is not None and not model.no_embed_class:
-        nodes.append(Node("pos_embed", AddParam(), (x,), "x_pos", {"value": "pos_embed"}))
-        x = "x_pos"
+        x = b.add("pos_embed", AddParam(), (x,), "x_pos", {"value": "pos_embed"})
     if not _identity_or(model.norm_pre, "norm_pre", "LayerNorm"):
-        nodes.append(Node("norm_pre", layernorm_of(model.norm_pre, "norm_pre", d), (x,), "x_pre",
-                          _wb(model.norm_pre, "norm_pre")))
-        x = "x_pre"
+        x = b.add("norm_pre", layernorm_of(model.norm_pre, "norm_pre", d), (x,), "x_pre", b.params("norm_pre"))
     for i, blk in enumerate(model.blocks):
         blk_nodes, x, _ = _prefixed(lambda: layer_nodes(blk, f"blocks.{i}.", x), f"blocks.{i}")
-        nodes += blk_nodes
+        b.nodes += blk_nodes
     for name in ("norm", "fc_norm"):
         if name == "fc_norm":
             pre = model.num_prefix_tokens if not model.pool_include_prefix else 0
-            pool = Pool(0, 1) if model.global_pool == "token" else Pool(pre)
-            nodes.append(Node("pool", pool, (x,), "pooled"))
-            x = "pooled"
+            x = b.add("pool", Pool(0, 1) if model.global_pool == "token" else Pool(pre), (x,), "pooled")
         mod = getattr(model, name)
         if not _identity_or(mod, name, "LayerNorm"):
-            nodes.append(Node(name, layernorm_of(mod, name, d), (x,), f"x_{name}", _wb(mod, name)))
-            x = f"x_{name}"
+            x = b.add(name, layernorm_of(mod, name, d), (x,), f"x_{name}", b.params(name))
     if not isinstance(model.head, nn.Identity):
         if type(model.head) is not nn.Linear:
             raise ValueError(f"head = {type(model.head).__name__} is not supported: only nn.Linear or nn.Identity")
-        nodes.append(Node("head", Linear(), (x,), "logits", _wb(model.head, "head")))
-        x = "logits"
+        x = b.add("head", Linear(), (x,), "logits", b.params("head"))
     if out is not None:
         raise ValueError("output= chooses among BertModel's outputs; a timm VisionTransformer's output is its logits")
-    return nodes, x, {"images": images}
+    return b.nodes, x, {"images": images}
 
 
 def _bert(model, input_ids: torch.Tensor, out: str | None, attention_mask=None, token_type_ids=None,
@@ -160,23 +144,20 @@ def _bert(model, input_ids: torch.Tensor, out: str | None, attention_mask=None, 
             raise ValueError(f"attention_mask must be (B, L) = ({B}, {L}) with 1 at tokens and 0 at padding, not "
                              f"{tuple(attention_mask.shape)}")
         mask = layers.attention_mask(B, L, key_padding_mask=attention_mask == 0, ref=ref)
-    d = cfg.hidden_size
-    E = "embeddings."
-    nodes = [Node(E + "word_embeddings", Embed(emb.word_embeddings.padding_idx), ("input_ids",), "e_word",
-                  {"weight": E + "word_embeddings.weight"}),
-             Node(E + "token_type_embeddings", Embed(emb.token_type_embeddings.padding_idx), ("token_type_ids",),
-                  "e_type", {"weight": E + "token_type_embeddings.weight"}),
-             Node(E + "sum_type", Add(), ("e_word", "e_type"), "e_wt"),
-             Node(E + "position_embeddings", Embed(emb.position_embeddings.padding_idx), ("position_ids",), "e_pos",
-                  {"weight": E + "position_embeddings.weight"}),
-             Node(E + "sum_position", Add(), ("e_wt", "e_pos"), "e_sum"),
-             Node(E + "LayerNorm", layernorm_of(emb.LayerNorm, "embeddings.LayerNorm", d), ("e_sum",), "h_emb",
-                  _wb(emb.LayerNorm, E + "LayerNorm"))]
-    x = "h_emb"
+    b = _Builder(model, "")
+    for n, ids, out_ in (("word", "input_ids", "e_word"), ("token_type", "token_type_ids", "e_type"),
+                         ("position", "position_ids", "e_pos")):
+        b.add(f"embeddings.{n}_embeddings", Embed(getattr(emb, f"{n}_embeddings").padding_idx), (ids,), out_,
+              b.params(f"embeddings.{n}_embeddings", ("weight",)))
+        if n == "token_type":
+            b.add("embeddings.sum_type", Add(), ("e_word", "e_type"), "e_wt")
+    b.add("embeddings.sum_position", Add(), ("e_wt", "e_pos"), "e_sum")
+    x = b.add("embeddings.LayerNorm", layernorm_of(emb.LayerNorm, "embeddings.LayerNorm", cfg.hidden_size),
+              ("e_sum",), "h_emb", b.params("embeddings.LayerNorm"))
     for i, lay in enumerate(model.encoder.layer):
         where = f"encoder.layer.{i}"
         lay_nodes, x, _ = _prefixed(lambda: layer_nodes(lay, where + ".", x, mask), where)
-        nodes += lay_nodes
+        b.nodes += lay_nodes
     last = x
     pooler = model.pooler
     if out not in (None, "pooler_output", "last_hidden_state"):
@@ -184,14 +165,13 @@ def _bert(model, input_ids: torch.Tensor, out: str | None, attention_mask=None, 
     if pooler is not None and out != "last_hidden_state":
         if type(pooler.dense) is not nn.Linear or type(pooler.activation) is not nn.Tanh:
             raise ValueError("pooler with another dense layer or activation than nn.Linear and nn.Tanh is not supported")
-        nodes += [Node("pooler.first_token", Pool(0, 1), (last,), "first"),
-                  Node("pooler.dense", Linear(), ("first",), "pooled", _wb(pooler.dense, "pooler.dense")),
-                  Node("pooler.activation", Activation("tanh"), ("pooled",), "pooler_output")]
-        x = "pooler_output"
+        b.add("pooler.first_token", Pool(0, 1), (last,), "first")
+        b.add("pooler.dense", Linear(), ("first",), "pooled", b.params("pooler.dense"))
+        x = b.add("pooler.activation", Activation("tanh"), ("pooled",), "pooler_output")
     elif out == "pooler_output":
         raise ValueError("output='pooler_output' but the model has no pooler (add_pooling_layer=False)")
     positions = torch.arange(L, device=input_ids.device).expand(B, L)
-    return nodes, x, {"input_ids": input_ids, "token_type_ids": tt, "position_ids": positions}
+    return b.nodes, x, {"input_ids": input_ids, "token_type_ids": tt, "position_ids": positions}
 
 
 _MODELS = (
@@ -240,19 +220,14 @@ def _loss(loss, out: str, target, data: dict) -> Node:
 
 
 def _state(model, inputs, loss, target, output, kw) -> tuple[State, callable]:
-    w = next(model.parameters(), None)
-    if w is None:
-        raise ValueError(f"{type(model).__name__} has no parameters: nothing to differentiate")
+    w = first_parameter(model)
     if inputs.is_floating_point() and (inputs.dtype != w.dtype or inputs.device != w.device):
         raise ValueError(f"inputs must have the dtype and device of the model ({w.dtype}, {w.device})")
     nodes, out, data = model_nodes(model, inputs, output, **kw)
-    params = {n: p.detach() for n, p in model.named_parameters()}
-    if loss == "mse" and target is not None:  # the output in the engine's token layout: (B, 1, K) for (B, K)
-        sq = out in ("logits", "pooler_output")
-        target = target[:, None] if sq and target.dim() == 2 else target
-    prog = Program(nodes + [_loss(loss, out, target, data)], {n: p.shape for n, p in params.items()}, list(params))
-    state = State(prog, params, data)
-    return state, (lambda Z: Z[:, 0] if out in ("logits", "pooler_output") else Z)
+    sq = out in ("logits", "pooler_output")  # the output in the engine's token layout: (B, 1, K) for (B, K)
+    if loss == "mse" and target is not None and sq and target.dim() == 2:
+        target = target[:, None]
+    return program_state(model, nodes, _loss(loss, out, target, data), data), (lambda Z: Z[:, 0] if sq else Z)
 
 
 def model_hessian(model: nn.Module, inputs: torch.Tensor, loss, target: torch.Tensor | None = None, blocks=None,
@@ -262,7 +237,7 @@ def model_hessian(model: nn.Module, inputs: torch.Tensor, loss, target: torch.Te
 
     ``model``: a timm ``VisionTransformer`` (``inputs``: images (B, C, H, W)) or a Hugging Face ``BertModel``
     (``inputs``: input_ids (B, L); ``attention_mask`` (B, L) with 0 at padding and ``token_type_ids`` (B, L) as
-    keywords), exactly these classes, in eval mode or without dropout. ``loss``: ``"cross_entropy"`` with labels
+    keywords), exactly these classes, in eval mode or without dropout. ``loss``: ``"cross_entropy"`` (batch mean) with labels
     ``target`` (B,), ``"mse"`` with ``target`` of the output's shape, or ``(dl_dZ, d2l_dZ2)`` of the stacked output
     rows. ``blocks``, ``chunk``: as :func:`curvature_gap.layer_hessian`. ``output``: BERT's ``"pooler_output"``
     (the default with a pooler) or ``"last_hidden_state"``. Returns a :class:`~.layers.LayerHessian` (``.dense``

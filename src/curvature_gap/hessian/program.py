@@ -45,10 +45,6 @@ class Node:
     out: str
     params: dict = field(default_factory=dict)
 
-    def param_refs(self) -> list[tuple[str, str, slice | None]]:
-        """[(slot, parameter name, rows or None)]."""
-        return [(s, *(r if isinstance(r, tuple) else (r, None))) for s, r in self.params.items()]
-
 
 class Program:
     """Nodes in forward order (the last one the loss), the parameters' shapes (``shapes``, virtual ones included),
@@ -61,7 +57,8 @@ class Program:
         produced = {nd.out for nd in self.nodes}
         self.inputs = sorted({v for nd in self.nodes for v in nd.ins} - produced)
         self.din = [nd.ins[:len(nd.ins) if nd.op.n_in is None else nd.op.n_in] for nd in self.nodes]
-        self.refs = [nd.param_refs() for nd in self.nodes]
+        self.refs = [[(s, *(r if isinstance(r, tuple) else (r, None))) for s, r in nd.params.items()]
+                     for nd in self.nodes]  # per node: [(slot, parameter name, rows or None)]
         self.first: dict[str, int] = {}
         up: dict[str, frozenset] = {v: frozenset() for v in self.inputs}
         self.upstream = []  # per node: the parameters upstream of each differentiable input

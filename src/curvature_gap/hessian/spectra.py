@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..exact.linalg import lanczos
-from . import resolve_method
+from . import _unpack, resolve_method
 from ..params import groups_of
 from ._vit import ViTSecondOrder
 from .hvp import HessianOperator
@@ -53,19 +53,9 @@ class Spectra:
     hvp_calls: int
 
     def table(self) -> list[dict]:
-        rows = [dict(block=b.name, size=b.size, lambda_max=b.lambda_max, lambda_min=b.lambda_min,
-                     spectral_norm=b.spectral_norm, iters=b.iters) for b in self.blocks.values()]
-        if self.overall is not None:
-            o = self.overall
-            rows.append(dict(block="overall", size=o.size, lambda_max=o.lambda_max, lambda_min=o.lambda_min,
-                             spectral_norm=o.spectral_norm, iters=o.iters))
-        return rows
-
-
-def _unpack(data):
-    if hasattr(data, "images") and hasattr(data, "labels"):
-        return data.images, data.labels
-    return data
+        spectra = [*self.blocks.values(), *([self.overall] if self.overall is not None else [])]
+        return [dict(block=b.name, size=b.size, lambda_max=b.lambda_max, lambda_min=b.lambda_min,
+                     spectral_norm=b.spectral_norm, iters=b.iters) for b in spectra]
 
 
 def block_hvp(model: nn.Module, images, labels, group_names: list[str] | None, loss="cross_entropy", dtype=None,
@@ -96,79 +86,71 @@ def top_eigenvalues(model: nn.Module, data, groups: list[str] | None = None, ite
     for n in names:
         if n not in all_groups:
             raise KeyError(f"unknown parameter group {n!r}; groups: {list(all_groups)}")
-    device = images.device
+    calls = [0]  # Hessian-vector products (batched ones count once)
     if resolve_method(model, loss, method) == "vit":
-        return _top_eigenvalues_vit(model, images, labels, names, iters, overall, dtype, seed, micro_batch)
-    full, P = block_hvp(model, images, labels, None, loss, dtype, micro_batch)
-    slices = [all_groups[n].slice for n in names]
-    calls = 0
-
-    def block_matvec(indices: list[int], vs: list[torch.Tensor]) -> list[torch.Tensor]:
-        # one tangent per block, supported on that block; each output restricted to its block
-        nonlocal calls
-        outs = []
-        chunk = vmap_chunk or len(vs)
-        for s in range(0, len(vs), chunk):
-            part = list(zip(indices[s:s + chunk], vs[s:s + chunk]))
-            V = torch.zeros(len(part), P, dtype=torch.float64, device=device)
-            for r, (i, v) in enumerate(part):
-                V[r, slices[i]] = v
-            HV = full(V)
-            calls += 1
-            outs.extend(HV[r, slices[i]] for r, (i, _) in enumerate(part))
-        return outs
-
+        block_matvec, matvec_all, P = _vit_products(model, images, labels, names, dtype, micro_batch, calls)
+    else:
+        block_matvec, matvec_all, P = _generic_products(model, images, labels, names, all_groups, loss, dtype,
+                                                         micro_batch, vmap_chunk, calls)
     results: dict[str, BlockSpectrum] = {}
     if names:
-        ritz = lanczos(block_matvec, [all_groups[n].size for n in names], iters, device, seed)
+        ritz = lanczos(block_matvec, [all_groups[n].size for n in names], iters, images.device, seed)
         for n, r in zip(names, ritz):
             results[n] = BlockSpectrum(n, all_groups[n].size, r[-1].item(), r[0].item(), len(r), r.tolist())
     overall_res = None
     if overall:
-        def matvec_all(indices, vs):
-            nonlocal calls
-            calls += 1
-            return list(full(torch.stack(vs)))
-
-        (r,) = lanczos(matvec_all, [P], iters, device, seed)
+        (r,) = lanczos(matvec_all, [P], iters, images.device, seed)
         overall_res = BlockSpectrum("overall", P, r[-1].item(), r[0].item(), len(r), r.tolist())
-    return Spectra(results, overall_res, calls)
+    return Spectra(results, overall_res, calls[0])
 
 
-def _top_eigenvalues_vit(model, images, labels, names, iters, overall, dtype, seed, sample_chunk) -> Spectra:
+def _generic_products(model, images, labels, names, all_groups, loss, dtype, micro_batch, vmap_chunk, calls):
+    """(block products, whole-Hessian products, P) by :func:`block_hvp`: each block's tangent supported on that
+    block and its output restricted to it, ``vmap_chunk`` blocks per vectorised product."""
+    full, P = block_hvp(model, images, labels, None, loss, dtype, micro_batch)
+    slices = [all_groups[n].slice for n in names]
+
+    def block_matvec(indices: list[int], vs: list[torch.Tensor]) -> list[torch.Tensor]:
+        outs = []
+        chunk = vmap_chunk or len(vs)
+        for s in range(0, len(vs), chunk):
+            part = list(zip(indices[s:s + chunk], vs[s:s + chunk]))
+            V = torch.zeros(len(part), P, dtype=torch.float64, device=images.device)
+            for r, (i, v) in enumerate(part):
+                V[r, slices[i]] = v
+            HV = full(V)
+            calls[0] += 1
+            outs.extend(HV[r, slices[i]] for r, (i, _) in enumerate(part))
+        return outs
+
+    def matvec_all(indices, vs):
+        calls[0] += 1
+        return list(full(torch.stack(vs)))
+
+    return block_matvec, matvec_all, P
+
+
+def _vit_products(model, images, labels, names, dtype, sample_chunk, calls):
+    """(block products, whole-Hessian products, P) by the engine's passes over the ViT's program (a block
+    product stops its backward pass at the block)."""
     so = ViTSecondOrder(model, images, labels, dtype)
-    sizes = {g.name: g.size for g in so.groups}
-    calls = 0
+    all_names = [g.name for g in so.groups]
 
     def block_matvec(indices, vs):
-        nonlocal calls
         out = []
         for i, v in zip(indices, vs):
             n = names[i]
-            calls += 1
+            calls[0] += 1
             out.append(so.columns(so.group_tangent(n, v.to(so.dtype)[None]), [n], sample_chunk)[n][0])
         return out
 
-    results: dict[str, BlockSpectrum] = {}
-    if names:
-        ritz = lanczos(block_matvec, [sizes[n] for n in names], iters, so.device, seed)
-        for n, r in zip(names, ritz):
-            results[n] = BlockSpectrum(n, sizes[n], r[-1].item(), r[0].item(), len(r), r.tolist())
-    overall_res = None
-    if overall:
-        all_names = [g.name for g in so.groups]
-        P = so.groups[-1].stop
+    def matvec_all(indices, vs):
+        calls[0] += 1
+        v = vs[0].to(so.dtype)[None]
+        tan = {}
+        for g in so.groups:
+            tan.update(so.group_tangent(g.name, v[:, g.slice]))
+        res = so.columns(tan, all_names, sample_chunk)
+        return [torch.cat([res[n][0] for n in all_names])]
 
-        def matvec_all(indices, vs):
-            nonlocal calls
-            calls += 1
-            v = vs[0].to(so.dtype)[None]
-            tan = {}
-            for g in so.groups:
-                tan.update(so.group_tangent(g.name, v[:, g.slice]))
-            res = so.columns(tan, all_names, sample_chunk)
-            return [torch.cat([res[n][0] for n in all_names])]
-
-        (r,) = lanczos(matvec_all, [P], iters, so.device, seed)
-        overall_res = BlockSpectrum("overall", P, r[-1].item(), r[0].item(), len(r), r.tolist())
-    return Spectra(results, overall_res, calls)
+    return block_matvec, matvec_all, so.groups[-1].stop

@@ -14,7 +14,7 @@ the paper's ViT and the authors' (:mod:`.._vit`), the layers of PyTorch, timm an
 
 Every op answers one protocol, :class:`Op`, in the layout of :mod:`.layout` (tokens (B, n, k), tangents
 (B, n, c, k)). Each is tested in float64 against reverse-over-reverse autograd and finite differences by one
-harness (:func:`curvature_gap.exact.ops.check_op`, ``tests/hessian/test_hessian_ops.py``).
+harness (:func:`curvature_gap.exact.ops.op_errors`, ``tests/hessian/test_hessian_ops.py``).
 """
 from __future__ import annotations
 

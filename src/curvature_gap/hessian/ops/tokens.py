@@ -79,6 +79,16 @@ class Scale(Op):
         return {"weight": tok_sum(ctx["d_y"] * ctx["x"])}
 
 
+def _shared_rows(dd: torch.Tensor | None, shape, c: int, x: torch.Tensor, per_sample: bool) -> torch.Tensor:
+    """Rows of a parameter of ``shape`` added to tokens of every sample, from ``δẏ`` at those tokens ``dd``
+    (B or 1, n, c, d): ``Σ_B δẏ`` (c, *shape), or per sample (B, c, *shape); zero where ``dd`` is None."""
+    if dd is None:
+        return zeros_rows(shape, c, x, per_sample)
+    if per_sample:
+        return full(dd, x.shape[0]).transpose(1, 2).reshape(-1, c, *shape)
+    return dd.sum(0).transpose(0, 1).reshape(c, *shape)
+
+
 class AddParam(Op):
     """``y = x + P``, P (slot ``value``) of shape (n, d) or (1, n, d), the same for every sample."""
 
@@ -103,12 +113,7 @@ class AddParam(Op):
         return [dd_y]
 
     def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False):
-        shape = p["value"].shape
-        if dd_y is None:
-            return {"value": zeros_rows(shape, c, ctx["x"], per_sample)}
-        if per_sample:  # (B, c, n, d)
-            return {"value": full(dd_y, ctx["x"].shape[0]).transpose(1, 2).reshape(-1, c, *shape)}
-        return {"value": dd_y.sum(0).transpose(0, 1).reshape(c, *shape)}
+        return {"value": _shared_rows(dd_y, p["value"].shape, c, ctx["x"], per_sample)}
 
     def grads(self, ctx, p, slots):
         return {"value": ctx["d_y"].sum(0).reshape(p["value"].shape)}
@@ -146,13 +151,8 @@ class Prepend(Op):
         return [None if dd_y is None else dd_y[:, self._k(p):]]
 
     def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False):
-        shape, k = p["value"].shape, self._k(p)
-        if dd_y is None:
-            return {"value": zeros_rows(shape, c, ctx["x"], per_sample)}
-        head = dd_y[:, :k]  # (B, k, c, d)
-        if per_sample:
-            return {"value": head.transpose(1, 2).reshape(-1, c, *shape)}
-        return {"value": head.sum(0).transpose(0, 1).reshape(c, *shape)}
+        head = None if dd_y is None else dd_y[:, :self._k(p)]  # (B, k, c, d)
+        return {"value": _shared_rows(head, p["value"].shape, c, ctx["x"], per_sample)}
 
     def grads(self, ctx, p, slots):
         return {"value": ctx["d_y"][:, :self._k(p)].sum(0, keepdim=True)}
