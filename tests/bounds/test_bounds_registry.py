@@ -40,7 +40,7 @@ def test_registry_is_consistent():
     for cid in ck.CHECKS:
         if cid.endswith(".no_loss_factor"):
             assert cid.removesuffix(".no_loss_factor") in ck.CHECKS
-    assert ck.needs_tensors("thm6.xi12") and not ck.needs_tensors("thm6.GQ")
+    assert ck.BOUNDS["thm6.xi12"].tensors and not ck.BOUNDS["thm6.GQ"].tensors
     # the views are read from the declarations: the same bounds, in declaration order
     assert list(ck.CHECKS) == list(ck.BOUNDS) and ck.CHECKS["sa.A"] == ck.BOUNDS["sa.A"].meta
     assert set(INEQUALITIES) == {f"bounds.{c}" for c, b in ck.BOUNDS.items() if b.title}
@@ -126,11 +126,12 @@ def test_bounds_that_should_hold_hold_on_random_instances(seed):
 def test_evaluate_returns_only_the_parts_asked_for():
     inst = random_instance(L=3, d_V=2, d_ff=4, seed=3)
     sa = ck.evaluate(inst, parts=("sa",))
-    assert sa and {ck.part_of(r["check"]) for r in sa} == {"sa"}
+    assert sa and {ck.BOUNDS[r["check"]].part for r in sa} == {"sa"}
     ln = ck.evaluate(inst, parts=("ln",), ln_input="X")
     assert {r["check"].split(".")[0] for r in ln} == {"lemma4"} and {r["sub"] for r in ln} == {"X"}
     light = ck.evaluate(inst, parts=("block",), tensors=False, hessian=False)
-    assert not any(ck.needs_tensors(r["check"]) for r in light) and "thm6.full.explicit" not in {r["check"] for r in light}
+    assert not any(ck.BOUNDS[r["check"]].tensors for r in light) \
+        and "thm6.full.explicit" not in {r["check"] for r in light}
 
 
 def test_balance_rescaling_breaks_theorem1():

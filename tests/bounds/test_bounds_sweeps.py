@@ -141,3 +141,22 @@ def test_write_csv_keeps_full_precision(tmp_path):
     assert float(back["ratio"]) == rows[0]["ratio"] and "extra" not in back
     assert list(back) == sw.CSV_FIELDS and math.isfinite(float(back["bound"]))
     assert np.isclose(float(back["exact"]), 2 / 7, rtol=0, atol=0)
+
+
+def test_an_exact_minimiser_replays_as_one_on_a_cpu_that_rounds_F_otherwise():
+    """A minimiser's stored Target is F as the writing CPU rounded it; another CPU (AMD against Intel, other BLAS
+    kernels) rounds F in other last bits, so F − Target is rounding noise, rank(F − Target) turns full and the
+    proof's bound (√rank) jumps from 0.0179 to 6131. Such a file records ``tied``, and its replay refits Target."""
+    ce = json.loads((CE_DIR / "thm1.proof.QK.worst.json").read_text())
+    assert ce["tied"] == "attention" and ce["loss"] == 0.0
+    other = json.loads(json.dumps(ce))  # the same file, as another CPU's F would leave it: Target one ulp away
+    tgt = torch.tensor(other["instance"]["Target"], dtype=torch.float64)
+    other["instance"]["Target"] = torch.nextafter(tgt, torch.full_like(tgt, math.inf)).tolist()
+    assert sw.replay(other)["ratio"] == pytest.approx(ce["ratio"], rel=1e-9)
+    untied = {k: v for k, v in other.items() if k != "tied"}
+    assert sw.replay(untied)["ratio"] > 1, "without the refit, rounding noise in F − Target passes for a residual"
+    inst = random_instance(L=4, d_V=3, d_ff=6, seed=2, target="fit", target_output="attention")
+    assert sw.counterexample_json({"check": "thm1.proof.QK", "sub": "QK", "bound": 1.0, "exact": 2.0,
+                                   "ratio": 0.5}, inst)["tied"] == "attention"
+    assert "tied" not in sw.counterexample_json({"check": "thm1.proof.QK", "sub": "QK", "bound": 1.0, "exact": 2.0,
+                                                 "ratio": 0.5}, random_instance(L=4, d_V=3, d_ff=6, seed=2))

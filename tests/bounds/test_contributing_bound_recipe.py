@@ -52,7 +52,8 @@ def test_every_registry_and_page_reads_the_toy_bound(toy):
     (b,) = toy.TOY
     assert registry.CHECKS[TOY] == dict(part="sa", ref=b.ref, what=b.what, result="thm1", role="repair", claim=None,
                                         expect="holds", errata=[])
-    assert TOY not in registry.known_failures() and registry.part_of(TOY) == "sa" and not registry.needs_tensors(TOY)
+    assert TOY not in registry.known_failures()
+    assert registry.BOUNDS[TOY].part == "sa" and not registry.BOUNDS[TOY].tensors
     # the errata page's title and TeX, and the step's title in the evidence of a finding
     assert INEQUALITIES[f"bounds.{TOY}"] == shown(f"bounds.{TOY}") == (b.title, b.tex)
     assert step_title(f"bounds.{TOY}") == "the norm of Z₁ at any attention"

@@ -16,20 +16,12 @@ Theorem 1 (single self-attention layer, ``‖H_i(w*)‖_2 ≤ M``):
   become 2, 2, 2, 2, 2, the factors ``√min(L,d_V)`` become ``√rank(F − Target)`` and two
   ``√d_K`` become ``√(d_V d_K)``.
 * :func:`theorem1_terms` — the per-term inequalities derived in the proof (``‖H_o(i,j)‖`` and
-  ``‖H_f(i,j)‖`` separately), for locating which step fails.
+  ``‖H_f(i,j)‖`` separately), for locating which step fails; :func:`sa_lemmas` — the proof's intermediate
+  inequalities, and two of the companion's own (``‖∂A/∂T‖ ≤ 1/2``, ``‖A‖ ≤ √L``).
 
-Intermediate lemmas of the Theorem 1 proof (:func:`sa_lemmas`): ``‖∂A/∂T‖ ≤ 1/L`` (uniform
-attention, Noci et al. Lemma A.3), ``‖Z_1‖ ≤ nX³/L``, ``‖A‖ ≤ L``, ``‖M_1‖ ≤ L nX``,
-``‖R_m‖ ≤ √rank(F−T)(L nX nV + nT)``, ``‖S‖ ≤ √d_V``, ``‖∂²A/∂T²‖ ≤ 6``, ``‖Z_2‖ ≤ 6 nX⁵``,
-``‖H_o(V,V)‖ ≤ 2L/d_V nX²``; and two of the companion's own (``‖diag(a) − aaᵀ‖ ≤ 1/2`` by Gershgorin; a row-stochastic ``A`` has ``‖A‖ ≤ √L``):
-``‖∂A/∂T‖ ≤ 1/2`` (general softmax rows) and ``‖A‖ ≤ √L`` (row-stochastic).
-
-Lemma 4 (:func:`lemma4`) for a LayerNorm input ``X ∈ R^{m×n}``:
-``‖J_LN‖ ≤ 1/σ_min + nX²/(√n σ_min³)``,
-``‖H_LN‖ ≤ nX/σ_min³ (1 + √(m/n)) + nX²/(√n σ_min³) + 3 nX³/(n σ_min⁵)``, with the proof's
-intermediate ``‖∂P/∂X‖ ≤ nX/(√n σ_min³)`` and ``‖∂²P/∂X²‖ ≤ nX/(√n σ_min³) + 3 nX²/(n σ_min⁵)``.
-The lemma *defines* ``σ_min = min_i ‖M_i‖_2`` (smallest row norm of the centred input, reading
-``"stated"``); its proof uses ``‖P‖ = 1/σ_min`` with ``P = diag^{-1}(σ)``, ``σ_i = ‖m_i‖/√n``,
+Lemma 4 (:func:`lemma4`) for a LayerNorm input ``X ∈ R^{m×n}``, with the proof's intermediate bounds on
+``∂P/∂X`` and ``∂²P/∂X²``. The lemma *defines* ``σ_min = min_i ‖M_i‖_2`` (smallest row norm of the centred
+input, reading ``"stated"``); its proof uses ``‖P‖ = 1/σ_min`` with ``P = diag^{-1}(σ)``, ``σ_i = ‖m_i‖/√n``,
 i.e. ``σ_min = min_i σ_i`` (reading ``"std"``).  Both are evaluated.
 
 Proposition (:func:`proposition`): ``‖Y‖ ≤ √(L d_V)``, ``‖FFN(Y)‖ ≤ √min(L,d_ff) ‖Y‖ n1 n2``,
@@ -38,15 +30,10 @@ Proposition (:func:`proposition`): ``‖Y‖ ≤ √(L d_V)``, ``‖FFN(Y)‖ �
 Theorem 6 (:func:`theorem6_block`, :func:`theorem6_full`, :func:`theorem6_explicit`):
 per block ``‖H_tr^{(i,j)}‖ ≤ ‖J_Z‖ ‖ξ_ij‖ + ‖B_i‖ ‖H_Z‖ ‖B_j‖`` and
 ``‖H‖ ≤ M_tr = 5 max_ij (2/(L d_V) ‖∂Z/∂W_i‖ ‖∂Z/∂W_j‖ + ‖R^tr‖ ‖H_tr^{(i,j)}‖)``, with the
-ingredients either exact (measured) or replaced by the App. C.6 estimates (``"explicit"``):
-``‖B_1‖ ≤ n2 ‖Y‖``, ``‖B_2‖ = ‖σ(Y W_1)‖``, ``‖B_k‖ ≤ ‖J_SY‖ ‖J_Y‖ ‖G_k‖``, ``‖J_SY‖ ≤ n2 n1 + 1``,
-``‖G_V‖ ≤ L nX``, ``‖G_Q‖ ≤ nV nK nX³/(L√d_K)``, ``‖G_K‖ ≤ nV nQ nX³/(L√d_K)``,
-``‖Φ_QQ‖ ≤ 12/(L d_V d_K) nV nK² nX⁵``, ``‖Φ_VQ‖ ≤ 2/(L²√(d_V d_K)) nK nX³``,
-``‖Φ_QK‖ ≤ 12/(L d_V d_K) nV nK nQ nX⁵ + 2/(L²√(d_V d_K)) nV nX³`` (``KK``, ``VK``, ``KQ``, ``QV``,
-``KV`` "by symmetry", i.e. with ``Q ↔ K`` exchanged), ``ξ_11 = ξ_22 = 0``, ``‖ξ_12‖ ≤ √d_V ‖Y‖``,
-``‖ξ_21‖ ≤ √d_ff n2``, ``‖ξ_1k‖ ≤ √d_ff n2 ‖J_Y‖ ‖G_k‖``, ``‖ξ_2k‖ ≤ √d_V n1 ‖J_Y‖ ‖G_k‖``,
-``‖ξ_kl‖ ≤ ‖J_SY‖ (‖G_k‖ ‖H_Y‖ ‖G_l‖ + ‖J_Y‖ ‖Φ_kl‖)``, ``‖Y‖`` and ``‖S‖`` from the Proposition,
-``‖J‖, ‖H‖`` of both LayerNorms from Lemma 4 (reading ``"stated"``), ``‖∂Z/∂W_i‖ ≤ ‖J_Z‖ ‖B_i‖``
+ingredients either exact (measured) or replaced by the App. C.6 estimates (``"explicit"``:
+:func:`jacobian_bounds`, :func:`phi_bounds` and the ξ, B estimates in :func:`theorem6_explicit`; ``Φ_KK``,
+``Φ_VK``, ``Φ_KQ``, ``Φ_QV``, ``Φ_KV`` "by symmetry", i.e. with ``Q ↔ K`` exchanged), ``‖Y‖`` and ``‖S‖`` from the
+Proposition, ``‖J‖, ‖H‖`` of both LayerNorms from Lemma 4 (reading ``"stated"``), ``‖∂Z/∂W_i‖ ≤ ‖J_Z‖ ‖B_i‖``
 (Theorem 4) and ``‖R^tr‖ = ‖Z − Target‖_F`` measured.  Pairs the paper does not instantiate
 (``(k,1)``, ``(k,2)``) take the bound of ``(1,k)``, ``(2,k)`` by the paper's symmetry statement.
 """
@@ -104,31 +91,29 @@ def theorem1(nX, nQ, nK, nV, nT, L, d_V, d_K, rank=None, variant="printed") -> d
 
     every other constant as printed; ``M = 3 max`` over the six rows.
     """
-    r = _resid(nX, nV, nT, L)
-    VV = 2 * L / d_V * nX ** 2
-    if variant == "repaired":
-        s = math.sqrt(min(L, d_V))
-        qq = lambda a: 2 / (L * d_V * d_K) * a ** 2 * nV ** 2 * nX ** 6 + 12 / (d_V * d_K) * s * r * nV * a ** 2 * nX ** 5  # noqa: E731
-        vq = lambda a: 2 / (d_V * math.sqrt(d_K)) * nV * a * nX ** 4 + 2 * s / (L * math.sqrt(d_K)) * r * a * nX ** 3  # noqa: E731
-        QK = (2 / (L * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6
-              + 4 * s * r / (L * d_V * math.sqrt(d_K)) * nV * (3 * L * nK * nQ * nX ** 5 + d_V / 2 * nX ** 3))
-        rows = {"VV": VV, "QQ": qq(nK), "KK": qq(nQ), "VQ": vq(nK), "VK": vq(nQ), "QK": QK}
-        return {"M": 3 * largest(rows.values()), **rows}
-    if variant == "printed":
-        s = math.sqrt(min(L, d_V))
-        QQ = 8 / (L ** 3 * d_V * d_K) * nK ** 2 * nV ** 2 * nX ** 6 + 12 / (d_V * d_K) * s * r * nV * nK ** 2 * nX ** 5
-        VQ = 4 / (L * d_V * math.sqrt(d_K)) * nV * nK * nX ** 4 + 4 * s / (L ** 2 * math.sqrt(d_K)) * r * nK * nX ** 3
-        QK = (8 / (L ** 3 * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6
-              + 4 * s * r / (L * d_V * math.sqrt(d_K)) * nV * (3 * L * nK * nQ * nX ** 5 + d_V / L * nX ** 3))
-    elif variant == "proof":
-        s = root(min(L, d_V) if rank is None else rank)
-        QQ = 2 / (L ** 3 * d_V * d_K) * nK ** 2 * nV ** 2 * nX ** 6 + 12 / (d_V * d_K) * s * r * nV * nK ** 2 * nX ** 5
-        VQ = 2 / (L * d_V * math.sqrt(d_K)) * nV * nK * nX ** 4 + 2 * s / (L ** 2 * math.sqrt(d_V * d_K)) * r * nK * nX ** 3
-        QK = (2 / (L ** 3 * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6
-              + 2 * s * r / (L * d_V * math.sqrt(d_V * d_K)) * nV * (3 * L * nK * nQ * nX ** 5 + d_V / L * nX ** 3))
-    else:
+    if variant not in ("printed", "proof", "repaired"):
         raise ValueError(f"unknown Theorem 1 variant {variant!r}; choose printed, proof or repaired")
-    rows = {"VV": VV, "QQ": QQ, "VQ": VQ, "QK": QK}
+    r = _resid(nX, nV, nT, L)
+    s = root(rank) if variant == "proof" and rank is not None else math.sqrt(min(L, d_V))
+    sk = math.sqrt(d_V * d_K) if variant == "proof" else math.sqrt(d_K)
+    # each variant's constants (c1: QQ, QK; c2: VQ; c3: QK) and powers of L (Lq: QQ, QK; Lv1, Lv2: VQ; Lk: QK's d_V/Lk):
+    # the proof's 2 in place of the printed 8, 4, 4, 8, 4; the repaired's 1/2 in place of a 1/L of ‖∂A/∂T‖ in each
+    c1, Lq, c2, Lv1, Lv2, c3, Lk = {"printed": (8, L ** 3, 4, L, L ** 2, 4, L),
+                                    "proof": (2, L ** 3, 2, L, L ** 2, 2, L),
+                                    "repaired": (2, L, 2, 1, L, 4, 2)}[variant]
+
+    def qq(a):
+        return c1 / (Lq * d_V * d_K) * a ** 2 * nV ** 2 * nX ** 6 + 12 / (d_V * d_K) * s * r * nV * a ** 2 * nX ** 5
+
+    def vq(a):
+        return c2 / (Lv1 * d_V * math.sqrt(d_K)) * nV * a * nX ** 4 + c2 * s / (Lv2 * sk) * r * a * nX ** 3
+
+    QK = (c1 / (Lq * d_V * d_K) * nK * nQ * nV ** 2 * nX ** 6
+          + c3 * s * r / (L * d_V * sk) * nV * (3 * L * nK * nQ * nX ** 5 + d_V / Lk * nX ** 3))
+    if variant == "repaired":  # the rows KK and VK added by the symmetry Q ↔ K
+        rows = {"VV": 2 * L / d_V * nX ** 2, "QQ": qq(nK), "KK": qq(nQ), "VQ": vq(nK), "VK": vq(nQ), "QK": QK}
+    else:
+        rows = {"VV": 2 * L / d_V * nX ** 2, "QQ": qq(nK), "VQ": vq(nK), "QK": QK}
     return {"M": 3 * largest(rows.values()), **rows}
 
 
@@ -190,7 +175,8 @@ def theorem1_terms(nX, nQ, nK, nV, nT, L, d_V, d_K, rank) -> dict:
 
 
 def sa_lemmas(nX, nV, nT, L, d_V, rank) -> dict:
-    """Right-hand sides of the Theorem 1 proof's intermediate inequalities (see module doc)."""
+    """Right-hand sides of the Theorem 1 proof's intermediate inequalities; ``dA_dT_general`` (Gershgorin on
+    ``diag(a) − aaᵀ``) and ``A_sqrtL`` (row-stochastic ``A``) are the companion's own."""
     return {
         "dA_dT": 1 / L,
         "dA_dT_general": 0.5,
@@ -278,8 +264,7 @@ def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: flo
     lZ = lemma4(prop["S"], lnS_sigma, L, d_V)
     b = {"J_Y": lY["J"], "H_Y": lY["H"], "J_Z": lZ["J"], "H_Z": lZ["H"], "J_SY": n2 * n1 + 1,
          **jacobian_bounds(nX, nQ, nK, nV, L, d_K), "R": R}
-    for k, v in phi_bounds(nX, nQ, nK, nV, L, d_V, d_K).items():
-        b[f"Phi_{k}"] = v
+    b.update({f"Phi_{k}": v for k, v in phi_bounds(nX, nQ, nK, nV, L, d_V, d_K).items()})
     b["B_1"], b["B_2"] = n2 * nY, nrelu
     for k in ATT:
         b[f"B_{k}"] = b["J_SY"] * b["J_Y"] * b[f"G_{k}"]
@@ -295,8 +280,6 @@ def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: flo
         b[f"Htr_{i}{j}"] = theorem6_block(b, i, j)
     for i in BLOCK_ORDER:
         b[f"dZ_{i}"] = b["J_Z"] * b[f"B_{i}"]
-    M, _ = theorem6_full(b, L, d_V, out_curv)
-    b["M_tr"] = M
-    for i, j in PAIRS:
-        b[f"pair_{i}{j}"] = b[f"Htr_{i}{j}"]
+    b["M_tr"], _ = theorem6_full(b, L, d_V, out_curv)
+    b.update({f"pair_{i}{j}": b[f"Htr_{i}{j}"] for i, j in PAIRS})
     return b

@@ -1,18 +1,12 @@
 """Theorem 1 for h heads with an output projection: exact quantities and instances.
 
-The layer of :func:`.formulas.theorem1_multihead`, bias-free multi-head attention as
-``torch.nn.MultiheadAttention(d, h, bias=False)`` computes it, written in the theory's orientation:
-
-    F = [A_1 X W_V^1, …, A_h X W_V^h] W_O,   A_c = softmax_rows(X W_Q^c W_K^cᵀ Xᵀ / √d_h),   d_h = d/h,
-
-``W_Q, W_K, W_V, W_O ∈ R^{d×d}`` (head c: columns ``c d_h … (c+1) d_h − 1`` of W_Q, W_K, W_V, the same rows
-of W_O), loss ``l = ‖F − Target‖_F² / (L d)``. The exact left-hand side is the spectral norm of the
-Hessian of l w.r.t. ``(W_Q, W_K, W_V, W_O)`` (each ``vec_r``), from ``torch.func.hessian`` of
-:func:`forward` in float64; :func:`pytorch_hessian` is the same Hessian by reverse-over-reverse autograd
-of PyTorch's own module (MATH attention backend), the reference the exact quantity is checked against.
-
-The bound, its blocks and the softmax lemma behind its second-order rows are searched by the one worst-case search
-of every bound (:mod:`.search`), over every entry of the instance (X, the four weights, Target).
+The layer of :func:`.formulas.theorem1_multihead` is bias-free multi-head attention as
+``torch.nn.MultiheadAttention(d, h, bias=False)`` computes it, in the theory's orientation (head c: columns
+``c d_h … (c+1) d_h − 1`` of W_Q, W_K, W_V, the same rows of W_O). The exact left-hand side is the spectral norm of
+the Hessian of ``l = ‖F − Target‖_F² / (L d)`` w.r.t. ``(W_Q, W_K, W_V, W_O)`` (each ``vec_r``), from
+``torch.func.hessian`` of :func:`forward` in float64; :func:`pytorch_hessian` is the same Hessian by
+reverse-over-reverse autograd of PyTorch's own module (MATH attention backend), the reference it is checked against.
+The bound, its blocks and the softmax lemma are searched by :mod:`.search`.
 """
 from __future__ import annotations
 
@@ -25,8 +19,8 @@ from torch.func import hessian
 from ..exact import linalg as la
 from . import formulas
 
-__all__ = ["MHInstance", "forward", "loss", "instance", "exact", "evaluate", "pytorch_hessian", "to_pytorch_index",
-           "softmax_d2_ratio", "softmax_d2", "BLOCKS"]
+__all__ = ["MHInstance", "forward", "loss", "instance", "exact", "bound", "evaluate", "pytorch_hessian",
+           "to_pytorch_index", "softmax_d2_ratio", "softmax_d2", "BLOCKS"]
 
 BLOCKS = ("Q", "K", "V", "O")
 
@@ -84,7 +78,10 @@ def instance(L: int, d: int, h: int, seed: int) -> MHInstance:
     return MHInstance(X, WQ, WK, WV, WO, T, h, dict(L=L, d=d, h=h, seed=seed, source="random"))
 
 
-def _hessian(X, WQ, WK, WV, WO, T, h, mask=None) -> torch.Tensor:
+def exact(X, WQ, WK, WV, WO, T, h, mask=None) -> dict:
+    """The exact quantities (differentiable in every input): ``H`` (4d², 4d²), ``norm_H = ‖H‖_2``, the block
+    norms ``H_ij = ‖H(W_i, W_j)‖_2`` for the pairs of :data:`.formulas.MH_PAIRS`, and the norms the bound
+    reads (spectral norms of X, the weights and Target)."""
     d = X.shape[1]
     n = d * d
 
@@ -92,16 +89,7 @@ def _hessian(X, WQ, WK, WV, WO, T, h, mask=None) -> torch.Tensor:
         a, b, c, o = (v[i * n:(i + 1) * n].reshape(d, d) for i in range(4))
         return loss(X, a, b, c, o, T, h, mask)
 
-    return hessian(f)(torch.cat([W.reshape(-1) for W in (WQ, WK, WV, WO)]))
-
-
-def exact(X, WQ, WK, WV, WO, T, h, mask=None) -> dict:
-    """The exact quantities (differentiable in every input): ``H`` (4d², 4d²), ``norm_H = ‖H‖_2``, the block
-    norms ``H_ij = ‖H(W_i, W_j)‖_2`` for the pairs of :data:`.formulas.MH_PAIRS`, and the norms the bound
-    reads (spectral norms of X, the weights and Target)."""
-    d = X.shape[1]
-    n = d * d
-    H = _hessian(X, WQ, WK, WV, WO, T, h, mask)
+    H = hessian(f)(torch.cat([W.reshape(-1) for W in (WQ, WK, WV, WO)]))
     q = {"H": H, "norm_H": la.sym_abs_max(H)}
     for ij in formulas.MH_PAIRS:
         a, b = BLOCKS.index(ij[0]), BLOCKS.index(ij[1])
@@ -111,9 +99,9 @@ def exact(X, WQ, WK, WV, WO, T, h, mask=None) -> dict:
     return q
 
 
-def _bound(q: dict, L: int, d: int, h: int) -> dict:
-    f = lambda k: q[f"norm_{k}"]  # noqa: E731
-    return formulas.theorem1_multihead(f("X"), f("Q"), f("K"), f("V"), f("O"), f("T"), L, d, h)
+def bound(q: dict, L: int, d: int, h: int) -> dict:
+    """:func:`.formulas.theorem1_multihead` at the norms of :func:`exact`'s ``q``."""
+    return formulas.theorem1_multihead(*(q[f"norm_{k}"] for k in ("X", "Q", "K", "V", "O", "T")), L, d, h)
 
 
 def evaluate(inst: MHInstance, mask=None) -> list[dict]:
@@ -121,7 +109,7 @@ def evaluate(inst: MHInstance, mask=None) -> list[dict]:
     M) and ``mh.blocks`` (each block against its row; sub = the pair), float64, no gradient."""
     with torch.no_grad():
         q = exact(*inst.tensors(), inst.h, mask)
-    b = _bound(q, inst.L, inst.d, inst.h)
+    b = bound(q, inst.L, inst.d, inst.h)
     recs = [dict(check="mh", sub="", bound=float(b["M"]), exact=float(q["norm_H"]))]
     recs += [dict(check="mh.blocks", sub=ij, bound=float(b[ij]), exact=float(q[f"H_{ij}"])) for ij in formulas.MH_PAIRS]
     for r in recs:

@@ -39,7 +39,7 @@ from ..theory.attention import S_shuffle, Z1, Z2_norm, dA_dT_norm, d2A_dT2_norm
 
 __all__ = [
     "sa_exact", "block_exact", "layernorm_exact", "layernorm_quantities", "layernorm_inputs", "LN_PARTS",
-    "sa_jacobians", "hessian_split", "block_Z", "block_S", "SA_ORDER", "BLOCK_ORDER", "sa_quantities",
+    "sa_jacobians", "block_Z", "block_S", "SA_ORDER", "BLOCK_ORDER", "sa_quantities",
     "block_quantities", "group_of",
 ]
 
@@ -106,18 +106,6 @@ def sa_jacobians(X, W_Q, W_K, W_V) -> dict:
     return {p: j.reshape(L * d, -1) for p, j in zip(SA_ORDER, J)}
 
 
-def hessian_split(H: torch.Tensor, G: dict, norm: Callable) -> dict:
-    """``H_{pq}, Ho_{pq}, Hf_{pq}``: ``norm`` of each block of the single layer's loss Hessian ``H``
-    (order Q, K, V), of its outer-product part ``H_o = (2/(L d_V)) G_pᵀ G_q`` and of the functional
-    rest ``H_f = H − H_o`` (``G`` from :func:`sa_jacobians`)."""
-    Ld = next(iter(G.values())).shape[0]
-    out = {}
-    for (p, q), B in split_blocks(H, SA_ORDER, [G[k].shape[1] for k in SA_ORDER]).items():
-        Ho = 2.0 / Ld * G[p].T @ G[q]
-        out[f"H_{p}{q}"], out[f"Ho_{p}{q}"], out[f"Hf_{p}{q}"] = norm(B), norm(Ho), norm(B - Ho)
-    return out
-
-
 def sa_exact(inst: Instance, hessian: bool = True) -> dict:
     """Exact quantities of the single self-attention layer at ``inst`` (see module doc)."""
     X, WQ, WK, WV, T = inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.Target
@@ -130,17 +118,18 @@ def sa_exact(inst: Instance, hessian: bool = True) -> dict:
         "rank_FT": int(torch.linalg.matrix_rank(F - T)), "L": L, "d_V": d, "d_K": inst.d_K,
         "A": la.spectral_norm(A), "M1": la.spectral_norm(A @ X), "R": float((F - T).norm()),
         "dA_dT": float(dA_dT_norm(A)), "d2A_dT2": float(d2A_dT2_norm(A)),
-        "Z1": la.spectral_norm(Z1(X, A)), "Z2": float(Z2_norm(X, A)),
-        "S": la.spectral_norm(S_shuffle(d)),
-        "attn_max": float(A.max(dim=1).values.mean()), "attn_uniform_dev": float((A - 1.0 / L).abs().max()),
+        "Z1": la.spectral_norm(Z1(X, A)), "Z2": float(Z2_norm(X, A)), "S": la.spectral_norm(S_shuffle(d)),
+        "attn_uniform_dev": float((A - 1.0 / L).abs().max()),
     }
     if not hessian:
         return out
     f, x, _ = flat_loss(inst, SA_ORDER, "sa")
     H = dense_hessian(f, x)
     out["H"] = la.sym_spectral_norm(H)
-    out["H_dense"] = H
-    out.update(hessian_split(H, sa_jacobians(X, WQ, WK, WV), la.spectral_norm))
+    G = sa_jacobians(X, WQ, WK, WV)
+    for (p, r), B in split_blocks(H, SA_ORDER, [G[k].shape[1] for k in SA_ORDER]).items():
+        Ho = 2.0 / (L * d) * G[p].T @ G[r]  # the outer-product part H_o; the functional part H_f = H − H_o
+        out[f"H_{p}{r}"], out[f"Ho_{p}{r}"], out[f"Hf_{p}{r}"] = (la.spectral_norm(M) for M in (B, Ho, B - Ho))
     return out
 
 
@@ -184,45 +173,49 @@ def _pair_norms(name: str, fn: Callable, args: list, order, dense_limit: float) 
     return res
 
 
+def _block_norms(args: list, fw: dict, norm: Callable) -> dict:
+    """The shape and ``norm`` of X, the weights, Y, S, FFN(Y) and ReLU(Y W_1) (``fw``: the forward pass)."""
+    X, W_Q, W_K, W_V, W_1, W_2 = args
+    relu = torch.relu(fw["Y"] @ W_1)
+    return {"L": X.shape[0], "d_V": X.shape[1], "d_K": W_Q.shape[1], "d_ff": W_1.shape[1], "norm_X": norm(X),
+            "norm_Q": norm(W_Q), "norm_K": norm(W_K), "norm_V": norm(W_V), "norm_1": norm(W_1), "norm_2": norm(W_2),
+            "norm_Y": norm(fw["Y"]), "norm_S": norm(fw["S"]), "norm_FFN": norm(relu @ W_2), "norm_relu": norm(relu)}
+
+
+def _jacobian_norms(args: list, Y: torch.Tensor, wants: Callable[[str], bool], norm: Callable) -> dict:
+    """``norm`` of the block's first derivatives in the groups ``wants``: ``J_SY``, ``G_k`` (k ∈ Q, K, V), ``B_i``
+    and ``dZ_i`` (i ∈ 1, 2, K, Q, V); ``args`` = (X, W_Q, W_K, W_V, W_1, W_2), each Jacobian (L d_V, n_i)."""
+    L, d = args[0].shape
+    out = {}
+    if wants("JSY"):
+        out["J_SY"] = norm(jacrev(ffn_residual)(Y, args[4], args[5]).reshape(L * d, L * d))
+    if wants("G"):
+        for k in ("Q", "K", "V"):
+            out[f"G_{k}"] = norm(jacrev(sa_forward, argnums=_BLK_IDX[k])(*args[:4]).reshape(L * d, -1))
+    for i in BLOCK_ORDER:
+        for g, fn in (("B", block_S), ("dZ", block_Z)):
+            if wants(g):
+                out[f"{g}_{i}"] = norm(jacrev(fn, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
+    return out
+
+
 def block_exact(inst: Instance, hessian: bool = True, tensors: bool = True,
                 dense_limit: float = la.DENSE_LIMIT, dense_hessian_limit: float = 5e6, need=None) -> dict:
     """Exact quantities of the transformer block at ``inst`` (see module doc); ``need``: only the quantity groups
-    named (:func:`group_of`, besides those always computed), for one bound's evaluation; None: every group.
-
-    Keys: ``J_Y, H_Y, J_Z, H_Z, J_SY``, ``G_{k}`` (k ∈ Q,K,V), ``B_{i}``, ``dZ_{i}`` (i ∈ 1,2,K,Q,V),
-    ``xi_{i}{j}``, ``Htr_{i}{j}``, ``Phi_{k}{l}``, ``H`` (the loss Hessian's spectral norm: dense
-    ``eigvalsh`` when ``P · L · d_V ≤ dense_hessian_limit``, else Lanczos on HVPs), norms of ``X, Y, S, FFN(Y), ReLU(Y W_1), Z − Target`` and of the weights, and the LN
-    inputs' Lemma-4 data under ``ln_U`` and ``ln_S``.
-    """
-    X = inst.X
-    L, d = X.shape
-    args = [X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2]
+    named (:func:`group_of`; None: every group). Besides the derivative norms, ``H`` is the loss Hessian's spectral
+    norm (dense ``eigvalsh`` when ``P · L · d_V ≤ dense_hessian_limit``, else Lanczos on HVPs), ``ln_U`` and
+    ``ln_S`` the LayerNorm inputs' Lemma-4 data."""
+    L, d = inst.X.shape
+    args = [inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2]
     fw = block_forward(*args)
     Y, S, Z, U = fw["Y"], fw["S"], fw["Z"], fw["U"]
-    relu = torch.relu(Y @ inst.W_1)
-    out = {
-        "L": L, "d_V": d, "d_K": inst.d_K, "d_ff": inst.d_ff,
-        "norm_X": la.spectral_norm(X), "norm_Q": la.spectral_norm(inst.W_Q),
-        "norm_K": la.spectral_norm(inst.W_K), "norm_V": la.spectral_norm(inst.W_V),
-        "norm_1": la.spectral_norm(inst.W_1), "norm_2": la.spectral_norm(inst.W_2),
-        "norm_Y": la.spectral_norm(Y), "norm_S": la.spectral_norm(S),
-        "norm_FFN": la.spectral_norm(relu @ inst.W_2), "norm_relu": la.spectral_norm(relu),
-        "R": float((Z - inst.Target).norm()), "attn_max": float(fw["A"].max(dim=1).values.mean()),
-    }
+    out = _block_norms(args, fw, la.spectral_norm)
+    out["R"] = float((Z - inst.Target).norm())
     wants = (lambda g: True) if need is None else (lambda g: g in need)
     if wants("ln"):
         lnU, lnS = layernorm_exact(U), layernorm_exact(S)
         out.update(ln_U=lnU, ln_S=lnS, J_Y=lnU["J"], H_Y=lnU["H"], J_Z=lnS["J"], H_Z=lnS["H"])
-    if wants("JSY"):
-        out["J_SY"] = la.spectral_norm(jacrev(ffn_residual)(Y, inst.W_1, inst.W_2).reshape(L * d, L * d))
-    if wants("G"):
-        for k in ("Q", "K", "V"):
-            out[f"G_{k}"] = la.spectral_norm(jacrev(sa_forward, argnums=_BLK_IDX[k])(*args[:4]).reshape(L * d, -1))
-    for i in BLOCK_ORDER:
-        if wants("B"):
-            out[f"B_{i}"] = la.spectral_norm(jacrev(block_S, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
-        if wants("dZ"):
-            out[f"dZ_{i}"] = la.spectral_norm(jacrev(block_Z, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
+    out.update(_jacobian_norms(args, Y, wants, la.spectral_norm))
     for name, fn, order, nargs in () if not tensors else (("xi", block_S, BLOCK_ORDER, 6), ("Htr", block_Z, BLOCK_ORDER, 6),
                                    ("Phi", sa_forward, ("Q", "K", "V"), 4)):
         if need is None or any(g.startswith(name + "_") for g in need):
@@ -234,12 +227,10 @@ def block_exact(inst: Instance, hessian: bool = True, tensors: bool = True,
 
 
 # ----------------------------------------------------------------------------- for the worst-case search
-# The search (:mod:`.search`) descends on bound/exact, so it needs the quantities as tensors, differentiable in the
-# instance and batched over starts (``torch.func.vmap``: no Python number is read off a tensor), and only those a
-# bound reads. The keys of each part fall in groups; a bound's groups are those of the keys its terms read
-# (:func:`.search.needs`). Keys of no group (the weights' norms, the shape) are always there. The rows' own
-# evaluation (:func:`sa_exact`, :func:`block_exact`, :func:`layernorm_exact`) differentiates the same forward
-# passes; ``tests/bounds/test_bounds_search.py`` checks that both give the same numbers.
+# The search (:mod:`.search`) descends on bound/exact: it needs the quantities as tensors, differentiable and batched
+# over starts (``torch.func.vmap``), and only those a bound reads (its groups: :func:`.search.needs`; keys of no group,
+# the weights' norms and the shape, are always there). ``tests/bounds/test_bounds_search.py`` checks that they equal
+# the rows' own evaluation (:func:`sa_exact`, :func:`block_exact`, :func:`layernorm_exact`).
 _SA_GROUPS = {"H": "H", "G_": "G", "dA_dT": "dA", "Z1": "Z1", "Z2": "Z2", "A": "A",
               "attn_uniform_dev": "A", "M1": "M1", "R": "R", "S": "S", "d2A_dT2": "d2A"}
 _BLOCK_GROUPS = {"ln_U": "ln", "ln_S": "ln", "J_Y": "ln", "H_Y": "ln", "J_Z": "ln", "H_Z": "ln", "J_SY": "JSY",
@@ -274,23 +265,14 @@ def sa_quantities(X, W_Q, W_K, W_V, Target, need, rank) -> dict:
          "rank_FT": rank, "L": L, "d_V": d, "d_K": W_Q.shape[1]}
     if "A" in need:
         q["A"], q["attn_uniform_dev"] = norm(A), (A - 1.0 / L).abs().max()
-    if "M1" in need:
-        q["M1"] = norm(A @ X)
-    if "R" in need:
-        q["R"] = (F - Target).pow(2).sum().sqrt()
-    if "S" in need:
-        q["S"] = norm(S_shuffle(d, X))
-    if "dA" in need:
-        q["dA_dT"] = dA_dT_norm(A)
-    if "d2A" in need:
-        q["d2A_dT2"] = d2A_dT2_norm(A)
-    if "Z1" in need:
-        q["Z1"] = norm(Z1(X, A))
-    if "Z2" in need:
-        q["Z2"] = Z2_norm(X, A)
+    scalars = {"M1": ("M1", lambda: norm(A @ X)), "R": ("R", lambda: (F - Target).pow(2).sum().sqrt()),
+               "S": ("S", lambda: norm(S_shuffle(d, X))), "dA": ("dA_dT", lambda: dA_dT_norm(A)),
+               "d2A": ("d2A_dT2", lambda: d2A_dT2_norm(A)), "Z1": ("Z1", lambda: norm(Z1(X, A))),
+               "Z2": ("Z2", lambda: Z2_norm(X, A))}  # group -> (key, its value)
+    q.update({k: value() for g, (k, value) in scalars.items() if g in need})
     pairs = {(g[4], g[5]) for g in need if g.startswith("Phi_")}  # Φ_kl = ∂²F/∂W_k∂W_l, (L d_V n_k) × n_l
-    for (k, l), v in _pair_norm_tensors(sa_forward, [X, W_Q, W_K, W_V], SA_ORDER, pairs).items():
-        q[f"Phi_{k}{l}"] = v
+    pair_norms = _pair_norm_tensors(sa_forward, [X, W_Q, W_K, W_V], SA_ORDER, pairs)
+    q.update({f"Phi_{k}{l}": v for (k, l), v in pair_norms.items()})
     blocks = {g for g in need if g.split("_")[0] in ("H", "Ho", "Hf") and "_" in g}  # e.g. "H_VQ", "Hf_QK"
     split = any(not g.startswith("H_") for g in blocks)  # the outer-product / functional split needs G
     if "G" in need or split:
@@ -310,10 +292,6 @@ def sa_quantities(X, W_Q, W_K, W_V, Target, need, rank) -> dict:
                 B = Ho if kind == "Ho" else B - Ho
             q[g] = norm(B)
     return q
-
-
-def _ln_q(U: torch.Tensor) -> dict:
-    return layernorm_quantities(U, need=("J", "H"))
 
 
 def _pair_norm_tensors(fn: Callable, args: list, names: tuple, pairs: set) -> dict:
@@ -353,33 +331,19 @@ def block_quantities(X, W_Q, W_K, W_V, W_1, W_2, Target, need) -> dict:
     in the instance (X (L, d_V), W_Q, W_K (d_V, d_K), W_V (d_V, d_V), W_1 (d_V, d_ff), W_2 (d_ff, d_V), Target
     (L, d_V)) and batchable; the same keys, with ``ln_U`` and ``ln_S`` as :func:`layernorm_quantities` of the two
     LayerNorm inputs. Second derivatives are formed densely (the search's shapes are small)."""
-    norm = la.matrix_norms
     args = [X, W_Q, W_K, W_V, W_1, W_2]
-    L, d = X.shape
     fw = block_forward(*args)
-    Y, S, Z = fw["Y"], fw["S"], fw["Z"]
-    relu = torch.relu(Y @ W_1)
-    q = {"L": L, "d_V": d, "d_K": W_Q.shape[1], "d_ff": W_1.shape[1],
-         "norm_X": norm(X), "norm_Q": norm(W_Q), "norm_K": norm(W_K), "norm_V": norm(W_V), "norm_1": norm(W_1),
-         "norm_2": norm(W_2), "norm_Y": norm(Y), "norm_S": norm(S), "norm_FFN": norm(relu @ W_2),
-         "norm_relu": norm(relu), "R": (Z - Target).pow(2).sum().sqrt()}
+    Y, S = fw["Y"], fw["S"]
+    q = _block_norms(args, fw, la.matrix_norms)
+    q["R"] = (fw["Z"] - Target).pow(2).sum().sqrt()
     if "ln" in need:
-        q["ln_U"], q["ln_S"] = _ln_q(fw["U"]), _ln_q(S)
+        q["ln_U"], q["ln_S"] = (layernorm_quantities(V, need=("J", "H")) for V in (fw["U"], S))
         q.update(J_Y=q["ln_U"]["J"], H_Y=q["ln_U"]["H"], J_Z=q["ln_S"]["J"], H_Z=q["ln_S"]["H"])
-    if "JSY" in need:
-        q["J_SY"] = norm(jacrev(ffn_residual)(Y, W_1, W_2).reshape(L * d, L * d))
-    if "G" in need:
-        for k in ("Q", "K", "V"):
-            q[f"G_{k}"] = norm(jacrev(sa_forward, argnums=_BLK_IDX[k])(*args[:4]).reshape(L * d, -1))
-    for g, fn in (("B", block_S), ("dZ", block_Z)):
-        if g in need:
-            for i in BLOCK_ORDER:
-                q[f"{g}_{i}"] = norm(jacrev(fn, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
+    q.update(_jacobian_norms(args, Y, lambda g: g in need, la.matrix_norms))
     for name, fn, names, nargs in (("xi", block_S, _BLOCK_ARGS, 6), ("Htr", block_Z, _BLOCK_ARGS, 6),
                                    ("Phi", sa_forward, _BLOCK_ARGS[:3], 4)):
         pairs = {(g.split("_")[1][0], g.split("_")[1][1]) for g in need if g.startswith(name + "_")}
-        for (i, j), v in _pair_norm_tensors(fn, args[:nargs], names, pairs).items():
-            q[f"{name}_{i}{j}"] = v
+        q.update({f"{name}_{i}{j}": v for (i, j), v in _pair_norm_tensors(fn, args[:nargs], names, pairs).items()})
     if "H" in need:
         f, x, _ = flat_loss(Instance(X, W_Q, W_K, W_V, W_1, W_2, Target), BLOCK_ORDER, "block")
         q["H"] = la.sym_abs_max(hessian(f)(x))

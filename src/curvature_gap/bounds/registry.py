@@ -1,11 +1,8 @@
 """The registry of bounds: the declared bounds (:mod:`.declarations`), every view of them, and their evaluation.
 
-A bound is one :class:`~.bound.Bound`: its words, the paper result it is evidence for, the two sides it compares (its
-``terms``, read off the exact quantities), what the software expects of it (it holds, or it fails for the reason
-given), and its title and inequality for the errata page.
-:data:`BOUNDS` holds the declared ones; every other view — :data:`CHECKS`, :func:`known_failures`,
-:data:`INEQUALITIES`, the bounds :mod:`.search` searches, the bounds reported at the trained model — is read
-from them, on every access. :func:`register` adds a bound (the paper's are declared in :mod:`.declarations`).
+:data:`BOUNDS` holds the declared bounds (:class:`~.bound.Bound`); every other view (:data:`CHECKS`,
+:func:`known_failures`, :data:`INEQUALITIES`, the bounds :mod:`.search` searches, those reported at the trained model)
+is read from them on every access. :func:`register` adds a bound (the paper's are declared in :mod:`.declarations`).
 
 Each record is ``{"check", "sub", "bound", "exact", "ratio"}``; ``sub`` names the block pair, the LayerNorm input
 (``U`` = X + F, ``S`` = Y + FFN(Y), ``X`` = a raw matrix) or the row.
@@ -22,7 +19,7 @@ from .bound import PARTS, RTOL, SYNTHETIC_PARTS, ZERO, Bound, holds, ratio
 from .declarations import BOUNDS
 
 __all__ = ["Bound", "BOUNDS", "CHECKS", "INEQUALITIES", "PARTS", "register", "known_failures",
-           "part_of", "needs_tensors", "records", "term", "evaluate", "ratio", "holds", "RTOL", "ZERO"]
+           "records", "evaluate", "ratio", "holds", "RTOL", "ZERO"]
 
 
 def register(*bounds: Bound) -> tuple[Bound, ...]:
@@ -32,43 +29,31 @@ def register(*bounds: Bound) -> tuple[Bound, ...]:
 
 
 class _View(Mapping):
-    """A read-only mapping computed from :data:`BOUNDS` on every access (so it never lags a registration)."""
+    """A read-only mapping built from :data:`BOUNDS` on every access (so it never lags a registration)."""
 
-    def __init__(self, value: Callable[[Bound], object], key_prefix: str = "",
-                 keep: Callable[[Bound], bool] = lambda b: True):
-        self._value, self._prefix, self._keep = value, key_prefix, keep
+    def __init__(self, build: Callable[[], dict]):
+        self._build = build
 
     def __getitem__(self, key):
-        b = BOUNDS.get(key.removeprefix(self._prefix)) if key.startswith(self._prefix) else None
-        if b is None or not self._keep(b):
-            raise KeyError(key)
-        return self._value(b)
+        return self._build()[key]
 
     def __iter__(self) -> Iterator[str]:
-        return (self._prefix + b.id for b in list(BOUNDS.values()) if self._keep(b))
+        return iter(self._build())
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self._build())
 
 
 # id -> the row's description (part, ref, what, result, role, claim, expect, errata)
-CHECKS: Mapping[str, dict] = _View(lambda b: b.meta)
+CHECKS: Mapping[str, dict] = _View(lambda: {b.id: b.meta for b in BOUNDS.values()})
 # "bounds.<id>" (the row id) -> (title in words, inequality in TeX): what the errata page shows of a bound
-INEQUALITIES: Mapping[str, tuple[str, str]] = _View(lambda b: (b.title, b.tex), "bounds.", lambda b: b.title is not None)
+INEQUALITIES: Mapping[str, tuple[str, str]] = _View(
+    lambda: {f"bounds.{b.id}": (b.title, b.tex) for b in BOUNDS.values() if b.title is not None})
 
 
 def known_failures() -> frozenset[str]:
     """The bounds the software expects to fail (each with its reason, :attr:`Bound.fails`)."""
     return frozenset(b.id for b in BOUNDS.values() if b.fails is not None)
-
-
-def part_of(check: str) -> str:
-    return BOUNDS[check].part
-
-
-def needs_tensors(check: str) -> bool:
-    """Whether a bound needs the second-derivative tensors ξ, H_tr, Φ (expensive at L = 49)."""
-    return BOUNDS[check].tensors
 
 
 def records(parts, q: dict, sub: str | None = None, tensors: bool = True, only: str | None = None) -> list[dict]:
@@ -87,15 +72,6 @@ def records(parts, q: dict, sub: str | None = None, tensors: bool = True, only: 
             out.append({"check": b.id, "sub": s if sub is None else sub, "bound": bound, "exact": exact,
                         "ratio": ratio(bound, exact)})
     return out
-
-
-def term(check: str, q: dict):
-    """``(bound, exact)`` of a single-entry bound from the quantities ``q`` (floats or tensors: the worst-case
-    search differentiates ``bound / exact``)."""
-    (_, b, e), *more = BOUNDS[check].terms(q)
-    if more:
-        raise ValueError(f"{check} has {1 + len(more)} entries; term() reads single-entry bounds")
-    return b, e
 
 
 def evaluate(inst: Instance, parts=SYNTHETIC_PARTS, tensors: bool = True,

@@ -1,21 +1,15 @@
 """``curvature-gap bounds``: run the sweeps and the worst-case search, write the tables and counter-examples.
 
-Outputs under ``out`` (default ``results/bounds``):
+Outputs under ``out`` (default ``results/bounds``): ``sweep_<name>.csv`` (one row per swept value, seed, check and
+sub: bound, exact, ratio; :data:`~.sweeps.CSV_FIELDS`), ``sweep_search.csv`` and ``search_starts.csv`` (every start of
+every cell, its family and the smallest ratio its descent saw); ``summary.json`` / ``summary.csv`` (one row per bound:
+verdict, min and median ratio, worst instance, log-log slopes per sweep); ``counterexamples/<check>.json`` (the worst
+failing instance of every failing check and the named Theorem 1 counter-examples, ``thm1.printed@<sweep>``, each
+replayable with :func:`~.sweeps.replay`); ``timings.json``.
 
-* ``sweep_<name>.csv`` — one row per (swept value, seed, check, sub): bound, exact, ratio
-  (columns :data:`~.sweeps.CSV_FIELDS`); ``sweep_search.csv`` for the worst-case search (:mod:`.search`), and
-  ``search_starts.csv``: every start of every cell, its family and the smallest ratio its descent saw (the trace
-  of which start won);
-* ``summary.json`` / ``summary.csv`` — one row per bound and intermediate lemma: verdict, min and
-  median ratio, worst instance, fitted log-log slopes (exact and bound) per sweep;
-* ``counterexamples/<check>.json`` — the worst failing instance of every failing check, and the
-  Theorem 1 counter-examples at an exact minimiser and under uniform attention
-  (``thm1.printed@minimiser``, ``thm1.printed@uniform``), each replayable with :func:`~.sweeps.replay`;
-* ``timings.json``.
-
-``save_counterexamples=DIR`` also writes the smallest failing instance of each check and the two named
-Theorem 1 counter-examples into ``DIR`` — the committed set the tests and ``curvature-gap verify`` replay
-is ``src/curvature_gap/bounds/counterexamples`` of a checkout (the installed package is never written).
+``save_counterexamples=DIR`` also writes the smallest failing instance of each check and the named counter-examples
+into ``DIR``: the committed set that the tests and ``curvature-gap verify`` replay is
+``src/curvature_gap/bounds/counterexamples`` of a checkout (the installed package is never written).
 """
 from __future__ import annotations
 

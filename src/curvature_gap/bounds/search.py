@@ -1,35 +1,26 @@
 """The one worst-case search of every bound with a ratio: multi-start Adam on ``log(bound/exact)``.
 
-Every inequality the companion checks compares a right-hand side with the exact quantity it bounds; sweeps show
-where it holds on typical draws, a search where it is tightest. Earlier each bound had a search of its own, with
-its own starts and budget, and a referee beat three published minima by starting where that search never went.
-Here one engine searches every bound — Theorems 1 and 6, the repaired Theorem 1, Lemma 4, the Proposition, every
-step and Φ member of the proofs, the multi-head bound and its lemma — from the same families of starts with one
-budget, and records which start won.
+Sweeps show where a bound holds on typical draws, the search where it is tightest. One engine searches every bound
+(Theorems 1 and 6, the repaired Theorem 1, Lemma 4, the Proposition, every step and Φ member of the proofs, the
+multi-head bound and its lemma) from the same families of starts with one budget, and records which start won.
 
-**Spaces.** A bound lives on the instances of one space (:class:`Space`): the self-attention layer (X, W_Q, W_K,
-W_V, Target), a LayerNorm input (X), the block (X, W_Q, W_K, W_V, W_1, W_2, Target), multi-head attention with
-W_O (X, W_Q, W_K, W_V, W_O, Target; h heads) and a softmax row (z, t, s). Every free entry of the instance is
-searched.
+**Spaces** (:class:`Space`): the self-attention layer (X, W_Q, W_K, W_V, Target), a LayerNorm input (X), the block
+(X, W_Q, W_K, W_V, W_1, W_2, Target), multi-head attention (X, W_Q, W_K, W_V, W_O, Target; h heads) and a softmax row
+(z, t, s). Every free entry of the instance is searched.
 
-**Families of starts** (:data:`FAMILIES`), each a corner a referee would try by hand, applied to a seeded draw:
-random; value-dominated (W_Q, W_K × 1/4: near-uniform attention); one-hot attention (W_Q, W_K × 8); an exact
-minimiser (Target = F kept at every step, loss 0); residual-dominated (small W_V against a large Target);
-exactly uniform attention kept throughout (W_Q W_Kᵀ = 0 on disjoint columns); both of the last at once, every
-assumption of Theorem 1 in force (the only family of the bounds declared on such instances); and every field
-scaled by 10^±1 and 10^±2 (:data:`SCALES`). A family applies to a space that has what it scales. Each family is
-drawn at every length of :data:`L_GRID`; L = 1 (one token, A ≡ 1) is degenerate and reported apart.
+**Families of starts** (:data:`FAMILIES`), applied to a seeded draw: random; value-dominated (W_Q, W_K × 1/4);
+one-hot attention (W_Q, W_K × 8); an exact minimiser (Target = F kept at every step); residual-dominated; exactly
+uniform attention kept throughout (W_Q W_Kᵀ = 0 on disjoint columns); both at once (every assumption of Theorem 1);
+rebalanced; every field scaled by 10^±2 (:data:`SCALES`) and mixed scales. A family applies to a space that has what
+it scales. Each is drawn at every length of :data:`L_GRID`; L = 1 (A ≡ 1) is degenerate and reported apart.
 
-**The budget** (:class:`Budget`, :data:`BUDGET`, the same for every bound and cell): every start of a cell (one L,
-and one h for multi-head) takes ``screen`` Adam steps; the ``keep`` starts with the smallest ratio seen go on for
-``steps`` more. So the budget goes where the minima are. All starts of a cell descend at once, batched with
-``torch.func.vmap`` (the starts are independent: each has its own Adam state). Adam only proposes: the best
-instance of every kept start is re-evaluated by the rows' own, non-differentiable evaluation, and only that value
-is recorded, so a published minimum is a plain instance, replayable from its record, that names its family,
-seed and L. ``rank(F − Target)`` (the proof's √rank) is piecewise constant and recomputed before each step.
-
-No bound here lacks a gradient: every quantity is differentiable almost everywhere (ReLU kinks, eigenvalue
-crossings), so no derivative-free search is needed.
+**The budget** (:class:`Budget`, the same for every bound and cell): every start of a cell (one L, d, h) takes
+``screen`` Adam steps; the ``keep`` best go on for ``steps`` more, so the budget goes where the minima are. All starts
+of a cell descend at once, batched with ``torch.func.vmap`` (each has its own Adam state). Adam only proposes: the
+best instance of every kept start is re-evaluated by the rows' own, non-differentiable evaluation, and only that value
+is recorded, so a published minimum is a plain instance, replayable from its record (family, seed, L).
+``rank(F − Target)`` (the proof's √rank) is piecewise constant and recomputed before each step. Every quantity is
+differentiable almost everywhere (ReLU kinks, eigenvalue crossings), so no derivative-free search is needed.
 """
 from __future__ import annotations
 
@@ -51,7 +42,7 @@ from . import formulas, multihead, quantities, registry
 from .bound import ZERO
 
 __all__ = ["Space", "Family", "Budget", "Objective", "Cell", "SPACES", "FAMILIES", "SCALES", "L_GRID", "BUDGET",
-           "QUICK_BUDGET", "THOROUGH", "families_for", "needs", "objective", "objectives", "search", "search_all", "extent",
+           "QUICK_BUDGET", "THOROUGH", "families_for", "needs", "objective", "objectives", "search_all", "extent",
            "MH_OBJECTIVES", "SOFTMAX_OBJECTIVE", "CHUNK", "instance_of", "records_of"]
 
 L_GRID = (1, 2, 4, 8, 16)  # the lengths every bound is searched at (L = 1: degenerate, reported apart)
@@ -113,11 +104,6 @@ class Family:
                                           and (d is None or d >= 2))))
 
 
-def _scale_families() -> tuple[Family, ...]:
-    fields = dict.fromkeys(f for s in SPACES.values() for f in s.fields)
-    return tuple(Family(f"{f} × {k:g}", f"{f} scaled by {k:g}", ((f, k),)) for f in fields for k in SCALES)
-
-
 FAMILIES: tuple[Family, ...] = (
     Family("random", "a seeded draw: X, Target ~ N(0, 1), weights ~ N(0, 1/fan-in)"),
     Family("value-dominated", "W_Q, W_K × 1/4: attention near uniform, the value terms lead", (("qk", 0.25),)),
@@ -138,7 +124,8 @@ FAMILIES: tuple[Family, ...] = (
            (("W_Q", 64.0), ("W_K", 1 / 64))),
     Family("admissible/rebalanced", "every assumption of Theorem 1 (as admissible), with W_Q × 64, W_K / 64",
            (("W_Q", 64.0), ("W_K", 1 / 64)), tied=True, uniform=True),
-    *_scale_families(),
+    *(Family(f"{f} × {k:g}", f"{f} scaled by {k:g}", ((f, k),))
+      for f in dict.fromkeys(x for s in SPACES.values() for x in s.fields) for k in SCALES),
     *(Family(f"mixed scales {k}", "every field scaled by 10^u, u ~ U(−2, 2) independently: corners no single "
              "scale reaches", mixed=k) for k in range(1, MIXED + 1)),
 )
@@ -153,11 +140,10 @@ def families_for(space: Space, restrict: Callable[[Family], bool] | None = None,
 
 @dataclass(frozen=True)
 class Budget:
-    """One budget for every bound and cell: ``screen`` Adam steps for every start, ``steps`` more for the ``keep``
-    best with a free Target and the ``keep_tied`` best exact minimisers (each stopping once it has not improved for
-    ``patience`` steps), learning rate ``lr``; ``lengths``: the L
-    of the cells; ``block_lengths``: those of the block's steps (Theorem 6, the Proposition), whose third-order
-    tensors at L = 16 would cost more than the rest of the search together, so they stop at L = 8."""
+    """``screen`` Adam steps for every start, ``steps`` more for the ``keep`` best with a free Target and the
+    ``keep_tied`` best exact minimisers (each stopping after ``patience`` steps without improvement), learning rate
+    ``lr``; ``lengths``: the L of the cells; ``block_lengths``: those of the block's steps (Theorem 6, the
+    Proposition), whose third-order tensors at L = 16 would cost more than the rest of the search together."""
 
     screen: int = 8
     keep: int = 3
@@ -170,21 +156,20 @@ class Budget:
 
 
 BUDGET = Budget()
-# `curvature-gap bounds` (the maintainers' run that writes the tables and the committed counter-examples): the same
-# budget, and the block's steps searched at L = 16 too (the failures that need it, e.g. Φ_KK as printed, ≈ 15/L at
-# d_V = 3, are then committed and replayed by every run of verify)
+# `curvature-gap bounds` (writes the tables and the committed counter-examples): the block's steps at L = 16 too (a
+# failure that needs it, e.g. Φ_KK as printed, ≈ 15/L at d_V = 3, is then committed and replayed by every verify)
 THOROUGH = Budget(block_lengths=L_GRID)
-QUICK_BUDGET = Budget(screen=2, keep=1, keep_tied=1, steps=3, lengths=(1, 2), block_lengths=(1, 2), patience=2)  # coverage for the tests, not a search
+# coverage for the tests, not a search
+QUICK_BUDGET = Budget(screen=2, keep=1, keep_tied=1, steps=3, lengths=(1, 2), block_lengths=(1, 2), patience=2)
 
 
 # ----------------------------------------------------------------------------- objectives
 @dataclass(frozen=True)
 class Objective:
-    """One bound as the engine sees it: its ``space``; ``quantities(t, rank, h, need)`` (the exact side's
-    quantities at the fields ``t``, differentiable and batchable, for the groups ``need``); ``terms(q)`` (the
-    bound's ``[(sub, bound, exact), …]``, elementwise in ``q``, so it reads a batch of quantities at once);
-    ``need`` (its groups); ``records(t, h)`` (the rows' own evaluation at an instance, floats); which families apply
-    (``restrict``); whether it reads ``rank(F − Target)``; ``kind``: objectives of one space and kind share one
+    """One bound as the engine sees it: ``quantities(t, rank, h, need)`` (the exact side's quantities at the fields
+    ``t``, differentiable and batchable, for the groups ``need``); ``terms(q)`` (``[(sub, bound, exact), …]``,
+    elementwise in ``q``); ``records(t, h)`` (the rows' own evaluation at an instance, floats); ``restrict``: which
+    families apply; ``rank``: whether it reads ``rank(F − Target)``; objectives of one space and ``kind`` share one
     batched quantity computation (their needs joined)."""
 
     id: str
@@ -228,12 +213,8 @@ def _probe(part: str) -> dict:
     """Every quantity of ``part`` at a small regular instance (floats): what :func:`needs` reads the terms on."""
     if part not in _PROBE:
         inst = random_instance(L=3, d_V=3, d_ff=6, seed=5, away_from_kinks=True)
-        if part == "sa":
-            _PROBE[part] = quantities.sa_exact(inst)
-        elif part == "ln":
-            _PROBE[part] = quantities.layernorm_exact(inst.X)
-        else:
-            _PROBE[part] = quantities.block_exact(inst)
+        _PROBE[part] = (quantities.sa_exact(inst) if part == "sa" else quantities.layernorm_exact(inst.X)
+                        if part == "ln" else quantities.block_exact(inst))
     return _PROBE[part]
 
 
@@ -248,11 +229,14 @@ def _read(check: str) -> set:
     return {k.split(".")[0] for k in q.seen}
 
 
+def _groups(part: str, read: set) -> tuple[str, ...]:
+    return tuple(sorted({g for g in (quantities.group_of(part, k) for k in read) if g is not None}))
+
+
 def needs(check: str) -> tuple[str, ...]:
     """The quantity groups (:func:`.quantities.group_of`) bound ``check`` reads. A group the terms read and the
     search did not compute is a KeyError, never a silent zero."""
-    part = registry.BOUNDS[check].part
-    return tuple(sorted({g for g in (quantities.group_of(part, k) for k in _read(check)) if g is not None}))
+    return _groups(registry.BOUNDS[check].part, _read(check))
 
 
 _SA_KEYS = {"norm_X", "norm_Q", "norm_K", "norm_V", "L", "d_V", "d_K"}
@@ -261,9 +245,8 @@ _SA_HESSIAN = ("G", "H", *(f"{k}_{p}{r}" for k in ("H", "Ho", "Hf") for p in "QK
 
 def _kind(part: str, need: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     """The batch kind of a bound of ``part`` with groups ``need``, and the groups its kind computes: on the single
-    layer, every bound that reads the Hessian shares one computation of all its blocks (the extra norms cost little
-    once the Hessian is formed); every bound that reads pairs of one second derivative (ξ, H_tr, Φ) shares one pass
-    over all its pairs; other bounds batch with those of the same groups."""
+    layer every bound that reads the Hessian shares one computation of all its blocks; every bound that reads pairs
+    of one second derivative (ξ, H_tr, Φ) one pass over all its pairs; others batch with those of the same groups."""
     if part == "sa" and any(g.split("_")[0] in ("H", "Ho", "Hf") for g in need):
         return "sa:hessian", tuple(sorted(set(need) | set(_SA_HESSIAN)))
     for name in ("Htr", "xi", "Phi"):
@@ -276,19 +259,13 @@ def _kind(part: str, need: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     return f"{part}:{','.join(need)}", need
 
 
-def _sa_q(t, rank, h, need):
-    return quantities.sa_quantities(t["X"], t["W_Q"], t["W_K"], t["W_V"], t["Target"], need, rank)
-
-
-def _ln_q(t, rank, h, need):
-    return quantities.layernorm_quantities(t["X"], need=need)
-
-
-def _block_q(t, rank, h, need):
-    return quantities.block_quantities(*(t[f] for f in SPACES["block"].fields), need)
-
-
-_QUANTITIES = {"sa": _sa_q, "ln": _ln_q, "prop": _block_q, "block": _block_q}
+def _quantities(part: str) -> Callable:
+    """``(t, rank, h, need) -> quantities`` of ``part`` at the fields ``t`` (:mod:`.quantities`)."""
+    if part == "sa":
+        return lambda t, rank, h, need: quantities.sa_quantities(*(t[f] for f in SPACES["sa"].fields), need, rank)
+    if part == "ln":
+        return lambda t, rank, h, need: quantities.layernorm_quantities(t["X"], need=need)
+    return lambda t, rank, h, need: quantities.block_quantities(*(t[f] for f in SPACES["block"].fields), need)
 
 
 def instance_of(t: dict) -> Instance:
@@ -322,7 +299,7 @@ def _objective(check: str) -> Objective:
     # a block bound that reads only the attention layer's quantities is searched in the attention layer's space
     part = "sa" if b.part == "block" and read <= _SA_KEYS | {k for k in read if k[:2] == "G_" or k[:4] == "Phi_"} \
         else b.part
-    kind, need = _kind(part, tuple(sorted({g for g in (quantities.group_of(part, k) for k in read) if g is not None})))
+    kind, need = _kind(part, _groups(part, read))
     block_need = needs(check) if b.part in ("prop", "block") else None
 
     def records(t: dict, h: int) -> list[dict]:
@@ -333,7 +310,7 @@ def _objective(check: str) -> Objective:
     # its rows evaluate it on the block (a LayerNorm needs d ≥ 3): at the block's widths and lengths, whatever space
     # it descends in
     on_block = b.part in ("prop", "block")
-    return Objective(check, SPACES[_SPACE_OF_PART[part]], _QUANTITIES[part], b.terms, need, records, restrict,
+    return Objective(check, SPACES[_SPACE_OF_PART[part]], _quantities(part), b.terms, need, records, restrict,
                      rank="rank_FT" in read, kind=kind + ("@block" if on_block and part == "sa" else ""),
                      twin_of=b.twin_of, widths=SPACES["block"].widths if on_block else None, block=on_block,
                      options={k: (v[0] if k == "parts" else v) for k, v in b.evaluate_options().items()
@@ -351,9 +328,8 @@ def objectives() -> list[Objective]:
 
 
 def _mh_q(t, rank, h, need):
-    q = multihead.exact(t["X"], t["W_Q"], t["W_K"], t["W_V"], t["W_O"], t["Target"], h)
-    L, d = t["X"].shape
-    q["bound"] = formulas.theorem1_multihead(*(q[f"norm_{k}"] for k in ("X", "Q", "K", "V", "O", "T")), L, d, h)
+    q = multihead.exact(*(t[f] for f in SPACES["mh"].fields), h)
+    q["bound"] = multihead.bound(q, *t["X"].shape, h)
     del q["H"]
     return q
 
@@ -467,7 +443,7 @@ class _Batch:
     starts, their masks (zeros where a family fixes an entry), Adam state per entry, the best point seen."""
 
     def __init__(self, objs: list[Objective], L: int, d: int, h: int, starts: list[tuple[int, Family, int]]):
-        self.objs, self.L, self.h, self.labels = objs, L, h, starts
+        self.objs, self.h, self.labels = objs, h, starts
         self.space = space = objs[0].space
         drawn = [_start(space, f, L, d, h, s) for _, f, s in starts]
         self.t = {f: torch.stack([x[0][f] for x in drawn]) for f in space.fields}
@@ -498,8 +474,8 @@ class _Batch:
         for d in (self.t, self.mask, self.m, self.v, self.best_t):
             for f in d:
                 d[f] = d[f][idx]
-        self.tied, self.active, self.best, self.obj_of = self.tied[idx], self.active[idx], self.best[idx], self.obj_of[idx]
-        self.since = self.since[idx]
+        for a in ("tied", "active", "best", "obj_of", "since"):
+            setattr(self, a, getattr(self, a)[idx])
         self.labels = [self.labels[i] for i in idx.tolist()]
 
     def retire(self) -> None:
@@ -538,10 +514,9 @@ class _Batch:
 
     def descend(self, steps: int, lr: float, patience: int | None = None, b1: float = 0.9, b2: float = 0.999,
                 eps: float = 1e-8) -> None:
-        """``steps`` steps of Adam on ``Σ log ratio`` (each start its own: the sum separates), recording the best
-        point of each start before each step; a start whose ratio turns non-finite stops where it was best, and with
-        ``patience`` one whose ratio has not improved by :data:`STALL` (relative) for that many steps stops too and
-        leaves the batch (:meth:`retire`), so the steps go to the starts still descending."""
+        """``steps`` steps of Adam on ``Σ log ratio`` (the sum separates over starts), recording each start's best
+        point before each step; a start whose ratio turns non-finite stops where it was best, and with ``patience``
+        one that has not improved by :data:`STALL` (relative) for that many steps leaves the batch (:meth:`retire`)."""
         for _ in range(steps):
             if patience is not None and bool((~self.active).any()):
                 self.retire()
@@ -617,9 +592,8 @@ def _target(space: Space, t: dict, h: int) -> torch.Tensor:
 
 
 def _kept(batch: _Batch, keep: int, keep_tied: int) -> torch.Tensor:
-    """The starts that go on, for each objective: the ``keep`` with the smallest ratio among those with a free
-    Target, and the ``keep_tied`` best tied ones (exact minimisers: their minimum is reported apart, so it is searched
-    as far)."""
+    """The starts that go on, for each objective: the ``keep`` best with a free Target and the ``keep_tied`` best
+    exact minimisers (their minimum is reported apart, so it is searched as far)."""
     out = []
     for i in range(len(batch.objs)):
         mine = (batch.obj_of == i).nonzero().flatten()
@@ -660,13 +634,11 @@ def _search_kind(ids: list[str], budget: Budget) -> tuple[dict[str, list[Cell]],
 def search_all(objs: list[Objective] | None = None, budget: Budget = BUDGET,
                log: Callable[[str], None] | None = None, workers: int | None = None) -> dict[str, list[Cell]]:
     """Search every objective (default: every bound of the registry, the multi-head bound and its softmax lemma)
-    in every cell of ``budget`` (see module doc); returns each objective's cells, keyed by its id. A cell's records
-    (the rows' own evaluation at the best point of each kept start) carry ``family``, ``seed``, ``L``, ``d``,
-    ``h``, ``degenerate`` (L = 1), ``minimiser`` (a tied family) and ``point`` (the instance's fields).
-
-    The kinds (objectives that share one batched computation) are independent: with ``workers`` > 1 (default
-    :func:`_workers`) they run in that many processes, the costliest first; the result is the same either way.
-    Objectives registered after import (a contributor's toy bound) are searched in this process."""
+    in every cell of ``budget``; returns each objective's cells, keyed by its id. A cell's records (the rows' own
+    evaluation at the best point of each kept start) carry ``family``, ``seed``, ``L``, ``d``, ``h``, ``degenerate``
+    (L = 1), ``minimiser`` (a tied family) and ``point`` (the instance's fields). The kinds are independent: with
+    ``workers`` > 1 (default :func:`_workers`) they run in that many processes, the costliest first, with the same
+    result; objectives registered after import (a contributor's toy bound) are searched in this process."""
     objs = (objectives() + list(MH_OBJECTIVES) + [SOFTMAX_OBJECTIVE]) if objs is None else objs
     out: dict[str, list[Cell]] = {o.id: [] for o in objs}
     ids = {o.id for o in objs}
@@ -677,23 +649,22 @@ def search_all(objs: list[Objective] | None = None, budget: Budget = BUDGET,
             kinds.setdefault((o.space.name, o.kind), []).append(o)
     order = sorted(kinds, key=lambda k: -_cost(kinds[k], budget))
     workers = _workers() if workers is None else workers
+
+    def done(k: tuple, cells: dict, cpu: float) -> None:
+        out.update(cells)
+        if log:
+            log(f"  search [{k[1]}] {', '.join(cells)}: {cpu:.1f} s CPU")
+
     # another process rebuilds an objective from its id: only those declared at import, as declared
     portable = all((o.id in _DECLARED and o is _by_id(o.id)) or o in (*MH_OBJECTIVES, SOFTMAX_OBJECTIVE) for o in objs)
     if workers > 1 and len(order) > 1 and portable:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(_search_kind, [o.id for o in kinds[k]], budget): k for k in order}
             for f in as_completed(futures):
-                cells, cpu = f.result()
-                out.update(cells)
-                if log:
-                    log(f"  search [{futures[f][1]}] {', '.join(cells)}: {cpu:.1f} s CPU")
+                done(futures[f], *f.result())
     else:
         for k in order:
-            cells, cpu = _search_here(kinds[k], budget)
-            out.update(cells)
-            if log:
-                log(f"  search [{k[1]}] {', '.join(cells)}: {cpu:.1f} s CPU")
+            done(k, *_search_here(kinds[k], budget))
     for o in twins:  # evaluated at the points its twin's search kept
         out[o.id] = _twin_cells(o, out[o.twin_of])
     return out
@@ -729,11 +700,6 @@ def _twin_cells(o: Objective, cells: list[Cell]) -> list[Cell]:
             cell.records += [dict(rr, **tag) for rr in o.records(r["point"], c.h)]
         out.append(cell)
     return out
-
-
-def search(obj: Objective, budget: Budget = BUDGET) -> list[Cell]:
-    """The cells of one objective's search (:func:`search_all` of it alone)."""
-    return search_all([obj], budget)[obj.id]
 
 
 def _search_cell(group: list[Objective], L: int, d: int, h: int, budget: Budget, out: dict) -> None:

@@ -39,21 +39,22 @@ import json
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
+import torch
 
 from ..exact.forward import attention_matrix, sa_loss
-from ..exact.instances import Instance, random_instance
+from ..exact.instances import Instance, random_instance, refit
 from ..io import atomic_write_json, atomic_write_text
 from . import registry
 from .bound import SYNTHETIC_PARTS
 
 __all__ = ["Sweep", "definitions", "run_sweep", "summarize", "slopes", "pick_counterexamples",
            "write_csv", "counterexample_json", "replay", "CSV_FIELDS", "theorem1_sweeps",
-           "named_theorem1", "THEOREM1_SETTINGS", "minimiser_instance"]
+           "named_theorem1", "THEOREM1_SETTINGS", "minimiser_instance", "instance"]
 
 CSV_FIELDS = ["sweep", "x", "seed", "L", "d_V", "d_K", "d_ff", "sigma", "sharpness", "balance",
               "attn_max", "target", "check", "sub", "bound", "exact", "ratio", "family", "d", "h", "minimiser"]
@@ -70,8 +71,6 @@ class Sweep:
     parts: Callable[[object], tuple]
     tensors: Callable[[object], bool] = lambda x: True
     ln_input: str = "block"
-    log_x: bool = True
-    meta: dict = field(default_factory=dict)
 
 
 ALL = SYNTHETIC_PARTS
@@ -86,9 +85,10 @@ def minimiser_instance(base: dict, seed: int, balance: float) -> Instance:
     return random_instance(**base, seed=seed, balance=balance, target="fit", target_output="attention")
 
 
-def _uniform(base: dict, seed: int, balance: float) -> Instance:
-    """Rebalanced instance with exactly uniform attention (W_Q W_Kᵀ = 0, both non-zero)."""
-    return random_instance(**base, seed=seed, balance=balance, uniform="orthogonal")
+def _draw(var: str, **fixed) -> Callable[[object, int], Instance]:
+    """``make(x, seed)`` of a sweep: a seeded draw of :data:`BASE` with ``var = x`` and the options ``fixed``
+    (``uniform="orthogonal"``: W_Q W_Kᵀ = 0, both non-zero, attention exactly uniform; ``target="fit"``: Target = F)."""
+    return lambda x, s: random_instance(**BASE, seed=s, **{var: x}, **fixed)
 
 
 def _w2_scaled(base: dict, seed: int, scale: float) -> Instance:
@@ -100,68 +100,43 @@ def _w2_scaled(base: dict, seed: int, scale: float) -> Instance:
     return inst
 
 
-def _admissible(base: dict, seed: int, balance: float) -> Instance:
-    """An instance that satisfies every assumption of Theorem 1 at once: exactly uniform attention
-    (W_Q W_Kᵀ = 0, both non-zero, rebalanced by ``balance``) and Target = F (loss 0: an exact minimiser)."""
-    return random_instance(**base, seed=seed, balance=balance, uniform="orthogonal", target="fit",
-                           target_output="attention")
-
-
 def definitions(quick: bool = False, mini: bool = False) -> list[Sweep]:
     """The synthetic sweeps (see module doc); ``quick`` uses fewer points and one seed, ``mini``
     (for ``curvature-gap verify --quick``) two or three points per sweep and small shapes only."""
-    if mini:
-        b, sd = BASE, (0,)
-        return [
-            Sweep("sigma", "sigma", [0.1, 1.0, 10.0], sd, lambda x, s: random_instance(**b, seed=s, sigma=x), lambda x: ALL),
-            Sweep("sharpness", "sharpness", [0.0, 16.0], sd, lambda x, s: random_instance(**b, seed=s, sharpness=x),
-                  lambda x: ("sa", "block")),
-            Sweep("balance", "balance", [1.0, 4096.0], sd, lambda x, s: random_instance(**b, seed=s, balance=x),
-                  lambda x: ("sa",)),
-            Sweep("minimiser", "balance", [1.0, 4096.0], sd, lambda x, s: minimiser_instance(b, s, x), lambda x: ("sa",)),
-            Sweep("uniform", "balance", [1.0, 4096.0], sd, lambda x, s: _uniform(b, s, x), lambda x: ("sa",)),
-            Sweep("admissible", "balance", [1.0, 4096.0], sd, lambda x, s: _admissible(b, s, x), lambda x: ("sa",)),
-            Sweep("w2_scale", "w2_scale", [1.0, 1e-3], sd, lambda x, s: _w2_scaled(b, s, x), lambda x: ("block",)),
-            Sweep("width", "d_V", [4, 16], sd, lambda x, s: random_instance(L=8, d_V=x, seed=s), lambda x: ("sa",)),
-            Sweep("length", "L", [2, 32], sd, lambda x, s: random_instance(L=x, d_V=4, seed=s), lambda x: ("sa",)),
-            Sweep("ln_rows", "m", [1, 16], sd, lambda x, s: random_instance(L=x, d_V=16, seed=s), lambda x: ("ln",),
-                  ln_input="X"),
-        ]
-    seeds = (0,) if quick else (0, 1, 2)
-    sig = list(np.logspace(-2, 1, 7 if quick else 13))
-    sharp = [0.0, 1.0, 16.0] if quick else [0.0, 0.25, 1.0, 4.0, 16.0, 64.0]
-    bal = [1.0, 64.0, 4096.0] if quick else [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0]
-    widths = [4, 8, 16] if quick else [2, 4, 8, 16, 32]
-    lengths = [2, 8, 32] if quick else [2, 4, 8, 16, 32, 64]
-    wmax_block, lmax_block = (4, 8) if quick else (8, 32)
-    b = BASE
-    return [
-        Sweep("sigma", "sigma", sig, seeds, lambda x, s: random_instance(**b, seed=s, sigma=x), lambda x: ALL),
-        Sweep("sharpness", "sharpness", sharp, seeds, lambda x, s: random_instance(**b, seed=s, sharpness=x),
-              lambda x: ("sa", "block")),
-        Sweep("balance", "balance", bal, seeds, lambda x, s: random_instance(**b, seed=s, balance=x),
-              lambda x: ("sa", "block")),
-        Sweep("minimiser", "balance", bal, seeds, lambda x, s: minimiser_instance(b, s, x), lambda x: ("sa",)),
-        Sweep("uniform", "balance", bal, seeds, lambda x, s: _uniform(b, s, x), lambda x: ("sa",)),
-        Sweep("admissible", "balance", bal, seeds, lambda x, s: _admissible(b, s, x), lambda x: ("sa",)),
-        Sweep("w2_scale", "w2_scale", W2_SCALES, seeds, lambda x, s: _w2_scaled(b, s, x),
-              lambda x: ("block",)),
-        Sweep("width", "d_V", widths, seeds, lambda x, s: random_instance(L=8, d_V=x, seed=s),
-              lambda x: ALL if x <= wmax_block else ("sa",)),
-        Sweep("length", "L", lengths, seeds, lambda x, s: random_instance(L=x, d_V=4, seed=s),
-              lambda x: ALL if x <= lmax_block else ("sa",)),
-        Sweep("ln_rows", "m", [1, 2, 3, 4, 8, 16, 49] if not quick else [1, 2, 4, 16], seeds,
+    pick = lambda full, short, tiny: tiny if mini else short if quick else full  # noqa: E731
+    seeds = (0,) if quick or mini else (0, 1, 2)
+    bal = pick([1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0], [1.0, 64.0, 4096.0], [1.0, 4096.0])
+    wmax_block, lmax_block = pick((8, 32), (4, 8), (0, 0))  # the block is evaluated up to this width, length
+    sa = lambda x: ("sa",)  # noqa: E731
+    out = [
+        Sweep("sigma", "sigma", pick(list(np.logspace(-2, 1, 13)), list(np.logspace(-2, 1, 7)), [0.1, 1.0, 10.0]),
+              seeds, _draw("sigma"), lambda x: ALL),
+        Sweep("sharpness", "sharpness", pick([0.0, 0.25, 1.0, 4.0, 16.0, 64.0], [0.0, 1.0, 16.0], [0.0, 16.0]), seeds,
+              _draw("sharpness"), lambda x: ("sa", "block")),
+        Sweep("balance", "balance", bal, seeds, _draw("balance"), sa if mini else (lambda x: ("sa", "block"))),
+        Sweep("minimiser", "balance", bal, seeds, lambda x, s: minimiser_instance(BASE, s, x), sa),
+        Sweep("uniform", "balance", bal, seeds, _draw("balance", uniform="orthogonal"), sa),
+        Sweep("admissible", "balance", bal, seeds, _draw("balance", uniform="orthogonal", target="fit",
+                                                         target_output="attention"), sa),
+        Sweep("w2_scale", "w2_scale", pick(W2_SCALES, W2_SCALES, [1.0, 1e-3]), seeds,
+              lambda x, s: _w2_scaled(BASE, s, x), lambda x: ("block",)),
+        Sweep("width", "d_V", pick([2, 4, 8, 16, 32], [4, 8, 16], [4, 16]), seeds,
+              lambda x, s: random_instance(L=8, d_V=x, seed=s), lambda x: ALL if x <= wmax_block else ("sa",)),
+        Sweep("length", "L", pick([2, 4, 8, 16, 32, 64], [2, 8, 32], [2, 32]), seeds,
+              lambda x, s: random_instance(L=x, d_V=4, seed=s), lambda x: ALL if x <= lmax_block else ("sa",)),
+        Sweep("ln_rows", "m", pick([1, 2, 3, 4, 8, 16, 49], [1, 2, 4, 16], [1, 16]), seeds,
               lambda x, s: random_instance(L=x, d_V=16, seed=s), lambda x: ("ln",), ln_input="X"),
-        Sweep("ln_width", "n", [2, 4, 8, 16, 32] if not quick else [4, 16], seeds,
+        Sweep("ln_width", "n", pick([2, 4, 8, 16, 32], [4, 16], None), seeds,
               lambda x, s: random_instance(L=4, d_V=x, seed=s), lambda x: ("ln",), ln_input="X"),
     ]
+    return out[:-1] if mini else out
 
 
-def _inst_row(sw: Sweep, x, seed: int, inst: Instance) -> dict:
+def instance_row(sweep: str, x, seed: int, inst: Instance) -> dict:
+    """The columns of a record that describe its instance (shape, how it was drawn, the mean largest attention)."""
     m = inst.meta
-    return {"sweep": sw.name, "x": x, "seed": seed, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
-            "d_ff": inst.d_ff, "sigma": m.get("sigma", ""), "sharpness": m.get("sharpness", ""),
-            "balance": m.get("balance", ""),
+    return {"sweep": sweep, "x": x, "seed": seed, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K, "d_ff": inst.d_ff,
+            **{k: m.get(k, "") for k in ("sigma", "sharpness", "balance")},
             "attn_max": float(attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
             "target": m.get("target", "")}
 
@@ -176,12 +151,11 @@ def run_sweep(sw: Sweep, log: Callable[[str], None] | None = None) -> tuple[list
             inst.meta.update(sweep=sw.name, x=x)
             key = f"{sw.name}|{x}|{seed}"
             insts[key] = inst
-            base = _inst_row(sw, x, seed, inst)
+            base = instance_row(sw.name, x, seed, inst)
             parts = sw.parts(x)
             recs = registry.evaluate(inst, parts=parts, tensors=sw.tensors(x), ln_input=sw.ln_input)
-            for r in recs:
-                rows.append({**base, **r, "parts": ",".join(parts), "tensors": sw.tensors(x),
-                             "ln_input": sw.ln_input, "inst_key": key})
+            rows += [{**base, **r, "parts": ",".join(parts), "tensors": sw.tensors(x), "ln_input": sw.ln_input,
+                      "inst_key": key} for r in recs]
             if log:
                 log(f"  {sw.name} {sw.var}={x:.4g} seed={seed}: {len(recs)} records, {time.perf_counter() - t0:.1f}s")
     return rows, insts
@@ -337,8 +311,8 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
         sweeps = sorted({r["sweep"] for r in rs})
         sl = [s for s in (slopes(rs, cid, sw) for sw in sweeps if sw != "search") if s]
         out.append({
-            "id": cid, "ref": meta.get("ref", ""), "what": meta.get("what", ""), "result": meta.get("result"),
-            "role": meta.get("role"), "claim": meta.get("claim"), "expect": meta.get("expect"),
+            "id": cid, "ref": meta.get("ref", ""), "what": meta.get("what", ""),
+            **{k: meta.get(k) for k in ("result", "role", "claim", "expect")},
             "errata": meta.get("errata", []), "verdict": "holds" if registry.holds(mn) else "fails",
             "min_ratio": mn, "min_ratio_sweeps": min((r["ratio"] for r in natural), default=math.inf),
             "median_ratio": statistics.median(finite) if finite else math.inf,
@@ -362,15 +336,27 @@ def _by(rs: list[dict], key: str) -> dict:
 # ----------------------------------------------------------------------------- counter-examples
 def counterexample_json(rec: dict, inst: Instance) -> dict:
     """A replayable counter-example: the record, what it checks, and the full instance."""
-    meta = registry.CHECKS.get(rec["check"], {})
+    b = registry.BOUNDS[rec["check"]]
     return {
-        "check": rec["check"], "sub": rec["sub"], "ref": meta.get("ref", ""), "what": meta.get("what", ""),
+        "check": rec["check"], "sub": rec["sub"], "ref": b.ref, "what": b.what,
         "bound": rec["bound"], "exact": rec["exact"], "ratio": rec["ratio"],
         "sweep": rec.get("sweep"), "x": rec.get("x"), "seed": rec.get("seed"),
-        "part": registry.part_of(rec["check"]), "tensors": registry.needs_tensors(rec["check"]),
+        "part": b.part, "tensors": b.tensors,
         "ln_input": rec.get("ln_input", "block"), "shape": list(inst.shape), "instance": inst.to_json(),
-        **(_sa_regime(inst) if registry.part_of(rec["check"]) == "sa" else {}),
+        **({"tied": _tied(inst)} if _tied(inst) else {}), **(_sa_regime(inst) if b.part == "sa" else {}),
     }
+
+
+def _tied(inst: Instance) -> str | None:
+    """The output ("attention" or "block") that ``inst``'s Target equals bit for bit (an exact minimiser), if any."""
+    return next((o for o in ("attention", "block") if torch.equal(inst.Target, refit(inst, o).Target)), None)
+
+
+def instance(ce: dict) -> Instance:
+    """The instance of a saved counter-example, an exact minimiser again where it was one (``tied``: Target
+    recomputed as the output it fits, so that a replay on another CPU has loss 0 and rank(F − Target) = 0 too)."""
+    inst = Instance.from_json(ce["instance"])
+    return refit(inst, ce["tied"]) if ce.get("tied") else inst
 
 
 def _sa_regime(inst: Instance) -> dict:
@@ -399,9 +385,7 @@ def named_counterexamples(rows: list[dict], instances: dict, check: str = "thm1.
                and r.get("inst_key") in instances]
         if bad:
             worst = min(bad, key=lambda r: r["ratio"])
-            ce = counterexample_json(worst, instances[worst["inst_key"]])
-            ce["why"] = why
-            out[f"{check}@{sweep}"] = ce
+            out[f"{check}@{sweep}"] = {**counterexample_json(worst, instances[worst["inst_key"]]), "why": why}
     return out
 
 
@@ -411,10 +395,8 @@ def pick_counterexamples(rows: list[dict], instances: dict) -> tuple[dict, dict]
     record's ``inst_key`` to its :class:`Instance`."""
     worst, small = {}, {}
     for r in rows:
-        if registry.holds(r["ratio"]):
-            continue
         key = r.get("inst_key")
-        if key not in instances:
+        if registry.holds(r["ratio"]) or key not in instances:
             continue
         c = r["check"]
         if c not in worst or r["ratio"] < worst[c][0]["ratio"]:
@@ -428,7 +410,7 @@ def pick_counterexamples(rows: list[dict], instances: dict) -> tuple[dict, dict]
 
 def replay(ce: dict) -> dict:
     """Recompute a saved counter-example: ``{"bound", "exact", "ratio"}`` of its check and sub."""
-    inst = Instance.from_json(ce["instance"])
+    inst = instance(ce)
     recs = registry.evaluate(inst, parts=(ce["part"],), tensors=ce["tensors"], ln_input=ce.get("ln_input", "block"))
     for r in recs:
         if r["check"] == ce["check"] and r["sub"] == ce["sub"]:
@@ -451,7 +433,7 @@ def replayed(directory: Path = COMMITTED) -> tuple[list[dict], dict]:
         recs.append({**r, "sweep": "replay", "x": p.stem, "seed": ce.get("seed"), "L": L, "d_V": d_V, "d_K": d_K,
                      "d_ff": d_ff, "file": p.name, "recorded": ce["ratio"], "inst_key": key,
                      "parts": ce["part"], "tensors": ce["tensors"], "ln_input": ce.get("ln_input", "block")})
-        insts[key] = Instance.from_json(ce["instance"])
+        insts[key] = instance(ce)
     return recs, insts
 
 
@@ -498,16 +480,14 @@ def named_theorem1(directory: Path, check: str = "thm1.printed") -> list[dict]:
     out = []
     for p in sorted(Path(directory).glob(f"{check}@*.json")):
         ce = json.loads(p.read_text())
-        inst = Instance.from_json(ce["instance"])
+        inst = instance(ce)
         recs: dict = {}
         for r in registry.evaluate(inst, parts=("sa",)):  # each check's smallest-ratio record (maxblock: its worst block)
             if r["check"] not in recs or r["ratio"] < recs[r["check"]]["ratio"]:
                 recs[r["check"]] = r
-        A = attention_matrix(inst.X, inst.W_Q, inst.W_K)
-        mb = recs["thm1.printed.maxblock"]
-        out.append({"name": p.stem, "why": ce.get("why", ""), "shape": tuple(inst.shape),
-                    "loss": float(sa_loss(inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.Target)),
-                    "attn_dev": float((A - 1.0 / inst.L).abs().max()),
+        mb, regime = recs["thm1.printed.maxblock"], _sa_regime(inst)
+        out.append({"name": p.stem, "why": ce.get("why", ""), "shape": tuple(inst.shape), "loss": regime["loss"],
+                    "attn_dev": regime["attention_uniform_dev"],
                     "printed": recs["thm1.printed"]["ratio"], "repaired": recs["thm1.repaired"]["ratio"],
                     "worst_block": mb["sub"], "worst_block_norm": mb["exact"], "printed_rows_max": mb["bound"]})
     return out

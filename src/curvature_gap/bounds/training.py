@@ -22,9 +22,10 @@ from curvlinops import HessianLinearOperator
 from torch import nn
 
 from ..exact import linalg as la
-from ..exact.forward import attention_matrix, block_forward, sa_forward
+from ..exact.forward import block_forward, sa_forward
 from ..exact.instances import Instance, from_model
 from . import formulas, quantities, registry
+from .sweeps import instance_row
 
 __all__ = ["instances_of", "training_sweep", "batch_records", "light_bounds", "norms_of"]
 
@@ -121,18 +122,15 @@ def training_sweep(models: dict, images: torch.Tensor, n_samples: int, n_batch: 
             sa_inst = _with_target(inst, _perturbed_F(inst))
             sa_inst.meta.update(sweep="training", x=name)
             inst.meta.update(sweep="training", x=name)
-            base = {"sweep": "training", "x": name, "seed": i, "L": inst.L, "d_V": inst.d_V, "d_K": inst.d_K,
-                    "d_ff": inst.d_ff, "sigma": "", "sharpness": "", "balance": "",
-                    "attn_max": float(attention_matrix(inst.X, inst.W_Q, inst.W_K).max(dim=1).values.mean()),
-                    "target": "perturbed"}
+            base = instance_row("training", name, i, inst)
             recs = [dict(r, _inst="sa") for r in registry.evaluate(sa_inst, parts=("sa",))]
             recs += [dict(r, _inst="block") for r in registry.evaluate(inst, parts=("ln", "prop", "block"),
                                                                         tensors=tensors)]
             for r in recs:
                 which = r.pop("_inst")
                 key = f"training|{name}|{i}|{which}"
-                rows.append({**base, **r, "parts": registry.part_of(r["check"]), "tensors": tensors, "ln_input": "block",
-                             "inst_key": key})
+                rows.append({**base, **r, "parts": registry.BOUNDS[r["check"]].part, "tensors": tensors,
+                             "ln_input": "block", "inst_key": key})
                 insts_out[key] = sa_inst if which == "sa" else inst
             if log:
                 log(f"  training {name} sample {i}: {len(recs)} records, {time.perf_counter() - t0:.1f}s")
