@@ -1,9 +1,7 @@
 """One row of ``curvature-gap verify``: its schema, its text and JSON forms, and the exit rule.
 
-Every check of the package (a closed form against autograd, a bound against the exact quantity it
-bounds, an identity, a claim about one of the paper's figures) ends as one :class:`Row`. The JSON
-written by ``curvature-gap verify --json`` is a list of these rows (``Row.to_json``); the fields are
-documented on the class and :data:`ROW_SCHEMA` is the same as a JSON Schema.
+Every check of the package ends as one :class:`Row`; ``curvature-gap verify --json`` writes a list of them
+(``Row.to_json``), whose fields are documented on the class and, as a JSON Schema, in :data:`ROW_SCHEMA`.
 
 Two questions are kept apart:
 
@@ -16,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Row", "Check", "Declared", "by_id", "KINDS", "ROLES", "VERDICTS", "ROW_SCHEMA", "format_table",
+__all__ = ["Row", "Check", "OneRow", "Declared", "by_id", "KINDS", "ROLES", "VERDICTS", "ROW_SCHEMA", "format_table",
            "exit_status", "summary_line"]
 
 KINDS = ("formula", "bound", "identity", "claim", "software")
@@ -32,17 +31,14 @@ VERDICTS = {
     "software": ("holds", "fails"),
 }
 NOT_RUN = "not run"
+_NUMBERS = ("rel_err", "printed_rel_err", "min_ratio", "median_ratio", "value", "tolerance")  # may be inf/nan
 
 
 @runtime_checkable
 class Check(Protocol):
-    """A declared check of any kind (:data:`KINDS`): what every row of ``verify`` is built from.
-
-    A closed form against autograd (``checks.theory.common.FormulaCheck``), a bound against its exact quantity
-    (``bounds.bound.Bound``), one configuration of a library layer (``checks.encoder_layer.LayerCheck``) and a check
-    measured by hand (:class:`Declared`) all declare its ``id``, the ``result`` it is evidence for (a key of
-    ``findings.RESULTS``), its ``role`` (:data:`ROLES`), its ``kind`` and ``row_ids``, the ids of the rows it
-    yields. The battery (``checks.TOPICS``) holds every declaration once, by id."""
+    """A declared check of any kind (:data:`KINDS`: ``FormulaCheck``, ``Bound``, ``LayerCheck``, :class:`Declared`):
+    its ``id``, the ``result`` it is evidence for (a key of ``findings.RESULTS``), its ``role`` (:data:`ROLES`), its
+    ``kind`` and ``row_ids``, the ids of the rows it yields."""
 
     id: str
     result: str
@@ -55,8 +51,16 @@ class Check(Protocol):
     def row_ids(self) -> tuple[str, ...]: ...
 
 
+class OneRow:
+    """A check that yields one row, with its own id."""
+
+    @property
+    def row_ids(self) -> tuple[str, ...]:
+        return (self.id,)
+
+
 @dataclass(frozen=True)
-class Declared:
+class Declared(OneRow):
     """A check whose one row is measured by hand (an identity, a software trap, a search summary): its declaration,
     and :meth:`row` fills a row's fixed fields from it. ``expected`` is what the software expects of the verdict;
     ``claim`` what the paper states (None for the companion's own checks)."""
@@ -71,10 +75,6 @@ class Declared:
     def __post_init__(self):
         if self.kind not in KINDS or self.role not in ROLES:
             raise ValueError(f"check {self.id!r}: kind {self.kind!r} (one of {KINDS}), role {self.role!r} (one of {ROLES})")
-
-    @property
-    def row_ids(self) -> tuple[str, ...]:
-        return (self.id,)
 
     def row(self, **fields) -> "Row":
         """Its row: ``fields`` (what, verdict, the numbers, ...) beside the declared id, result, kind, role, claim
@@ -172,7 +172,7 @@ class Row:
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
-        for k in ("rel_err", "printed_rel_err", "min_ratio", "median_ratio", "value", "tolerance"):
+        for k in _NUMBERS:
             if isinstance(d[k], float) and not math.isfinite(d[k]):
                 d[k] = str(d[k])
         return d
@@ -180,7 +180,7 @@ class Row:
     @classmethod
     def from_json(cls, d: dict) -> "Row":
         d = dict(d)
-        for k in ("rel_err", "printed_rel_err", "min_ratio", "median_ratio", "value", "tolerance"):
+        for k in _NUMBERS:
             if isinstance(d.get(k), str):
                 d[k] = float(d[k])
         d.pop("finding", None)
@@ -195,18 +195,13 @@ class Row:
 
 
 def _schema() -> dict:
-    num = {"type": ["number", "string", "null"]}
-    props = {
-        "id": {"type": "string"}, "result": {"type": "string"}, "kind": {"enum": list(KINDS)},
-        "role": {"enum": list(ROLES)}, "what": {"type": "string"},
-        "verdict": {"enum": sorted({v for vs in VERDICTS.values() for v in vs} | {NOT_RUN})},
-        "expected": {"type": ["string", "null"]}, "claim": {"type": ["string", "null"]},
-        "finding": {"type": "boolean"}, "rel_err": num, "printed_rel_err": num, "min_ratio": num,
-        "median_ratio": num, "value": num, "tolerance": num,
-        "errata": {"type": "array", "items": {"type": "string"}}, "evidence": {"type": "array", "items": {"type": "string"}},
-        "profile": {"type": "string"}, "instances": {"type": "string"}, "note": {"type": "string"},
-        "command": {"type": ["string", "null"]}, "details": {"type": "object"},
-    }
+    """Each field of :class:`Row` by its annotation (numbers may be strings: ``"inf"``, ``"nan"``)."""
+    types = {"str": {"type": "string"}, "str | None": {"type": ["string", "null"]}, "bool": {"type": "boolean"},
+             "float | None": {"type": ["number", "string", "null"]}, "dict": {"type": "object"},
+             "list": {"type": "array", "items": {"type": "string"}}}
+    props = {f.name: types[f.type] for f in dataclasses.fields(Row)}
+    props.update(kind={"enum": list(KINDS)}, role={"enum": list(ROLES)},
+                 verdict={"enum": sorted({v for vs in VERDICTS.values() for v in vs} | {NOT_RUN})})
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "curvature-gap verify row",
             "type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
@@ -242,9 +237,7 @@ def exit_status(rows: list[Row]) -> int:
 
 def summary_line(rows: list[Row]) -> str:
     """``N rows: a verified, b corrected, ...; k findings; m not run -> OK`` (or the unexpected rows)."""
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    counts = Counter(r.verdict for r in rows)
     parts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     bad = [r.id for r in rows if not r.as_expected]
     n_find = sum(r.finding for r in rows)

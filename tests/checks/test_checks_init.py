@@ -119,7 +119,7 @@ def test_main_prints_table_writes_json_and_exit_code(tmp_path, monkeypatch, caps
         assert r.id in text
     assert "rows not run (they need results of the trained model); to compute them: curvature-gap reproduce" in text
     assert json.loads(out.read_text()) == json.loads(json.dumps([r.to_json() for r in rows]))
-    assert [r.id for r in checks.load_rows(out)] == [r.id for r in rows]
+    assert [Row.from_json(d).id for d in json.loads(out.read_text())] == [r.id for r in rows]
     bad = [Row.from_json(dict(rows[0].to_json(), verdict="fails"))] + rows[1:]
     monkeypatch.setattr(checks, "run", lambda *a, **k: bad)
     assert checks.main(quick=True) == 1

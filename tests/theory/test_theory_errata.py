@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
 from curvature_gap.row import Row
-from curvature_gap.theory.errata import ERRATA, ResultMisprints, errata_as_json, label, misprint_counts
+from curvature_gap.theory.errata import ERRATA, ResultMisprints, label, misprint_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,12 +39,6 @@ def test_each_erratum_is_evidenced_by_a_row_that_finds_the_printed_form_wrong(qu
         for rel in e.get("related", []):
             assert rel in rows, rel
             assert e["id"] in rows[rel].errata
-
-
-def test_errata_as_json_round_trips():
-    doc = json.loads(errata_as_json())
-    assert [d["id"] for d in doc] == [e["id"] for e in ERRATA]
-    assert re.search(r"\n  ", errata_as_json()) and "\n" not in errata_as_json(indent=None)
 
 
 def _formula(rid, result, verdict, role="statement", errata=()):

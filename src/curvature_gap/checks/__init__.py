@@ -1,20 +1,10 @@
 """``curvature-gap verify``: every check of the package as one list of :class:`~.row.Row`, from one battery.
 
-:data:`TOPICS` is the battery (:mod:`.battery`): each topic declares its checks (``row.Check``: id, result, role,
-kind and the row ids it yields), the results its rows read, and the runner that computes them together.
-
-* :mod:`.theory`    — each closed form against autograd and finite differences;
-* :mod:`.bounds`    — each bound against the exact quantity (synthetic sweeps and one worst-case search,
-  committed counter-examples, and the trained MNIST model from its result);
-* :mod:`.landscape` — Theorem 7 on one attention layer (always);
-* :mod:`.figures`   — the paper's claims about its figures, Assumption 1 and Theorem 7 on the trained ViT, as each
-  figure's module declares them (from the paper-profile results);
-* :mod:`.encoder_layer` — beyond the paper: the closed-form Hessian of ``nn.TransformerEncoderLayer`` in each
-  configuration against autograd of PyTorch's layer, and the two autodiff traps.
-
-Rows that need a trained model are read from results (the cache, else the results committed to the
-repository under ``published/``) and never computed here; without one they are ``not run`` and name
-the command that computes them. ``curvature_gap.findings`` turns the rows into one verdict per result.
+:data:`TOPICS` is the battery (:mod:`.battery`), in the order of the rows: the closed forms (:mod:`.theory`), the
+bounds (:mod:`.bounds`), Theorem 7 on one attention layer (:mod:`.landscape`), the figures' claims (:mod:`.figures`)
+and ``nn.TransformerEncoderLayer`` (:mod:`.encoder_layer`). Rows that need a trained model are read from results
+(the cache, else ``published/``), never computed here; without one they are ``not run`` and name the command that
+computes them.
 """
 from __future__ import annotations
 
@@ -33,14 +23,12 @@ from . import bounds, encoder_layer, figures, landscape, theory
 from .battery import Inputs, Topic
 from ..row import Row, by_id, exit_status, format_table, summary_line
 
-__all__ = ["Row", "TOPICS", "CHECKS", "Inputs", "Topic", "run", "main", "QUICK_NOTE", "quick_note", "load_rows", "DATA_RESULTS", "data_results", "rows_meta", "verify_code_hash", "published_rows",
-           "write_rows", "run_cached"]
+__all__ = ["Row", "TOPICS", "CHECKS", "Inputs", "Topic", "run", "main", "QUICK_NOTE", "quick_note", "DATA_RESULTS",
+           "data_results", "rows_meta", "verify_code_hash", "published_rows", "write_rows", "run_cached"]
 
 TOPICS: tuple[Topic, ...] = (theory.TOPIC, bounds.TOPIC, landscape.TOPIC, figures.TOPIC, encoder_layer.TOPIC)
-"""The battery, in the order of the rows."""
-
+# every declared check by id (the figures' claim rows are declared by the figures themselves)
 CHECKS = by_id(*(c for t in TOPICS for c in t.checks()))
-"""Every declared check of the battery by id (the figures' claim rows are declared by the figures themselves)."""
 
 
 def data_results() -> tuple:
@@ -104,9 +92,8 @@ def run(quick: bool = False, results_dir="results", published_dir=None, log=None
 
 def run_cached(quick: bool = True, results_dir="results", published_dir=None, profile: str = "paper") -> list[Row]:
     """:func:`run`, kept in ``<results_dir>/verify/`` under what determines the rows: :func:`rows_meta` (the
-    code, ``quick``, each result's config hash) and which results were found. Each notebook page outside the
-    book build renders rows; without this, every page computed all of them again (about 25 s on 2 cores).
-    A changed computation or a newly computed result changes the key, so a stale row is never returned."""
+    code, ``quick``, each result's config hash) and which results were found, so a stale row is never returned
+    (each notebook page outside the book build renders rows)."""
     ctx = _context(results_dir, published_dir, profile)
     res = _found(ctx)
     meta = dict(rows_meta(quick, results_dir, profile), profile=profile,
@@ -130,7 +117,6 @@ def run_cached(quick: bool = True, results_dir="results", published_dir=None, pr
 def write_rows(path, rows: list[Row], meta: dict, seconds: float | None = None) -> None:
     """Write rows with what determined them (:func:`rows_meta`), where they were computed and, when given, how many
     seconds computing them took."""
-    # the results the rows read are named by config hash in ``meta``; `publish` writes them just before
     prov = dict(git=git_commit(ignore=("published",)), software=software(), created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 **({"seconds": seconds} if seconds is not None else {}))
     atomic_write_json(path, {"meta": meta, "provenance": prov, "rows": [r.to_json() for r in rows]}, indent=1)
@@ -148,11 +134,6 @@ def published_rows(path) -> list[Row]:
     if diff:
         raise UnusableResult(f"{path} was computed by other code or from other results (differs in: {', '.join(diff)})")
     return [Row.from_json(d) for d in doc["rows"]]
-
-
-def load_rows(path) -> list[Row]:
-    """Rows from a ``curvature-gap verify --json`` file."""
-    return [Row.from_json(d) for d in json.loads(Path(path).read_text())]
 
 
 QUICK_NOTE = ("--quick: fewer random instances and no worst-case search, so the smallest bound/exact each bound "

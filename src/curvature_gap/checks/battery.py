@@ -1,10 +1,8 @@
-"""The check battery: one registry of topics, each the declarations (``row.Check``) one runner computes together.
+"""The check battery: topics, each the declarations (``row.Check``) one runner computes together.
 
-A topic batches what its checks share: the formula groups share random instances and measuring functions, the
-bounds one worst-case search (:mod:`curvature_gap.bounds.search`), the library layers their configurations. Each
-:class:`Topic` names its declared checks (``checks``), the results its rows read (``reads``) and its runner
-(``run``); ``checks.TOPICS`` lists them in the order of the rows and ``checks.run`` iterates it. A figure's claim
-rows are declared by the figure itself (``experiments.spec.FigureSpec.rows``): the figures' topic reads them there.
+A topic batches what its checks share (random instances, one worst-case search, a layer's configurations);
+``checks.TOPICS`` lists them in the order of the rows. A figure's claim rows are declared by the figure itself
+(``experiments.spec.FigureSpec.rows``).
 """
 from __future__ import annotations
 

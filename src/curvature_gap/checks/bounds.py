@@ -1,16 +1,12 @@
 """Rows for every bound of the paper: the smallest ratio bound/exact over the instances evaluated.
 
-Instances: the synthetic sweeps of :mod:`curvature_gap.bounds.sweeps` (the ``mini`` set with ``quick``,
-the ``quick`` set and the worst-case search of every bound otherwise, :func:`curvature_gap.bounds.search.search_all`:
-the same families of starts and one budget for all, at L ∈ {1, 2, 4, 8, 16}), and always the replay of every committed
-counter-example (``curvature_gap/bounds/counterexamples/*.json``), whose recomputed ratio must equal
-the recorded one to 1e-6 and still fail (row ``bounds.counterexamples.replay``: a mismatch is a
-software failure). With a result of the trained MNIST model (``trained_bounds``), the key bounds are
-reported on it too (``bounds.mnist.*``, initialised and trained block 0 of the ViT).
+Instances: the synthetic sweeps of :mod:`curvature_gap.bounds.sweeps` (``quick``: the ``mini`` set; else the ``quick``
+set and the worst-case search of every bound, :func:`curvature_gap.bounds.search.search_all`), and always the replay of
+every committed counter-example, which must recompute to its recorded ratio (1e-6) and still fail. With a
+``trained_bounds`` result, the key bounds are also reported on block 0 of the MNIST ViT (``bounds.mnist.*``).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..bounds import registry
@@ -32,18 +28,12 @@ def trained_checks() -> tuple[str, ...]:
     return tuple(c for c, b in registry.BOUNDS.items() if b.trained)
 
 
-def synthetic_records(quick: bool, log=None) -> tuple[list[dict], dict]:
-    """Records and instances of the synthetic sweeps (and, unless ``quick``, the worst-case search of every bound)."""
-    rows, insts = [], {}
-    for s in sweeps.definitions(quick=True, mini=quick):
-        r, i = sweeps.run_sweep(s, log=log)
-        rows += r
-        insts.update(i)
+def synthetic_records(quick: bool, log=None) -> list[dict]:
+    """Records of the synthetic sweeps (and, unless ``quick``, of the worst-case search of every bound)."""
+    recs = [r for s in sweeps.definitions(quick=True, mini=quick) for r in sweeps.run_sweep(s, log=log)[0]]
     if not quick:
-        r, i = search.records_of(search.search_all(search.objectives(), log=log))
-        rows += r
-        insts.update(i)
-    return rows, insts
+        recs += search.records_of(search.search_all(search.objectives(), log=log))[0]
+    return recs
 
 
 def replay_committed(directory: Path = COUNTEREXAMPLES) -> tuple[list[dict], Row]:
@@ -126,7 +116,7 @@ def trained_rows(result) -> list[Row]:
 
 def run(inputs: Inputs) -> list[Row]:
     """The bound rows (see module doc); the trained model's from ``inputs.results["trained_bounds"]`` (or not run)."""
-    recs, _ = synthetic_records(inputs.quick, inputs.log)
+    recs = synthetic_records(inputs.quick, inputs.log)
     rep, status = replay_committed()
     summary = sweeps.summarize(recs + rep)
     return rows_from_summary(summary, rep) + trained_rows(inputs.results.get("trained_bounds")) + [status]

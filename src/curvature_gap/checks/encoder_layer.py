@@ -1,24 +1,16 @@
 """Rows for the closed-form Hessian of ``torch.nn.TransformerEncoderLayer`` (beyond the paper).
 
-One row per configuration of the family (norm_first × activation × bias × nhead × causal mask, 48 rows,
-:data:`curvature_gap.exact.encoder_layer.CONFIGS`, one :class:`LayerCheck` each): :func:`curvature_gap.layer_hessian`
-against reverse-over-reverse ``torch.autograd`` of PyTorch's layer itself under the MATH attention backend,
-float64, on a generic instance and one with near-one-hot attention (``quick``: that one only);
-``rel_err = max|closed − autograd| / max|autograd|``, tolerance 1e-10. And one row per autodiff trap,
-``holds`` while the trap is still there (a row that turns ``fails`` means PyTorch fixed it and the book's
-text must change): double backward through the default CPU attention kernel raises; ``torch.func.hessian``
-of the layer is wrong through LayerNorm.
-
-And the rows of the repaired Theorem 1 extended to h heads with ``W_O`` (:func:`curvature_gap.bounds.formulas.
-theorem1_multihead`, :mod:`curvature_gap.bounds.multihead`): the bound against the exact ``‖H‖_2`` at every start
-and after the adversarial search (``encoder_layer.mh_bound``), each block against its row (``.blocks``), the
-softmax second-derivative lemma the derivation uses (``.softmax_d2``), and the exact quantity against
-reverse-over-reverse autograd of ``nn.MultiheadAttention`` itself (``.exact_vs_pytorch``).
+One row per configuration (norm_first × activation × bias × nhead × causal mask, 48 rows, one :class:`LayerCheck`
+each): :func:`curvature_gap.layer_hessian` against reverse-over-reverse autograd of PyTorch's layer itself (MATH
+backend, float64), ``rel_err = max|closed − autograd| / max|autograd|``, tolerance 1e-10. One row per autodiff trap,
+``holds`` while the trap is still there (``fails`` means PyTorch fixed it and the book's text must change). And the
+rows of the repaired Theorem 1 extended to h heads with ``W_O`` (:mod:`curvature_gap.bounds.multihead`): the bound,
+each block, the softmax lemma it uses, and its exact quantity against autograd of ``nn.MultiheadAttention``.
 """
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -27,7 +19,7 @@ from ..bounds import registry as bck
 from ..bounds import search, sweeps
 from ..exact import encoder_layer as ref
 from ..hessian.layers import layer_hessian
-from ..row import Declared, Row
+from ..row import Declared, OneRow, Row
 from .battery import Inputs, Topic
 from .theory import quiet_single_thread
 
@@ -48,10 +40,9 @@ def _layer(cfg: dict, seed: int, sharp: float, x_scale: float):
 
 
 @dataclass(frozen=True)
-class LayerCheck:
-    """One configuration of ``nn.TransformerEncoderLayer`` (a point of :data:`LAYERS`, the grid over
-    :data:`curvature_gap.exact.encoder_layer.CONFIGS`): the engine's Hessian of the layer against reverse-over-reverse
-    autograd of the layer itself (MATH backend), float64, on :data:`INSTANCES` (``quick``: the second only)."""
+class LayerCheck(OneRow):
+    """One configuration of ``nn.TransformerEncoderLayer`` (of :data:`curvature_gap.exact.encoder_layer.CONFIGS`),
+    checked on :data:`INSTANCES` (``quick``: the second only)."""
 
     norm_first: bool
     activation: str
@@ -64,16 +55,11 @@ class LayerCheck:
 
     @property
     def cfg(self) -> dict:
-        return dict(norm_first=self.norm_first, activation=self.activation, bias=self.bias, nhead=self.nhead,
-                    causal=self.causal)
+        return asdict(self)
 
     @property
     def id(self) -> str:
         return f"{RESULT}.{ref.config_id(self.cfg)}"
-
-    @property
-    def row_ids(self) -> tuple[str, ...]:
-        return (self.id,)
 
     def row(self, quick: bool) -> Row:
         insts = INSTANCES[1:] if quick else INSTANCES

@@ -1,10 +1,6 @@
-"""Rows read from the results of trained models, as each figure's module declares them.
-
-A figure's rows live with the figure (``FigureSpec.rows`` in its module under :mod:`curvature_gap.experiments`:
-Figs. 3–4 in ``heatmaps``, Fig. 5 in ``norms``, Fig. 6 in ``convergence``, Fig. 12 and Assumption 1 in
-``assumption``, Theorem 7 on the trained ViT in ``landscape_checks``); the verdict rule and the ranking table the
-claims share are :mod:`curvature_gap.experiments.claims`. Verdicts about the experiments come only from the paper
-profile; a smoke result gives none.
+"""Rows read from the results of trained models, as each figure's module under :mod:`curvature_gap.experiments`
+declares them (``FigureSpec.rows``; the shared verdict rule is :mod:`curvature_gap.experiments.claims`). Verdicts
+about the experiments come only from the paper profile; a smoke result gives none.
 """
 from __future__ import annotations
 

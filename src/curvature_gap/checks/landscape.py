@@ -1,9 +1,5 @@
 """Rows for Theorem 7 on one self-attention layer at an exact minimiser (synthetic, always run:
-:func:`curvature_gap.landscape.theorem7.sa_check`).
-
-Theorem 7 on the trained MNIST ViT and Assumption 1 are read from their results by their figures' rows
-(``experiments.landscape_checks`` for ``theorem7``, ``experiments.assumption`` for Fig. 12).
-"""
+:func:`curvature_gap.landscape.theorem7.sa_check`); on the trained ViT it is a figure's row."""
 from __future__ import annotations
 
 from ..bounds.registry import RTOL
@@ -22,11 +18,6 @@ _LABELS = {"printed": "M = max_i of Theorem 1 as printed", "repaired": "M = max_
            "exact_at_w_star": "M = max_i ‖∇²l_i(w*)‖ (exact, at w* only)"}
 
 
-def _min_ratio(res: dict, name: str) -> float:
-    vals = [p[f"min_ratio_{name}"] for p in moved(res["path"])] + [res["adversarial"][name]["min_ratio"]]
-    return float(min(vals))
-
-
 def sa_rows(res: dict | None = None) -> list[Row]:
     """Theorem 7 for one attention layer at an exact minimiser: min rhs/lhs over k, the path and the
     adversarial search, for M from Theorem 1 (printed, repaired) and the exact Hessian at w*."""
@@ -34,8 +25,8 @@ def sa_rows(res: dict | None = None) -> list[Row]:
     inst = f"N={res['N']} sequences, L={res['L']}, d_V={res['d_V']}; w* with ‖∇L_N(w*)‖ = {res['grad_norm_full']:.1e}"
     rows = []
     for name, check in SA_CHECKS.items():
-        mn = _min_ratio(res, name)
         adv = res["adversarial"][name]
+        mn = float(min([p[f"min_ratio_{name}"] for p in moved(res["path"])] + [adv["min_ratio"]]))
         rows.append(check.row(
             what=f"{STATEMENT} for one self-attention layer (MSE) at an exact minimiser, {_LABELS[name]} = "
                  f"{res['M'][name]:.3g}; ratio rhs/lhs, min over k, distances along a random direction and an "

@@ -1,14 +1,11 @@
 """Single-head self-attention: Jacobians, softmax derivatives, H_o / H_f blocks, Φ.
 
-``F(X) = A(X) X W_V`` with ``A = softmax_rows(T)``, ``T = X W_Q W_K^T X^T / √d_K``
-(paper Eq. 1); X (L, d_V), W_Q, W_K (d_V, d_K), W_V (d_V, d_V).  Loss of the
-single layer: ``l = (1/(L d_V)) ||F - Target||_F^2``.
+``F(X) = A(X) X W_V`` with ``A = softmax_rows(T)``, ``T = X W_Q W_K^T X^T / √d_K`` (paper Eq. 1); X (L, d_V),
+W_Q, W_K (d_V, d_K), W_V (d_V, d_V). Loss of the single layer: ``l = (1/(L d_V)) ||F - Target||_F^2``.
 
-Naming (see :mod:`.notation`): ``G_V, G_Q, G_K = ∂F/∂W_{V,Q,K}`` (Theorem 5's G_k,
-Noci et al. Lemma A.2), ``Z1, Z2`` and ``S_shuffle`` as in Ormaniec et al. Thm 3.1/3.2
-(quoted by the paper), ``phi(k, l) = ∂²F/∂W_k∂W_l`` (the paper's Φ_kl, Lemma 2).
-Parameter keys are ``"Q"``, ``"K"``, ``"V"``; sizes ``n_Q = n_K = d_V d_K``, ``n_V = d_V^2``.
-Functions ending in ``_printed`` reproduce a formula exactly as the paper prints it.
+Naming (:mod:`.notation`): ``G_V, G_Q, G_K = ∂F/∂W_{V,Q,K}`` (Noci et al. Lemma A.2), ``Z1, Z2`` and ``S_shuffle``
+as in Ormaniec et al. Thm 3.1/3.2, ``phi(k, l) = ∂²F/∂W_k∂W_l`` (the paper's Φ_kl). Functions ending in
+``_printed`` reproduce a formula exactly as the paper prints it.
 """
 from __future__ import annotations
 
@@ -23,9 +20,9 @@ from .calculus import (apply_commutation, blockdiag_matmul, commutation, d_kron_
                        eye, kron, kron3, kron4, ones, vec_r)
 
 __all__ = [
-    "dA_dT", "dA_dT_blocks", "dA_dT_uniform",
-    "d2A_dT2", "d2A_dT2_blocks", "dA_dT_norm", "d2A_dT2_norm", "Z2_norm", "contract_d2A_dT2", "contract_d2A_dT2_blocks", "dT_dWQ", "dT_dWK", "dT_dWK_printed", "Z1", "Z2",
-    "S_shuffle", "M1", "G_V", "G_Q", "G_K", "G_K_printed", "G_Q_uniform", "jacobians",
+    "dA_dT", "dA_dT_blocks", "dA_dT_uniform", "d2A_dT2", "d2A_dT2_blocks", "dA_dT_norm", "d2A_dT2_norm", "Z2_norm",
+    "contract_d2A_dT2", "contract_d2A_dT2_blocks", "dT_dWQ", "dT_dWK", "Z1", "Z2", "S_shuffle", "M1", "G_V", "G_Q",
+    "G_K", "G_K_printed", "G_Q_uniform", "jacobians",
     "R_m", "Ho_VV", "Ho_QQ", "Ho_VQ", "Ho_QK", "Hf_VV", "Hf_QQ", "Hf_VQ", "Hf_QK",
     "phi_QQ_lemma2", "phi_VQ_lemma2", "phi_QK_lemma2", "phi", "contract_phi",
     "loss_hessian_blocks", "SA_PARAMS", "sizes",
@@ -127,18 +124,9 @@ def dT_dWK(X, W_Q) -> torch.Tensor:
     return kron(X @ W_Q, X) @ commutation(d_K, d_V, X) / math.sqrt(d_K)
 
 
-def dT_dWK_printed(X, W_Q) -> torch.Tensor:
-    """As printed in the Theorem 4 proof: ``(X W_Q ⊗ X) K_{d_V d_K}/√d_k``."""
-    d_V, d_K = W_Q.shape
-    return kron(X @ W_Q, X) @ commutation(d_V, d_K, X) / math.sqrt(d_K)
-
-
 def Z1(X, A) -> torch.Tensor:
-    """``Z_1 = (I_L ⊗ X^T)(∂A/∂T)(X ⊗ X)``; (L d_V, d_V^2).
-
-    Formed entrywise, ``Z_1[(i,p),(s,t)] = X_is (X^T J_i X)_pt`` with ``J_i = diag(a_i) - a_i a_i^T``
-    (the row blocks of :func:`dA_dT`), never through the L^2 × L^2 Jacobian (the tests compare it with
-    the Kronecker product as written)."""
+    """``Z_1 = (I_L ⊗ X^T)(∂A/∂T)(X ⊗ X)``; (L d_V, d_V^2), formed entrywise as ``Z_1[(i,p),(s,t)] =
+    X_is (X^T J_i X)_pt`` with ``J_i = diag(a_i) - a_i a_i^T`` (the row blocks of :func:`dA_dT`)."""
     L, d = X.shape
     C = torch.einsum("jp,ijl,lt->ipt", X, dA_dT_blocks(A), X)
     return torch.einsum("is,ipt->ipst", X, C).reshape(L * d, d * d)
@@ -174,9 +162,8 @@ def Z2_norm(X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
 def S_shuffle(d_V: int, ref: torch.Tensor | None = None) -> torch.Tensor:
     """Ormaniec et al.'s reshaping operator ``S = (I_{d_V} ⊗ K_{d_V,d_V})(vec_r I_{d_V} ⊗ I_{d_V})``.
 
-    As written the product has shape (d_V^3, d_V) (the paper states d_V^2 x d_V). Built entrywise:
-    ``(vec_r I ⊗ I)[(a,b,c'),c] = δ_ab δ_c'c`` and ``I ⊗ K`` swaps the last two indices, so
-    ``S[(a,c,a),c] = 1`` and every other entry is 0 (the tests compare it with the product as written).
+    The product has shape (d_V^3, d_V) (the paper states d_V^2 x d_V). Built entrywise: ``I ⊗ K`` swaps the last
+    two indices of ``(vec_r I ⊗ I)[(a,b,c'),c] = δ_ab δ_c'c``, so ``S[(a,c,a),c] = 1`` and every other entry is 0.
     """
     dtype, device = (ref.dtype, ref.device) if ref is not None else (torch.float64, None)
     S = torch.zeros(d_V, d_V, d_V, d_V, dtype=dtype, device=device)
@@ -218,10 +205,12 @@ def G_K(X, W_Q, W_K, W_V) -> torch.Tensor:
 
 
 def G_K_printed(X, W_Q, W_K, W_V) -> torch.Tensor:
-    """Theorem 4 proof as printed: commutation ``K_{d_V d_K}`` in place of ``K_{d_K,d_V}``."""
+    """Theorem 4 proof as printed: ``∂T/∂W_K = (X W_Q ⊗ X) K_{d_V d_K}/√d_k`` (commutation ``K_{d_V d_K}`` in place
+    of ``K_{d_K,d_V}``)."""
     L = X.shape[0]
+    d_V, d_K = W_Q.shape
     A = attention_matrix(X, W_Q, W_K)
-    return kron(eye(L, X), W_V.T @ X.T) @ dA_dT(A) @ dT_dWK_printed(X, W_Q)
+    return kron(eye(L, X), W_V.T @ X.T) @ dA_dT(A) @ (kron(X @ W_Q, X) @ commutation(d_V, d_K, X) / math.sqrt(d_K))
 
 
 def jacobians(X, W_Q, W_K, W_V) -> dict:

@@ -5,18 +5,16 @@ Block (paper Eq. "transformer", b_1 = b_2 = 0, ReLU, LayerNorm with γ = 1, β =
     U = X + F(X),  Y = LN(U),  S = ReLU(Y W_1) W_2 + Y,  Z = LN(S),
     loss l(Z) = (1/(L d_V)) ||Z - Target||_F^2.
 
-Parameters are indexed by ``"1", "2", "K", "Q", "V"`` (the paper's {1, 2, K, Q, V}) with
-sizes ``n_1 = d_V d_ff``, ``n_2 = d_ff d_V``, ``n_Q = n_K = d_V d_K``, ``n_V = d_V^2``.
+Parameters ``"1", "2", "K", "Q", "V"`` have sizes ``n_1 = d_V d_ff``, ``n_2 = d_ff d_V``, ``n_Q = n_K = d_V d_K``,
+``n_V = d_V^2``.
 
 Theorem 4: ``∂Z/∂W_i = J_Z B_i`` with ``B_1, B_2`` from :mod:`.ffn` and ``B_k = J_SY J_Y G_k``.
 Theorem 5 (boxed): ``H_tr^(i,j) = (J_Z ⊗ I_{n_i}) ξ_ij + (I_{L d_V} ⊗ B_i^T) H_Z B_j`` with
 ``ξ_ij = ∂B_i/∂W_j``.  Loss Hessian (the Gauss–Newton decomposition of §3.2, the paper's Eq. (7)):
 ``∂²l/∂W_i∂W_j = (J_Z B_i)^T (2/(L d_V)) (J_Z B_j) + (∂l/∂Z ⊗ I_{n_i}) H_tr^(i,j)``.
 
-Two evaluations are provided: ``*_literal`` builds every Kronecker factor densely, as printed
-(small shapes only); :func:`loss_hessian` pushes the row vector ``∂l/∂Z`` through the same
-formulas with the mixed-product rule, ``(g^T ⊗ I)(A ⊗ B) = (g^T A) ⊗ B``, so that no
-(L d_V n_i)-row object is formed (used at the paper's MNIST size).
+``*_literal`` builds every Kronecker factor densely, as printed (small shapes only); :func:`loss_hessian` pushes
+``∂l/∂Z`` through the same formulas with ``(g^T ⊗ I)(A ⊗ B) = (g^T A) ⊗ B``, forming no (L d_V n_i)-row object.
 """
 from __future__ import annotations
 
@@ -57,9 +55,7 @@ def first_order(X, W_Q, W_K, W_V, W_1, W_2, with_dZ: bool = True) -> dict:
     J_SY = ff.dS_dY(Y, W_1, W_2)
     G = at.jacobians(X, W_Q, W_K, W_V)
     dY = {k: J_Y @ G[k] for k in ATTN}
-    B = {"1": ff.dS_dW1(Y, W_1, W_2), "2": ff.dS_dW2(Y, W_1)}
-    for k in ATTN:
-        B[k] = J_SY @ dY[k]
+    B = {"1": ff.dS_dW1(Y, W_1, W_2), "2": ff.dS_dW2(Y, W_1), **{k: J_SY @ dY[k] for k in ATTN}}
     dZ = {i: J_Z @ B[i] for i in BLOCK_PARAMS} if with_dZ else None
     return {**fw, "J_Y": J_Y, "J_Z": J_Z, "J_SY": J_SY, "G": G, "dY_dW": dY, "B": B, "dZ_dW": dZ}
 
@@ -284,14 +280,11 @@ def assemble(blocks: dict, order=BLOCK_PARAMS) -> torch.Tensor:
 
 # ----------------------------------------------------------------- how the blocks scale with the input
 def diagonal_norms_under_input_scaling(X, W_Q, W_K, W_V, W_1, W_2, Target, scales) -> dict:
-    """Spectral norms of the five diagonal blocks ``∂²l/∂W_i²`` of the loss Hessian (:func:`loss_hessian`,
-    Theorems 4–5 with the loss-Hessian decomposition, Eq. (7)) when the block is fed ``s X`` for each ``s`` in
-    ``scales``; the weights and the target stay fixed.
+    """Spectral norms of the five diagonal blocks ``∂²l/∂W_i²`` of the loss Hessian (:func:`loss_hessian`) when the
+    block is fed ``s X`` for each ``s`` in ``scales`` (weights and target fixed).
 
-    Returns NumPy arrays ``scale`` (S,) and ``norms`` ``{i: (S,)}`` for ``i`` in :data:`BLOCK_PARAMS`, plus
-    ``decades`` ``{i: log10(max/min)}`` over the sweep (how far each block moves). Every block but the
-    attention ones sees the input only through the LayerNorm output ``Y`` (scale-free), and ``Y`` depends
-    on ``s`` only through the attention pattern ``A(sX)``.
+    Returns NumPy arrays ``scale`` (S,) and ``norms`` ``{i: (S,)}``, and ``decades`` ``{i: log10(max/min)}``. The
+    non-attention blocks see the input only through the scale-free ``Y``, which depends on ``s`` only via ``A(sX)``.
     """
     norms = {p: [] for p in BLOCK_PARAMS}
     for s in scales:

@@ -2,18 +2,14 @@
 
 Conventions (paper §2 "Preliminaries", Appendix B):
 
-* ``vec_r(A)`` stacks the rows of ``A``; for a row-major torch tensor this is
-  ``A.reshape(-1)``.  ``vec(A) = vec_r(A^T)`` stacks the columns.
-* For ``N: R^{p x q} -> R^{n x d}`` the Jacobian is
-  ``dN/dW := d vec_r(N) / d vec_r(W)^T`` with shape ``(n*d, p*q)``.
-* The second derivative ``d^2 N / dW_i dW_j := d vec_r(dN/dW_i) / d vec_r(W_j)^T``
-  has shape ``(n*d*p_i*q_i, p_j*q_j)``.  Its entry ``[(a, b), c]`` is
-  ``d^2 N_a / dw_{i,b} dw_{j,c}``.
-* The commutation matrix ``K_{m,n}`` (Definition "Commutation Matrix") is the
-  ``mn x mn`` permutation with ``K_{m,n} vec(A) = vec(A^T)`` for ``A`` of shape ``(m, n)``.
+* ``vec_r(A)`` stacks the rows of ``A`` (``A.reshape(-1)``); ``vec(A) = vec_r(A^T)`` stacks the columns.
+* For ``N: R^{p x q} -> R^{n x d}`` the Jacobian is ``dN/dW := d vec_r(N) / d vec_r(W)^T``, shape ``(n*d, p*q)``.
+* The second derivative ``d^2 N / dW_i dW_j := d vec_r(dN/dW_i) / d vec_r(W_j)^T`` has shape
+  ``(n*d*p_i*q_i, p_j*q_j)``; its entry ``[(a, b), c]`` is ``d^2 N_a / dw_{i,b} dw_{j,c}``.
+* The commutation matrix ``K_{m,n}`` is the ``mn x mn`` permutation with ``K_{m,n} vec(A) = vec(A^T)`` for ``A``
+  of shape ``(m, n)``.
 
-Every function is a closed form built from ``torch`` tensor algebra; nothing here
-calls automatic differentiation.  Tensors are expected in float64.
+Closed forms in ``torch`` tensor algebra (no automatic differentiation), float64.
 """
 from __future__ import annotations
 
@@ -60,12 +56,8 @@ def vec(A: torch.Tensor) -> torch.Tensor:
 
 
 def commutation(m: int, n: int, ref: torch.Tensor | None = None) -> torch.Tensor:
-    """Commutation matrix ``K_{m,n}`` of shape (m*n, m*n).
-
-    Defined by ``K_{m,n} vec(A) = vec(A^T)`` for ``A`` of shape (m, n); hence also
-    ``vec_r(A) = K_{m,n} vec(A)`` and ``K_{n,m} K_{m,n} = I_{mn}``.
-    Entry ``[i*n + j, j*m + i] = 1`` for ``i < m, j < n``.
-    """
+    """Commutation matrix ``K_{m,n}`` (m*n, m*n): ``K_{m,n} vec(A) = vec(A^T)`` for ``A`` (m, n), hence
+    ``vec_r(A) = K_{m,n} vec(A)`` and ``K_{n,m} K_{m,n} = I_{mn}``; entry ``[i*n + j, j*m + i] = 1``."""
     K = torch.zeros(m * n, m * n, **_opts(ref))
     i = torch.arange(m, device=K.device).repeat_interleave(n)
     j = torch.arange(n, device=K.device).repeat(m)
@@ -209,10 +201,6 @@ def d_transpose(m: int, n: int, ref: torch.Tensor | None = None) -> torch.Tensor
 
 
 def partial_transpose(H: torch.Tensor, out: int, n_i: int, n_j: int) -> torch.Tensor:
-    """Swap the two derivative slots of a second derivative.
-
-    Maps ``d^2 N / dW_i dW_j`` (shape (out*n_i, n_j)) to ``d^2 N / dW_j dW_i``
-    (shape (out*n_j, n_i)); entrywise ``[(a, c), b] <- [(a, b), c]``.  This is the
-    exact statement of symmetry of mixed partials in the paper's layout.
-    """
+    """Swap the two derivative slots: ``d^2 N / dW_i dW_j`` (out*n_i, n_j) to ``d^2 N / dW_j dW_i`` (out*n_j, n_i),
+    ``[(a, c), b] <- [(a, b), c]`` (the symmetry of mixed partials in the paper's layout)."""
     return H.reshape(out, n_i, n_j).transpose(1, 2).reshape(out * n_j, n_i)

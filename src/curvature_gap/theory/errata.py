@@ -4,15 +4,11 @@ Each entry: ``id``, ``title`` (in words, the heading a reader sees), ``wrong`` (
 words, for the errata's summary table), ``where`` (theorem / equation / proof step), ``printed`` (what the paper
 prints), ``holds`` (what is implemented and verified), ``evidence`` (the ``curvature-gap verify``
 check id that measures both), and optionally ``related`` (further check ids) and ``as_printed`` (what
-the errata page says of a printed form that cannot be evaluated, where that is not its shapes: e.g. an
-undefined symbol).  The measured errors are in the rows of :func:`curvature_gap.checks.theory.run`.
+the errata page says of a printed form that cannot be evaluated, where that is not its shapes).
 
-The entries are numbered E1, E2, … in this order. An entry whose evidence row has the verdict
-``corrected`` is a misprinted formula; one whose evidence row has the verdict ``notation`` (the printed
-form differs by a notational convention only) is listed, and said to be, but is not counted among the
-misprinted formulas. :func:`misprint_counts` gives the counts that the landing page, the errata page and
-the per-result evidence all state. It counts errata, not rows: one erratum measured on several rows
-(E9, the loss factor of Lemma 2, on three) is one misprinted formula.
+The entries are numbered E1, E2, … in this order. :func:`misprint_counts` counts errata, not rows: an entry whose
+evidence row is ``corrected`` is a misprinted formula; one whose evidence row is ``notation`` is listed but not
+counted among them.
 
 ``where``, ``printed`` and ``holds`` are MyST Markdown: words are plain text and formulas are inline
 LaTeX in ``$...$`` (using the book's MathJax macros vecr, vec, diag, LN, ReLU, softmax and R); they never
@@ -20,10 +16,9 @@ contain a ``|``, which would break a Markdown table that shows them.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
-__all__ = ["ERRATA", "errata_as_json", "label", "misprint_counts", "MisprintCounts", "ResultMisprints"]
+__all__ = ["ERRATA", "label", "misprint_counts", "MisprintCounts", "ResultMisprints"]
 
 ERRATA: list[dict] = [
     {
@@ -278,11 +273,6 @@ ERRATA: list[dict] = [
 ]
 
 
-def errata_as_json(indent: int | None = 2) -> str:
-    """The errata list as a JSON string."""
-    return json.dumps(ERRATA, indent=indent, ensure_ascii=False)
-
-
 def label(erratum_id: str) -> str:
     """The erratum's number on the errata page: ``"E<k>"``, k its place in :data:`ERRATA`."""
     for k, e in enumerate(ERRATA, 1):
@@ -325,11 +315,9 @@ class MisprintCounts:
 def misprint_counts(rows) -> MisprintCounts:
     """Count the errata that ``rows`` (of ``curvature-gap verify``) find printed wrongly.
 
-    Each erratum is counted once, in the result and the role of its own evidence row (``evidence``), when
-    that row is among ``rows`` with the verdict ``corrected`` (a misprinted formula) or ``notation`` (a
-    notational slip, counted apart); the ``related`` rows and any further row of the same erratum add
-    nothing. So the per-result counts partition the total, and the rows of one result alone give that
-    result's counts."""
+    Each erratum is counted once, in the result and role of its evidence row, when that row is among ``rows`` as
+    ``corrected`` (a misprinted formula) or ``notation`` (counted apart); so the per-result counts partition the
+    total, and the rows of one result alone give that result's counts."""
     by_id = {r.id: r for r in rows}
     wrong = {e["id"]: by_id[e["evidence"]] for e in ERRATA
              if e["evidence"] in by_id and by_id[e["evidence"]].verdict in ("corrected", "notation")}

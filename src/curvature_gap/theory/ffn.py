@@ -83,17 +83,15 @@ def dS_dY(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------- Lemma 1 along a line: the kinks
 def second_difference_along_W1(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor, V: torch.Tensor,
                                t: torch.Tensor, entry: tuple[int, int] = (0, 0)) -> dict:
-    """One entry of ``S = ReLU(Y W_1) W_2 + Y`` along the line ``W_1 + t V`` and its second difference.
-
-    ``Y`` (L, d_V), ``W1`` and the direction ``V`` (d_V, d_ff), ``W2`` (d_ff, d_V), ``t`` a uniform grid
-    (T,) of step ``h``; ``a = entry = (a_0, a_1)``. Returns NumPy values:
+    """One entry ``a = (a_0, a_1)`` of ``S = ReLU(Y W_1) W_2 + Y`` along the line ``W_1 + t V`` (``t`` a uniform
+    grid of step ``h``) and its second difference. Returns NumPy values:
 
     * ``t``, ``s``: ``s(t) = S_a(W_1 + t V)`` (T,) — piecewise linear in t;
-    * ``t_inner``, ``d2``: the central second difference ``(s(t+h) − 2 s(t) + s(t−h)) / h²`` at the
-      interior points (T − 2,) — exactly zero between kinks (up to rounding), about ``jump / h`` at one;
-    * ``h``; ``kinks``: the t in the grid's range where a pre-activation ``(Y (W_1 + t V))_{a_0 j}`` of the
-      entry's row crosses zero; ``jumps``: the change of slope of s there, ``|(Y V)_{a_0 j} (W_2)_{j a_1}|``;
-    * ``max_d2`` (max |d2|) and ``max_d2_away`` (max |d2| more than 2h from every kink).
+    * ``t_inner``, ``d2``: ``(s(t+h) − 2 s(t) + s(t−h)) / h²`` at the interior points (T − 2,) — zero between
+      kinks (up to rounding), about ``jump / h`` at one;
+    * ``h``; ``kinks``: the t where a pre-activation ``(Y (W_1 + t V))_{a_0 j}`` crosses zero; ``jumps``: the
+      change of slope there, ``|(Y V)_{a_0 j} (W_2)_{j a_1}|``; ``max_d2`` and ``max_d2_away`` (max |d2| more than
+      2h from every kink).
     """
     r, c = entry
     pre, slope = Y[r] @ W1, Y[r] @ V                                  # row a_0 of Y W_1 and of Y V, (d_ff,)

@@ -6,13 +6,9 @@
 * ``σ(X) = (1/√d_V) (M(X)^{∘2} 1_{d_V})^{∘1/2}``               (row std, population, (L,))
 * ``P(X) = diag^{-1}(σ(X))``                                   ((L, L))
 
-γ = 1, β = 0 and no ε: Assumption 2 (every row has non-zero variance) is enforced
-by :func:`check_assumption2`, which raises ``ValueError`` instead of returning NaN.
-
-Shapes follow the paper's row-wise, numerator layout (see :mod:`.calculus`): the
-Jacobian is (L d_V, L d_V) and the Hessian (Theorem 3) is ((L d_V)^2, L d_V).
-In code the paper's centering Jacobian ``G`` is :func:`dM_dX` and the paper's
-``H = ∂P/∂X`` is :func:`dP_dX` (see :mod:`.notation`).
+γ = 1, β = 0 and no ε: Assumption 2 (every row has non-zero variance) is enforced by :func:`check_assumption2`.
+The Jacobian is (L d_V, L d_V) and the Hessian (Theorem 3) ((L d_V)^2, L d_V) (layout: :mod:`.calculus`); the
+paper's ``G`` is :func:`dM_dX` and its ``H = ∂P/∂X`` is :func:`dP_dX`.
 """
 from __future__ import annotations
 
@@ -22,7 +18,8 @@ import numpy as np
 import torch
 
 from ..exact.linalg import spectral_norm
-from .calculus import commutation, d_diag, eye, kron, kron3, ones, vec_r
+from .calculus import (commutation, d_diag, d_kron_wrt_first, d_kron_wrt_second, eye, kron, kron_rule, ones,
+                       product_rule, vec_r)
 
 __all__ = [
     "check_assumption2", "layernorm_printed_definition", "center", "sigma", "P", "layernorm", "dM_dX",
@@ -139,15 +136,10 @@ def jacobian(X: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------- Theorem 3 pieces
 def d_PkronI_dX(X: torch.Tensor) -> torch.Tensor:
-    """``∂(P ⊗ I_{d_V})/∂X = (I_L ⊗ K_{d_V,L} ⊗ I_{d_V})(I_{L^2} ⊗ vec_r I_{d_V}) ∂P/∂X``.
+    """``∂(P ⊗ I_{d_V})/∂X = (I_L ⊗ K_{d_V,L} ⊗ I_{d_V})(I_{L^2} ⊗ vec_r I_{d_V}) ∂P/∂X``; ((L d_V)^2, L d_V).
 
-    Kronecker-product derivative with first factor P (L, L) and second factor I_{d_V};
-    shape ((L d_V)^2, L d_V).  (Corrected form of the Theorem 3 proof, which prints
-    I_L / K_{L,L} in place of I_{d_V} / K_{d_V,L}.)
-    """
-    L, d = X.shape
-    left = kron3(eye(L, X), commutation(d, L, X), eye(d, X))
-    return left @ kron(eye(L * L, X), vec_r(eye(d, X)).reshape(-1, 1)) @ dP_dX(X)
+    The Kronecker-product derivative with factors P (L, L) and I_{d_V} (the proof prints I_L, K_{L,L})."""
+    return d_kron_wrt_first(P(X), eye(X.shape[1], X)) @ dP_dX(X)
 
 
 def d_PkronI_dX_printed(X: torch.Tensor) -> torch.Tensor:
@@ -156,8 +148,7 @@ def d_PkronI_dX_printed(X: torch.Tensor) -> torch.Tensor:
     Gives L^4 rows where ((L d_V)^2) are needed: well-defined only when L = d_V.
     """
     L, d = X.shape
-    left = kron3(eye(L, X), commutation(L, L, X), eye(L, X))
-    out = left @ kron(eye(L * L, X), vec_r(eye(L, X)).reshape(-1, 1)) @ dP_dX(X)
+    out = d_kron_wrt_first(P(X), eye(L, X)) @ dP_dX(X)
     if out.shape != (L * d * L * d, L * d):
         raise ValueError(f"ill-dimensioned: printed form has shape {tuple(out.shape)}, "
                          f"needs {(L * d * L * d, L * d)}")
@@ -170,9 +161,7 @@ def d_IkronMT_dX(X: torch.Tensor) -> torch.Tensor:
     ``I_L ⊗ M^T`` has shape (L d_V, L^2), so the derivative has shape (L^3 d_V, L d_V).
     """
     L, d = X.shape
-    left = kron3(eye(L, X), commutation(d, L, X), eye(L, X))
-    mid = kron(vec_r(eye(L, X)).reshape(-1, 1), eye(L * d, X))
-    return left @ mid @ commutation(d, L, X) @ dM_dX(L, d, X)
+    return d_kron_wrt_second(eye(L, X), center(X).T) @ commutation(d, L, X) @ dM_dX(L, d, X)
 
 
 def dD_dX(X: torch.Tensor) -> torch.Tensor:
@@ -206,16 +195,13 @@ def _d2P_terms(X: torch.Tensor, dD: torch.Tensor):
     K_LL = commutation(L, L, X)
     d_negDinv = kron(Dinv, Dinv.T) @ dD                     # ∂(-D^{-1})/∂X
     d_DinvT = K_LL @ (-kron(Dinv, Dinv.T)) @ dD             # ∂D^{-T}/∂X
-    left = kron3(eye(L, X), K_LL, eye(L, X))
-    dA1 = left @ (kron(eye(L * L, X), vec_r(Dinv.T).reshape(-1, 1)) @ d_negDinv
-                  + kron(vec_r(-Dinv).reshape(-1, 1), eye(L * L, X)) @ d_DinvT)
+    dA1 = kron_rule(-Dinv, Dinv.T, d_negDinv, d_DinvT)
     # ∂A_3/∂X = E_{L d} ∂vec_r(M)/∂M ∂M/∂X ;  ∂B_3/∂X = ∂²M/∂X² = 0
     dA3 = d_diag(n, X) @ G
-    dB2 = kron(J, eye(n, X)) @ (kron(A3, eye(n, X)) @ torch.zeros(n * n, n, dtype=X.dtype, device=X.device)
-                                + kron(eye(n, X), G.T) @ dA3)
+    dB2 = kron(J, eye(n, X)) @ product_rule(A3, G, dA3, torch.zeros(n * n, n, dtype=X.dtype, device=X.device))
     # ∂A_2/∂X with A_2 = diag(√τ)^{-1}: inverse rule, diag rule, ∂√τ/∂X = A_2 J A_3 G
     dA2 = -kron(A2, A2.T) @ E @ (A2 @ J @ A3 @ G)
-    dB1 = kron(E, eye(n, X)) @ (kron(A2, eye(n, X)) @ dB2 + kron(eye(L, X), B2.T) @ dA2)
+    dB1 = kron(E, eye(n, X)) @ product_rule(A2, B2, dA2, dB2)
     T1 = kron(A1, eye(n, X)) @ dB1
     T2 = kron(eye(L * L, X), B1.T) @ dA1
     return T1, T2
@@ -309,18 +295,11 @@ def contract_hessian(X: torch.Tensor, v: torch.Tensor, h: torch.Tensor | None = 
 def norms_as_row_flattens(X: torch.Tensor, factors, row: int | None = None) -> dict:
     """``‖J_LN‖_2`` (Theorem 2) and ``‖H_LN‖_2`` (Theorem 3) while one row of ``X`` (L, d_V) flattens.
 
-    For each factor ``c`` in (0, 1] the row (by default the one with the smallest standard deviation) is
-    replaced by ``μ + c (x − μ)``: its mean μ is kept and its standard deviation scaled by c, the other rows
-    are unchanged, so ``σ_min = min_i σ_i = c σ_row → 0`` as ``c → 0``, the limit where Assumption 2 fails.
-    LayerNorm acts row by row, so the ((L d_V)², L d_V) Hessian is block-structured with disjoint row and
-    column sets per token (:func:`hessian_rowwise`): its spectral norm is the largest of the per-row
-    (d_V², d_V) blocks' norms.
-
-    Returns NumPy arrays ``factor``, ``sigma_min``, ``jacobian`` (‖J‖_2 of the (L d_V, L d_V) Jacobian) and
-    ``hessian`` (‖H‖_2), and the log-log slopes ``slope_jacobian``, ``slope_hessian`` of the two norms
-    against σ_min over the factors ≤ 0.1 (LayerNorm is invariant to the scale of each row, so its k-th
-    derivative in that row scales as σ_row^{−k}: the slopes are −1 and −2 once the row dominates).
-    """
+    For each factor ``c`` in (0, 1] the row (default: the one with the smallest σ) becomes ``μ + c (x − μ)``, so
+    ``σ_min = c σ_row → 0``, where Assumption 2 fails. ``‖H‖_2`` is the largest norm of the per-row (d_V², d_V)
+    blocks (:func:`hessian_rowwise`). Returns NumPy arrays ``factor``, ``sigma_min``, ``jacobian``, ``hessian`` and
+    the log-log slopes ``slope_jacobian``, ``slope_hessian`` against σ_min over the factors ≤ 0.1 (−1 and −2 once
+    the row dominates: LayerNorm's k-th derivative in a row scales as σ_row^{−k})."""
     factors = np.asarray(factors, dtype=float)
     if factors.size == 0 or factors.min() <= 0 or factors.max() > 1:
         raise ValueError("factors must lie in (0, 1]: the flattened row has to stay the one with the smallest σ")

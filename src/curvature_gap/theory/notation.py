@@ -1,14 +1,11 @@
 """Notation table: the paper's symbols, their names in :mod:`curvature_gap.theory`, and the clashes.
 
-The paper uses several symbols for two or three different objects (L, k, G, H, S, σ, M).
-Each such symbol appears here once per meaning, with the code name that keeps the meanings
-apart; ``clash`` names the other meaning(s) (empty when the symbol is unambiguous).
+A symbol the paper uses for several objects (L, k, G, H, S, σ, M) appears once per meaning, with the code name
+that keeps the meanings apart; ``clash`` names the other meaning(s) (empty when the symbol is unambiguous).
 
-``paper``, ``meaning`` and ``clash`` are MyST Markdown: words are plain text and formulas are inline
-LaTeX in ``$...$`` (using the book's MathJax macros vecr, vec, diag, LN, ReLU, softmax and R); they
-never contain a ``|``, which would break the Markdown table.  ``code`` is plain text, shown as inline
-code.  In ``paper`` the symbol σ is written as the Unicode letter inside the math (MathJax renders it
-exactly like ``\\sigma``), so that the clashing symbols can still be found by their letter.
+``paper``, ``meaning`` and ``clash`` are MyST Markdown (formulas inline LaTeX in ``$...$`` with the book's MathJax
+macros) and never contain a ``|``, which would break the Markdown table; ``code`` is plain text. In ``paper`` σ is
+the Unicode letter inside the math, so that the clashing symbols can still be found by their letter.
 """
 from __future__ import annotations
 

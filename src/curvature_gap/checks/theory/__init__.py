@@ -1,10 +1,6 @@
-"""Rows for every closed form of the paper: each formula against automatic differentiation.
-
-Each check evaluates a closed form of :mod:`curvature_gap.theory` on random float64 instances and
-compares it with ``torch.func`` derivatives of the one forward pass (:mod:`curvature_gap.exact`) and,
-for second derivatives, with central finite differences (tolerances and the error measure:
-:mod:`.common`). Each check is one :class:`~.common.FormulaCheck`, declared in its topic's module beside the
-code that measures it; :data:`GROUPS` and :data:`CHECKS` are read from the modules. One module per topic:
+"""Rows for every closed form of :mod:`curvature_gap.theory`: each against ``torch.func`` derivatives of the forward
+pass (:mod:`curvature_gap.exact`) and finite differences, on random float64 instances (:mod:`.common`). Each check
+is one :class:`~.common.FormulaCheck`, declared in its topic's module beside the code that measures it:
 
 * :mod:`.calculus`  — Appendix B's matrix-calculus identities;
 * :mod:`.layernorm` — §2 and Theorems 2–3;
@@ -14,16 +10,15 @@ code that measures it; :data:`GROUPS` and :data:`CHECKS` are read from the modul
 """
 from __future__ import annotations
 
-from ...row import Row
+from ...row import Row, by_id
 from . import attention, block, calculus, ffn, layernorm
-from ...row import by_id
 from ..battery import Inputs, Topic
 from .common import BAD, FD_TOL, TOL, FormulaCheck, Group, checked_instances, quiet_single_thread, rel_err
 
 __all__ = ["run", "TOPIC", "GROUPS", "CHECKS", "run_group", "rel_err", "TOL", "FD_TOL", "BAD", "FormulaCheck",
            "quiet_single_thread"]
 
-# the groups of checks, in the order of the rows: each declares its checks beside the code that measures them
+# the groups of checks, in the order of the rows
 GROUPS: dict[str, Group] = {g.name: g for g in (calculus.GROUP, layernorm.GROUP, ffn.GROUP, attention.GROUP,
                                                 block.PHI, block.BLOCK, block.GAUSS_NEWTON, block.MNIST)}
 # every closed-form check, by id, in the order of the rows (an id declared twice is refused here, at import)
@@ -38,12 +33,9 @@ def run_group(name: str, quick: bool = False) -> list[Row]:
 
 def run(inputs: Inputs) -> list[Row]:
     """Every closed-form row; ``inputs.quick`` uses 2 random instances instead of 16 (same row ids)."""
-    rows: list[Row] = []
     with quiet_single_thread():
         insts = checked_instances(inputs.quick)
-        for g in GROUPS.values():
-            rows.extend(g.rows(inputs.quick, insts))
-    return rows
+        return [row for g in GROUPS.values() for row in g.rows(inputs.quick, insts)]
 
 
 TOPIC = Topic("closed forms", run, checks=lambda: tuple(CHECKS.values()))

@@ -9,7 +9,7 @@ from ...exact import forward as fw
 from ...exact.instances import Instance
 from ...theory import attention as at
 from ...theory import calculus as cc
-from .common import FD_TOL, Accumulator, FormulaCheck, Group, check_instance, rel_err, try_printed
+from .common import FD_TOL, Accumulator, FormulaCheck, Group, check_instance, try_printed
 
 __all__ = ["CHECKS", "GROUP"]
 
@@ -61,26 +61,23 @@ def measure(quick: bool, insts: list[Instance], A: dict[str, Accumulator]) -> No
         T = fw.scores(X, WQ, WK)
         Am = fw.attention_matrix(X, WQ, WK)
         dev.append(float((Am - 1.0 / L).abs().max()))
-        ref = ad.jacobian(fw.softmax_rows, [T], 0)
-        A["dA"].add(rel_err(at.dA_dT(Am), ref), inst, ref)
-        ref = ad.second_derivative(fw.softmax_rows, [T], 0, 0)
+        A["dA"].compare(at.dA_dT(Am), ad.jacobian(fw.softmax_rows, [T], 0), inst)
         d2 = at.d2A_dT2(Am)
-        A["d2A"].add(rel_err(d2, ref), inst, ref)
+        A["d2A"].compare(d2, ad.second_derivative(fw.softmax_rows, [T], 0, 0), inst)
         if k == 0 or not quick:
-            fd = ad.fd_second_derivative(fw.softmax_rows, [T], 0, 0)
-            A["d2Afd"].add(rel_err(d2, fd), inst, fd)
+            A["d2Afd"].compare(d2, ad.fd_second_derivative(fw.softmax_rows, [T], 0, 0), inst)
         Gb = torch.randn(L, L, generator=torch.Generator().manual_seed(k), dtype=torch.float64)
-        lit = cc.kron(cc.vec_r(Gb).reshape(1, -1), cc.eye(L * L, X)) @ d2
-        A["d2Ac"].add(rel_err(at.contract_d2A_dT2(Am, Gb), lit), inst, lit)
+        A["d2Ac"].compare(at.contract_d2A_dT2(Am, Gb), cc.kron(cc.vec_r(Gb).reshape(1, -1), cc.eye(L * L, X)) @ d2,
+                          inst)
         args = [X, WQ, WK, WV]
         J = {p: ad.jacobian(fw.sa_forward, args, i) for p, i in (("Q", 1), ("K", 2), ("V", 3))}
-        A["GV"].add(rel_err(at.G_V(X, WQ, WK), J["V"]), inst, J["V"])
-        A["GQ"].add(rel_err(at.G_Q(X, WQ, WK, WV), J["Q"]), inst, J["Q"])
-        A["GK"].add(rel_err(at.G_K(X, WQ, WK, WV), J["K"]), inst, J["K"])
+        A["GV"].compare(at.G_V(X, WQ, WK), J["V"], inst)
+        A["GQ"].compare(at.G_Q(X, WQ, WK, WV), J["Q"], inst)
+        A["GK"].compare(at.G_K(X, WQ, WK, WV), J["K"], inst)
         try_printed(A["GK"], lambda: at.G_K_printed(X, WQ, WK, WV), J["K"], inst)
         # S: I_L ⊗ S = ∂(M ⊗ I_{d_V})/∂M for M (L, d_V)
-        ref = ad.jacobian(lambda M_: cc.kron(M_, cc.eye(d_V, M_)), [X], 0)
-        A["S"].add(rel_err(cc.kron(cc.eye(L, X), at.S_shuffle(d_V, X)), ref), inst, ref)
+        A["S"].compare(cc.kron(cc.eye(L, X), at.S_shuffle(d_V, X)),
+                       ad.jacobian(lambda M_: cc.kron(M_, cc.eye(d_V, M_)), [X], 0), inst)
         S_shape = tuple(at.S_shuffle(d_V, X).shape)
         if S_shape != (d_V ** 2, d_V):
             A["S"].ill.append(f"stated shape ({d_V ** 2}, {d_V}) but (I⊗K)(vec_r I⊗I) is {S_shape} at dV={d_V}")
@@ -88,27 +85,20 @@ def measure(quick: bool, insts: list[Instance], A: dict[str, Accumulator]) -> No
         Hs = ad.sa_loss_hessian_autograd(inst)
         scale = max(float(h.abs().max()) for h in Hs.values())
         Ho_ref = {(i, j): 2.0 / (L * d_V) * J[i].T @ J[j] for i in "QKV" for j in "QKV"}
-        for (i, j), fn in ((("V", "V"), at.Ho_VV), (("Q", "Q"), at.Ho_QQ), (("V", "Q"), at.Ho_VQ),
-                           (("Q", "K"), at.Ho_QK)):
-            A[f"Ho{i}{j}"].add(rel_err(fn(X, WQ, WK, WV), Ho_ref[(i, j)]), inst, Ho_ref[(i, j)])
-        for (i, j), fn in ((("V", "V"), at.Hf_VV), (("Q", "Q"), at.Hf_QQ), (("V", "Q"), at.Hf_VQ),
-                           (("Q", "K"), at.Hf_QK)):
-            ref = Hs[(i, j)] - Ho_ref[(i, j)]
-            A[f"Hf{i}{j}"].add(rel_err(fn(X, WQ, WK, WV, Tg), ref, scale=scale if (i, j) == ("V", "V") else 0.0),
-                               inst, ref)
+        for (i, j), Ho, Hf in (("VV", at.Ho_VV, at.Hf_VV), ("QQ", at.Ho_QQ, at.Hf_QQ), ("VQ", at.Ho_VQ, at.Hf_VQ),
+                               ("QK", at.Ho_QK, at.Hf_QK)):
+            A[f"Ho{i}{j}"].compare(Ho(X, WQ, WK, WV), Ho_ref[(i, j)], inst)
+            A[f"Hf{i}{j}"].compare(Hf(X, WQ, WK, WV, Tg), Hs[(i, j)] - Ho_ref[(i, j)], inst,
+                                   scale=scale if (i, j) == ("V", "V") else 0.0)
         blocks = at.loss_hessian_blocks(X, WQ, WK, WV, Tg)
         full = torch.cat([torch.cat([blocks[(i, j)][0] + blocks[(i, j)][1] for j in "QKV"], 1) for i in "QKV"], 0)
-        ref = torch.cat([torch.cat([Hs[(i, j)] for j in "QKV"], 1) for i in "QKV"], 0)
-        A["SA"].add(rel_err(full, ref), inst, ref)
+        A["SA"].compare(full, torch.cat([torch.cat([Hs[(i, j)] for j in "QKV"], 1) for i in "QKV"], 0), inst)
     # uniform attention: ∂A/∂T = (1/L) I_L ⊗ (I_L - 1/L) at W_Q = 0
     X, WQ, WK, WV = uni.X, uni.W_Q, uni.W_K, uni.W_V
     T = fw.scores(X, WQ, WK)
-    ref = ad.jacobian(fw.softmax_rows, [T], 0)
-    A["uni"].add(rel_err(at.dA_dT_uniform(X.shape[0], X), ref), uni, ref)
-    refQ = ad.jacobian(fw.sa_forward, [X, WQ, WK, WV], 1)
-    A["uni"].add(rel_err(at.G_Q_uniform(X, WK, WV), refQ), uni, refQ)
+    A["uni"].compare(at.dA_dT_uniform(X.shape[0], X), ad.jacobian(fw.softmax_rows, [T], 0), uni)
+    A["uni"].compare(at.G_Q_uniform(X, WK, WV), ad.jacobian(fw.sa_forward, [X, WQ, WK, WV], 1), uni)
     A["uni"].ill.append("the prefactor 1/n names no quantity of the theorem (n is not defined there)")
     A["dA"].values["dev"] = min(dev)
-
 
 GROUP = Group("attention", CHECKS, measure)

@@ -1,11 +1,7 @@
 """What the closed-form rows share: the check declaration, tolerances, the relative error, the random instances.
 
-A closed-form check is one :class:`FormulaCheck`, declared in the module that measures it, in the tuple of its
-:class:`Group`: its id, the paper result it is evidence for, what it compares, its role, tolerance and note, and
-what the software expects of the printed form. The group's measuring function only measures: it adds errors to
-the :class:`Accumulator` of each declaration (``A[check.key]``); every row is then built from its declaration
-(:meth:`FormulaCheck.row`). Nothing else lists a check: :data:`curvature_gap.checks.theory.CHECKS` is read from
-the groups, and the errata (:mod:`curvature_gap.theory.errata`) name checks by id.
+A :class:`Group`'s measuring function only measures: it adds errors to the :class:`Accumulator` of each
+declaration (``A[check.key]``); every row is then built from its :class:`FormulaCheck` (:meth:`FormulaCheck.row`).
 
 ``rel_err`` is ``max|closed − reference| / max|reference|`` over all instances (for analytically zero
 objects the denominator is the size of the matching first derivative, stated in the note). Tolerances:
@@ -24,10 +20,10 @@ from typing import Callable
 import torch
 
 from ...exact.instances import Instance, random_instance
-from ...row import ROLES, Row, by_id
+from ...row import ROLES, OneRow, Row, by_id
 
 __all__ = ["TOL", "FD_TOL", "BAD", "SHARPNESS", "EXPECTED", "FormulaCheck", "Group", "rel_err",
-           "check_instance", "Accumulator", "try_printed", "block_args", "checked_instances", "heavy_subset",
+           "check_instance", "Accumulator", "try_printed", "block_args", "checked_instances",
            "quiet_single_thread"]
 
 TOL = 1e-10
@@ -78,6 +74,11 @@ class Accumulator:
         if obj is not None and (self.obj is None or obj.numel() > math.prod(self.obj)):
             self.obj = tuple(obj.shape)
 
+    def compare(self, closed: torch.Tensor, ref: torch.Tensor, inst, scale: float = 0.0, obj=None):
+        """:meth:`add` the error of ``closed`` against ``ref`` (:func:`rel_err`); the compared object is ``ref``
+        unless ``obj`` is given."""
+        self.add(rel_err(closed, ref, scale), inst, ref if obj is None else obj)
+
     def shapes(self, n_inst: int | None = None) -> str:
         """E.g. ``"16 inst: L∈{3,5} dV∈{4,6} dK=3 dff∈{6,8}; compared (900, 30)"``."""
         if self.dims:
@@ -96,14 +97,13 @@ EXPECTED = ("verified", "corrected", "notation")  # what the software expects of
 
 
 @dataclass(frozen=True)
-class FormulaCheck:
+class FormulaCheck(OneRow):
     """One closed-form check, and everything its row says that is not measured.
 
-    ``key`` names the :class:`Accumulator` its group's measuring function adds to. ``expected`` is
-    ``verified`` for a formula the paper prints right; ``corrected`` (a real error) or ``notation`` (a
-    notational convention) for one it prints wrongly, whose measuring function also evaluates the printed form
-    (:func:`try_printed`), and which an erratum names (:mod:`curvature_gap.theory.errata`). ``note`` may name
-    numbers the measurement finds (``{field}``, from ``Accumulator.values``)."""
+    ``key`` names its :class:`Accumulator`. ``expected`` is ``verified`` for a formula the paper prints right;
+    ``corrected`` (a real error) or ``notation`` (a notational convention) for one it prints wrongly, whose printed
+    form is also measured (:func:`try_printed`) and which an erratum names. ``note`` may name numbers the
+    measurement finds (``{field}``, from ``Accumulator.values``)."""
 
     id: str
     result: str  # the paper result it is evidence for (a key of curvature_gap.findings.RESULTS)
@@ -124,10 +124,6 @@ class FormulaCheck:
     kind = "formula"  # a row.Check of this kind
 
     @property
-    def row_ids(self) -> tuple[str, ...]:
-        return (self.id,)
-
-    @property
     def printed(self) -> bool:
         """Whether the paper prints it wrongly (the software expects the printed form to be measured wrong)."""
         return self.expected != "verified"
@@ -139,17 +135,9 @@ class FormulaCheck:
         if not self.printed and (acc.printed or acc.ill):
             raise ValueError(f"check {self.id!r} measured a printed form: declare what it expects (expected=)")
         note = self.note.format(**acc.values) if acc.values else self.note
-        shapes = acc.shapes(len(acc.cases))
-        if not self.printed:
-            return Row(id=self.id, result=self.result, kind="formula", role=self.role, what=self.what,
-                       verdict="verified" if acc.err <= self.tol else "fails", expected="verified",
-                       claim="verified", rel_err=acc.err, tolerance=self.tol, instances=shapes, note=note)
         printed = max(acc.printed) if acc.printed else None
         wrong = (printed is not None and printed > BAD) or bool(acc.ill)
-        if acc.err > self.tol:
-            verdict = "fails"
-        else:
-            verdict = self.expected if wrong else "verified"
+        verdict = "fails" if acc.err > self.tol else self.expected if wrong else "verified"
         parts = [note] if note else []
         if printed is not None:
             parts.append(f"printed form: max rel err {printed:.3g}")
@@ -159,10 +147,8 @@ class FormulaCheck:
             parts.append(f"printed form not evaluable as written: {ill[0]}{more}")
         return Row(id=self.id, result=self.result, kind="formula", role=self.role, what=self.what,
                    verdict=verdict, expected=self.expected, claim="verified", rel_err=acc.err,
-                   printed_rel_err=printed, tolerance=self.tol, instances=shapes, note=" | ".join(parts))
-
-
-Measure = Callable[[bool, list, dict], None]  # (quick, instances, key -> Accumulator) -> None
+                   printed_rel_err=printed, tolerance=self.tol, instances=acc.shapes(len(acc.cases)),
+                   note=" | ".join(parts))
 
 
 @dataclass(frozen=True)
@@ -172,7 +158,7 @@ class Group:
 
     name: str
     checks: tuple[FormulaCheck, ...]
-    measure: Measure
+    measure: Callable[[bool, list, dict], None]  # (quick, instances, key -> Accumulator) -> None
 
     def __post_init__(self):
         by_id(*self.checks)
@@ -200,7 +186,6 @@ def block_args(inst: Instance) -> list:
     return [inst.X, *inst.weights]
 
 
-# ============================================================== instance sets
 def checked_instances(quick: bool) -> list:
     if quick:
         grid = [((3, 4, 3, 6), 0), ((5, 6, 3, 8), 1)]
@@ -209,12 +194,6 @@ def checked_instances(quick: bool) -> list:
     return [check_instance(*shape, seed=s) for shape, s in grid]
 
 
-def heavy_subset(insts: list[Instance], quick: bool) -> list:
-    """Subset for dense literal assemblies and finite differences."""
-    return insts[:1] if quick else [insts[0], insts[-1]]
-
-
-# ============================================================== running
 @contextlib.contextmanager
 def quiet_single_thread():
     """The checks are many small dense products: run them on one thread (restored afterwards),

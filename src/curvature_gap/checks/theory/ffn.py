@@ -8,8 +8,7 @@ from ...exact import derivatives as ad
 from ...exact import forward as fw
 from ...exact.instances import Instance
 from ...theory import ffn as ff
-from .common import (FD_TOL, Accumulator, FormulaCheck, Group, block_args, check_instance, rel_err,
-                     try_printed)
+from .common import FD_TOL, Accumulator, FormulaCheck, Group, block_args, check_instance, try_printed
 
 __all__ = ["CHECKS", "GROUP"]
 
@@ -37,22 +36,17 @@ def measure(quick: bool, insts: list[Instance], A: dict[str, Accumulator]) -> No
         fo = fw.block_forward(*block_args(inst))
         Y, W1, W2, X = fo["Y"], inst.W_1, inst.W_2, inst.X
         Pre = Y @ W1
-        ref = ad.jacobian(torch.relu, [Pre], 0)
-        A["rj"].add(rel_err(ff.relu_jacobian(Pre), ref), inst, ref)
-        ref2 = ad.second_derivative(torch.relu, [Pre], 0, 0)
-        A["rh"].add(rel_err(ff.relu_hessian(Pre), ref2, scale=1.0), inst, ref2)
+        A["rj"].compare(ff.relu_jacobian(Pre), ad.jacobian(torch.relu, [Pre], 0), inst)
+        A["rh"].compare(ff.relu_hessian(Pre), ad.second_derivative(torch.relu, [Pre], 0, 0), inst, scale=1.0)
         if k == 0 or not quick:
-            fd = ad.fd_second_derivative(torch.relu, [Pre], 0, 0, h=1e-6)
-            A["rfd"].add(rel_err(ff.relu_hessian(Pre), fd, scale=1.0), inst, fd)
+            A["rfd"].compare(ff.relu_hessian(Pre), ad.fd_second_derivative(torch.relu, [Pre], 0, 0, h=1e-6), inst,
+                             scale=1.0)
         S_of = lambda Y_, W1_, W2_: torch.relu(Y_ @ W1_) @ W2_ + Y_
         ref = ad.jacobian(S_of, [Y, W1, W2], 1)
-        A["B1"].add(rel_err(ff.dS_dW1(Y, W1, W2), ref), inst, ref)
-        A["mask"].add(rel_err(ff.dS_dW1(Y, W1, W2), ref), inst, ref)
+        A["B1"].compare(ff.dS_dW1(Y, W1, W2), ref, inst)
+        A["mask"].compare(ff.dS_dW1(Y, W1, W2), ref, inst)
         try_printed(A["mask"], lambda: ff.dS_dW1_printed(X, Y, W1, W2), ref, inst)
-        ref = ad.jacobian(S_of, [Y, W1, W2], 2)
-        A["B2"].add(rel_err(ff.dS_dW2(Y, W1), ref), inst, ref)
-        ref = ad.jacobian(S_of, [Y, W1, W2], 0)
-        A["JSY"].add(rel_err(ff.dS_dY(Y, W1, W2), ref), inst, ref)
-
+        A["B2"].compare(ff.dS_dW2(Y, W1), ad.jacobian(S_of, [Y, W1, W2], 2), inst)
+        A["JSY"].compare(ff.dS_dY(Y, W1, W2), ad.jacobian(S_of, [Y, W1, W2], 0), inst)
 
 GROUP = Group("ffn", CHECKS, measure)
