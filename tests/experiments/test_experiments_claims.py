@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from curvature_gap.experiments import claims, convergence, heatmaps, norms, spec
-from curvature_gap.experiments.hessians import OUTSIDE_BLOCK, SETS, STATISTICS, UNITS
+from curvature_gap.experiments.hessians import OUTSIDE_BLOCK, SETS, STATISTICS, UNITS, rankings
 from curvature_gap.experiments.hessians import UNITS as ALL_UNITS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ def _base(u, st):
 
 
 def test_ranking_table_orders_each_set_by_each_statistic():
-    table = claims.ranking_table(_stats(_base))
+    table = rankings(_stats(_base))
     assert set(table) == set(SETS) and set(table["weights"]) == set(STATISTICS)
     assert table["weights"]["fro"] == ["W_2", "W_1", "W_V", "W_K", "W_Q"]
     assert table["block"]["mean"][0] == "b_2" and len(table["with_layernorm"]["rms"]) == 7

@@ -1,15 +1,11 @@
 """The paper's figures and the checks that need a trained model: compute -> results cache -> plot.
 
-Each figure module declares one :class:`FigureSpec` per figure over its grid of variants; each variant is one
-result, named by an id derived from its settings (:func:`.spec.result_id`). ``load_results(name, profile)``
-returns a result's numbers, computing them only when neither the cache (``results/<name>/<config-hash>``) nor
-the published results (committed to the repository) hold an intact result for the current configuration;
-``find_result`` never computes. Before a computation starts, the runner trains the runs it declares
-(``FigureSpec.runs``); the computation only loads them. A result's configuration is its settings, the
-training configuration of its model, the configurations of the results it depends on, and a hash of the code
-that computes it (:func:`curvature_gap.codehash.code_hash`), so a changed setting or a changed computation is
-never served from an old result. The plot functions (``FigureSpec.plots``) draw a result without computing
-anything; ``render`` writes them as PDF and PNG.
+``load_results(name, profile)`` returns a result's numbers (:mod:`.spec` declares them), computing them only when
+neither the cache (``results/<name>/<config-hash>``) nor the published results hold an intact result for the
+current configuration: its settings, its model's training configuration, the configurations of the results it
+depends on and the hash of the code that computes it (:func:`curvature_gap.codehash.code_hash`), so a changed
+setting or computation is never served from an old result. ``find_result`` never computes. The runner trains the
+runs a result declares (``FigureSpec.runs``) before its computation starts; ``render`` draws its figures.
 """
 from __future__ import annotations
 
@@ -33,8 +29,7 @@ __all__ = ["Context", "FigureSpec", "Point", "ResultSpec", "Finding", "Job", "Va
            "INTERNAL", "FIGURES", "FIGURE_NAMES", "RESULT_NAMES", "Result", "ResultStore", "PublishedStore",
            "StaleResultWarning", "UnusableResult", "load_results", "find_result", "config_of", "config_hash_of",
            "spec", "on_model", "compared_model", "runs_of", "furthest", "train_runs", "plot", "message", "render",
-           "published_check", "default_published_dir",
-           "cached_result", "settings_of", "warn_if_damaged"]
+           "published_check", "default_published_dir", "cached_result", "settings_of", "warn_if_damaged"]
 
 
 def _discover() -> tuple[dict, dict]:
@@ -184,9 +179,7 @@ def _context(profile: str | None, ctx: Context | None, kwargs: dict) -> Context:
 
 def _config(name: str, ctx: Context) -> tuple[ResultSpec, object, dict, str]:
     s = spec(name)
-    if ctx.profile not in s.profiles:
-        raise ConfigError(f"{name} exists only under the profile(s) {', '.join(s.profiles)}")
-    settings = settings_of(s, ctx)
+    settings = settings_of(s, ctx)  # ConfigError where the result does not exist under the profile
     config = config_of(s, ctx, settings, {d: _config(d, ctx)[3] for d in s.depends})
     return s, settings, config, config_hash(config)
 
@@ -221,8 +214,7 @@ def find_result(name: str, profile: str | None = None, ctx: Context | None = Non
     """The result of ``name`` from the cache or the published results when one matches the current
     configuration; None otherwise. Never computes."""
     ctx = _context(profile, ctx, kwargs)
-    s, _, config, chash = _config(name, ctx)
-    r = ResultStore(ctx.results_dir).load(name, chash, config)
+    r = cached_result(name, ctx)
     if r is not None:
         return r
     try:

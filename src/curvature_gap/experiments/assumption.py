@@ -1,23 +1,13 @@
 """Fig. 12: how well Assumption 1 (∇L_k(w*) = 0) holds at the trained weights, against k, on the theorem's model and
 on the authors'.
 
-Two protocols compute it, named by the settings:
-
-* the theorem's model (:class:`AssumptionSettings`, Table 1's models: the CIFAR-100 model at paper scale, the MNIST
-  model as its stand-in): ‖∇L_k(w*)‖ over random orders of the data and its root-mean-square over all orders,
-  exactly (:mod:`curvature_gap.landscape.assumption1` computes it); its rows (Assumption 1 literally, and the
-  paper's reading of Fig. 12) are :func:`assumption_rows`, read by the figure's rows like every other's;
-* the authors' model as their code computes it (:class:`.running_mean.LoaderPassSettings`): the gradient at w* of
-  the running mean over one pass of their loader, accumulated from each batch's summed-loss gradient and logged
-  every 16 batches, summed in float64 (the quantity) and in the parameters' dtype as their ``assumption_1.py`` sums
-  it (:func:`.running_mean.compute_loader_pass`). The paper profile is their ``assumption_1.yaml``: the 8-block
-  CIFAR-100 model at step 10,000 of the run of seed 21, 26 epochs of its loader (``fig12_authors``); where
-  CIFAR-100 cannot be had, the MNIST stand-ins (``fig12_authors_mnist``: their bf16 runs;
-  ``fig12_authors_mnist_exact``: float32) select Fig. 12's numbers from the MNIST passes both figures share
-  (:data:`.running_mean.LOADER_PASS`).
-
-One rule reads the paper's "its validity increases with … a larger number of samples" on every model
-(:func:`curvature_gap.landscape.assumption1.validity_increases`).
+The theorem's model (:class:`AssumptionSettings`; the CIFAR-100 model of Table 1, the MNIST model as its stand-in):
+‖∇L_k(w*)‖ over random orders of the data and its root-mean-square over all orders, exactly
+(:mod:`curvature_gap.landscape.assumption1`); its rows are :func:`assumption_rows`. The authors' model: the gradient
+at w* of the running mean over one pass of their loader (:mod:`.running_mean`), summed in float64 (the quantity) and
+in the parameters' dtype as their ``assumption_1.py`` sums it (``fig12_authors``: their assumption_1.yaml;
+``fig12_authors_mnist*``: the MNIST stand-ins, cut from the shared passes). One rule reads "its validity increases
+with … a larger number of samples" on every model (:func:`curvature_gap.landscape.assumption1.validity_increases`).
 """
 from __future__ import annotations
 
@@ -30,10 +20,11 @@ from .. import captions
 from ..landscape.assumption1 import measure, validity_increases
 from ..plotting import WIDTH, loglog_axes, new_figure
 from ..row import Row
-from .claims import not_run
+from .claims import claim_row, not_run
 from .context import Context
-from .running_mean import (ACCUM_TOL, DRIFT_FROM, MNIST_EXACT_SETTINGS, MNIST_NEEDS, MNIST_SETTINGS as PASS_SETTINGS,
-                           SMOKE, LoaderPassSettings, compute_loader_pass, on_loader, pass_runs, pass_title, select)
+from .running_mean import (ACCUM_TOL, CIFAR_NEEDS, CIFAR_STANDIN, DRIFT_FROM, MNIST_EXACT_SETTINGS, MNIST_NEEDS,
+                           MNIST_SETTINGS as PASS_SETTINGS, SMOKE, LoaderPassSettings, authors_pass, figure_runs,
+                           on_loader, pass_title)
 from .settings import Variant
 from .spec import FigureSpec, Finding, Point, claimed
 
@@ -137,7 +128,6 @@ def message(result) -> str:
 
 
 def key_numbers(r) -> dict:
-    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
     m = r.meta
     if not on_loader(r):
         return {"‖∇L_N(w*)‖": m["grad_norm_full"], "rms per-sample gradient norm": m["rms_per_sample_grad_norm"],
@@ -148,8 +138,6 @@ def key_numbers(r) -> dict:
 
 
 # ----------------------------------------------------------------------------- the claims on the authors' model
-_NEEDS = "CIFAR-100, and the authors' recipe trained to step 10,000 (hours on a CPU: a GPU)"
-_STANDIN = "Needs CIFAR-100 (not obtainable offline) and the 8-block model trained to step 10,000 of the authors' recipe."
 # "falls": the float64 norm at the largest k below (1 − FALL_TOL) × its value at k ≈ DRIFT_FROM; averaging alone
 # would give a fall like k^(−1/2) (a factor 2 over the 5 epochs here) for a zero-mean gradient
 FALL_TOL = 0.10
@@ -187,11 +175,9 @@ def assumption_rows(result, standin=None) -> list[Row]:
         cmd = "curvature-gap reproduce --only fig12_mnist (needs MNIST; trains the model if needed)"
         return [Row(id="assumption1.zero", result="assumption1", kind="identity", claim="holds", verdict="not run",
                     what="∇L_k(w*) = 0 for every k", profile="paper", command=cmd),
-                Row(id="fig12.validity_increases", result="fig12", kind="claim", claim="reproduced", verdict="not run",
-                    what=claim_what, profile="paper", command=cmd)]
+                not_run("fig12.validity_increases", "fig12", claim_what, "fig12_mnist")]
     m = measured.meta
     rel = m["grad_norm_full"] / m["rms_per_sample_grad_norm"]
-    prof = measured.config["profile"]
     data = "CIFAR-100" if m.get("model") == "cifar100" else "MNIST"
     averaging = (f"slope {m['slope_small_k']:.3f}: the decrease is the k^-1/2 (slope -0.5) that averaging alone "
                  f"produces; it would level off at ‖∇L_N(w*)‖ near k = {m['k_floor']:.3g}" if m.get("k_floor") else
@@ -199,7 +185,7 @@ def assumption_rows(result, standin=None) -> list[Row]:
     rows = [Row(id="assumption1.zero", result="assumption1", kind="identity", claim="holds", expected=None,
                 what="∇L_k(w*) = 0 for every k; value = min over k of ‖∇L_k(w*)‖ (at k = N: the full training set) "
                      "/ rms_i ‖∇l_i(w*)‖", verdict="holds" if rel <= ASSUMPTION_TOL else "fails", value=rel,
-                tolerance=ASSUMPTION_TOL, profile=prof, evidence=[str(measured.json_path)],
+                tolerance=ASSUMPTION_TOL, profile=measured.config["profile"], evidence=[str(measured.json_path)],
                 instances=f"{m['n_samples']:,} training images, trained {data} model of Table 1",
                 note=f"‖∇L_N(w*)‖ = {m['grad_norm_full']:.3g} against a per-sample rms of "
                      f"{m['rms_per_sample_grad_norm']:.3g}: w* is an approximate minimiser of L_N only; for k < N "
@@ -211,9 +197,8 @@ def assumption_rows(result, standin=None) -> list[Row]:
         row.note = ("Needs CIFAR-100 (not obtainable offline) and the Table 1 CIFAR-100 model. The MNIST stand-in "
                     f"(1 block) gives {averaging}.")
         return rows + [row]
-    return rows + [Row(id="fig12.validity_increases", result="fig12", kind="claim", claim="reproduced", expected=None,
-                       what=claim_what, verdict="reproduced" if m["decreasing"] else "not reproduced",
-                       value=m["slope_small_k"], profile=prof, evidence=[str(result.json_path)], note=averaging)]
+    return rows + [claim_row(result, id="fig12.validity_increases", result="fig12", what=claim_what, note=averaging,
+                             verdict="reproduced" if m["decreasing"] else "not reproduced", value=m["slope_small_k"])]
 
 
 def validity_row(result, standin, spec) -> Row:
@@ -227,18 +212,17 @@ def validity_row(result, standin, spec) -> Row:
             "at the smallest: reproduced, the rule of the theorem's block; the authors' 8-block CIFAR-100 model, bf16 "
             "run)")
     if result is None:
-        row = not_run(f"{name}.validity_increases", name, what, name, _NEEDS)
+        row = not_run(f"{name}.validity_increases", name, what, name, CIFAR_NEEDS)
         if standin is not None:
-            row.note = f"{_STANDIN} {_mechanism(standin)}"
+            row.note = f"{CIFAR_STANDIN} {_mechanism(standin)}"
         return row
     s = result.meta["grad_slope"]
     norms = result.arrays["grad_norm"].mean(axis=0)
     ok = validity_increases(s, norms[0], norms[-1])
-    return Row(id=f"{name}.validity_increases", result=name, kind="claim", claim="reproduced",
-               expected=None, what=what, verdict="reproduced" if ok else "not reproduced", value=s,
-               profile=result.config["profile"], evidence=[str(result.json_path)],
-               note=f"slope {s:.3f} over {result.arrays['grad_norm'].shape[1]} logged points; averaging alone gives "
-                    f"−0.5. {_mechanism(result)}")
+    return claim_row(result, id=f"{name}.validity_increases", result=name, what=what,
+                     verdict="reproduced" if ok else "not reproduced", value=s,
+                     note=f"slope {s:.3f} over {result.arrays['grad_norm'].shape[1]} logged points; averaging alone "
+                          f"gives −0.5. {_mechanism(result)}")
 
 
 def accumulation_rows(standin, spec) -> list[Row]:
@@ -280,11 +264,7 @@ _ARRAYS = ("grad_samples", "grad_norm", "grad_norm_theirs")  # Fig. 12's arrays 
 def _compute(j):
     """Fig. 12 by the protocol of the variant's model: the theorem's block over random orders of the data (exact
     moments), the authors' model over one pass of their loader (where a shared MNIST pass exists, its numbers)."""
-    if j.settings.model == "table1":
-        return compute_assumption(j.ctx, j.settings)
-    if "loader_pass" in j.deps:
-        return select(_ARRAYS, j.deps["loader_pass"])
-    return compute_loader_pass(j.ctx, j.settings)
+    return compute_assumption(j.ctx, j.settings) if j.settings.model == "table1" else authors_pass(j, _ARRAYS)
 
 
 def _rows(res) -> list[Row]:
@@ -309,6 +289,6 @@ FIG12 = FigureSpec(
            override_key="assumption"),
      Point(MNIST_SETTINGS, override_key="assumption_mnist")),
     _compute, {"assumption": plot_assumption}, {"assumption": message},
-    runs=lambda s, ctx: [(None, None)] if s.model == "table1" else pass_runs(s, ctx), key_numbers=key_numbers,
+    runs=figure_runs, key_numbers=key_numbers,
     rows=_rows, dataset="cifar100")
 SPECS = (FIG12,)

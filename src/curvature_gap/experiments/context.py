@@ -25,12 +25,8 @@ __all__ = ["Context"]
 @dataclass
 class Context:
     """Where and how figures are computed, with one method per need of a result, each taking the
-    :class:`~.settings.Variant` it is computed on (its settings): the recipe of the variant's run
-    (:meth:`recipe`), its data (:meth:`data`), the batches it reads (:meth:`first_images`, :meth:`loader_batches`)
-    and its weights at any step (:meth:`model`, which only loads them). The runner
-    (``experiments.load_results``) trains the runs a result declares (``FigureSpec.runs``) with :meth:`train`
-    before its computation starts: a computation never trains. Table 1's models and the authors' are served
-    alike: what differs is their recipe's values (``config.RECIPES``).
+    :class:`~.settings.Variant` it is computed on: its run's recipe, its data, the batches it reads and its weights
+    at any step (:meth:`model`, which only loads them: the runner trains them first with :meth:`train`).
 
     ``datasets`` (model key or dataset name -> ``train.Datasets``, whole splits normalised to [-1, 1]),
     ``train_overrides`` (model key, ``Variant.model_key`` -> Recipe overrides) and ``settings_overrides`` (result
@@ -136,12 +132,16 @@ class Context:
         dev = self.torch_device
         return tr.images[:n].to(dev), tr.labels[:n].to(dev)
 
-    def loader_batches(self, v: Variant, passes: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def loader_batches(self, v: Variant, passes: int = 1, n: int | None = None) -> list[tuple[torch.Tensor, ...]]:
         """The first batch of each of the first ``passes`` passes over ``v``'s training loader, shuffled,
         augmented and normalised as its run trains (``train.pass_batches``; the authors' notebooks' repeated
-        ``next(iter(loader))``; pass 0 is their Figs. 3–4 batch), on the device."""
+        ``next(iter(loader))``; pass 0 is their Figs. 3–4 batch), on the device; ``n``: its first ``n`` images."""
         dev = self.torch_device
-        return [(x.to(dev), y.to(dev)) for x, y in pass_batches(self.recipe(v), self.data(v), passes)]
+        out = [(x.to(dev), y.to(dev)) for x, y in pass_batches(self.recipe(v), self.data(v), passes)]
+        if n is not None and n > len(out[0][1]):
+            raise ValueError(f"{v.model_key}: the loader's first batch has {len(out[0][1])} images, fewer than the "
+                             f"{n} asked")
+        return out if n is None else [(x[:n], y[:n]) for x, y in out]
 
     # ---------------------------------------------------------------- models
     def train(self, v: Variant, step: int | None = None, seed: int | None = None, snapshots: tuple = ()) -> None:

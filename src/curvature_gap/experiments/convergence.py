@@ -1,25 +1,15 @@
-"""Fig. 6: loss-landscape convergence at the trained weights w*, on the theorem's model and on the authors'.
+"""Fig. 6: |L_{k+1} − L_k| against k at the trained weights w*, on the theorem's model and on the authors'.
 
-The paper's procedure: (1) train to convergence, keep w*; (2) start from the empty dataset, add data
-batch by batch and take the mean loss L_k over the k batches seen; (3) plot |L_{k+1} − L_k| against k
-on log-log axes with its EMA and a linear trend. Two protocols compute it, named by the settings:
+The theorem's model (:class:`ConvergenceSettings`): the per-sample losses l_i(w*) are computed once
+(:mod:`curvature_gap.landscape.losses`), each random order of the data gives L_k (the mean loss over the k batches
+seen) exactly, and |L_{k+1} − L_k| is averaged over ``n_permutations`` orders, with Theorem 7's right-hand side at
+w = w* drawn over it; the x-axis is k × batch size (the caption: "the number of training samples"). The authors'
+model: one pass of their loader at w* (:mod:`.running_mean`), drawn as their notebook draws it (``fig6_authors``:
+their loss_landscape_convergence.yaml; ``fig6_authors_mnist*``: the MNIST stand-ins, cut from the shared passes).
 
-* the theorem's model (:class:`ConvergenceSettings`, Table 1's models): the per-sample losses l_i(w*) are
-  computed once (:mod:`curvature_gap.landscape.losses`); each random order of the data then gives L_k exactly,
-  and |L_{k+1} − L_k| is averaged over ``n_permutations`` orders. Theorem 7's right-hand side at w = w* (where
-  its curvature term vanishes) is drawn over it. The x-axis is the number of training samples, k × batch size
-  (the paper's caption: "the number of training samples in the dataset"); the points are at whole batches, as
-  in the paper's procedure.
-* the authors' model as their code computes it (:class:`.running_mean.LoaderPassSettings`): one pass of their
-  loader at w* (:func:`.running_mean.compute_loader_pass`), |L_{k+1} − L_k| at every batch, drawn as their
-  notebook draws it. The paper profile is their ``loss_landscape_convergence.yaml``: the 8-block CIFAR-100 model
-  at step 10,000 of the run of seed 42, 26 epochs of its loader (``fig6_authors``); where CIFAR-100 cannot be
-  had, the MNIST stand-ins (``fig6_authors_mnist``: their bf16 run; ``fig6_authors_mnist_exact``: float32)
-  select Fig. 6's numbers from the MNIST passes both figures share (:data:`.running_mean.LOADER_PASS`).
-
-The trend is a least-squares line in log-log space through log-spaced k >= ``fit_k_min``
-(:func:`.running_mean.fit_loglog`; theory: slope −1, from the identity L_{k+1} − L_k = (b_{k+1} − L_k)/(k+1),
-b_{k+1} the (k+1)-th batch mean), and one rule reads it on every model (:func:`slope_verdict`).
+The trend is a least-squares line in log-log space (:func:`.running_mean.fit_loglog`; theory: slope −1, from
+L_{k+1} − L_k = (b_{k+1} − L_k)/(k+1), b_{k+1} the (k+1)-th batch mean), read by one rule on every model
+(:func:`slope_verdict`).
 """
 from __future__ import annotations
 
@@ -34,9 +24,10 @@ from .context import Context
 from ..plotting import WIDTH, loglog_axes, new_figure
 from ..row import Row
 from .. import captions
-from .claims import not_run
-from .running_mean import (MNIST_EXACT_SETTINGS, MNIST_NEEDS, MNIST_SETTINGS as PASS_SETTINGS, SMOKE,
-                           LoaderPassSettings, compute_loader_pass, fit_loglog, on_loader, pass_runs, pass_title, select)
+from .claims import claim_row, not_run
+from .running_mean import (CIFAR_NEEDS, CIFAR_STANDIN, MNIST_EXACT_SETTINGS, MNIST_NEEDS,
+                           MNIST_SETTINGS as PASS_SETTINGS, SMOKE, LoaderPassSettings, authors_pass, figure_runs,
+                           fit_loglog, on_loader, pass_title)
 from .settings import Variant
 from .spec import FigureSpec, Finding, Point, claimed
 
@@ -137,9 +128,9 @@ def plot_convergence(result):
         ax.plot(x, a["delta"][keep], color="tab:blue", lw=0.5, alpha=0.35, label="each batch")
         ax.plot(x, a["ewm"][keep], color="tab:blue", lw=2.0, label=f"EWM, α = {meta.get('ewm_alpha', 0.02):g} (theirs)")
         y_lo, y_hi = np.nanpercentile(a["ewm"][keep], [1, 99])
-        for i in range(int(np.floor(np.log10(y_lo * x[0]))) - 1, int(np.ceil(np.log10(y_hi * x[-1]))) + 1):
-            ax.plot(x, 10.0 ** i / x, color="0.7", lw=0.8, ls=":", label=r"$k^{-1}$ guides" if i == int(
-                np.floor(np.log10(y_lo * x[0]))) - 1 else None)
+        first = int(np.floor(np.log10(y_lo * x[0]))) - 1
+        for i in range(first, int(np.ceil(np.log10(y_hi * x[-1]))) + 1):
+            ax.plot(x, 10.0 ** i / x, color="0.7", lw=0.8, ls=":", label=r"$k^{-1}$ guides" if i == first else None)
         ax.set_ylim(max(y_lo / 3, float(np.min(a["delta"][keep][a["delta"][keep] > 0]))), y_hi * 3)
         trend = dict(color="0.3", lw=1.6, ls="--", label=f"fitted on every batch: slope {fit['slope']:.3f}")
     else:
@@ -170,7 +161,6 @@ def message(result) -> str:
 
 
 def key_numbers(r) -> dict:
-    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
     m = r.meta
     out = {"fitted slope": m["fit"]["slope"], "R²": m["fit"]["r2"]}
     if not on_loader(r):
@@ -188,7 +178,6 @@ def slope_verdict(slope: float) -> str:
     return "reproduced" if abs(slope + 1) <= SLOPE_TOL else "not reproduced"
 
 
-_STANDIN = "Needs CIFAR-100 (not obtainable offline) and the 8-block model trained to step 10,000 of the authors' recipe."
 # per model a verdict is read on: the model its row is about, what it needs, and how the note counts the data
 _MODELS = {
     "table1": dict(model="8-block CIFAR-100 model", needs="CIFAR-100 and a GPU",
@@ -198,8 +187,8 @@ _MODELS = {
                                       "identity alone predicts for any bounded loss."),
                    data=lambda m: f"{m['n_samples']:,} samples"),
     "authors": dict(model="the authors' 8-block CIFAR-100 model, one pass of their loader",
-                    needs="CIFAR-100, and the authors' recipe trained to step 10,000 (hours on a CPU: a GPU)",
-                    standin=lambda f: (f"{_STANDIN} Their MNIST model (1 block) gives slope {f['slope']:.3f} "
+                    needs=CIFAR_NEEDS,
+                    standin=lambda f: (f"{CIFAR_STANDIN} Their MNIST model (1 block) gives slope {f['slope']:.3f} "
                                        f"(R² {f['r2']:.3f}) as a stand-in, which the running-mean identity alone "
                                        "predicts for any bounded loss."),
                     data=lambda m: f"{m['n_batches']:,} batches of their loader"),
@@ -220,10 +209,9 @@ def convergence_slope(result, standin, spec) -> Row:
             row.note = on["standin"](standin.meta["fit"])
         return row
     f = result.meta["fit"]
-    return Row(id=f"{name}.slope", result=name, kind="claim", claim="reproduced", expected=None, what=what,
-               verdict=slope_verdict(f["slope"]), value=f["slope"], tolerance=SLOPE_TOL,
-               profile=result.config["profile"], evidence=[str(result.json_path)],
-               note=f"slope {f['slope']:.3f}, R² {f['r2']:.3f}, {on['data'](result.meta)}")
+    return claim_row(result, id=f"{name}.slope", result=name, what=what, verdict=slope_verdict(f["slope"]),
+                     value=f["slope"], tolerance=SLOPE_TOL,
+                     note=f"slope {f['slope']:.3f}, R² {f['r2']:.3f}, {on['data'](result.meta)}")
 
 
 # ----------------------------------------------------------------------------- the results of this module
@@ -233,16 +221,7 @@ _ARRAYS = ("n_samples", "k", "delta", "running_loss", "ewm")  # Fig. 6's arrays 
 def _compute(j):
     """Fig. 6 by the protocol of the variant's model: the theorem's block over random orders of the data, the
     authors' model over one pass of their loader (where a shared MNIST pass exists, its numbers)."""
-    if j.settings.model == "table1":
-        return compute_convergence(j.ctx, j.settings)
-    if "loader_pass" in j.deps:
-        return select(_ARRAYS, j.deps["loader_pass"])
-    return compute_loader_pass(j.ctx, j.settings)
-
-
-def _runs(s, ctx) -> list[tuple]:
-    """The runs Fig. 6 reads: the theorem's block's whole run, or the runs of the authors' loader pass."""
-    return [(None, None)] if s.model == "table1" else pass_runs(s, ctx)
+    return compute_convergence(j.ctx, j.settings) if j.settings.model == "table1" else authors_pass(j, _ARRAYS)
 
 
 FIG6 = FigureSpec(
@@ -255,7 +234,7 @@ FIG6 = FigureSpec(
      Point(SETTINGS, Finding("Fig. 6: |L_(k+1) − L_k| follows 1/k (CIFAR-100)", "notebooks/fig06_loss_convergence"),
            standin=True, needs="CIFAR-100 (paper) / MNIST (smoke)", override_key="convergence"),
      Point(MNIST_SETTINGS, override_key="convergence_mnist")),
-    _compute, {"convergence": plot_convergence}, {"convergence": message}, runs=_runs, key_numbers=key_numbers,
+    _compute, {"convergence": plot_convergence}, {"convergence": message}, runs=figure_runs, key_numbers=key_numbers,
     rows=lambda res: [convergence_slope(res.get(s.name), res.get(s.standin), s) for s in claimed("fig6")],
     dataset="cifar100")
 SPECS = (FIG6,)

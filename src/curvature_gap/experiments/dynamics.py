@@ -2,11 +2,9 @@
 during the first training steps, on either model, cut from the trajectory of :mod:`.trajectory`.
 
 On the theorem's model (``fig7`` … ``fig11``): the block type's entries, its Hessian block at the displayed steps
-and both norms at every snapshot. On the authors' model (``fig7_authors`` … ``fig11_authors``): the Hessian over
-their notebook's parameter list at each of their six steps, as their figure draws it; Fig. 11 also over the
-feed-forward weights its caption names (their "FeedForward" list is LN2's γ, β).
-
-The paper's appendix shows these figures without stating a claim; the book describes what they show.
+and both norms at every snapshot; on the authors' model (``fig7_authors`` …): the Hessian over their notebook's
+parameter list at each of their steps (Fig. 11 also over the feed-forward weights its caption names). The paper
+states no claim about these figures.
 """
 from __future__ import annotations
 
@@ -16,14 +14,11 @@ from .. import captions
 from .dynamics_blocks import TYPES
 from .settings import TRAJECTORY
 from .spec import FigureSpec, Finding, Point
-from .trajectory import AUTHORS_NEEDS, AUTHORS_SETTINGS, LISTS, lists_of
+from .trajectory import AUTHORS_NEEDS, AUTHORS_SETTINGS, lists_of
 from ..plotting import WIDTH, new_figure, tensor_label
 
-__all__ = ["FIGURES", "compute_type", "plot_entries", "plot_hessian_blocks", "plot_list_hessian", "plot_norms",
+__all__ = ["compute_type", "plot_entries", "plot_hessian_blocks", "plot_list_hessian", "plot_norms",
            "list_message", "SPECS"]
-
-# figure -> the authors' parameter list it shows (their notebook's sections, in order)
-FIGURES = {"fig7": "queries", "fig8": "keys", "fig9": "values", "fig10": "layernorm", "fig11": "feedforward"}
 
 
 # ----------------------------------------------------------------------------- the computation (a cut)
@@ -167,7 +162,6 @@ def plot_norms(result):
 
 
 def key_numbers(r) -> dict:
-    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
     a = r.arrays
     return {"‖H‖_F at the last step": float(a["hess_fro"][-1]), "‖H‖_2 at the last step": float(a["hess_spec"][-1]),
             "‖W‖_F at the last step": float(a["param_fro"][-1])}
@@ -186,11 +180,10 @@ def _figure(fig: str, finding: Finding | None = None) -> FigureSpec:
     """Fig. ``n`` on the theorem's model (its block type, cut from its trajectory) and on the authors' model (their
     list's Hessian; Fig. 11 also over the feed-forward weights its caption names)."""
     n = int(fig[3:])
-    t = TYPES[fig][0]
-    g = FIGURES[fig]
+    g = TYPES[fig][0]  # the block type, and the authors' parameter list of that name (trajectory.LISTS)
     lists = (g, "ffn_weights") if g == "feedforward" else (g,)
     return FigureSpec(
-        fig, f"Fig. {n}", f"fig{n:02d}_{t}", f"{t}: entries and Hessian blocks over the first training steps",
+        fig, f"Fig. {n}", f"fig{n:02d}_{g}", f"{g}: entries and Hessian blocks over the first training steps",
         (Point(AUTHORS_SETTINGS, needs=AUTHORS_NEEDS, depends=("trajectory",),
                plots={("hessian" if x == g else x): _list_plot(x) for x in lists},
                messages={("hessian" if x == g else x): list_message(x) for x in lists}, key_numbers=_list_numbers(g)),

@@ -1,10 +1,8 @@
 """The Hessian blocks the training-dynamics figures follow (Figs. 5 and 7-11), and what is kept of them.
 
-At every snapshot the trajectory needs the diagonal blocks of the transformer block's groups and of the
-head, and the two within-type pairs (LN1–LN2, FFN1–FFN2): a few seconds per snapshot instead of the
-whole Hessian (the embedding and position blocks need a pass through the whole network per column;
-they are shown at initialisation and trained only, from Figs. 3 and 4). Fig. 3's Hessian supplies
-the same record for step 0.
+At every snapshot: the diagonal blocks of the transformer block's groups and of the head, and the two within-type
+pairs (LN1–LN2, FFN1–FFN2), a few seconds per snapshot instead of the whole Hessian (the embedding and position
+blocks need a pass through the whole network per column: Figs. 3 and 4 show them). Fig. 3's Hessian gives step 0.
 """
 from __future__ import annotations
 

@@ -11,17 +11,12 @@ initialisation with another seed) maps ``n_seq`` random sequences ``X`` (L, d), 
 targets; the *student* (PyTorch's initialisation, its own seed) is trained on the MSE ``mean((Z − target)²)``
 over those sequences (the paper's loss) by full-batch Adam. The Hessian is that training loss's, the mean over
 the sequences of the per-sequence Hessians, at the student's first and last step. Dropout is 0 (the Hessian
-of a deterministic layer).
-
-Parameter groups: ``W_Q, W_K, W_V`` (the three row blocks of ``in_proj_weight``), ``W_O``
-(``out_proj.weight``), ``W_1``, ``W_2`` (the FFN weights), ``LN`` (both LayerNorms' γ and β) and ``biases``
-(the attention and FFN biases).
+of a deterministic layer). Parameter groups: :func:`unit_indices`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -75,7 +70,9 @@ def _layer(s: EncoderFamilySettings, norm: str, nhead: int, seed: int) -> nn.Tra
 
 
 def unit_indices(layer: nn.TransformerEncoderLayer) -> dict[str, np.ndarray]:
-    """Unit name -> positions in the Hessian of ``layer.named_parameters()`` (each ``vec_r``)."""
+    """Unit name -> positions in the Hessian of ``layer.named_parameters()`` (each ``vec_r``): ``W_Q, W_K, W_V``
+    (the row blocks of ``in_proj_weight``), ``W_O``, ``W_1``, ``W_2``, ``LN`` (both LayerNorms' γ, β) and ``biases``
+    (the attention and FFN biases)."""
     d = layer.self_attn.embed_dim
     off, o = {}, 0
     for n, p in layer.named_parameters():
@@ -195,8 +192,7 @@ def leaders(stat: np.ndarray) -> list[list[str]]:
     return [[UNITS[int(np.argmax(stat[i, t]))] for t in range(stat.shape[1])] for i in range(stat.shape[0])]
 
 
-_LABELS = {"W_Q": "$W_Q$", "W_K": "$W_K$", "W_V": "$W_V$", "W_O": "$W_O$", "W_1": "$W_1$", "W_2": "$W_2$",
-           "LN": "LayerNorms", "biases": "biases"}
+_LABELS = {**{u: f"${u}$" for u in UNITS[:6]}, "LN": "LayerNorms", "biases": "biases"}
 
 
 def plot_encoder_family(result):
@@ -223,26 +219,20 @@ def plot_encoder_family(result):
     return fig
 
 
-def _words(unit: str) -> str:
-    return _LABELS[unit] if unit in ("LN", "biases") else f"${unit}$"
-
-
 def _share(counts: dict, n: int) -> str:
-    return " or ".join(f"{_words(k)} ({v}/{n})" for v, k in sorted(((v, k) for k, v in counts.items() if v), reverse=True))
+    return " or ".join(f"{_LABELS[k]} ({v}/{n})" for v, k in sorted(((v, k) for k, v in counts.items() if v), reverse=True))
 
 
 def message(result) -> str:
     """The figure's caption, one sentence: which block leads under each statistic over every draw, configuration and
     time, and W_O against W_V against W_Q, W_K with the spread (:func:`ranking_text` says the rest)."""
     meta = result.meta
-    if "ranking" not in meta:  # a result of one draw (computed before draws were added)
-        return _message_one_draw(result)
     fro, ent = meta["ranking"]["fro"], meta["ranking"]["fro_sqrt_n"]
     n = fro["cases"]
     lead = [k for k, v in fro["leads"].items() if v]
-    lead_t = f"{_words(lead[0])} leads by Frobenius norm in {fro['leads'][lead[0]]}/{n} cases" if len(lead) == 1 else \
+    lead_t = f"{_LABELS[lead[0]]} leads by Frobenius norm in {fro['leads'][lead[0]]}/{n} cases" if len(lead) == 1 else \
         f"By Frobenius norm {_share(fro['leads'], n)} lead"
-    ent_t = " or ".join(_words(k) for k, v in sorted(ent["leads"].items(), key=lambda kv: -kv[1]) if v)
+    ent_t = " or ".join(_LABELS[k] for k, v in sorted(ent["leads"].items(), key=lambda kv: -kv[1]) if v)
     o_v, v_qk = fro["O_over_V"], fro["V_over_QK"]
     return (f"{lead_t}, {ent_t} by RMS eigenvalue; $W_O$'s block exceeds $W_V$'s in {fro['O_exceeds_V']}/{n} "
             f"({o_v[0]:.2f}–{o_v[1]:.2f}×), and $W_V$'s exceeds $W_Q$'s and $W_K$'s by {v_qk[0]:.1f}–{v_qk[1]:.1f}×.")
@@ -253,15 +243,13 @@ def ranking_text(result) -> str:
     second by Frobenius norm (and why the largest: its size), the largest by RMS eigenvalue (‖H‖_F/√n) by norm
     placement, and the order of the four attention blocks with what varies and why — all read off ``result``."""
     meta = result.meta
-    if "ranking" not in meta:
-        return ""
 
     def by_norm(st: str) -> str:
         per = {}
         for c, counts in meta["ranking"][st]["by_config"].items():
             per.setdefault(c.split(",")[0], set()).update(k for k, v in counts.items() if v)
         if all(len(v) == 1 for v in per.values()):
-            return " (" + ", ".join(f"{_words(next(iter(v)))} in {k}" for k, v in per.items()) + ")"
+            return " (" + ", ".join(f"{_LABELS[next(iter(v))]} in {k}" for k, v in per.items()) + ")"
         return ""
     fro, ent = meta["ranking"]["fro"], meta["ranking"]["fro_sqrt_n"]
     n, size = fro["cases"], meta["unit_sizes"]
@@ -283,28 +271,7 @@ def ranking_text(result) -> str:
             f"and $W_K$'s by {v_qk[0]:.1f}–{v_qk[1]:.1f}× depending on the draw.")
 
 
-def _message_one_draw(result) -> str:
-    meta, fro = result.meta, result.arrays["fro"]
-    units = meta["units"]
-    lead = sorted({u for row in meta["leaders"]["fro"] for u in row})
-    n = fro.shape[0] * fro.shape[1]
-    att = [units.index(u) for u in ("W_Q", "W_K", "W_V", "W_O")]
-    orders = {tuple(units[att[k]] for k in np.argsort(-fro[i, t, att])) for i in range(fro.shape[0])
-              for t in range(fro.shape[1])}
-    v_over_qk = float((fro[:, :, att[2]] / fro[:, :, att[:2]].max(axis=2)).min())
-    where = ("in every configuration, at initialisation and trained" if len(lead) == 1
-             else "depending on the configuration")
-    if len(orders) == 1:
-        order = " > ".join(_words(u) for u in next(iter(orders)))
-        att_text = f"among the four equal-size attention blocks the order is {order} in all {n} cases"
-    else:
-        att_text = f"the order of the four equal-size attention blocks varies over the {n} cases"
-    return (f"The largest diagonal Hessian block is {' or '.join(_words(u) for u in lead)} {where}; {att_text}, "
-            f"and $W_V$'s block is at least {v_over_qk:.1f} times $W_Q$'s and $W_K$'s.")
-
-
 def key_numbers(r) -> dict:
-    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
     fro = r.arrays["fro"]
     out = {}
     for i, c in enumerate(r.meta["configs"]):

@@ -8,25 +8,22 @@ even symmetric. A seeded sample of columns covering every parameter group shows 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.func import grad, jacrev, jvp
 
 from .. import captions
 from ..hessian._generic import curvlinops_columns
 from ..hessian.hvp import HessianOperator
 from ..hessian.loss import model_loss
-from ..params import flatten
-from torch.func import grad, jacrev, jvp
-
 from ..model import build_model
-from ..params import param_groups
+from ..params import flatten, param_groups
+from ..plotting import WIDTH, new_figure, short_label
 from .context import Context
 from .hessians import exact_columns, sample_columns
-from ..plotting import WIDTH, new_figure, short_label
 from .settings import Variant
 from .spec import FigureSpec, Point
 
@@ -148,7 +145,6 @@ def plot_fused_error(result):
 
 
 def key_numbers(r) -> dict:
-    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
     m = r.meta
     return {"max relative error of the fused Hessian": m["max_relative_error"],
             "asymmetry of the fused Hessian": m["fused_asymmetry"]}

@@ -1,10 +1,8 @@
 """Figs. 3 and 4: the exact Hessian of the cross-entropy on one MNIST batch, at initialisation and trained.
 
-The Hessian is :func:`curvature_gap.hessian.hessian` (exact) and is cross-checked against curvlinops,
-the paper's tool, on sampled columns (:func:`.hessians.cross_check`). What is kept is what the figures
-and the claim need: the whole Hessian as an image at page resolution, the attention parameters at full
-resolution, the statistics of every diagonal block and of every pair of groups, and the blocks the
-training-dynamics figures follow at step 0.
+The Hessian is exact and cross-checked against curvlinops, the paper's tool (:mod:`.hessians`). Kept: the whole
+Hessian as an image at page resolution, the attention parameters at full resolution, the statistics of every
+diagonal block and of every pair of groups, and the blocks the training-dynamics figures follow at step 0.
 """
 from __future__ import annotations
 
@@ -18,15 +16,14 @@ from .. import captions
 from ..params import authors_hessian_order, param_groups, param_slices
 from ..precision import frozen_at_one
 from ..train import evaluate
-from .context import Context
-from .dynamics_blocks import blocks_from_dense, snapshot_record, trajectory_groups
-from .settings import AUTHORS_RUN_SEEDS, Variant
-from .hessians import (SETS, STATISTICS, cross_check, dense, group_pair_statistics, rankings, sample_columns,
-                       unit_statistics, units_of)
 from ..plotting import WIDTH, group_axes, new_figure, pooled_log_image, short_label
 from ..row import Row
-from .claims import claim_verdict, not_run, ranking_table
-from .settings import TrajectorySettings
+from .claims import claim_row, claim_verdict, not_run
+from .context import Context
+from .dynamics_blocks import blocks_from_dense, snapshot_record, trajectory_groups
+from .hessians import (SETS, STATISTICS, cross_check, dense, group_pair_statistics, rankings, sample_columns,
+                       unit_statistics, units_of)
+from .settings import AUTHORS_RUN_SEEDS, TrajectorySettings, Variant
 from .spec import FigureSpec, Finding, Point, claimed
 
 __all__ = ["compute_heatmap", "heatmap_runs", "FIG3", "FIG4", "group_table", "plot_hessian", "plot_attention",
@@ -61,10 +58,8 @@ class HeatmapSettings(Variant):
     # tangents per pass of the exact method (None: its default); cost only, same numbers.
     fast_chunk: int | None = None
     # the authors' model: their initialisation is unseeded (no torch.manual_seed in their code), so the claim is
-    # also read on these seeds, on the same batch, and its verdict is a count over them (empty: the run of the
-    # recipe's seed alone). At step 0 each is an initialisation (seconds); after training each is a run of the
-    # recipe to ``step`` (a bf16 run to step 20,000 takes about 9 min on one CPU core; two run side by side on two
-    # cores).
+    # also read on these seeds (initialisations at step 0, runs of the recipe to ``step`` after training), on the
+    # same batch, and its verdict is a count over them (empty: the run of the recipe's seed alone).
     seeds: tuple = ()
 
 
@@ -133,11 +128,7 @@ def _authors_heatmap(ctx: Context, s: HeatmapSettings) -> tuple[dict, dict]:
     (:func:`curvature_gap.params.authors_hessian_order`). The Hessian is exact (hand-written LayerNorm); the
     statistics of each diagonal block do not depend on which other parameters are included."""
     model, info = ctx.model(s, s.step)
-    x, y = ctx.loader_batches(s)[0]
-    if s.batch_size > len(y):
-        raise ValueError(f"{s.model_key}: the loader's first batch has {len(y)} images, fewer than the {s.batch_size} "
-                         "asked")
-    batch = x[:s.batch_size], y[:s.batch_size]
+    batch = ctx.loader_batches(s, 1, s.batch_size)[0]
     order, layout = authors_hessian_order(model)
     with ctx.phase("evaluation"):
         test_loss, test_acc = evaluate(model, ctx.data(s).test, ctx.torch_device)
@@ -157,11 +148,9 @@ def _authors_heatmap(ctx: Context, s: HeatmapSettings) -> tuple[dict, dict]:
 
 
 def _seed_leads(ctx: Context, s: HeatmapSettings, batch, units, known: dict | None = None) -> list[dict]:
-    """For each seed of ``s.seeds``: the authors' model of that seed at ``s.step``, the exact Hessian on ``batch``
-    (``known``: seed -> a Hessian already computed, the figure's own run; ``units``: the model's :func:`units_of`,
-    the same for every seed), and in how many of the :data:`STATISTICS` W_V's diagonal block leads each set of
-    :data:`SETS` (and which block leads the weight matrices where it does not), and W_V's block over the larger of
-    W_Q's and W_K's in each statistic (:func:`v_over_qk`)."""
+    """For each seed of ``s.seeds``: the exact Hessian on ``batch`` of the authors' model of that seed at ``s.step``
+    (``known``: seed -> one already computed), in how many of the :data:`STATISTICS` W_V's diagonal block leads each
+    set of :data:`SETS` (and which block leads the weight matrices where it does not), and :func:`v_over_qk`."""
     out = []
     for seed in s.seeds:
         if known and seed in known:
@@ -173,7 +162,7 @@ def _seed_leads(ctx: Context, s: HeatmapSettings, batch, units, known: dict | No
                 H = dense(model, batch, s.fast_chunk)[0].cpu().numpy().astype(np.float64)
         stats = unit_statistics(np.asarray(H, dtype=np.float64), units)
         lead = leads(stats)
-        table = ranking_table(stats)
+        table = rankings(stats)
         out.append(dict(seed=int(seed), leads={k: sum(v.values()) for k, v in lead.items()},
                         weights_first={st: order[0] for st, order in table["weights"].items()},
                         v_over_qk=v_over_qk(stats),
@@ -235,18 +224,14 @@ def _labels(meta) -> list[str]:
     return [short_label(n, nb) for n in meta["group_names"]]
 
 
-def _range(a: np.ndarray, eps: float) -> tuple[float, float]:
-    a = a.astype(np.float64)
-    return max(np.log10(eps), float(np.nanpercentile(a, 1))), float(np.nanmax(a))
-
-
 def _limits(result, own: np.ndarray) -> tuple[float, float]:
     """The colour limits of the image ``own``: its own range, or (the authors' images) one range over both
     images, as their notebook shares vmin and vmax between its two panels."""
     a, eps = result.arrays, result.config["settings"]["eps"]
     if "shared" in result.meta.get("colour", ""):
         own = np.concatenate([a["image"].astype(np.float64).ravel(), a["attention"].astype(np.float64).ravel()])
-    return _range(own, eps)
+    own = own.astype(np.float64)
+    return max(np.log10(eps), float(np.nanpercentile(own, 1))), float(np.nanmax(own))
 
 
 def _colour_label(meta) -> str:
@@ -269,47 +254,44 @@ def plot_claim_block(ax, meta) -> None:
     ax.figure.legend(handles=[box], loc="outside lower center", frameon=False, labelcolor="#d70015")
 
 
-def plot_hessian(result):
-    """The whole Hessian, log10(|H| + ε), as means over square cells at page resolution."""
-    meta, img = result.meta, result.arrays["image"].astype(np.float64)
-    eps = result.config["settings"]["eps"]
-    n = meta["n_parameters"]
+def _plot_image(result, key: str, span: tuple, idx: list, title: str):
+    """The image ``arrays[key]`` over the parameters ``span`` (start, stop), its groups ``idx`` marked, with the
+    claim's block outlined and a colour bar."""
+    meta, img = result.meta, result.arrays[key].astype(np.float64)
+    (a0, a1), labels = span, _labels(meta)
     vmin, vmax = _limits(result, img)
     fig = new_figure(WIDTH, 6.4)
     ax = fig.subplots()
-    im = ax.imshow(img, extent=(0, n, n, 0), cmap="viridis", vmin=vmin, vmax=vmax)
-    group_axes(ax, meta["group_starts"], meta["group_stops"], _labels(meta))
-    plot_claim_block(ax, meta)
-    cb = fig.colorbar(im, ax=ax, shrink=0.85, pad=0.02)
-    cb.set_label(_colour_label(meta))
-    state = "trained" if meta["trained"] else "at initialisation"
-    pool = f", means over {meta['pool']}×{meta['pool']} cells" if meta["pool"] > 1 else ""
-    ax.set_title(f"Hessian of the loss, {n:,} parameters, {state}{pool}")
-    return fig
-
-
-def plot_attention(result):
-    """The attention parameters (W_Q, W_K, W_V) and the first LayerNorm, every entry."""
-    meta, A = result.meta, result.arrays["attention"].astype(np.float64)
-    eps = result.config["settings"]["eps"]
-    a0, a1 = meta["attention_range"]
-    groups = meta.get("attention_groups") or [n for n in meta["group_names"]
-                                              if n.startswith("block0.") and n.split(".")[1] in ATTENTION]
-    idx = [i for i, n in enumerate(meta["group_names"]) if n in groups]
-    labels = _labels(meta)
-    vmin, vmax = _limits(result, A)
-    fig = new_figure(WIDTH, 6.4)
-    ax = fig.subplots()
-    im = ax.imshow(A, extent=(a0, a1, a1, a0), cmap="viridis", vmin=vmin, vmax=vmax)
+    im = ax.imshow(img, extent=(a0, a1, a1, a0), cmap="viridis", vmin=vmin, vmax=vmax)
     group_axes(ax, [meta["group_starts"][i] for i in idx], [meta["group_stops"][i] for i in idx],
                [labels[i] for i in idx])
     plot_claim_block(ax, meta)
     cb = fig.colorbar(im, ax=ax, shrink=0.85, pad=0.02)
     cb.set_label(_colour_label(meta))
-    shown = [n.split(".")[-1] for n in meta.get("attention_groups", ())]
-    ax.set_title("Q, K and V weights, every entry (their panel)" if shown == list(THEIR_ATTENTION)
-                 else "Attention parameters and LN1, every entry")
+    ax.set_title(title)
     return fig
+
+
+def plot_hessian(result):
+    """The whole Hessian, log10(|H| + ε), as means over square cells at page resolution."""
+    meta = result.meta
+    n = meta["n_parameters"]
+    state = "trained" if meta["trained"] else "at initialisation"
+    pool = f", means over {meta['pool']}×{meta['pool']} cells" if meta["pool"] > 1 else ""
+    return _plot_image(result, "image", (0, n), range(len(meta["group_names"])),
+                       f"Hessian of the loss, {n:,} parameters, {state}{pool}")
+
+
+def plot_attention(result):
+    """The attention parameters (W_Q, W_K, W_V) and the first LayerNorm, every entry."""
+    meta = result.meta
+    groups = meta.get("attention_groups") or [n for n in meta["group_names"]
+                                              if n.startswith("block0.") and n.split(".")[1] in ATTENTION]
+    shown = [n.split(".")[-1] for n in meta.get("attention_groups", ())]
+    return _plot_image(result, "attention", meta["attention_range"],
+                       [i for i, n in enumerate(meta["group_names"]) if n in groups],
+                       "Q, K and V weights, every entry (their panel)" if shown == list(THEIR_ATTENTION)
+                       else "Attention parameters and LN1, every entry")
 
 
 def plot_block_means(result):
@@ -359,6 +341,16 @@ def _over(ratios) -> str:
     return f"{lo:.3g}×" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g}–{hi:.3g}×"
 
 
+def _figure_seed(result):
+    """The seed of the run the figure shows (its training configuration's)."""
+    return ((result.config.get("train") or {}).get(result.meta["model"]) or {}).get("seed", "of the run")
+
+
+def _instances(result) -> str:
+    m = result.meta
+    return f"{m['batch_size']} training images, {m.get('n_parameters_model', m['n_parameters']):,} parameters"
+
+
 def _words(spec) -> tuple[str, str, str]:
     """(state, model, draws) of a result's variant in words, from its settings."""
     paper = spec.settings["paper"]
@@ -370,10 +362,9 @@ def _words(spec) -> tuple[str, str, str]:
 
 def values_larger(result, spec) -> Row:
     """Fig. 3's claim, the caption's comparative: W_V's diagonal Hessian block is larger than W_Q's and W_K's (the
-    blocks of the authors' second panel), in every statistic of :data:`STATISTICS`, on the result of ``spec`` (a
-    :class:`~.spec.ResultSpec`); on the authors' model counted over the initialisations of its seeds (their code does
-    not seed it): reproduced where every draw shows it in every statistic, not reproduced where none shows it in
-    any."""
+    blocks of the authors' second panel) in every statistic, on the result of ``spec`` (a ResultSpec); on the
+    authors' model counted over the initialisations of its seeds: reproduced where every draw shows it in every
+    statistic, not reproduced where none shows it in any."""
     figure = spec.name
     state, model, draws = _words(spec)
     what = (f'"{CAPTIONS[spec.spec.name]}" ({state}, {model}): the comparative, as the authors\' second panel shows only '
@@ -393,19 +384,17 @@ def values_larger(result, spec) -> Row:
         full, none = sum(k == n for k in per), sum(k == 0 for k in per)
         verdict = "reproduced" if full == len(seeds) else "not reproduced" if none == len(seeds) else "partly reproduced"
         value = full / len(seeds)
-        seed = ((result.config.get("train") or {}).get(result.meta["model"]) or {}).get("seed", "of the run")
         sentence = (f"Over {len(seeds)} {draws} (their code does not seed the initialisation): W_V's diagonal block is "
                     f"larger than W_Q's and W_K's in all {n} statistics in {full}/{len(seeds)}, in none in "
                     f"{none}/{len(seeds)}; W_V over the larger of them: "
                     f"{_over([r for d in seeds for r in d['v_over_qk'].values()])}. The figure's "
-                    f"{'initialisation' if draws == 'initialisations' else 'run'} (seed {seed}): {sentence}")
+                    f"{'initialisation' if draws == 'initialisations' else 'run'} (seed {_figure_seed(result)}): "
+                    f"{sentence}")
         details["seeds"] = [dict(seed=d["seed"], larger=k, v_over_qk=d["v_over_qk"]) for d, k in zip(seeds, per)]
-    return Row(id=f"{figure}.values_larger", result=figure, kind="claim", claim="reproduced", expected=None, what=what,
-               verdict=verdict, value=value, profile=result.config["profile"], evidence=[str(result.json_path)],
-               instances=f"{result.meta['batch_size']} training images, "
-                         f"{result.meta.get('n_parameters_model', result.meta['n_parameters']):,} parameters",
-               note=sentence + " — the superlative reading ('the largest' of every block): "
-                    f"{figure}.values_largest", details=details)
+    return claim_row(result, id=f"{figure}.values_larger", result=figure, what=what, verdict=verdict, value=value,
+                     instances=_instances(result), details=details,
+                     note=f"{sentence} — the superlative reading ('the largest' of every block): "
+                          f"{figure}.values_largest")
 
 
 # the statistics of a block's entries (not of its size or spectrum): what "larger per entry" means
@@ -439,7 +428,7 @@ _WORDS = {5: "five", 6: "six"}
 def leads(stats: dict) -> dict:
     """``{set: {statistic: W_V's diagonal block is the largest of the set's blocks}}`` over :data:`SETS` and
     :data:`STATISTICS`."""
-    return {s: {st: order[0] == "W_V" for st, order in per.items()} for s, per in ranking_table(stats).items()}
+    return {s: {st: order[0] == "W_V" for st, order in per.items()} for s, per in rankings(stats).items()}
 
 
 def seed_count(seed_leads: list[dict], what: str = "initialisations") -> tuple[str, str, dict]:
@@ -470,7 +459,7 @@ def leads_without(result, drop: str | None, unit: str = "W_V") -> int:
     """In how many of the :data:`STATISTICS` ``unit``'s diagonal block is the largest of the weight matrices once
     ``drop``'s block is left out (None, or a block the model lacks: simply where it leads)."""
     stats = {u: v for u, v in result.meta["unit_stats"].items() if u != drop}
-    return sum(order[0] == unit for order in ranking_table(stats)["weights"].values())
+    return sum(order[0] == unit for order in rankings(stats)["weights"].values())
 
 
 def values_largest(result, spec, claim: bool = True) -> Row:
@@ -488,7 +477,7 @@ def values_largest(result, spec, claim: bool = True) -> Row:
     if result is None:
         return dataclasses.replace(not_run(f"{figure}.values_largest", figure, what, figure), **role)
     stats = result.meta["unit_stats"]
-    table = ranking_table(stats)
+    table = rankings(stats)
     lead = leads(stats)
     w = lead["weights"]
     everywhere = all(all(v.values()) for v in lead.values())
@@ -519,19 +508,15 @@ def values_largest(result, spec, claim: bool = True) -> Row:
     if result.meta.get("seed_leads"):  # a count over initialisations: the verdict is the count's
         verdict, over, counts = seed_count(result.meta["seed_leads"], _words(spec)[2])
         value = counts["reproduced"] / len(result.meta["seed_leads"])
-        seed = ((result.config.get("train") or {}).get(result.meta["model"]) or {}).get("seed", "of the run")
-        sentence = f"{over} The figure's {'initialisation' if result.meta.get('step', 0) == 0 else 'run'} (seed {seed}): {sentence}"
+        sentence = (f"{over} The figure's {'initialisation' if result.meta.get('step', 0) == 0 else 'run'} "
+                    f"(seed {_figure_seed(result)}): {sentence}")
         details["seeds"] = result.meta["seed_leads"]
-    return Row(id=f"{figure}.values_largest", result=figure, kind="claim", expected=None, **role,
-               what=what, verdict=verdict, value=value,
-               profile=result.config["profile"], evidence=[str(result.json_path)],
-               instances=f"{result.meta['batch_size']} training images, "
-                         f"{result.meta.get('n_parameters_model', result.meta['n_parameters']):,} parameters",
-               note=sentence + " — " + "; ".join(parts), details=details)
+    return claim_row(result, id=f"{figure}.values_largest", result=figure, **role, what=what, verdict=verdict,
+                     value=value, instances=_instances(result), note=sentence + " — " + "; ".join(parts),
+                     details=details)
 
 
 def key_numbers(r) -> dict:
-    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
     m = r.meta
     out = {"loss on the batch": m["loss"],
            "curvlinops agreement, float32 (max rel. diff.)": m["cross_check"]["float32"]["max_relative_difference"],

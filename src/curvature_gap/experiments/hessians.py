@@ -7,11 +7,9 @@ that covers every parameter group: in the figure's dtype (float32) on the figure
 on a smaller batch, where the two must agree to rounding (≤ 1e-10). ``check_columns=None`` compares
 the full curvlinops matrix instead (slow: about 4 minutes on a 2-core CPU at batch 128).
 
-Block statistics (:func:`unit_statistics`) describe each diagonal block ``H_uu`` of a parameter unit u
-(a weight matrix, a bias, a LayerNorm's γ and β, the embedding, the positions, the head) by seven
-numbers: the Frobenius norm (which grows with the block's size, so it favours large groups), mean
-``|H_ij|``, RMS of the entries, median ``|H_ij|``, max ``|H_ij|``, the spectral norm and
-``‖H_uu‖_F/√n_u`` (the RMS eigenvalue), so that groups of very different sizes can be compared.
+Block statistics (:func:`unit_statistics`) describe each diagonal block ``H_uu`` of a parameter unit u (a weight
+matrix, a bias, a LayerNorm's γ and β, the embedding, the positions, the head) by the seven numbers of
+:data:`STATISTICS`, some of which do not grow with the block's size, so that units of very different sizes compare.
 """
 from __future__ import annotations
 
@@ -41,11 +39,9 @@ STATISTICS = {
     "spectral": ("spectral norm", lambda B: sym_spectral_norm(B)),
     "fro_sqrt_n": ("‖H‖_F/√n (RMS eigenvalue)", lambda B: float(np.linalg.norm(B) / math.sqrt(B.shape[0]))),
 }
-# the parameter sets a claim about "the largest block" of one Transformer block can be read over: the
-# block's own parameters only (the patch embedding, the positions and the head lie outside the block,
-# so they are in the statistics and the figures but in no reading of the claim)
-# the readings of "the block" a claim is ranked over; a unit the model lacks is left out (the theorem's block
-# has no W_O and no attention biases, the authors' none of the FFN biases)
+# the readings of "the block" a claim about "the largest block" is ranked over: the block's own parameters only (the
+# embedding, the positions and the head are in the statistics, in no reading); a unit the model lacks is left out
+# (the theorem's block has no W_O and no attention biases, the authors' none of the FFN biases)
 SETS = {
     "weights": ("the weight matrices W_Q, W_K, W_V (W_O where there is one), W_1, W_2",
                 ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2")),
@@ -160,17 +156,13 @@ def unit_statistics(H: np.ndarray, units: dict[str, np.ndarray]) -> dict[str, di
     return out
 
 
-def rankings(stats: dict[str, dict[str, float]], units=None) -> dict:
-    """For each parameter set and statistic: the units ordered largest first, and whether ``W_V`` leads.
-
-    ``units`` restricts the table (e.g. to a model without biases)."""
+def rankings(stats: dict[str, dict[str, float]]) -> dict:
+    """``{set: {statistic: [units largest first]}}`` over :data:`SETS` (the units of ``stats`` only) and
+    :data:`STATISTICS`."""
     out = {}
     for set_name, (_, members) in SETS.items():
-        members = [u for u in members if u in stats and (units is None or u in units)]
-        out[set_name] = {}
-        for st in STATISTICS:
-            order = sorted(members, key=lambda u: -stats[u][st])
-            out[set_name][st] = order
+        members = [u for u in members if u in stats]
+        out[set_name] = {st: sorted(members, key=lambda u: -stats[u][st]) for st in STATISTICS}
     return out
 
 
@@ -191,5 +183,5 @@ def group_pair_statistics(H: np.ndarray, starts, stops) -> dict[str, np.ndarray]
 def dense(model, batch, chunk=None) -> tuple[torch.Tensor, float]:
     """(the exact dense Hessian of the mean cross-entropy on ``batch`` in the model's dtype, seconds)."""
     t0 = time.perf_counter()
-    H = hessian(model, batch, chunk=chunk) if chunk else hessian(model, batch)
+    H = hessian(model, batch, chunk=chunk or None)
     return H.detach(), time.perf_counter() - t0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-
 import numpy as np
 
 from .. import captions
@@ -113,7 +112,6 @@ def plot_theorem7(result):
 
 
 def theorem7_numbers(r) -> dict:
-    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
     m = r.meta
     out = {"ℓ_max": m["ell_max"], "M exact": m["M"]["exact"], "M (Theorem 6, cross-entropy)": m["M"]["thm6_ce"]}
     for name in ("exact", "thm6_ce"):
@@ -122,7 +120,6 @@ def theorem7_numbers(r) -> dict:
 
 
 def trained_bounds_numbers(r) -> dict:
-    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
     out = {}
     for rec in r.meta["records"]:
         k = f"min bound/exact {rec['check']}"

@@ -1,17 +1,15 @@
 """Fig. 5: parameter-block and Hessian-block norms, on either model, and the sentence it supports.
 
 On the theorem's model (``fig5``): the norms of every parameter unit at initialisation and trained (the Hessians
-of Figs. 3 and 4) and of the block's groups over the first training steps (the trajectory, :mod:`.trajectory`). On
-the authors' model (``fig5_authors``, and ``fig5_authors_exact`` for their recipe trained in float32): their
-figure, the parameter and Hessian norms of their five parameter lists against the step (:mod:`.trajectory`
-describes how their code takes them). One claim rule reads both (:func:`keys_values`). Norms are Frobenius
+of Figs. 3 and 4) and of the block's groups over the first training steps. On the authors' model
+(``fig5_authors``, ``fig5_authors_exact``): their figure, the parameter and Hessian norms of their five parameter
+lists against the step (:mod:`.trajectory`). One claim rule reads both (:func:`keys_values`). Norms are Frobenius
 unless marked spectral.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import matplotlib
 import numpy as np
@@ -20,7 +18,7 @@ from .. import captions
 from ..params import param_groups
 from ..plotting import WIDTH, new_figure, short_label
 from ..row import Row
-from .claims import not_run
+from .claims import claim_row, not_run
 from .context import Context
 from .hessians import SETS, STATISTICS, units_of
 from .settings import Variant
@@ -43,8 +41,7 @@ SETTINGS = {"paper": NormsSettings(), "smoke": NormsSettings()}
 
 
 UNIT_ORDER = ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2", "b_1", "b_2", "embed", "pos", "head")
-_UNIT_LABEL = {"W_Q": "$W_Q$", "W_K": "$W_K$", "W_V": "$W_V$", "W_1": "$W_1$", "W_2": "$W_2$", "LN1": "LN1",
-               "LN2": "LN2", "b_1": "$b_1$", "b_2": "$b_2$", "embed": "embed", "pos": "pos", "head": "head"}
+_UNIT_LABEL = {u: f"${u}$" if u[:2] in ("W_", "b_") else u for u in UNIT_ORDER}
 
 
 # -------------------------------------------------------------------- the theorem's model
@@ -112,22 +109,18 @@ def plot_hessians(result):
     return _plot_unit_bars(result, "hessian_stats", "spectral", r"$\|H_{uu}\|_2$", "Hessian-block norms (spectral)")
 
 
-def _lines(ax, steps, Y, labels, ylabel):
-    cmap = matplotlib.colormaps["tab10"]
-    for i, lab in enumerate(labels):
-        ax.plot(steps, Y[:, i], color=cmap(i % 10), lw=1.4, marker="o", ms=3, label=lab)
-    ax.set_yscale("log")
-    ax.set_xlabel("training step")
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-
-
 def _plot_group_lines(result, key: str, ylabel: str, title: str):
     """One line per group of the block (and the head) of ``arrays[key]`` (steps, groups) over training."""
     a, meta = result.arrays, result.meta
     fig = new_figure(WIDTH, 4.4)
     ax = fig.subplots()
-    _lines(ax, a["steps"], a[key], [short_label(g) for g in meta["groups"]], ylabel)
+    cmap = matplotlib.colormaps["tab10"]
+    for i, g in enumerate(meta["groups"]):
+        ax.plot(a["steps"], a[key][:, i], color=cmap(i % 10), lw=1.4, marker="o", ms=3, label=short_label(g))
+    ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
     ax.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     ax.set_title(f"{title}, first {meta['trajectory_steps']} steps")
     return fig
@@ -224,12 +217,10 @@ def kv_reading(values: dict, keys: tuple) -> tuple[list, bool, float, bool]:
 
 def kv_verdict(groups: dict) -> tuple[str, float, list]:
     """Fig. 5's verdict by one rule on either model, from ``groups``: (run, panel) -> {reading: whether the sentence
-    holds in it} over every run read (the theorem's block: its one run; the authors' model: each run of their recipe,
-    their initialisation being unseeded) and both panels of the figure (on the theorem's block each statistic at
-    initialisation and trained, on the authors' each step of their figure). Reproduced when the sentence holds in
-    every reading of every run; partly reproduced when it holds throughout at least one panel of one run (a panel of
-    a figure that shows it); not reproduced otherwise, however many isolated readings support it. Returns (verdict,
-    the fraction of all readings in which it holds, the (run, panel) groups in which it holds throughout)."""
+    holds in it} (:func:`_kv_units`, :func:`_kv_lists`). Reproduced when the sentence holds in every reading of every
+    run; partly reproduced when it holds throughout at least one panel of one run (a panel of a figure that shows
+    it); not reproduced otherwise, however many isolated readings support it. Returns (verdict, the fraction of
+    readings in which it holds, the (run, panel) groups in which it holds throughout)."""
     n = sum(len(g) for g in groups.values())
     held = sum(sum(g.values()) for g in groups.values())
     whole = [k for k, g in groups.items() if all(g.values())]
@@ -281,9 +272,8 @@ def keys_values(result, spec) -> Row:
     if result is None:
         return not_run(f"{name}.keys_values", name, what, name)
     verdict, value, note, details = (_kv_units if model == "table1" else _kv_lists)(result)
-    return Row(id=f"{name}.keys_values", result=name, kind="claim", claim="reproduced", expected=None, what=what,
-               verdict=verdict, value=value, tolerance=MUCH_SMALLER, profile=result.config["profile"],
-               evidence=[str(result.json_path)], note=note, details=details)
+    return claim_row(result, id=f"{name}.keys_values", result=name, what=what, verdict=verdict, value=value,
+                     tolerance=MUCH_SMALLER, note=note, details=details)
 
 
 def _kv_units(result) -> tuple:
@@ -291,8 +281,7 @@ def _kv_units(result) -> tuple:
     m = result.meta
     run = ((result.config.get("train") or {}).get(m.get("model")) or {}).get("seed")
     weights = [u for u in SETS["weights"][1] if u in m["param_norms"]["init"]]
-    panels, values = {"parameters": {}, "hessians": {}}, {"parameters": {}, "hessians": {}}
-    top_two, ratio, much_smaller, holds = ({"parameters": {}, "hessians": {}} for _ in range(4))
+    panels, values, top_two, ratio, much_smaller, holds = ({"parameters": {}, "hessians": {}} for _ in range(6))
     for state in ("init", "trained"):
         for key, panel, stats in (("param_norms", "parameters", _PARAM_STATS), ("hessian_stats", "hessians", _HESS_STATS)):
             for st in stats:
@@ -361,13 +350,19 @@ def _run_arrays(a, r: int | None) -> dict:
     return out
 
 
+def _per_panel(readings: dict, pick) -> dict:
+    """``{(seed, panel): {"step N": pick(order, top two, ratio, holds)}}`` of ``readings`` (seed ->
+    :func:`_list_readings`)."""
+    return {(seed, panel): {k.split("/", 1)[1]: pick(*v) for k, v in rs.items() if k.startswith(panel + "/")}
+            for seed, rs in readings.items() for panel in ("parameters", "hessians")}
+
+
 def _kv_lists(result) -> tuple:
     """The authors' model: their figure's readings (both panels at every step), on each run of their recipe."""
     a = result.arrays
     seeds = [result.meta.get("run_seed"), *(result.meta.get("run_seeds") or [])]
     readings = {seed: _list_readings(_run_arrays(a, None if i == 0 else i - 1), PLOTTED) for i, seed in enumerate(seeds)}
-    groups = {(seed, panel): {k.split("/", 1)[1]: h for k, (_, _, _, h) in rs.items() if k.startswith(panel + "/")}
-              for seed, rs in readings.items() for panel in ("parameters", "hessians")}
+    groups = _per_panel(readings, lambda o, t, r, h: h)
     verdict, value, whole = kv_verdict(groups)
     theirs = readings[seeds[0]]
     fixed = _list_readings(a, tuple(g for g in PLOTTED if g != "feedforward") + ("ffn_weights",))
@@ -394,13 +389,9 @@ def _kv_lists(result) -> tuple:
                  f"{spread[worst].max():.3g})")
     per_run = [dict(seed=seed, holds=sum(sum(g.values()) for (r, _), g in groups.items() if r == seed),
                     of=sum(len(g) for (r, _), g in groups.items() if r == seed)) for seed in seeds]
-    orders = {(seed, panel): {k.split("/", 1)[1]: [lab[g] for g in o] for k, (o, _, _, _) in rs.items()
-                              if k.startswith(panel + "/")} for seed, rs in readings.items()
-              for panel in ("parameters", "hessians")}
-    ratios = {(seed, panel): {k.split("/", 1)[1]: r for k, (_, _, r, _) in rs.items() if k.startswith(panel + "/")}
-              for seed, rs in readings.items() for panel in ("parameters", "hessians")}
     labels = {(p, k): k for (_, p), g in groups.items() for k in g}
-    table = _readings_table(groups, orders, ratios, labels)
+    table = _readings_table(groups, _per_panel(readings, lambda o, t, r, h: [lab[g] for g in o]),
+                            _per_panel(readings, lambda o, t, r, h: r), labels)
     for r, (panel, reading) in zip(table, [(p, k) for (_, p), g in groups.items() for k in g]):
         if r["run"] == seeds[0]:  # the figure's run: the sentence with the feed-forward weights for their FeedForward
             r["holds_with_ffn_weights"] = fixed[f"{panel}/{reading}"][3]
@@ -420,7 +411,6 @@ def list_norms(trajectory) -> tuple[dict, dict]:
 
 
 def key_numbers(r) -> dict:
-    """The numbers a reader would cite, for the reproduction report (published beside recomputed)."""
     m = r.meta
     out = {}
     for u in ("W_Q", "W_K", "W_V", "W_1", "W_2"):

@@ -1,9 +1,7 @@
 """The reproduction report: each published number beside the recomputed one.
 
-For every result, its module's ``FigureSpec.key_numbers`` names the numbers a reader would cite (the checkpoint's
-accuracy, block statistics, slopes, cross-check agreements, ratios). ``compare`` puts the published
-value (``published/<profile>/``) beside the value just computed, with the relative difference, and says
-what differs: nothing, the numbers (beyond ``RTOL``, e.g. another machine's float rounding), or the
+``compare`` puts the published value of each key number (``FigureSpec.key_numbers``) beside the value just
+computed, with the relative difference, and says what differs: nothing, the numbers (beyond ``RTOL``), or the
 configuration (another setting, seed or code: then the numbers are not expected to agree).
 """
 from __future__ import annotations
@@ -27,9 +25,7 @@ def key_numbers(name: str, result) -> dict:
 def _rel(a, b) -> float | None:
     if a is None or b is None:
         return None
-    if a == b:
-        return 0.0
-    return abs(a - b) / max(abs(a), abs(b), 1e-300)
+    return 0.0 if a == b else abs(a - b) / max(abs(a), abs(b), 1e-300)
 
 
 def _published_numbers(name: str, published) -> tuple[dict | None, str]:
@@ -53,13 +49,12 @@ def compare(name: str, published, recomputed, status: str = "ok", message: str =
         if old is not None:
             entry["numbers"] = [dict(name=k, published=v, recomputed=None, rel_diff=None) for k, v in old.items()]
         return entry
-    new = key_numbers(name, recomputed)
-    if published is None or old is None:
+    pub = old or {}  # nothing published, or unreadable: every number alone
+    entry["numbers"] = [dict(name=k, published=pub.get(k), recomputed=v, rel_diff=_rel(pub.get(k), v))
+                        for k, v in key_numbers(name, recomputed).items()]
+    if old is None:
         entry["differs"] = unreadable or "nothing published to compare with"
-        entry["numbers"] = [dict(name=k, published=None, recomputed=v, rel_diff=None) for k, v in new.items()]
         return entry
-    entry["numbers"] = [dict(name=k, published=old.get(k), recomputed=v, rel_diff=_rel(old.get(k), v))
-                        for k, v in new.items()]
     same_config = published.config_hash == recomputed.config_hash
     worst = max((n["rel_diff"] for n in entry["numbers"] if n["rel_diff"] is not None), default=0.0)
     if not same_config:
@@ -72,9 +67,7 @@ def compare(name: str, published, recomputed, status: str = "ok", message: str =
 
 
 def _fmt(v) -> str:
-    if v is None:
-        return "—"
-    return f"{v:.6g}"
+    return "—" if v is None else f"{v:.6g}"
 
 
 def report_md(entries: list[dict], header: str = "") -> str:

@@ -1,22 +1,11 @@
 """The authors' protocol for Figs. 6 and 12: one pass of their loader at fixed trained weights, which both figures read.
 
-Their ``src/experiments/vit_classification/loss_landscape_convergence.py`` (Fig. 6) and ``assumption_1.py``
-(Fig. 12), in the repository of ``config.AUTHORS_CODE``, hold the trained weights w* fixed and run over
-their shuffled, augmented training loader, batch by batch, for ``trainer.num_epochs`` epochs, with k
-counting the samples seen so far:
-
-- Fig. 6: the running mean L_k of the per-sample loss over the samples seen, and |L_{k+1} − L_k| at
-  every batch;
-- Fig. 12: the gradient at w* of the running mean, ‖(1/k) Σ ∇ℓ_i(w*)‖₂, accumulated from the gradient of
-  each batch's summed loss and logged every 16 batches.
-
-A result of this protocol is named by its settings (:class:`LoaderPassSettings`: the model, the run and its
-arithmetic, the epochs, whether it takes the gradient); :func:`compute_loader_pass` computes both figures'
-quantities from one pass per run. The figures are :mod:`.convergence` (Fig. 6) and :mod:`.assumption`
-(Fig. 12), each for both models; this module holds the pass they share, the log-log trend both fit
-(:func:`fit_loglog`) and the two MNIST passes the stand-ins of both figures select from (the results
-``loader_pass_authors_mnist`` and ``loader_pass_authors_mnist_exact`` of :data:`LOADER_PASS`). The loader is the one
-their recipe trains on (``train.loader``).
+Their ``loss_landscape_convergence.py`` (Fig. 6) and ``assumption_1.py`` (Fig. 12) (``config.AUTHORS_CODE``) hold
+w* fixed and run over their shuffled, augmented training loader (``train.loader``) batch by batch, k counting the
+samples seen: Fig. 6 takes the running mean L_k of the per-sample loss and |L_{k+1} − L_k| at every batch; Fig. 12
+the gradient of the running mean, ‖(1/k) Σ ∇ℓ_i(w*)‖₂, accumulated from each batch's summed-loss gradient and
+logged every 16 batches. :func:`compute_loader_pass` computes both from one pass per run; the MNIST stand-ins of
+both figures are cut from the two shared passes of :data:`LOADER_PASS`.
 """
 from __future__ import annotations
 
@@ -34,8 +23,9 @@ from .settings import AUTHORS_RUN_SEEDS, Variant
 from .spec import FigureSpec, Point
 
 __all__ = ["LoaderPassSettings", "GradientSums", "loader_pass", "compute_loader_pass", "pass_runs", "fit_loglog",
-           "ewm", "accumulation_summary", "on_loader", "pass_title", "select", "MNIST_SETTINGS", "MNIST_EXACT_SETTINGS",
-           "SMOKE", "ACCUM_TOL", "DRIFT_FROM", "MNIST_NEEDS", "LOADER_PASS", "SPECS"]
+           "ewm", "accumulation_summary", "on_loader", "pass_title", "authors_pass", "figure_runs",
+           "MNIST_SETTINGS", "MNIST_EXACT_SETTINGS",
+           "SMOKE", "ACCUM_TOL", "DRIFT_FROM", "MNIST_NEEDS", "CIFAR_NEEDS", "CIFAR_STANDIN", "LOADER_PASS", "SPECS"]
 
 
 @dataclass(frozen=True)
@@ -72,13 +62,11 @@ class LoaderPassSettings(Variant):
 # smoke: the authors' MNIST smoke run (3 steps of 128 images) and 8 passes over its training subset (24 batches);
 # each figure's settings take it (Fig. 6 without the gradient)
 SMOKE = LoaderPassSettings(dataset="mnist", run_seed=None, step=3, epochs=8, log_every=1)
-# the stand-ins where CIFAR-100 cannot be had: their MNIST model at Fig. 4's checkpoint (step 20,000; their
-# MNIST configuration has no Fig. 6/12 experiment), with the recipe's own seed (37); 2 epochs are 938
-# batches, three decades of k, in about 20 s on a CPU. One pass (``loader_pass_authors_mnist``) serves both.
-# The runs: the three bf16 runs Fig. 4's verdict counts over (settings.AUTHORS_RUN_SEEDS: the recipe's seed 37,
-# then 0 and 1), so the mean ± std is over trained runs, as their notebook's, at no training of its own. 5 epochs (2,345
-# batches, k up to 300,000) show the bf16 sum's stall at a quarter of their CIFAR pass's 10,166 batches, at ~1 min
-# a pass. The float32 twin: the one float32 run (seed 37), one pass.
+# the stand-ins where CIFAR-100 cannot be had: their MNIST model at Fig. 4's checkpoint (step 20,000; their MNIST
+# configuration has no Fig. 6/12 experiment), one pass each (``loader_pass_authors_mnist``) serving both figures, of
+# the three bf16 runs Fig. 4's verdict counts over (settings.AUTHORS_RUN_SEEDS), so the mean ± std is over trained
+# runs as their notebook's; 5 epochs (2,345 batches, k up to 300,000, ~1 min a pass) show the bf16 sum's stall at a
+# quarter of their CIFAR pass's 10,166 batches. The float32 twin: the one float32 run (seed 37), one pass.
 MNIST_SETTINGS = {"paper": LoaderPassSettings(dataset="mnist", run_seed=None, step=20_000, epochs=5,
                                               run_seeds=AUTHORS_RUN_SEEDS)}
 MNIST_EXACT_SETTINGS = {p: replace(v, arithmetic="exact", run_seeds=()) for p, v in MNIST_SETTINGS.items()}
@@ -112,14 +100,12 @@ def loader_pass(model, cfg, ds, epochs: int, log_every: int, gradients: bool, de
     at the fixed weights of ``model``: after every batch the number of samples seen and the running mean of
     the per-sample cross-entropy (a Python float, as their code sums it); with ``gradients``, every
     ``log_every`` batches also the norm of the gradient of that running mean, from each batch's summed-loss
-    gradient accumulated twice: ``grad_norm`` from a float64 sum (the quantity of Assumption 1) and
-    ``grad_norm_theirs`` from buffers of the parameters' dtype, as their ``assumption_1.py`` sums it
-    (``zeros_like`` of each parameter, ``add_``, then ``(g / seen)`` and the 2-norm in that dtype).
+    gradient accumulated twice (:class:`GradientSums`): ``grad_norm`` (float64, the quantity of Assumption 1)
+    and ``grad_norm_theirs`` (the parameters' dtype, as their ``assumption_1.py`` sums it).
 
     ``arithmetic="authors"``: the model in bf16 (its weights are bf16 values: exact), forward and loss as CUDA's
     bf16 autocast computes them (``precision.arithmetic_for``), so the gradients and their buffers are bf16;
-    ``"exact"``: as given (float32).
-    ``max_batches`` stops early (timing)."""
+    ``"exact"``: as given (float32). ``max_batches`` stops early (timing)."""
     precision = precision_of(arithmetic)
     if precision == "bf16":
         model = copy.deepcopy(model).to(torch.bfloat16)
@@ -209,8 +195,7 @@ DRIFT_FROM = 60_000
 
 
 # the two sums of the same gradients "agree" within this relative difference: the float64 curve's spread over
-# three loader passes of one run was about 1 % (fig12_authors_mnist before it counted runs: exact_drift_spread),
-# so 5 % is well outside it (Fig. 12's rows on the authors' model read it too)
+# three loader passes of one run is about 1 %, so 5 % is well outside it
 ACCUM_TOL = 0.05
 
 
@@ -274,13 +259,26 @@ def pass_runs(s: LoaderPassSettings, ctx: Context) -> list[tuple]:
     return [(s.step, seed) for seed in tuple(s.run_seeds) or (s.run_seed,)]
 
 
-def select(keys, res) -> tuple[dict, dict]:
-    """The arrays ``keys`` and the meta of the shared MNIST pass ``res`` (a result of :data:`LOADER_PASS`)."""
+def figure_runs(s, ctx: Context) -> list[tuple]:
+    """The runs Figs. 6 and 12 read: the theorem's block's whole run, or the runs of the authors' loader pass."""
+    return [(None, None)] if s.model == "table1" else pass_runs(s, ctx)
+
+
+def authors_pass(j, keys) -> tuple[dict, dict]:
+    """Figs. 6 and 12 on the authors' model: the arrays ``keys`` and the meta of the shared MNIST pass where the
+    result depends on one (:data:`LOADER_PASS`), else a pass of its own."""
+    if "loader_pass" not in j.deps:
+        return compute_loader_pass(j.ctx, j.settings)
+    res = j.deps["loader_pass"]
     return {k: res.arrays[k] for k in keys}, dict(res.meta)
 
 
 # ----------------------------------------------------------------------------- the results of this module
 MNIST_NEEDS = "MNIST; the authors' recipe trained to step 20,000 (float32 about 6 min, bf16 about 9 min on a CPU)"
+# what the authors' CIFAR-100 results of Figs. 6 and 12 need, and what a row without them says
+CIFAR_NEEDS = "CIFAR-100, and the authors' recipe trained to step 10,000 (hours on a CPU: a GPU)"
+CIFAR_STANDIN = ("Needs CIFAR-100 (not obtainable offline) and the 8-block model trained to step 10,000 of the "
+                 "authors' recipe.")
 LOADER_PASS = FigureSpec(
     "loader_pass", "Figs. 6, 12", "", "passes of the authors' loader at w*",
     (Point(MNIST_SETTINGS, needs=MNIST_NEEDS), Point(MNIST_EXACT_SETTINGS, needs=MNIST_NEEDS)),

@@ -1,13 +1,9 @@
 """Settings shared by several results, and the helpers every result's settings use.
 
-Each result's numbers are determined by its settings dataclass, the training configurations of the
-models it uses (their ``config.Recipe`` and run key) and the code that computes it; together they form its config
-hash. What a result is computed on is part of its settings: every settings class that reads a trained model
-extends :class:`Variant` (whose model, which dataset, which arithmetic), and a result's id is derived from
-those fields (:func:`.spec.result_id`), never the other way round. A result's own settings, per profile, live in
-its module (the grid of its ``FigureSpec``); here are only the trajectory's, which the training run itself
-reads (the snapshots it saves), Figs. 3–4 record, and Figs. 5 and 7–11 are computed from. Values the paper
-states are marked "paper"; every other value carries a one-line reason.
+Every settings class that reads a trained model extends :class:`Variant` (whose model, which dataset, which
+arithmetic), and a result's id is derived from those fields (:func:`.spec.result_id`). A result's own settings,
+per profile, live in its module; here are only the trajectory's, which the training run itself reads (the
+snapshots it saves). Values the paper states are marked "paper"; every other value carries a one-line reason.
 """
 from __future__ import annotations
 

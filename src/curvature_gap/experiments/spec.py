@@ -1,15 +1,11 @@
 """What a result module declares: one :class:`FigureSpec` per figure over its grid of variants, and the
 :class:`Job` its compute function gets.
 
-A figure (of the paper, beyond it, or a check that needs a trained model) is one module of this package. The
-module holds its settings per profile, its compute and plot functions, the claim rows read from its numbers and
-the findings they are evidence for, and declares them in a module-level tuple ``SPECS`` of :class:`FigureSpec`.
-A figure is computed on one or more variants (its ``grid`` of :class:`Point`: the theorem's block and the
-authors' model, a stand-in dataset, another arithmetic); each is one result, whose id is derived from its
-settings (:func:`result_id`: ``fig3``, ``fig3_authors``, ``fig4_authors_exact``, ``fig12_authors_mnist``), never
-read back out of it. The registries (``experiments.SPECS``: one :class:`ResultSpec` per result, the results
-``verify`` reads, the experiments of ``findings.RESULTS``) are built from those tuples; nothing else lists a
-result. The recipe for adding one is in ``CONTRIBUTING.md``.
+A module declares its figures in a module-level tuple ``SPECS``; each :class:`Point` of a figure's grid (the
+theorem's block or the authors' model, a stand-in dataset, another arithmetic) is one result, whose id is derived
+from its settings (:func:`result_id`), never read back out of it. The registries (``experiments.SPECS``, the
+results ``verify`` reads, ``findings.RESULTS``) are built from those tuples. The recipe for adding one is in
+``CONTRIBUTING.md``.
 """
 from __future__ import annotations
 
@@ -130,23 +126,18 @@ class Point:
 class FigureSpec:
     """One figure over its grid of variants.
 
-    ``grid``: its :class:`Point` s, one result each; ``dataset``: the dataset of the figure in the paper (a
-    variant on another is a stand-in); ``compute(job) -> (arrays, meta)`` computes any of its results, reading
-    what to compute from ``job.settings``; ``runs(settings, ctx) -> [(step, seed), ...]``: the training runs of
-    the settings' variant a computation reads (``step`` None: the whole run; 0: the initialisation; ``seed``
-    None: the recipe's), trained by the runner (``experiments.load_results``) before it starts, so that a
-    computation never trains (``Context.model`` only loads); ``plots`` maps each figure part to ``function(result)
-    -> matplotlib Figure`` and ``messages`` to the one sentence its caption opens with (what to see, computed from
-    the numbers); ``rows(results) -> [Row]`` reads the claim rows of all its results from ``results`` (id ->
-    paper-profile result or None); ``key_numbers(result) -> {name: number}``: what a reader would cite (the
-    reproduction report); ``internal``: computed for other results only (no figure of its own).
+    ``compute(job) -> (arrays, meta)`` computes any of its results, reading what to compute from ``job.settings``;
+    ``runs(settings, ctx) -> [(step, seed), ...]``: the training runs of the settings' variant a computation reads
+    (``step`` None: the whole run; 0: the initialisation; ``seed`` None: the recipe's), trained by the runner before
+    it starts; ``rows(results) -> [Row]``: the claim rows of all its results (``results``: id -> paper-profile result
+    or None); ``key_numbers(result) -> {name: number}``: what a reader would cite (the reproduction report).
     """
 
     name: str
     paper: str  # the paper's figure number, "beyond the paper", or "check"
     stem: str  # output file stem under figures/ ("" for results without a figure)
     title: str
-    grid: tuple  # Point, ...
+    grid: tuple  # Point, ...: one result each
     compute: Callable[[Job], tuple]
     plots: dict = field(default_factory=dict)  # part -> function(result) -> matplotlib Figure
     messages: dict = field(default_factory=dict)  # part -> function(result) -> the caption's message (str)
@@ -154,8 +145,8 @@ class FigureSpec:
     finish: Callable | None = None
     rows: Callable | None = None
     key_numbers: Callable | None = None
-    internal: bool = False
-    dataset: str = "mnist"
+    internal: bool = False  # computed for other results only (no figure of its own)
+    dataset: str = "mnist"  # the figure's dataset in the paper (a variant on another is a stand-in)
     figure: int | None = None  # the paper's figure the book places it under (None: beyond the paper, a check)
 
     def __post_init__(self):
@@ -220,13 +211,15 @@ class ResultSpec:
     :class:`Point` declare, with its id, and the ids of the results it depends on, derived from its settings.
 
     ``rows`` is the figure's claim-row function on the figure's first result only (it reads every result of the
-    figure: ``rows_read``), so that iterating the registry yields each row once."""
+    figure: ``read_by_rows``), so that iterating the registry yields each row once."""
 
     def __init__(self, figure: FigureSpec, point: Point):
         self.spec, self.point = figure, point
         self.name = figure.id_of(point.settings["paper"])
+        # the ids of the results (of the point's ``depends`` / ``reads`` on its variant) -> their figure
         self.dep_figures = {self._same_variant(d): d for d in point.depends}
         self.read_figures = {self._same_variant(d): d for d in point.reads}
+        self.depends, self.reads = tuple(self.dep_figures), tuple(self.read_figures)
 
     def _same_variant(self, figure: str) -> str:
         return result_id(figure, self.point.settings["paper"], self.spec.dataset)
@@ -248,15 +241,6 @@ class ResultSpec:
     plots = property(lambda self: self.point.plots if self.point.plots is not None else self.spec.plots)
     messages = property(lambda self: self.point.messages if self.point.messages is not None else self.spec.messages)
     key_numbers = property(lambda self: self.point.key_numbers or self.spec.key_numbers)
-
-    @property
-    def depends(self) -> tuple:
-        """The ids of the results its computation reads (its point's ``depends`` on its variant)."""
-        return tuple(self.dep_figures)
-
-    @property
-    def reads(self) -> tuple:
-        return tuple(self.read_figures)
 
     @property
     def variant(self) -> Variant | None:
@@ -293,7 +277,7 @@ class ResultSpec:
         return self.spec.rows if self.spec.results[0] is self else None
 
     @property
-    def rows_read(self) -> tuple:
+    def read_by_rows(self) -> tuple:
         """The results the figure's rows read (on its first result): each claimed result and its stand-in, and each
         declared ``verify_reads``."""
         if self.rows is None:
@@ -312,11 +296,6 @@ class ResultSpec:
     def profiles(self) -> tuple:
         """The profiles the result exists under, in :data:`curvature_gap.config.PROFILES` order."""
         return tuple(p for p in PROFILES if p in self.settings)
-
-    @property
-    def read_by_rows(self) -> tuple:
-        """The results its claim rows read."""
-        return self.rows_read
 
 
 def claimed(figure: str) -> tuple:

@@ -151,12 +151,8 @@ class ResultStore:
 
 
 class PublishedStore(ResultStore):
-    """Results committed to the repository, one per figure: ``<root>/<figure>.json`` and ``.npz`` (compressed).
-
-    The book renders from them; ``curvature-gap reproduce`` compares its recomputed numbers with them;
-    ``curvature-gap publish`` replaces them. A published result is used only when its configuration
-    (settings, training configuration and the hash of the code that computes it) equals the current one.
-    """
+    """Results committed to the repository, one per figure: ``<root>/<figure>.json`` and ``.npz`` (compressed),
+    used only when their configuration (settings, training configuration, code hash) equals the current one."""
 
     def json_path(self, figure: str, chash: str = "") -> Path:
         return self.root / f"{figure}.json"
@@ -180,8 +176,7 @@ class PublishedStore(ResultStore):
         bit) it is kept byte for byte (a compressed archive records when it was written, so writing the same
         numbers again would make a new file), and where the rest of the result is also the same, its ``.json``
         too, with its date."""
-        extra = {"provenance": result.provenance} if result.provenance else {}
-        extra["provenance"] = {k: v for k, v in extra.get("provenance", {}).items() if k != "created"}
+        extra = {"provenance": {k: v for k, v in result.provenance.items() if k != "created"}}
         try:
             old = self.read(result.figure, "")
         except UnusableResult:  # none published yet, or a damaged one: written anew
@@ -193,7 +188,7 @@ class PublishedStore(ResultStore):
             doc = json.loads(self.json_path(result.figure).read_text())
             if (doc.get("config_hash"), doc.get("config"), doc.get("meta"), doc.get("provenance")) == (
                     result.config_hash, _roundtrip(result.config), _roundtrip(jsonable(result.meta)),
-                    _roundtrip(jsonable(extra.get("provenance")))):
+                    _roundtrip(jsonable(extra["provenance"]))):
                 created = doc.get("created")
         return self.save(result.figure, result.config_hash, result.config, result.arrays, result.meta, extra,
                          compress=True, npz=npz, created=created)

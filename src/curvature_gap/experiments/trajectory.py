@@ -1,31 +1,20 @@
 """The trajectory of the first training steps behind Figs. 5 and 7-11, for either model: one computation, whose
 protocol is the run's (``Recipe.source``).
 
-**The theorem's model** (Table 1's runs, ``source="table1"``). The trajectory follows the very training run the
-trained model comes from: the weights after each snapshot step are saved while it trains
-(``train.train(snapshot_steps=...)``), so snapshot ``s`` is the model after ``s`` optimiser steps; a run trained
-without them is replayed exactly instead. At each snapshot the followed Hessian blocks of the fixed batch (the
-first training images) are computed (:mod:`.dynamics_blocks`); step 0 is Fig. 3's Hessian. Norms are Frobenius
-unless marked spectral.
+**The theorem's model** (Table 1's runs). The trajectory follows the very training run the trained model comes
+from: the weights after each snapshot step are saved while it trains (a run trained without them is replayed
+exactly), and at each snapshot the followed Hessian blocks of the fixed batch (the first training images) are
+computed (:mod:`.dynamics_blocks`); step 0 is Fig. 3's Hessian.
 
-**The authors' model** (``source="authors"``), as their code computes it. Their ``notebooks/sa_ln_ff_changing.ipynb`` (the repository of ``config.AUTHORS_CODE``) loads the
-checkpoints of their seed-37 MNIST run at steps 0, 200, …, 1000. For each of five parameter lists (its
-sections Queries, Keys, Values, LayerNorm and FeedForward) it computes the Hessian of the mean
-cross-entropy on the first batch of their shuffled, augmented training loader over that list alone, the
-Hessian's spectral norm, and the Frobenius norm of the list's entries. Fig. 5 is the two norms against the
-step, one line per list; Figs. 7–11 are each list's Hessian at the six steps, as log10 |H_ij|.
-
-What that notebook does and this module keeps or changes:
-
-- Its "FeedForward" list is ``feed_forward_norm.weight`` and ``feed_forward_norm.bias``: the second
-  LayerNorm's γ and β, not the feed-forward weights. Their Fig. 11 is therefore the LN2–LN2 corner of
-  their Fig. 10, and Fig. 5's "FeedForward" line is LN2's. Both are computed here: their list as written
-  (``feedforward``) and the feed-forward weights the caption names (``ffn_weights``: W_1 and W_2).
-- The Hessian over a list alone is the principal sub-matrix of the whole Hessian on the list's rows and
-  columns, so one exact Hessian per step (over every parameter) gives every list's block.
-- Step 0 here is the run's own initialisation. Their notebook builds a fresh, unseeded model for step 0,
-  which is not the one their run started from; here the six panels follow one run.
-- The LayerNorm is the hand-written one, whose second derivatives are exact (``layernorm_pitfall``).
+**The authors' model**, as their ``notebooks/sa_ln_ff_changing.ipynb`` (``config.AUTHORS_CODE``) computes it: at
+steps 0, 200, …, 1000 of their seed-37 MNIST run, for each of five parameter lists (its sections Queries, Keys,
+Values, LayerNorm, FeedForward), the exact Hessian of the mean cross-entropy over that list alone (the principal
+sub-matrix on the list's parameters) on the first batch of their training loader, its spectral norm, and the
+Frobenius norm of the list's entries (Fig. 5); Figs. 7–11 are each list's Hessian as log10 |H_ij|. Kept apart
+from that notebook: its "FeedForward" list is the second LayerNorm's γ and β (so their Fig. 11 is a corner of
+their Fig. 10); both it (``feedforward``) and the feed-forward weights the caption names (``ffn_weights``) are
+computed. Step 0 is the run's own initialisation (their notebook builds a fresh, unseeded model), and the
+LayerNorm is the hand-written one, whose second derivatives are exact (``layernorm_pitfall``).
 """
 from __future__ import annotations
 
@@ -98,7 +87,7 @@ PLOTTED = ("queries", "keys", "values", "layernorm", "feedforward")  # the five 
 
 
 # their notebook's sections, in order: section i calls next(iter(loader)) again and so gets pass i's first batch
-SECTION_PASS = {"queries": 0, "keys": 1, "values": 2, "layernorm": 3, "feedforward": 4}
+SECTION_PASS = {g: i for i, g in enumerate(PLOTTED)}
 
 
 def list_hessian(model, batch, flat: list[int], method_chunk=None) -> np.ndarray:
@@ -117,8 +106,6 @@ def list_hessian(model, batch, flat: list[int], method_chunk=None) -> np.ndarray
         H[off[b]:off[b] + B.shape[1], off[a]:off[a] + B.shape[0]] = B.T
     local = [off[g.name] + i - g.start for i in flat for g in groups if g.start <= i < g.stop]
     return H[np.ix_(local, local)]
-
-
 
 
 # ----------------------------------------------------------------------------- the computation
@@ -157,12 +144,6 @@ def flat_weights(model) -> np.ndarray:
     return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()]).numpy()
 
 
-def _model_at_step(ctx: Context, s: TrajectorySettings, step: int):
-    """The training run's model after ``step`` steps (``Context.model``: its saved snapshot, or the exact replay the
-    runner trained, :func:`trajectory_runs`)."""
-    return ctx.model(s, step)[0]
-
-
 def _followed_blocks(ctx: Context, s: TrajectorySettings, fig3, chash: str, store) -> tuple[dict, dict]:
     """The theorem's protocol (Table 1's runs): at each snapshot of :func:`snapshot_steps`, the followed blocks of
     :mod:`.dynamics_blocks` on the fixed batch (the first training images); step 0 is Fig. 3's Hessian."""
@@ -180,15 +161,14 @@ def _followed_blocks(ctx: Context, s: TrajectorySettings, fig3, chash: str, stor
             with np.load(f, allow_pickle=False) as z:
                 if "step" in z.files and int(z["step"]) == step:
                     continue
-        m = _model_at_step(ctx, s, step)
+        m = ctx.model(s, step)[0]  # its saved snapshot, or the exact replay the runner trained
         if step == 0:  # Fig. 3's Hessian: the same model and batch
             rec = {k[4:]: fig3.arrays[k] for k in fig3.arrays if k.startswith("dyn_")}
             rec["seconds"] = 0.0
         else:
             t0 = time.perf_counter()
             with ctx.phase("hessian"):
-                blocks = (hessian(m, batch, blocks=pairs, chunk=s.fast_chunk) if s.fast_chunk
-                          else hessian(m, batch, blocks=pairs))
+                blocks = hessian(m, batch, blocks=pairs, chunk=s.fast_chunk or None)
             # computed on ctx's device; to the CPU only to store them (NumPy)
             blocks = {k: v.cpu().numpy().astype(np.float64) for k, v in blocks.items()}
             rec = snapshot_record(blocks, m, step in s.display_steps, s.eps, s.display_cells)
@@ -234,10 +214,7 @@ def _their_lists(ctx: Context, s: AuthorsTrajectorySettings) -> tuple[dict, dict
     feed-forward weights take their FeedForward section's), its spectral and Frobenius norms, its image, and the
     list's parameter norm. At the last step also every list's spectral norm on each of the five batches (the
     spread their per-section batches bring), and for each extra run of ``s.run_seeds`` the norms per step."""
-    passes = [(x[:s.batch_size], y[:s.batch_size]) for x, y in ctx.loader_batches(s, len(SECTION_PASS))]
-    if s.batch_size > len(passes[0][1]):
-        raise ValueError(f"{s.model_key}: the loader's first batch has {len(passes[0][1])} images, fewer than the "
-                         f"{s.batch_size} asked")
+    passes = ctx.loader_batches(s, len(SECTION_PASS), s.batch_size)
     batch_of = {g: passes[SECTION_PASS.get(g, SECTION_PASS["feedforward"])] for g in LISTS}
     steps = sorted(s.steps)
     rec: dict[str, list] = {k: [] for k in ("loss", "seconds", "gamma_at_one")}
