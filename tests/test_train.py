@@ -138,7 +138,7 @@ def test_a_checkpoint_that_is_not_one_at_all_is_retrained_or_refused(tmp_path, t
     (d / "snapshots").mkdir()
     (d / "snapshots" / "step_0000003.pt").write_text("x")
     assert load_snapshot(d, 3, run_key(cfg)) is None
-    with pytest.raises(CheckpointMismatch, match="model.pt is unreadable .*use another --out directory"):
+    with pytest.raises(CheckpointMismatch, match="model.pt cannot be loaded .*use another --out directory"):
         train(cfg, d, datasets=tiny_datasets, device="cpu", progress=False)
     with pytest.warns(StaleCheckpointWarning, match="retraining"):
         _, info = ensure(cfg, tmp_path, device="cpu", datasets=tiny_datasets, progress=False)
@@ -150,7 +150,7 @@ def test_verify_checkpoint_reasons(tmp_path, tiny_datasets):
     ensure(cfg, tmp_path, device="cpu", datasets=tiny_datasets, progress=False)
     d = run_dir(cfg, tmp_path)
     assert verify_checkpoint(tmp_path / "nothing", run_key(cfg)) == (None, "missing")
-    assert "was written by run" in verify_checkpoint(d, "000000000000")[1]
+    assert "is not run 000000000000" in verify_checkpoint(d, "000000000000")[1]
     metrics = json.loads((d / "metrics.json").read_text())
     metrics["weights_sha256"] = "0" * 64
     (d / "metrics.json").write_text(json.dumps(metrics))
@@ -163,7 +163,7 @@ def test_an_unreadable_or_foreign_snapshot_is_reported_not_dropped(tmp_path):
     d.mkdir()
     assert load_snapshot(tmp_path, 5, "abc") is None  # no file: nothing to report
     (d / "step_0000005.pt").write_bytes(b"not a torch file")
-    with pytest.warns(StaleCheckpointWarning, match=r"(?s)cannot be read.*replayed"):
+    with pytest.warns(StaleCheckpointWarning, match=r"(?s)cannot be loaded.*replayed"):
         assert load_snapshot(tmp_path, 5, "abc") is None
     torch.save({"config_hash": "other", "step": 5, "model": {}}, d / "step_0000005.pt")
     with pytest.warns(StaleCheckpointWarning, match="not step 5 of run abc"):

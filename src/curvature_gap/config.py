@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 MODELS = ("mnist", "cifar100")
 PROFILES = ("smoke", "paper")
@@ -32,10 +32,9 @@ def check_choice(what: str, value, choices) -> None:
 # Paths in the comments below are relative to that folder.
 AUTHORS_CODE = "github.com/intsystems/2025-Project-182 (folder code/, MIT licence)"
 
-NORMS = ("post", "pre")
-ACTIVATIONS = ("relu", "gelu")
-POS_ENCODINGS = ("learned", "sinusoidal", "none")
-INITS = ("normal", "torch")
+# the values of the ModelConfig fields that name a choice
+MODEL_CHOICES = {"norm": ("post", "pre"), "activation": ("relu", "gelu"),
+                 "pos_encoding": ("learned", "sinusoidal", "none"), "init": ("normal", "torch")}
 # The fields that say which block variant a config is (the Hessian routes declare support over these).
 VARIANT_FIELDS = ("norm", "n_heads", "activation", "qkv_bias", "out_proj", "out_proj_bias", "ffn_bias",
                   "patch_bias", "pos_encoding", "head_bias")
@@ -84,10 +83,8 @@ class ModelConfig:
     init: str = "normal"
 
     def __post_init__(self):
-        check_choice("norm", self.norm, NORMS)
-        check_choice("activation", self.activation, ACTIVATIONS)
-        check_choice("pos_encoding", self.pos_encoding, POS_ENCODINGS)
-        check_choice("init", self.init, INITS)
+        for f, choices in MODEL_CHOICES.items():
+            check_choice(f, getattr(self, f), choices)
         for f in ("ffn_bias", "qkv_bias", "out_proj", "out_proj_bias", "patch_bias", "head_bias"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"{f} must be True or False, got {getattr(self, f)!r}")
@@ -116,17 +113,6 @@ class ModelConfig:
     def variant(self) -> dict:
         """The block variant: ``{field: value}`` over ``VARIANT_FIELDS``."""
         return {f: getattr(self, f) for f in VARIANT_FIELDS}
-
-
-def unsupported_variant(cfg: ModelConfig, supports: dict) -> list[str]:
-    """``"field=value"`` for each variant field of ``cfg`` whose value is not among ``supports[field]``
-    (a field missing from ``supports`` is supported with any value); empty when all are supported."""
-    return [f"{f}={getattr(cfg, f)!r}" for f, ok in supports.items() if getattr(cfg, f) not in ok]
-
-
-def describe_support(supports: dict) -> str:
-    """``supports`` (field -> allowed values) in words, e.g. "norm='post', n_heads=1, ..."."""
-    return ", ".join(f"{f}={ok[0]!r}" if len(ok) == 1 else f"{f} in {tuple(ok)!r}" for f, ok in supports.items())
 
 
 MODEL_CONFIGS = {
@@ -159,29 +145,21 @@ MODEL_CONFIGS = {
         head_bias=True,         # src/models/vit_classification.py: VisionTransformer.out_layer = nn.Linear(model_dim, num_classes)
         init="torch",           # src/models/vit_classification.py never re-initialises: torch's nn.Linear defaults
     ),
-    "authors_cifar100": ModelConfig(
-        "authors_cifar100",
-        image_size=32,          # configs/vit_classification_cifar_100.yaml: model.params.input_dim
-        in_channels=3,          # configs/vit_classification_cifar_100.yaml: model.params.num_channels
-        patch_size=4,           # configs/vit_classification_cifar_100.yaml: model.params.patch_size
-        d_model=128,            # configs/vit_classification_cifar_100.yaml: model.params.model_dim
-        d_k=128,                # src/models/vit_classification.py: to_query is Linear(hidden_dim, hidden_dim)
-        d_ff=512,               # configs/vit_classification_cifar_100.yaml: model.params.ff_dim
-        n_blocks=8,             # configs/vit_classification_cifar_100.yaml: model.params.num_blocks
-        n_classes=100,          # configs/vit_classification_cifar_100.yaml: model.params.num_classes
-        ln_eps=1e-5,            # the block as for authors_mnist (same module file)
-        ffn_bias=False, norm="post", n_heads=1, activation="gelu", qkv_bias=True, out_proj=True,
-        out_proj_bias=True, patch_bias=True, pos_encoding="sinusoidal", head_bias=True, init="torch",
-    ),
 }
+# the block as for authors_mnist (the same module file); the sizes from configs/vit_classification_cifar_100.yaml,
+# model.params: input_dim, num_channels, patch_size, model_dim (= d_k: to_query is Linear(hidden_dim, hidden_dim)),
+# ff_dim, num_blocks, num_classes
+MODEL_CONFIGS["authors_cifar100"] = dataclasses.replace(
+    MODEL_CONFIGS["authors_mnist"], name="authors_cifar100", image_size=32, in_channels=3, patch_size=4, d_model=128,
+    d_k=128, d_ff=512, n_blocks=8, n_classes=100)
 # The models that have training profiles (the CLI's --model); every key of MODEL_CONFIGS can be built.
 assert MODELS == tuple(MODEL_CONFIGS)[:2]
 
 
-SHUFFLES = ("epoch", "dataloader")
 PRECISIONS = ("float32", "bf16")
-SCHEDULES = ("constant", "cosine")
-OPTIMIZERS = ("adam", "adamw")
+# the values of the Recipe fields that name a choice
+RECIPE_CHOICES = {"optimizer": ("adam", "adamw"), "schedule": ("constant", "cosine"),
+                  "shuffle": ("epoch", "dataloader"), "precision": PRECISIONS, "source": ("table1", "authors")}
 # Table 1's models and the authors' (the CLI's --model); MODELS stays the Table-1 pair: the theorem's figures
 # iterate it.
 RECIPE_MODELS = ("authors_mnist", "authors_cifar100")
@@ -204,23 +182,18 @@ class Recipe:
       ``shuffle`` names — ``"epoch"``: a permutation per epoch seeded by ``(seed, epoch)``; ``"dataloader"``:
       the order ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed))`` draws, epoch after
       epoch, as the authors' loaders do;
-    * its augmentation (training split only, generator seeded by ``(seed, s)``), in this order: a random crop of
-      the image padded by ``crop_padding`` black pixels (0: none), a rotation by U(−d, d) degrees with
-      ``d = rotation_degrees`` (nearest neighbour, black fill; 0: none), a horizontal flip with probability 1/2
-      when ``hflip``;
+    * its augmentation (``train.augment``, seeded by ``(seed, s)``): a random crop of the image padded by
+      ``crop_padding`` black pixels, a rotation by U(−d, d) degrees with ``d = rotation_degrees``, a horizontal
+      flip with probability 1/2 when ``hflip`` (0 / False: none);
     * the step: ``optimizer`` (Adam or AdamW with ``betas``, ``adam_eps``, ``weight_decay``) at learning rate
       ``lr`` × the ``schedule`` (``"constant"``, or ``"cosine"`` decay to 0 over the run) × ``min(1,
       s / warmup_steps)`` (``train.warmup_factor``; 0: no warm-up), gradients clipped to global 2-norm
       ``grad_clip`` (None: not clipped), in ``precision`` (``"float32"``; ``"bf16"``: weights and optimiser
-      state in bfloat16, forward and loss as CUDA's bfloat16 autocast computes them, the authors' setting,
-      emulated on every device: ``precision.autocast_logits``);
+      state in bfloat16, forward and loss as CUDA's bfloat16 autocast computes them: ``precision.autocast_logits``);
     * the initialisation of ``model`` (``MODEL_CONFIGS`` with ``model_overrides``) is seeded by ``seed``;
-    * ``torch_compile``: the step's forward through ``torch.compile`` (inductor, with bf16 casts rounded as eager
-      rounds them: ``emulate_precision_casts``; 99.9 % of the bf16 logits and 98.7 % of the gradients the eager
-      ones bit for bit). Off by default: fused kernels sum in another order, so a compiled run's weights differ
-      in the last bits and it is a run of its own, and every ``train()`` call compiles anew (seconds to a
-      minute). On a 2-core CPU it saves about a quarter of a step (``benchmarks/bf16_cpu.json``); on a GPU, where
-      a step is mostly kernel launches, it is meant to save more (not measured here).
+    * ``torch_compile``: the step's forward through ``torch.compile`` (inductor, ``emulate_precision_casts``).
+      Off by default: fused kernels sum in another order, so a compiled run's weights differ in the last bits (a
+      run of its own), and every ``train()`` call compiles anew (timings: ``benchmarks/bf16_cpu.json``).
 
     Not part of the weights (``NOT_WEIGHTS``): ``profile`` and ``source`` (names), ``ckpt_every`` (the resumable
     ``last.pt``) and ``snapshot_every`` (weights kept in ``snapshots/`` every that many steps; 0: none).
@@ -254,12 +227,8 @@ class Recipe:
     model_overrides: tuple = ()
 
     def __post_init__(self):
-        check_choice("model", self.model, tuple(MODEL_CONFIGS))
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        check_choice("schedule", self.schedule, SCHEDULES)
-        check_choice("shuffle", self.shuffle, SHUFFLES)
-        check_choice("precision", self.precision, PRECISIONS)
-        check_choice("source", self.source, ("table1", "authors"))
+        for f, choices in {"model": tuple(MODEL_CONFIGS), **RECIPE_CHOICES}.items():
+            check_choice(f, getattr(self, f), choices)
         b = tuple(self.betas)
         if len(b) != 2 or not all(0 <= x < 1 for x in b):
             raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
@@ -310,33 +279,25 @@ def config_hash(obj) -> str:
 # Table 1's runs: (model, profile) -> Recipe. `smoke` runs in seconds on a laptop CPU (CI); `paper` follows
 # Table 1 and trains well past the paper's ">50%" accuracy.
 TABLE1_RECIPES: dict[tuple[str, str], Recipe] = {
-    ("mnist", "smoke"): Recipe(
-        model="mnist", profile="smoke", lr=1e-2, schedule="cosine", epochs=2, train_subset=2048,
-        test_subset=512, ckpt_every=8,
-    ),
+    ("mnist", "smoke"): Recipe(model="mnist", profile="smoke", lr=1e-2, schedule="cosine", epochs=2,
+                               train_subset=2048, test_subset=512, ckpt_every=8),
     ("mnist", "paper"): Recipe(model="mnist", profile="paper", lr=1e-2, schedule="cosine", epochs=15),
-    ("cifar100", "smoke"): Recipe(
-        model="cifar100", profile="smoke", epochs=1, batch_size=32, train_subset=256,
-        test_subset=128, ckpt_every=4, model_overrides=(("n_blocks", 2),),
-    ),
-    ("cifar100", "paper"): Recipe(
-        model="cifar100", profile="paper", optimizer="adamw", lr=1e-3, weight_decay=0.05,
-        schedule="cosine", epochs=200, batch_size=256, crop_padding=4, hflip=True, ckpt_every=500,
-        grad_clip=1.0,
-    ),
+    ("cifar100", "smoke"): Recipe(model="cifar100", profile="smoke", epochs=1, batch_size=32, train_subset=256,
+                                  test_subset=128, ckpt_every=4, model_overrides=(("n_blocks", 2),)),
+    ("cifar100", "paper"): Recipe(model="cifar100", profile="paper", optimizer="adamw", lr=1e-3, weight_decay=0.05,
+                                  schedule="cosine", epochs=200, batch_size=256, crop_padding=4, hflip=True,
+                                  ckpt_every=500, grad_clip=1.0),
 }
 
 
 # ------------------------------------------------------------------------ the authors' recipes
 # Their training recipe for each dataset as a Recipe, value for value from their public code (AUTHORS_CODE; the
 # comments name each value's file, relative to its code/ folder), with two differences: float32 by default
-# (precision="bf16" gives their bf16 weights and autocast: their src/train/vit_classification.py moves the model
-# to torch.bfloat16 and runs the forward and the loss under torch.autocast("cuda", dtype=torch.bfloat16)), and a
-# seeded initialisation and augmentation (their configs' common.seed feeds the training DataLoader's generator
-# only; nothing calls torch.manual_seed). The augmentations are torch ops on the same distributions as
-# torchvision's transforms, not torchvision's random stream; the loss is the batch-mean cross-entropy
-# (F.cross_entropy(logits, y)) as for every recipe; their validation (the test split at the start and every 1000
-# steps: metrics.validate_on_start, metrics.validation_interval) does not change the weights.
+# (precision="bf16" gives their bf16 weights and autocast, precision.py), and a seeded initialisation and
+# augmentation (their configs' common.seed feeds the training DataLoader's generator only; nothing calls
+# torch.manual_seed). The augmentations are torch ops on the same distributions as torchvision's transforms, not
+# torchvision's random stream; their validation (metrics.validate_on_start, validation_interval) does not change
+# the weights.
 _AUTHORS_COMMON = dict(
     source="authors",
     optimizer="adamw",          # src/train/vit_classification.py: torch.optim.AdamW(model.parameters(), **optimizer.params)

@@ -1,11 +1,10 @@
 """What a training run costs on a device, measured: the run's own trainer timed on random data of its shape.
 
-The one place where the time of a training run is measured. ``curvature-gap reproduce``'s long-run guard
-(:mod:`curvature_gap.reproduce`), ``benchmarks/training_cost.py`` (a whole epoch on the CPU) and the GPU check
-(``benchmarks/gpu_check.py``, on CUDA) all call :func:`seconds_per_step`, so the costs they state are
-measured the same way: a few optimiser steps of :func:`~curvature_gap.train.train` (the run's recipe,
-augmentation and precision included) on random images of the model's shape, after untimed warm-up steps, on ``device``. The compute of a step does not depend on the
-pixel values, so random images cost what the real dataset costs.
+The one place where the time of a training run is measured (``curvature-gap reproduce``'s long-run guard,
+``benchmarks/training_cost.py``, ``benchmarks/gpu_check.py``): a few optimiser steps of
+:func:`~curvature_gap.train.train` (the run's recipe, augmentation and precision included) after untimed
+warm-up steps. The compute of a step does not depend on the pixel values, so random images cost what the real
+dataset costs.
 """
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ import torch
 from .codehash import not_in_code_hash
 from .config import DATASET_OF, MODEL_CONFIGS, Recipe
 from .data import TensorDataset
+from .model import build_model
 from .train import Datasets, evaluate, train
 
 __all__ = ["SPLIT_SIZES", "model_title", "random_datasets", "synchronize", "seconds_per_step", "evaluation_seconds",
@@ -81,8 +81,6 @@ def evaluation_seconds(cfg: Recipe, device, n_test: int | None = None) -> float:
     """Wall seconds of the test-split evaluation every epoch ends with (``train.evaluate``, float32), on
     ``n_test`` random images (default: the dataset's test split)."""
     n = n_test or SPLIT_SIZES[DATASET_OF[cfg.model]][1]
-    from .model import build_model  # noqa: PLC0415 - only for timing
-
     m = build_model(cfg.model, seed=0, **dict(cfg.model_overrides)).to(device)
     test = random_datasets(cfg, 1, n).test
     evaluate(m, test.subset(min(n, 1000)), device)  # warm-up

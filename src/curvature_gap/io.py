@@ -24,13 +24,8 @@ __all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "json
            "save_torch", "load_torch", "state_sha256", "file_lock", "save_npz_atomic"]
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _umask()
+_UMASK = os.umask(0)  # read the process's umask (os.umask sets it and returns the old one), then restore it
+os.umask(_UMASK)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -65,9 +60,7 @@ def jsonable(x):
         return jsonable(x.tolist())
     if isinstance(x, np.generic):
         return jsonable(x.item())
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    if isinstance(x, Path):
+    if isinstance(x, Path) or (isinstance(x, float) and not math.isfinite(x)):
         return str(x)
     return x
 

@@ -6,10 +6,8 @@ tokens (B, d_V) -> logits (B, classes). The default block is the theorem's (pape
     Y = LN(X + A(X) X W_V),   Z = LN(Y + ReLU(Y W_1 + b_1) W_2 + b_2),
     A(X) = softmax(X W_Q W_Kᵀ Xᵀ / √d_K)   (row-wise).
 
-Variants (see :class:`curvature_gap.config.ModelConfig`): pre-norm, several heads, GELU, Q/K/V biases,
-an output projection W_O, no FFN/patch/head biases, sinusoidal or no positional encoding, and
-``nn.Linear``'s default initialisation. ``MODEL_CONFIGS["authors_mnist"]`` is the authors' model;
-:func:`from_authors_state_dict` loads their checkpoints.
+The variants are those of :class:`curvature_gap.config.ModelConfig`; ``MODEL_CONFIGS["authors_mnist"]`` is
+the authors' model and :func:`from_authors_state_dict` loads their checkpoints.
 
 Weights are stored in the paper's orientation (``X @ W``), so vec_r of a parameter is its
 row-major flattening and Hessian blocks map one-to-one onto the theory's formulas.
@@ -25,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .config import MODEL_CONFIGS, ConfigError, ModelConfig, check_choice, describe_support, unsupported_variant
+from .config import MODEL_CONFIGS, ConfigError, ModelConfig, check_choice
 from .params import AUTHORS_MODELS, authors_parameter_names
 
 
@@ -33,12 +31,11 @@ def _matrix(fan_in: int, fan_out: int, init: str = "normal") -> nn.Parameter:
     """A weight used as ``X @ W``: N(0, 1/fan_in) (``"normal"``) or U(±1/√fan_in) (``"torch"``, nn.Linear's default)."""
     if init == "normal":
         return nn.Parameter(torch.randn(fan_in, fan_out) / math.sqrt(fan_in))
-    bound = 1 / math.sqrt(fan_in)
-    return nn.Parameter(torch.empty(fan_in, fan_out).uniform_(-bound, bound))
+    return _bias(fan_in, (fan_in, fan_out), init)
 
 
-def _bias(fan_in: int, size: int, init: str = "normal") -> nn.Parameter:
-    """A bias: zeros (``"normal"``) or U(±1/√fan_in) (``"torch"``, nn.Linear's default)."""
+def _bias(fan_in: int, size, init: str = "normal") -> nn.Parameter:
+    """A bias of ``size``: zeros (``"normal"``) or U(±1/√fan_in) (``"torch"``: nn.Linear's default, as weights)."""
     if init == "normal":
         return nn.Parameter(torch.zeros(size))
     bound = 1 / math.sqrt(fan_in)
@@ -74,8 +71,7 @@ def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
 
 ACTIVATIONS = {"relu": torch.relu, "gelu": nn.functional.gelu}
 # The variant the theory's block (block_forward, Block.parts) computes; other fields may take any value.
-THEOREM_BLOCK = {"norm": ("post",), "n_heads": (1,), "activation": ("relu",), "qkv_bias": (False,),
-                 "out_proj": (False,)}
+THEOREM_BLOCK = {"norm": "post", "n_heads": 1, "activation": "relu", "qkv_bias": False, "out_proj": False}
 
 
 # ----------------------------------------------------------------------------- the block as functions
@@ -110,18 +106,13 @@ def layer_norm_parts(u: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.T
     raises instead of returning NaN."""
     uc = u - u.mean(-1, keepdim=True)
     var = (uc * uc).mean(-1, keepdim=True)
-    if eps == 0 and not torch.jit.is_tracing() and _concrete(var) and bool((var == 0).any()):
-        raise ValueError(
-            "LayerNorm input has a zero-variance row (violates the paper's Assumption 2); "
-            "use eps > 0 or perturb the input"
-        )
+    # a functorch wrapper's `.any()` cannot be read: only an ordinary tensor is checked
+    concrete = not torch._C._functorch.is_functorch_wrapped_tensor(var)
+    if eps == 0 and not torch.jit.is_tracing() and concrete and bool((var == 0).any()):
+        raise ValueError("LayerNorm input has a zero-variance row (violates the paper's Assumption 2); "
+                         "use eps > 0 or perturb the input")
     rstd = torch.rsqrt(var + eps)
     return uc * rstd, rstd
-
-
-def _concrete(t: torch.Tensor) -> bool:
-    """True for an ordinary tensor (not a functorch wrapper, where `.any()` cannot be read)."""
-    return not torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
 def _affine(n_hat, weight, bias):
@@ -243,10 +234,11 @@ class Block(nn.Module):
             o = o if self.value_bias is None else o + self.value_bias
         return o if self.out is None else _linear(o, self.out, self.out_bias)
 
-    def mlp(self, y: torch.Tensor) -> torch.Tensor:
-        """act(y W_1 + b_1) W_2 + b_2 (biases if present)."""
-        h = _linear(y, self.ffn1["weight"], self.ffn1.get("bias"))
-        return _linear(ACTIVATIONS[self.cfg.activation](h), self.ffn2["weight"], self.ffn2.get("bias"))
+    def mlp(self, y: torch.Tensor, linear=_linear) -> torch.Tensor:
+        """act(y W_1 + b_1) W_2 + b_2 (biases if present), each affine map ``linear(x, W, b)`` (the bf16 forward:
+        ``precision.bf16_linear``)."""
+        h = linear(y, self.ffn1["weight"], self.ffn1.get("bias"))
+        return linear(ACTIVATIONS[self.cfg.activation](h), self.ffn2["weight"], self.ffn2.get("bias"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.cfg.norm == "post":  # paper Eq. 1
@@ -257,10 +249,10 @@ class Block(nn.Module):
 
     def parts(self, x: torch.Tensor) -> BlockParts:
         """The intermediate values of the theorem's block (:func:`block_forward`); other variants raise."""
-        bad = unsupported_variant(self.cfg, THEOREM_BLOCK)
+        bad = [f"{f}={getattr(self.cfg, f)!r}" for f, v in THEOREM_BLOCK.items() if getattr(self.cfg, f) != v]
         if bad:
-            raise ConfigError(f"Block.parts computes the theorem's block ({describe_support(THEOREM_BLOCK)}); "
-                              f"this block has {', '.join(bad)}")
+            theorem = ", ".join(f"{f}={v!r}" for f, v in THEOREM_BLOCK.items())
+            raise ConfigError(f"Block.parts computes the theorem's block ({theorem}); this block has {', '.join(bad)}")
         return block_forward(x, self.query, self.key, self.value, self.ffn1["weight"], self.ffn2["weight"],
                              self.ffn1.get("bias"), self.ffn2.get("bias"), (self.ln1.weight, self.ln1.bias),
                              (self.ln2.weight, self.ln2.bias), (self.ln1.eps, self.ln2.eps))
@@ -351,13 +343,11 @@ def from_authors_state_dict(state_dict: dict, model: str = "mnist", dtype: torch
     if missing or unexpected:
         hint = ("strip the prefix (e.g. 'module.' or '_orig_mod.') from the keys; "
                 if any(k.startswith(("module.", "_orig_mod.")) for k in unexpected) else "")
-        raise ConfigError(
-            f"not a state dict of the authors' {model} model ({sizes}): "
-            + (f"missing {missing[:4]}{' ...' if len(missing) > 4 else ''}" if missing else "")
-            + ("; " if missing and unexpected else "")
-            + (f"unexpected {unexpected[:4]}{' ...' if len(unexpected) > 4 else ''}" if unexpected else "")
-            + f". Fix: {hint}pass the model it was saved from (model='mnist' or 'cifar100'), or overrides "
-              "such as n_blocks=... for another size")
+        found = "; ".join(f"{what} {keys[:4]}{' ...' if len(keys) > 4 else ''}"
+                          for what, keys in (("missing", missing), ("unexpected", unexpected)) if keys)
+        raise ConfigError(f"not a state dict of the authors' {model} model ({sizes}): {found}. Fix: {hint}pass the "
+                          "model it was saved from (model='mnist' or 'cifar100'), or overrides such as n_blocks=... "
+                          "for another size")
     with torch.random.fork_rng(devices=[]):  # the initial values are overwritten; keep the global RNG
         torch.manual_seed(0)
         vit = ViT(cfg).to(dtype)

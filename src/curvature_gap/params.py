@@ -1,16 +1,8 @@
 """Flat parameter vectors: the one home of parameter offsets, groups and flattening.
 
-Every Hessian, gradient and spectrum of the package is over a flat vector of parameters. Its layout is
-computed here only:
-
-* :func:`offsets` — ``{name: slice}`` of named pieces of given sizes laid end to end (the primitive the others
-  use; also the theory's weights, :func:`curvature_gap.exact.derivatives.block_slices`);
-* :func:`flat_view` / :func:`flatten` — a flat vector as named tensors of given shapes, and back;
-* :func:`param_slices`, :func:`param_groups` — a module's parameters in ``parameters_to_vector`` order, one
-  slice per parameter or per named group (:func:`group_of`: ``embed``, ``pos``, ``block{i}.query`` …, ``head``);
-  :func:`groups_of` falls back to one group per parameter for any other ``nn.Module``;
-* :func:`authors_hessian_order`, :func:`authors_indices` — the authors' parameter order and flattening
-  (their ``nn.Linear`` storage) as indices into ours.
+Every Hessian, gradient and spectrum of the package is over a flat vector of parameters (in
+``parameters_to_vector`` order, each parameter row-major); its layout is computed here only, and so is the
+authors' parameter order and flattening (their ``nn.Linear`` storage) as indices into ours.
 """
 from __future__ import annotations
 
@@ -78,9 +70,7 @@ def group_of(param_name: str) -> str:
 
     A bias stored beside its weight (``query_bias``, ``out_bias``) belongs to the weight's group."""
     parts = param_name.split(".")
-    if parts[0] == "blocks":
-        return f"block{parts[1]}.{parts[2].removesuffix('_bias')}"
-    return parts[0]
+    return f"block{parts[1]}.{parts[2].removesuffix('_bias')}" if parts[0] == "blocks" else parts[0]
 
 
 def param_slices(model: nn.Module) -> dict[str, slice]:

@@ -1,9 +1,8 @@
 """The arithmetic of a run: the authors' bf16 as CUDA computes it, or exact (float32 training, float64 sums).
 
-The authors' code (``config.AUTHORS_CODE``) keeps weights and AdamW state in bfloat16
-(``model.to(device, torch.bfloat16)``), runs forward and loss under ``torch.autocast("cuda", dtype=torch.bfloat16)``
-after ``torch.set_float32_matmul_precision("medium")``, on torch 2.6 (their ``code/requirements.txt``); its
-Fig. 12 pass sums the per-batch gradients into bf16 buffers. Two consequences decide what their figures
+The authors' code (``config.AUTHORS_CODE``, torch 2.6) keeps weights and AdamW state in bfloat16, runs forward
+and loss under ``torch.autocast("cuda", dtype=torch.bfloat16)`` after ``set_float32_matmul_precision("medium")``;
+its Fig. 12 pass sums the per-batch gradients into bf16 buffers. Two consequences decide what their figures
 show, and both are arithmetic, not modelling:
 
 * an AdamW step is about ``lr`` (1e-3), below half a bf16 ulp just under 1.0 (2⁻⁹ ≈ 1.95e-3), so every
@@ -24,8 +23,7 @@ float32) summed in float32 and rounded once, which is what cuBLAS computes up to
 a TF32 GEMM is the same with the operands first rounded to TF32's 10 fraction bits. Everything else is torch's
 own op (LayerNorm, softmax, GELU, the adds) in the dtype the policy names. So a run differs from one on a GPU
 only by the order of float32 sums and the last bits of float32 kernels (``exp``, ``erf``, LayerNorm's moments),
-and a CPU run does not depend on which CPU's bf16 kernels it ran on. The step times are in ``benchmarks/bf16_cpu.json`` (``python
-benchmarks/bf16_cpu.py``).
+and a CPU run does not depend on which CPU's bf16 kernels it ran on (step times: ``benchmarks/bf16_cpu.json``).
 """
 from __future__ import annotations
 
@@ -36,16 +34,15 @@ from torch import nn
 
 from .codehash import not_in_code_hash
 from .config import ConfigError
-from .model import _heads, _merge_heads, ACTIVATIONS, ViT, patchify
+from .model import _heads, _merge_heads, ViT, patchify
 
 __all__ = ["ARITHMETICS", "PRECISION_OF", "CUDA_BF16_AUTOCAST", "AUTOCAST_SOURCES", "round_to_tf32",
            "tf32_matmul", "bf16_linear", "sdpa_math", "layer_norm_fp32", "autocast_logits",
            "autocast_cross_entropy", "module_logits", "arithmetic_for", "precision_code", "precision_of",
-           "frozen_at_one", "BF16_HALF_ULP_BELOW_ONE"]
+           "frozen_at_one"]
 
 ARITHMETICS = ("authors", "exact")
 PRECISION_OF = {"authors": "bf16", "exact": "float32"}  # arithmetic -> Recipe.precision of its training run
-BF16_HALF_ULP_BELOW_ONE = 2.0 ** -9  # bf16 has 8 significand bits: the spacing just below 1.0 is 2⁻⁸
 
 # Where the policy below is read, in github.com/pytorch/pytorch (torch 2.6, the authors' pin). The op lists were
 # read at two revisions around 2.6 (before 2.6: the lists in autocast_mode.cpp; after: in autocast_mode.h, as
@@ -102,11 +99,6 @@ def precision_of(arithmetic: str) -> str:
     if arithmetic not in PRECISION_OF:
         raise ConfigError(f"arithmetic must be one of {', '.join(ARITHMETICS)}, got {arithmetic!r}")
     return PRECISION_OF[arithmetic]
-
-
-def check_precision(precision: str) -> None:
-    if precision not in ("float32", "bf16"):
-        raise ConfigError(f"precision must be float32 or bf16, got {precision!r}")
 
 
 # ----------------------------------------------------------------------------- the emulated GEMMs
@@ -206,12 +198,6 @@ def _autocast_attention(block, x: torch.Tensor) -> torch.Tensor:
     return o if block.out is None else bf16_linear(o, block.out, block.out_bias)
 
 
-def _autocast_mlp(block, y: torch.Tensor) -> torch.Tensor:
-    """act(y W_1 + b_1) W_2 + b_2 with bf16 GEMMs and the activation on the bf16 tensor."""
-    h = bf16_linear(y, block.ffn1["weight"], block.ffn1.get("bias"))
-    return bf16_linear(ACTIVATIONS[block.cfg.activation](h), block.ffn2["weight"], block.ffn2.get("bias"))
-
-
 def autocast_logits(model: ViT, images: torch.Tensor) -> torch.Tensor:
     """The logits (B, classes), bf16, of ``model`` (bf16 weights) on ``images`` as CUDA's bf16 autocast computes
     them (:data:`CUDA_BF16_AUTOCAST`), on any device. The blocks in ``model.cfg``'s variant: post-norm
@@ -228,10 +214,10 @@ def autocast_logits(model: ViT, images: torch.Tensor) -> torch.Tensor:
     for block in model.blocks:
         if cfg.norm == "post":
             y = layer_norm_fp32(block.ln1, x + _autocast_attention(block, x))
-            x = layer_norm_fp32(block.ln2, y + _autocast_mlp(block, y))
+            x = layer_norm_fp32(block.ln2, y + block.mlp(y, bf16_linear))
         else:
             y = x + _autocast_attention(block, layer_norm_fp32(block.ln1, x))
-            x = y + _autocast_mlp(block, layer_norm_fp32(block.ln2, y))
+            x = y + block.mlp(layer_norm_fp32(block.ln2, y), bf16_linear)
     if model.ln_f is not None:
         x = layer_norm_fp32(model.ln_f, x)
     return bf16_linear(x.mean(dim=1), model.head.weight.t(), model.head.bias)
@@ -271,7 +257,8 @@ def module_logits(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
 def arithmetic_for(precision: str) -> tuple:
     """(logits, cross_entropy) of a step in ``precision``: the model's forward and ``F.cross_entropy`` for float32;
     :func:`autocast_logits` and :func:`autocast_cross_entropy` (the authors' CUDA arithmetic) for bf16."""
-    check_precision(precision)
+    if precision not in ("float32", "bf16"):
+        raise ConfigError(f"precision must be float32 or bf16, got {precision!r}")
     if precision == "float32":
         return module_logits, nn.functional.cross_entropy
     return autocast_logits, autocast_cross_entropy

@@ -13,7 +13,6 @@ runs. Checkpoints are written atomically and carry the key; a checkpoint of anot
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -101,11 +100,10 @@ class EpochOrder:
 
 
 class LoaderOrder:
-    """``shuffle="dataloader"``: the order of ``DataLoader(dataset of length n, batch_size, shuffle=True,
-    generator=g)`` with ``g = torch.Generator().manual_seed(seed)``, epoch after epoch: what the authors'
-    loaders yield (their ``src/datasets/mnist.py`` and ``cifar_100.py``, ``generator.manual_seed(int(conf.seed))``).
-    One generator runs through all epochs, so epoch ``e`` is reached by replaying epochs 0..e−1 (about 20 ms
-    each for 60,000 images); the order is torch's own (the DataLoader itself draws it)."""
+    """``shuffle="dataloader"``: the order of ``DataLoader(range(n), batch_size, shuffle=True, generator=g)``
+    with ``g = torch.Generator().manual_seed(seed)``, epoch after epoch, as the authors' loaders (their
+    ``src/datasets/mnist.py``, ``cifar_100.py``). One generator runs through all epochs, so epoch ``e`` is
+    reached by replaying epochs 0..e−1 (about 20 ms each for 60,000 images)."""
 
     def __init__(self, n: int, batch_size: int, seed: int):
         g = torch.Generator()
@@ -128,8 +126,7 @@ class LoaderOrder:
 ORDERS = {"epoch": EpochOrder, "dataloader": LoaderOrder}  # Recipe.shuffle -> the order
 
 
-@not_in_code_hash("it only picks ORDERS[recipe.shuffle]; the run key (run_key) hashes the order a recipe picks, and "
-                  "every result that reads a recipe's batches records the key of that recipe's run")
+@not_in_code_hash("it only picks ORDERS[recipe.shuffle]; run_key hashes the order a recipe picks")
 def order_for(recipe: Recipe, n: int):
     """The training order of ``recipe`` over ``n`` images (``ORDERS[recipe.shuffle]``)."""
     return ORDERS[recipe.shuffle](n, recipe.batch_size, recipe.seed)
@@ -193,11 +190,9 @@ def augment(images: torch.Tensor, g: torch.Generator, crop_padding: int, rotatio
     (as ``RandomRotation(d, fill=0)``); a horizontal flip with probability 1/2 (``RandomHorizontalFlip()``).
     Each step is skipped when its parameter is 0 / False. ``fill`` (C,) is a zero pixel after normalisation
     (:func:`zero_pixel`): crop and nearest-neighbour rotation only move and fill pixels, so doing them after
-    ``Normalize`` with that fill equals doing them before it, as torchvision does.
-
-    The random numbers are drawn in that order from ``g`` (offsets, angles, flips); then the crop is one gather
-    (:func:`crop_padded`), the rotation one ``grid_sample`` (:func:`rotate_nearest`), and the flip reverses the
-    columns the last of them reads (bit for bit the images of cropping, rotating and flipping one after another).
+    ``Normalize`` with that fill equals doing them before it, as torchvision does. The random numbers are drawn
+    in that order (offsets, angles, flips); the crop is one gather (:func:`crop_padded`), the rotation one
+    ``grid_sample`` (:func:`rotate_nearest`), the flip reverses the columns the last of them reads.
     """
     b = images.shape[0]
     p = crop_padding
@@ -215,8 +210,7 @@ def augment(images: torch.Tensor, g: torch.Generator, crop_padding: int, rotatio
     return out
 
 
-@not_in_code_hash("it only picks augment or nothing; the run key (run_key) hashes the augmentation a recipe picks, "
-                  "and every result that reads a recipe's batches records the key of that recipe's run")
+@not_in_code_hash("it only picks augment or nothing; run_key hashes the augmentation a recipe picks")
 def augmentation_for(recipe: Recipe):
     """``augment`` when the recipe augments its training batches, else None."""
     return augment if recipe.augments else None
@@ -269,28 +263,21 @@ def warmup_factor(step: int, warmup_steps: int) -> float:
     after ``step`` earlier ones. This is transformers' ``get_constant_schedule_with_warmup`` stepped after
     every optimiser step, as the authors do (their ``src/train/vit_classification.py``): its first step runs at
     rate 0, step ``s`` at ``lr · s / W``, and every step from ``W`` on at ``lr``."""
-    if warmup_steps <= 0:
-        return 1.0
-    return min(1.0, step / warmup_steps)
+    return 1.0 if warmup_steps <= 0 else min(1.0, step / warmup_steps)
 
 
 def lr_at(recipe: Recipe, step: int, total: int) -> float:
     """The learning rate of the optimiser step taken after ``step`` of ``total`` steps: ``lr`` × the schedule
     (constant, or cosine decay to 0) × the warm-up (:func:`warmup_factor`)."""
-    if recipe.schedule == "constant":
-        lr = recipe.lr
-    elif recipe.schedule == "cosine":
+    lr = recipe.lr
+    if recipe.schedule == "cosine":  # Recipe admits "constant" and "cosine" only
         lr = 0.5 * recipe.lr * (1 + math.cos(math.pi * min(step, total) / max(total, 1)))
-    else:
-        raise ValueError(f"unknown schedule {recipe.schedule!r}; choose constant or cosine")
     return lr * warmup_factor(step, recipe.warmup_steps)
 
 
 def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
     """Adam or AdamW with the recipe's lr, betas, eps and weight decay (the authors': their
     ``src/train/vit_classification.py``, ``torch.optim.AdamW(model.parameters(), **optimizer.params)``)."""
-    if recipe.optimizer not in ("adam", "adamw"):
-        raise ValueError(f"unknown optimizer {recipe.optimizer!r}; choose adam or adamw")
     cls = torch.optim.AdamW if recipe.optimizer == "adamw" else torch.optim.Adam
     return cls(model.parameters(), lr=recipe.lr, betas=tuple(recipe.betas), eps=recipe.adam_eps,
                weight_decay=recipe.weight_decay)
@@ -334,44 +321,41 @@ def evaluate(model: nn.Module, ds: data_mod.TensorDataset, device, batch_size: i
 
 
 # ----------------------------------------------------------------------------- the loop
-def _check_owner(path: Path, key: str) -> dict:
-    """The checkpoint at ``path`` if the run of key ``key`` wrote it; CheckpointMismatch otherwise."""
+def _read_owned(path: Path, key: str, step: int | None = None) -> tuple[dict | None, str]:
+    """(the checkpoint at ``path``, "") when the run of key ``key`` wrote it (after ``step`` steps, when given),
+    else (None, why)."""
     try:
         state = load_torch(path)
-    except _UNREADABLE as exc:  # truncated or not a checkpoint
-        raise CheckpointMismatch(f"{path} is unreadable ({type(exc).__name__}); use another --out directory "
-                                 "or delete it to start over") from exc
-    if not isinstance(state, dict) or state.get("config_hash") != key:
-        raise CheckpointMismatch(
-            f"{path} was written by run {state.get('config_hash') if isinstance(state, dict) else None}, not {key} "
-            "(another recipe, or other training code); use another --out directory or delete the old one"
-        )
+    except _UNREADABLE as exc:  # truncated, edited or not a checkpoint
+        return None, f"{path} cannot be loaded ({type(exc).__name__})"
+    meta = state if isinstance(state, dict) else {}
+    if meta.get("config_hash") != key or (step is not None and meta.get("step") != step):
+        at, was = ("", "") if step is None else (f"step {step} of ", f"step {meta.get('step')} of ")
+        why = "another step" if meta.get("config_hash") == key else "another recipe, or other training code"
+        return None, f"{path} is not {at}run {key} (it is {was}run {meta.get('config_hash')}: {why})"
+    return state, ""
+
+
+def _check_owner(path: Path, key: str) -> dict:
+    """The checkpoint at ``path`` if the run of key ``key`` wrote it; CheckpointMismatch otherwise."""
+    state, why = _read_owned(path, key)
+    if state is None:
+        raise CheckpointMismatch(f"{why}; use another --out directory or delete it to start over")
     return state
 
 
-def train(
-    recipe: Recipe,
-    out_dir,
-    device: str = "auto",
-    data_root=None,
-    datasets: Datasets | None = None,
-    max_steps: int | None = None,
-    progress: bool = True,
-    explode_factor: float = 1e3,
-    snapshot_steps: tuple[int, ...] = (),
-) -> dict:
+def train(recipe: Recipe, out_dir, device: str = "auto", data_root=None, datasets: Datasets | None = None,
+          max_steps: int | None = None, progress: bool = True, explode_factor: float = 1e3,
+          snapshot_steps: tuple[int, ...] = ()) -> dict:
     """Train ``recipe`` into ``out_dir`` (resuming from ``out_dir/last.pt``); returns the metrics.
 
-    Per step: the batch (:func:`batch_at`: the recipe's order and augmentation), then :func:`train_step` at
-    :func:`lr_at`. ``last.pt`` is written every ``recipe.ckpt_every`` steps and after each epoch, when the test
-    split (never augmented) is evaluated; the weights after every ``recipe.snapshot_every`` steps and after each
-    of ``snapshot_steps`` (0: the initialisation) are kept in ``snapshots/`` (bf16 weights widened exactly to
-    float32), for the figures that read the weights along a run; they do not change training. ``max_steps``
-    stops after that many steps in total (``last.pt`` then lets a later call continue; the return value is then
-    ``{"interrupted_at_step": step, "loop": ...}``). ``datasets`` are whole splits normalised to [-1, 1] (as
-    ``data.load`` gives them); the recipe subsets and re-normalises them. ``loop`` (also in the metrics): the steps
-    this call took and the wall seconds of their loop bodies (batch and :func:`train_step`; no setup, checkpoint,
-    snapshot or evaluation), the step time a user can plan with.
+    Per step: the batch (:func:`batch_at`), then :func:`train_step` at :func:`lr_at`. ``last.pt`` is written
+    every ``recipe.ckpt_every`` steps and after each epoch, when the test split is evaluated; the weights after
+    every ``recipe.snapshot_every`` steps and after each of ``snapshot_steps`` (0: the initialisation) are kept
+    in ``snapshots/`` (bf16 widened exactly to float32). ``max_steps`` stops after that many steps in total and
+    returns ``{"interrupted_at_step": step, "loop": ...}`` (a later call continues). ``datasets``: whole splits
+    as ``data.load`` gives them. ``loop`` (also in the metrics): the steps this call took and the wall seconds
+    of their loop bodies (batch and :func:`train_step`; no setup, checkpoint, snapshot or evaluation).
     """
     if not isinstance(recipe, Recipe):
         raise TypeError(f"train runs a config.Recipe, got {type(recipe).__name__}")
@@ -389,9 +373,8 @@ def train(
     steps_per_epoch = math.ceil(n_train / recipe.batch_size)
     total_steps = steps_per_epoch * recipe.epochs
 
-    bf16 = recipe.precision == "bf16"
     model = build_model(recipe.model, seed=recipe.seed, **dict(recipe.model_overrides))
-    model = model.to(dev, torch.bfloat16) if bf16 else model.to(dev)
+    model = model.to(dev, torch.bfloat16) if recipe.precision == "bf16" else model.to(dev)
     logits, cross_entropy = arithmetic_for(recipe.precision)
     if recipe.torch_compile:
         logits = torch.compile(logits, options={"emulate_precision_casts": True})
@@ -404,15 +387,13 @@ def train(
         running = state.get("running")
     orders, aug, fill = order_for(recipe, n_train), augmentation_for(recipe), zero_pixel(*recipe.normalize)
     keep = set(int(s) for s in snapshot_steps)
-    snaps = out / SNAPSHOT_DIR
     loop = dict(steps=0, seconds=0.0)
     t0 = time.perf_counter()
 
     def save_ckpt():
-        save_torch(ckpt_path, dict(
-            config_hash=key, config=recipe.to_dict(), model=model.state_dict(), optimizer=opt.state_dict(),
-            step=step, history=history, running=running, wall_s=wall_before + time.perf_counter() - t0,
-        ))
+        save_torch(ckpt_path, dict(config_hash=key, config=recipe.to_dict(), model=model.state_dict(),
+                                   optimizer=opt.state_dict(), step=step, history=history, running=running,
+                                   wall_s=wall_before + time.perf_counter() - t0))
 
     def kept_weights() -> dict:
         # bf16 weights are widened to float32, exactly (io.state_sha256 hashes numpy bytes: no bfloat16)
@@ -421,12 +402,9 @@ def train(
 
     def save_snapshot():
         wanted = step in keep or (recipe.snapshot_every and step > 0 and step % recipe.snapshot_every == 0)
-        p = snaps / f"step_{step:07d}.pt"
+        p = out / SNAPSHOT_DIR / f"step_{step:07d}.pt"
         if wanted and not p.exists():
             save_torch(p, dict(config_hash=key, step=step, model=kept_weights()))
-
-    def evaluate_split(split) -> tuple[float, float]:
-        return evaluate(model, split, dev, logits=logits, cross_entropy=cross_entropy)
 
     last_good = step
     save_snapshot()
@@ -448,10 +426,9 @@ def train(
             loop["seconds"] += time.perf_counter() - t_step  # train_step's loss.item() waits for the device
             if not math.isfinite(lv) or (running is not None and lv > explode_factor * max(running, 1e-3)):
                 bar.close()
-                raise TrainingDiverged(
-                    f"loss became {lv:.4g} at step {step} (epoch {epoch}); the last good checkpoint is "
-                    f"{ckpt_path} at step {last_good}. Lower the learning rate or enable grad_clip."
-                )
+                raise TrainingDiverged(f"loss became {lv:.4g} at step {step} (epoch {epoch}); the last good "
+                                       f"checkpoint is {ckpt_path} at step {last_good}. Lower the learning rate or "
+                                       "enable grad_clip.")
             running = lv if running is None else 0.98 * running + 0.02 * lv
             step += 1
             save_snapshot()
@@ -460,7 +437,7 @@ def train(
             if step % recipe.ckpt_every == 0 and step % steps_per_epoch != 0:
                 save_ckpt()
                 last_good = step
-        test_loss, test_acc = evaluate_split(ds.test)
+        test_loss, test_acc = evaluate(model, ds.test, dev, logits=logits, cross_entropy=cross_entropy)
         history.append(dict(epoch=epoch + 1, step=step, train_loss_ema=running, test_loss=test_loss, test_acc=test_acc))
         if progress:
             bar.write(f"epoch {epoch + 1}/{recipe.epochs}: train loss {running:.4f}  test loss {test_loss:.4f}  "
@@ -469,7 +446,7 @@ def train(
         last_good = step
     bar.close()
 
-    train_loss, train_acc = evaluate_split(ds.train)
+    train_loss, train_acc = evaluate(model, ds.train, dev, logits=logits, cross_entropy=cross_entropy)
     weights = kept_weights()
     wall = wall_before + time.perf_counter() - t0
     save_torch(final, dict(config_hash=key, config=recipe.to_dict(), model=weights, step=step, history=history,
@@ -515,12 +492,9 @@ def verify_checkpoint(directory, key: str) -> tuple[dict | None, str]:
     mp, metrics_path = directory / MODEL_NAME, directory / METRICS_NAME
     if not mp.exists():
         return None, "missing"
-    try:
-        state = load_torch(mp)
-    except _UNREADABLE as exc:  # truncated or edited files
-        return None, f"{mp} cannot be loaded ({type(exc).__name__}: {exc})"
-    if not isinstance(state, dict) or state.get("config_hash") != key:
-        return None, f"{mp} was written by run {state.get('config_hash') if isinstance(state, dict) else None}, not {key}"
+    state, why = _read_owned(mp, key)
+    if state is None:
+        return None, why
     try:
         metrics = json.loads(metrics_path.read_text())
     except (OSError, ValueError) as exc:
@@ -537,22 +511,15 @@ def load_snapshot(directory, step: int, key: str) -> dict | None:
     p = Path(directory) / SNAPSHOT_DIR / f"step_{step:07d}.pt"
     if not p.exists():
         return None
-    try:
-        state = load_torch(p)
-    except _UNREADABLE as exc:
-        warnings.warn(f"the training snapshot {p} cannot be read ({type(exc).__name__}: {exc}); training is "
-                      "replayed to that step instead. Delete the file to silence this.", StaleCheckpointWarning,
-                      stacklevel=2)
-        return None
-    if not isinstance(state, dict) or state.get("config_hash") != key or state.get("step") != step:
-        warnings.warn(f"the training snapshot {p} is not step {step} of run {key}; training is replayed to "
-                      "that step instead. Delete the file to silence this.", StaleCheckpointWarning, stacklevel=2)
+    state, why = _read_owned(p, key, step)
+    if state is None:
+        warnings.warn(f"unusable training snapshot: {why}; training is replayed to that step instead. Delete the "
+                      "file to silence this.", StaleCheckpointWarning, stacklevel=2)
         return None
     return state["model"]
 
 
-@not_in_code_hash("it finds a run; the run's weights are named by its key (run_key: the recipe and the training "
-                  "code), which every result records for each run it reads")
+@not_in_code_hash("it finds a run; its weights are named by its key (run_key), which every result records")
 def load_run(recipe: Recipe, runs_dir="runs", step: int | None = None) -> tuple[dict, dict]:
     """(the weights of ``recipe``'s run, a description of them) after the whole run (``step=None``: its intact
     ``model.pt``), after ``step`` steps (its intact snapshot) or at its seeded initialisation (``step=0``), from
@@ -561,51 +528,44 @@ def load_run(recipe: Recipe, runs_dir="runs", step: int | None = None) -> tuple[
         raise TypeError(f"step must be None (the whole run) or an integer >= 0, got {step!r}; pass the device as "
                         "device=...")
     key, out = run_key(recipe), run_dir(recipe, runs_dir)
-    if step == 0:
-        state = build_model(recipe.model, seed=recipe.seed, **dict(recipe.model_overrides)).state_dict()
-        return state, dict(config_hash=key, step=0, weights_sha256=state_sha256(state), run=str(out),
-                           source=recipe.source, note="initialisation of the run")
     if step is not None:
-        state = load_snapshot(out, step, key)
-        if state is None:
+        if step == 0:
+            state = build_model(recipe.model, seed=recipe.seed, **dict(recipe.model_overrides)).state_dict()
+        elif (state := load_snapshot(out, step, key)) is None:
             raise RunMissing(f"{out} holds no snapshot of step {step} of run {key} ({recipe.model}, seed "
                              f"{recipe.seed})")
-        return state, dict(config_hash=key, step=step, weights_sha256=state_sha256(state), run=str(out),
-                           source=recipe.source)
+        info = dict(config_hash=key, step=step, weights_sha256=state_sha256(state), run=str(out), source=recipe.source)
+        return state, dict(info, note="initialisation of the run") if step == 0 else info
     state, why = verify_checkpoint(out, key)
     if state is None:
         raise RunMissing(f"run {key} ({recipe.model}, seed {recipe.seed}) has no usable weights in {out}: {why}")
     metrics = json.loads((out / METRICS_NAME).read_text())
+    described = ("steps", "test_accuracy", "train_accuracy", "final_train_loss", "wall_seconds", "device")
     return state["model"], dict(run_dir=str(out), config_hash=key, weights_sha256=metrics["weights_sha256"],
-                                steps=metrics.get("steps"), test_accuracy=metrics.get("test_accuracy"),
-                                train_accuracy=metrics.get("train_accuracy"),
-                                final_train_loss=metrics.get("final_train_loss"),
-                                wall_seconds=metrics.get("wall_seconds"), device=metrics.get("device"))
+                                **{k: metrics.get(k) for k in described})
 
 
-@not_in_code_hash("it finds or trains a run; the run's weights are named by its key (run_key: the recipe and the "
-                  "training code), which every result records for each run it reads")
+@not_in_code_hash("it finds or trains a run; its weights are named by its key (run_key), which every result records")
 def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str = "auto", data_root=None,
            datasets: Datasets | None = None, progress: bool = True, snapshot_steps: tuple[int, ...] = (),
            log: Callable[[str], None] | None = None) -> tuple[dict, dict]:
-    """(the weights of ``recipe``'s run, a description of them): after the whole run (``step=None``) or after
-    ``step`` steps, trained (or resumed) when needed; :func:`load_run` finds them where they are already there.
+    """:func:`load_run`'s (weights, description) of ``recipe``'s run, trained (or resumed) first when needed.
 
     * ``step=None``: ``run_dir(recipe)/model.pt`` when :func:`verify_checkpoint` accepts it, else the run is
       trained (with a warning when a damaged or foreign file was found), saving ``snapshot_steps`` on the way;
     * ``step=0``: the run's seeded initialisation (nothing is trained);
-    * ``step=k``: the run's snapshot of step ``k`` when it is there and intact, else the run is trained up to
-      ``k`` (resuming; a later call continues it), saving ``snapshot_steps`` on the way too. A run already past
-      ``k`` without that snapshot is replayed to ``k`` apart (same seed, same weights), its snapshot kept and the
-      replay dropped.
+    * ``step=k``: the run's snapshot of step ``k`` when intact, else the run is trained up to ``k`` (a later call
+      continues it), saving ``snapshot_steps`` too. A run already past ``k`` without that snapshot is replayed
+      to ``k`` apart, its snapshot kept and the replay dropped.
 
     ``datasets``: whole splits (as ``data.load`` gives them), else the files under ``data_root``. Safe to call
-    from several processes at once (a file lock). Where this call trained, the description has ``loop``: the
-    steps it took and their wall seconds (:func:`train`'s)."""
+    from several processes at once (a file lock). Where this call trained, the description has :func:`train`'s
+    ``loop``."""
     if step == 0:
         return load_run(recipe, runs_dir, 0)
     key, out = run_key(recipe), run_dir(recipe, runs_dir)
     log = log or (lambda msg: None)
+    kw = dict(device=device, data_root=data_root, datasets=datasets, progress=progress)
     with file_lock(out / ".lock", f"training {out}"):
         loop = None  # the loop timing of the training this call did (train's "loop"), if it trained
         if step is not None:
@@ -614,8 +574,8 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
                 past = ckpt.exists() and int(load_torch(ckpt).get("step", 0)) > step
                 where = out / "replay" if past else out
                 log(f"training {recipe.model}/{recipe.profile} (run {key}) to step {step} in {where}")
-                loop = train(recipe, where, device, data_root=data_root, datasets=datasets, max_steps=step,
-                             progress=progress, snapshot_steps=tuple(sorted({step, *snapshot_steps})))["loop"]
+                loop = train(recipe, where, max_steps=step, snapshot_steps=tuple(sorted({step, *snapshot_steps})),
+                             **kw)["loop"]
                 if past:
                     name = Path(SNAPSHOT_DIR) / f"step_{step:07d}.pt"
                     if (where / name).exists():
@@ -630,13 +590,11 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
                     (out / MODEL_NAME).unlink(missing_ok=True)
                 log(f"training {recipe.model} ({recipe.profile}) into {out}/")
                 try:
-                    loop = train(recipe, out, device=device, data_root=data_root, datasets=datasets,
-                                 progress=progress, snapshot_steps=snapshot_steps)["loop"]
+                    loop = train(recipe, out, snapshot_steps=snapshot_steps, **kw)["loop"]
                 except CheckpointMismatch as exc:
                     warnings.warn(f"{exc}; training from scratch", StaleCheckpointWarning, stacklevel=2)
                     (out / CKPT_NAME).unlink(missing_ok=True)
-                    loop = train(recipe, out, device=device, data_root=data_root, datasets=datasets,
-                                 progress=progress, snapshot_steps=snapshot_steps)["loop"]
+                    loop = train(recipe, out, snapshot_steps=snapshot_steps, **kw)["loop"]
             else:
                 log(f"reusing trained {recipe.model} from {out}/{MODEL_NAME}")
         try:

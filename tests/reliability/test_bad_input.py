@@ -99,7 +99,7 @@ def test_bad_input_leaves_earlier_results_intact(tmp_path, capsys):
         (["reproduce", "--profile", "huge", *dirs], "invalid choice: 'huge'"),
         (["reproduce", "--profile", "smoke", "--device", "tpu", *dirs], "invalid choice: 'tpu'"),
         (["train", "--model", "mnist", "--profile", "smoke", "--data-dir", str(tmp_path / "no-data"),
-          "--out", str(work / "runs" / "mnist-smoke-x")], "model.pt is unreadable"),
+          "--out", str(work / "runs" / "mnist-smoke-x")], "model.pt cannot be loaded"),
     ]
     if not torch.cuda.is_available():
         cases.append((["reproduce", "--profile", "smoke", "--device", "cuda", *dirs], "CUDA is not available"))
