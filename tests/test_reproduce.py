@@ -340,7 +340,7 @@ def test_the_runs_the_results_need_are_trained_side_by_side_once(tmp_path, capsy
     bf16, f32 = experiments.Variant("authors", "mnist", "authors"), experiments.Variant("authors", "mnist", "exact")
     assert sorted(jobs, key=str) == sorted([(bf16, 3, 37, (1, 2)), (bf16, 3, 0, ()), (f32, 3, 37, ())], key=str)
     assert reproduce._runs_to_train(["fig3_authors"], ctx, allow_long=True) == [], "step 0 needs no training"
-    reproduce.train_in_parallel(names, ctx, allow_long=True, workers=2, out=__import__("sys").stdout)
+    reproduce.train_in_parallel(names, ctx, allow_long=True, workers=2)
     out = capsys.readouterr().out
     assert "training 3 runs side by side" in out and out.count("  trained ") == 3
     # the workers' step timings come back: 3 steps each, the floor of the report is built from them

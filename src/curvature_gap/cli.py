@@ -10,7 +10,7 @@ from . import checks, reproduce
 from .bounds.run import run_all
 from .row import exit_status
 from .config import DEVICES, PRECISIONS, PROFILES, TRAIN_MODELS, ConfigError, recipe_for
-from .data import DataUnavailable, data_dir, ensure_cifar100, ensure_mnist, fetch_all
+from .data import DataUnavailable, data_dir, ensure_cifar100, ensure_mnist
 from .findings import findings
 from .io import atomic_write_json
 from .train import CheckpointMismatch, TrainingDiverged, run_dir, train
@@ -102,18 +102,17 @@ def _train(args) -> int:
     return 0
 
 
-DATASETS = {"mnist": ensure_mnist, "cifar100": ensure_cifar100}  # what `curvature-gap data --only` fetches
+DATASETS = {"mnist": ensure_mnist, "cifar100": ensure_cifar100}  # what `curvature-gap data` fetches, in order
 
 
 def _data(args) -> int:
-    if args.only:  # one dataset (make book needs MNIST alone: no line about CIFAR-100 in its log)
+    status = {}
+    for name in [args.only] if args.only else DATASETS:  # make book needs MNIST alone: no line about CIFAR-100
         try:
-            DATASETS[args.only](data_dir(args.data_dir), allow_download=True)
-            status = {args.only: "ok"}
+            DATASETS[name](data_dir(args.data_dir), allow_download=True)
+            status[name] = "ok"
         except DataUnavailable as exc:
-            status = {args.only: str(exc)}
-    else:
-        status = fetch_all(args.data_dir)
+            status[name] = str(exc)
     for name, s in status.items():
         print(f"{name:9s} {s}")
     return 0 if status.get("mnist") == "ok" else 1
@@ -133,7 +132,10 @@ def _verify(args) -> int:
 
 
 def _reproduce(args) -> int:
-    return reproduce.main(args)
+    code, _ = reproduce.run(args.profile, args.only, args.device, args.data_dir, args.results_dir, args.figures_dir,
+                            args.runs_dir, args.published_dir, progress=not args.no_progress,
+                            allow_long=args.allow_long_runs)
+    return code
 
 
 def _publish(args) -> int:

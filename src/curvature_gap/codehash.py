@@ -1,28 +1,19 @@
 """The code hash of a computation: the source of every definition its numbers can depend on, and nothing else.
 
-A result's numbers are determined by its settings, its training run and the code that computes them.
-The last is found here by walking the code itself, not from a hand-kept list of files: starting from
-the functions and classes that compute a result (the *roots*), every name they use that resolves to a
-definition of this package — a function, a class, a module-level constant, ``module.attribute`` of a
-package module, the class named in a parameter's annotation — is followed, and the source of each
-definition reached is hashed.
+Starting from the functions and classes that compute a result (the *roots*), every name they use that
+resolves to a definition of this package — a function, a class, a module-level constant, ``module.attribute``
+of a package module, the class named in a parameter's annotation — is followed, and the syntax tree of each
+definition reached is hashed. Not hashed, because it cannot change a number:
 
-What is **not** part of the hash, because it cannot change a number:
-
-* docstrings, comments and formatting (the hash is taken over the syntax tree);
-* messages: the arguments of ``log``/``print``/``warn``/``write`` calls and of the exception a ``raise``
-  builds (progress lines and error texts);
+* docstrings, comments and formatting;
+* messages: the arguments of :data:`MESSAGE_CALLS` and of the exception a ``raise`` builds;
 * drawing code: functions and methods whose names start with ``plot`` (they read results);
-* definitions marked :func:`not_in_code_hash`, each with its reason (for example the code that
-  *obtains* the datasets: the files it brings are md5-checked, so how they arrive cannot change them);
-* module-level configuration objects of :data:`CONFIG_MODULES` (the profiles): the values a result
-  uses are recorded in its configuration, which is hashed with the code;
-* anything outside the package (torch, numpy: their versions are recorded in each result's provenance),
-  and whatever the roots cannot reach (the book tooling, the command line, the cache's bookkeeping
-  in :data:`BOUNDARY_MODULES`).
+* definitions marked :func:`not_in_code_hash`, each with its reason;
+* module-level objects of :data:`CONFIG_MODULES` (the values a result uses are in its hashed configuration);
+* anything outside the package (its versions are in each result's provenance), and whatever the roots
+  cannot reach (the book tooling, the command line, the bookkeeping in :data:`BOUNDARY_MODULES`).
 
-Moving a definition to another module does not change the hash (definitions are hashed by their
-source, not their address); renaming or editing one that is reached does.
+Moving a definition to another module does not change the hash; renaming or editing one that is reached does.
 """
 from __future__ import annotations
 
@@ -39,11 +30,9 @@ __all__ = ["code_hash", "reached", "not_in_code_hash", "CONFIG_MODULES", "BOUNDA
 
 PACKAGE = __name__.rpartition(".")[0]
 
-# modules whose module-level *objects* (not functions or classes) are configuration recorded in each
-# result's config (profile settings, training configurations)
+# modules whose module-level objects (not functions or classes) are configuration recorded in each result's config
 CONFIG_MODULES = (f"{PACKAGE}.config", f"{PACKAGE}.experiments.settings")
-# modules that register, cache and look up results: the walk does not enter their definitions (the
-# roots themselves may live there)
+# modules that register, cache and look up results: the walk does not enter them (roots may live there)
 BOUNDARY_MODULES = (f"{PACKAGE}.experiments", f"{PACKAGE}.experiments.store", f"{PACKAGE}.provenance",
                     f"{PACKAGE}.codehash")
 # calls whose arguments are messages (progress lines, warnings), not computation
@@ -65,12 +54,10 @@ def not_in_code_hash(reason: str):
 
 @functools.lru_cache(maxsize=256)
 def code_hash(*roots, via: tuple = ()) -> str:
-    """sha256 (16 hex digits) of the definitions reachable from ``roots`` (functions or classes, lambdas
-    included; roots may live outside the package, what they reach is followed inside it only) — see the
-    module docstring for what counts. ``via``: ``((name, cls), ...)``: an attribute ``name.attr`` anywhere
-    in the walk is followed to ``cls.attr`` (``("ctx", Context)``: a computation reaches the methods of its
-    context that it calls, and only those). Cached per process: the code a process runs is the code it
-    imported."""
+    """sha256 (16 hex digits) of the definitions reachable from ``roots`` (functions or classes; roots may live
+    outside the package, what they reach is followed inside it only). ``via``: ``((name, cls), ...)``: an
+    attribute ``name.attr`` anywhere in the walk is followed to ``cls.attr`` (``("ctx", Context)``: a computation
+    reaches the methods of its context that it calls). Cached per process: it runs the code it imported."""
     h = hashlib.sha256()
     for dump in sorted(reached(*roots, via=via).values()):
         h.update(dump.encode())
@@ -104,9 +91,8 @@ def reached(*roots, via: tuple = ()) -> dict[str, str]:
     return seen
 
 
-# (normalised dump, normalised tree) per definition's syntax tree: a definition reached by several roots, or by
-# several code hashes of a process, is copied and normalised once. Keyed by the nodes themselves (identity), which
-# live as long as :func:`_tree`'s cache; a wrapper ``ast.Module`` (lambdas, constants) is keyed by its statements.
+# (normalised dump, normalised tree) per syntax tree, normalised once per process; keyed by the nodes themselves
+# (they live as long as :func:`_tree`'s cache), a wrapper ``ast.Module`` (lambdas, constants) by its statements.
 _NORMALISED: dict = {}
 
 
@@ -122,27 +108,14 @@ def _normalised(node: ast.AST) -> tuple[str, ast.AST]:
 def _via_references(node: ast.AST, via: dict) -> list:
     """``cls.attr`` for every ``name.attr`` in ``node`` whose ``name`` is a key of ``via`` (a method, property
     or static/class method of that class)."""
-    out = []
-    for n in ast.walk(node):
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
-            cls = via.get(n.value.id)
-            if cls is not None:
-                member = inspect.getattr_static(cls, n.attr, None)
-                if member is not None and (inspect.isfunction(member) or isinstance(member, (property, staticmethod,
-                                                                                         classmethod))):
-                    out.append(member)
-    return out
+    members = [inspect.getattr_static(via[n.value.id], n.attr, None) for n in ast.walk(node)
+               if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in via]
+    return [m for m in members if inspect.isfunction(m) or isinstance(m, (property, staticmethod, classmethod))]
 
 
 # ------------------------------------------------------------------------------------------ the walk
-def _module_of(obj) -> str | None:
-    if isinstance(obj, types.ModuleType):
-        return obj.__name__
-    return getattr(obj, "__module__", None)
-
-
 def _in_package(obj) -> bool:
-    m = _module_of(obj)
+    m = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
     return isinstance(m, str) and (m == PACKAGE or m.startswith(PACKAGE + "."))
 
 
@@ -170,18 +143,14 @@ def _find(body: list, name: str):
     return None
 
 
-def _assignment(tree: ast.Module, name: str):
-    """The top-level statement(s) binding ``name`` (assignment, or ``from .x import name``)."""
-    hits = []
-    for node in tree.body:
-        targets = []
+def _assignment(tree: ast.Module, name: str) -> list:
+    """The top-level assignments binding ``name``."""
+    def binds(node) -> bool:
         if isinstance(node, ast.Assign):
-            targets = [n for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
-            targets = [node.target]
-        if any(t.id == name for t in targets):
-            hits.append(node)
-    return hits
+            return any(isinstance(n, ast.Name) and n.id == name for t in node.targets for n in ast.walk(t))
+        return isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name) \
+            and node.target.id == name
+    return [node for node in tree.body if binds(node)]
 
 
 def _definition(obj, root: bool = False):
@@ -269,33 +238,21 @@ def _imported_module(module: types.ModuleType, node: ast.ImportFrom):
     return sys.modules.get(name)
 
 
-def _classify(module: types.ModuleType, name: str, value):
-    """What a name of ``module`` bound to ``value`` contributes to the walk."""
-    if isinstance(value, types.ModuleType):
-        return None
-    if inspect.isfunction(value) or inspect.isclass(value) or isinstance(value, functools.partial):
-        return value
-    if callable(value) and inspect.isfunction(inspect.unwrap(value)):
-        return value
-    if not _in_package(module) or isinstance(value, (types.BuiltinFunctionType,)):
-        return None
-    return _Constant(module, name)
-
-
 def _references(node: ast.AST, module: types.ModuleType) -> list:
     """The package definitions ``node`` names: globals of ``module``, ``pkg_module.attr`` chains, and
     classes named in annotations (``ctx: Context``)."""
     g = vars(module)
     out = []
 
-    def add(mod, name):
-        if name in vars(mod):
-            v = vars(mod)[name]
-            if isinstance(v, types.ModuleType):
-                return
-            got = _classify(mod, name, v)
-            if got is not None:
-                out.append(got)
+    def add(mod, name):  # a function or class is followed; a package constant through its statement
+        if name not in vars(mod):
+            return
+        v = vars(mod)[name]
+        if inspect.isfunction(v) or inspect.isclass(v) or isinstance(v, functools.partial) or (
+                callable(v) and inspect.isfunction(inspect.unwrap(v))):
+            out.append(v)
+        elif not isinstance(v, (types.ModuleType, types.BuiltinFunctionType)) and _in_package(mod):
+            out.append(_Constant(mod, name))
 
     for n in ast.walk(node):
         if isinstance(n, ast.Name) and n.id in g and not isinstance(n.ctx, ast.Store):  # a bound name is no use

@@ -1,13 +1,11 @@
 """``curvature-gap reproduce``: recompute every result, draw every figure, and report against the published numbers.
 
-For each result: load or compute its numbers (``experiments.load_results``: training what it needs,
-reusing checkpoints and results whose configuration matches), draw its figures into
-``figures/<stem>_<part>.pdf|png`` and record them in ``figures/manifest.json`` (command, profile, config
-hash, commit, device, versions, wall time, outputs). A result whose data cannot be obtained here (e.g.
-CIFAR-100 offline) is ``blocked``; one whose training would take longer than ``LONG_RUN_S`` on the
-chosen device is ``skipped`` unless ``allow_long`` is set; neither is a failure. The run ends with the
-reproduction report (:mod:`curvature_gap.experiments.report`): each published number beside the
-recomputed one. The exit status is non-zero only if a result failed.
+For each result: load or compute its numbers (``experiments.load_results``), draw its figures into
+``figures/<stem>_<part>.pdf|png`` and record them in ``figures/manifest.json``. A result whose data cannot
+be obtained here (e.g. CIFAR-100 offline) is ``blocked``; one whose training would take longer than
+``LONG_RUN_S`` on the chosen device is ``skipped`` unless ``allow_long`` is set; neither is a failure. The
+run ends with the reproduction report (:mod:`curvature_gap.experiments.report`). The exit status is
+non-zero only if a result failed.
 """
 from __future__ import annotations
 
@@ -37,7 +35,7 @@ from .io import atomic_write_json, atomic_write_text, file_lock
 from .provenance import git_commit, host, load_average, software
 from .train import load_snapshot, run_dir, run_key, verify_checkpoint
 
-__all__ = ["run", "main", "parse_only", "summary_table", "timing_split", "LONG_RUN_S", "Outcome"]
+__all__ = ["run", "publish", "parse_only", "summary_table", "timing_split", "LONG_RUN_S", "Outcome"]
 
 MANIFEST = "manifest.json"
 REPORT = "reproduction_report"
@@ -79,8 +77,7 @@ def _run_cost(ctx: experiments.Context, cfg, step) -> RunCost:
     key = ("cost", cfg.model, tuple(cfg.model_overrides), cfg.batch_size, getattr(cfg, "precision", "float32"),
            str(ctx.torch_device))
     if key not in ctx._cache:
-        # two timed steps after one untimed: enough to tell a run over LONG_RUN_S from one under it, and cheap where
-        # the data is missing and the cost is only quoted (the offline promise: a blocked reproduce ends in 30 s)
+        # two timed steps after one untimed: enough to tell a run over LONG_RUN_S, cheap where it is only quoted
         ctx._cache[key] = training_cost(cfg, ctx.torch_device, run_steps=1, steps=2, warmup=1)
     measured = ctx._cache[key]
     steps = measured.steps_per_epoch * cfg.epochs if step is None else int(step)
@@ -128,10 +125,8 @@ def _long_run(name: str, ctx: experiments.Context) -> str:
 
 def _runs_to_train(names: list[str], ctx: experiments.Context, allow_long: bool) -> list[tuple]:
     """The training runs the results ``names`` (and what they depend on) will train, each once at the furthest
-    step any of them reads with the snapshots of the others (``experiments.furthest``): ``(variant, step, seed,
-    snapshots)`` with ``step`` None for a whole run and ``seed`` the recipe's where it is. Runs already on disk,
-    runs whose data is missing and the runs of a result over ``LONG_RUN_S`` (unless ``allow_long``) are left out:
-    the results that need them report it as before."""
+    step any of them reads (``experiments.furthest``): ``(variant, step, seed, snapshots)``. Runs on disk, runs
+    whose data is missing and those of a result over ``LONG_RUN_S`` (unless ``allow_long``) are left out."""
     runs = []
     for name in names:
         try:
@@ -147,9 +142,8 @@ def _runs_to_train(names: list[str], ctx: experiments.Context, allow_long: bool)
 
 
 def _train_one(job: tuple) -> tuple[str, list]:
-    """A worker of :func:`train_in_parallel`: one run, one thread, through the Context method the runner calls (so
-    the checkpoints and snapshots are the ones the results read). Returns what it trained, in words and as the
-    context's ``trained`` records."""
+    """A worker of :func:`train_in_parallel`: one run, one thread, through ``Context.train`` (so the checkpoints
+    are the ones the results read). Returns what it trained, in words and as the context's ``trained`` records."""
     kwargs, (v, step, seed, snapshots) = job
     torch.set_num_threads(1)
     ctx = experiments.Context(progress=False, **kwargs)
@@ -158,14 +152,11 @@ def _train_one(job: tuple) -> tuple[str, list]:
         "its end" if step is None else f"step {step:,}"), ctx.trained
 
 
-def train_in_parallel(names: list[str], ctx: experiments.Context, allow_long: bool, workers: int, out) -> None:
+def train_in_parallel(names: list[str], ctx: experiments.Context, allow_long: bool, workers: int) -> None:
     """Train the runs the results need (:func:`_runs_to_train`) side by side, one process and one thread each, at
-    most ``workers`` at a time, before the results are computed in order; on a 2-core CPU the longest run then
-    sets the training time instead of the sum of all. A run that fails here is trained again by the result that
-    needs it, which reports the failure."""
-    if workers < 2:
-        return
-    jobs = _runs_to_train(names, ctx, allow_long)
+    most ``workers`` at a time, before the results are computed; the longest run then sets the training time
+    instead of the sum of all. A run that fails here is trained again by the result that needs it."""
+    jobs = _runs_to_train(names, ctx, allow_long) if workers > 1 else []
     if len(jobs) < 2:
         return
     import concurrent.futures
@@ -174,7 +165,7 @@ def train_in_parallel(names: list[str], ctx: experiments.Context, allow_long: bo
     kwargs = dict(profile=ctx.profile, device=ctx.device, data_dir=ctx.data_dir, runs_dir=str(ctx.runs_dir),
                   verify_md5=ctx.verify_md5)
     print(f"training {len(jobs)} runs side by side ({min(workers, len(jobs))} processes, one thread each): "
-          + "; ".join(f"{v.model_key} seed {sd} {v.arithmetic}" for v, _, sd, _ in jobs), file=out, flush=True)
+          + "; ".join(f"{v.model_key} seed {sd} {v.arithmetic}" for v, _, sd, _ in jobs), flush=True)
     t0 = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)),
                                                 mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -183,25 +174,20 @@ def train_in_parallel(names: list[str], ctx: experiments.Context, allow_long: bo
             try:
                 what, trained = fut.result()
                 ctx.trained += trained
-                print(f"  trained {what} ({time.perf_counter() - t0:.0f} s)", file=out, flush=True)
+                print(f"  trained {what} ({time.perf_counter() - t0:.0f} s)", flush=True)
             except Exception as exc:  # noqa: BLE001 - the result that needs the run trains it again and reports
                 print(f"  training {futures[fut][0]} failed here ({type(exc).__name__}: {exc}); the results that "
-                      "need it train it again", file=out, flush=True)
+                      "need it train it again", flush=True)
     ctx.phases["training (side by side)"] = time.perf_counter() - t0
 
 
 def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, results_dir="results",
         figures_dir="figures", runs_dir="runs", published_dir=None, progress: bool = True, allow_long: bool = False,
-        command: str | None = None, ctx_kwargs: dict | None = None, out=None,
-        train_workers: int | None = None) -> tuple[int, list[Outcome]]:
-    """Recompute the results, draw the figures, write the report; returns (exit code, outcomes).
-
-    ``train_workers``: processes that train the needed runs side by side first (:func:`train_in_parallel`;
-    None: one per CPU core for the paper profile on a CPU, else 1: none, each run is trained by the first
-    result that needs it)."""
+        command: str | None = None, ctx_kwargs: dict | None = None) -> tuple[int, list[Outcome]]:
+    """Recompute the results, draw the figures, write the report; returns (exit code, outcomes). The paper profile
+    on a CPU first trains the runs it needs side by side, one process per core (:func:`train_in_parallel`)."""
     matplotlib.use("Agg")
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*is deprecated", category=FutureWarning)
-    out = out or sys.stdout
     names = parse_only(only, profile)
     dev = str(resolve_device(device))
     published_dir = published_dir if published_dir is not None else experiments.default_published_dir()
@@ -212,18 +198,16 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
     t_all = time.perf_counter()
     load0 = load_average()
     outcomes: list[Outcome] = []
-    print(f"reproducing {len(names)} result(s), profile {profile}, device {dev}: {', '.join(names)}", file=out, flush=True)
+    print(f"reproducing {len(names)} result(s), profile {profile}, device {dev}: {', '.join(names)}", flush=True)
     # every result's configuration hash now, before anything is computed: the code hash reads the source files,
     # so a file edited during a long run would otherwise stamp results computed by the old code with the new hash
     for name in names:
         experiments.config_hash_of(name, ctx=ctx)
-    if train_workers is None:
-        # the paper profile on a CPU: its runs take minutes each; the smoke profile's take seconds
-        train_workers = (os.cpu_count() or 1) if dev == "cpu" and profile == "paper" and not ctx_kwargs else 1
-    train_in_parallel(names, ctx, allow_long, train_workers, out)
+    if dev == "cpu" and profile == "paper" and not ctx_kwargs:  # its runs take minutes each; the smoke's seconds
+        train_in_parallel(names, ctx, allow_long, os.cpu_count() or 1)
     for i, name in enumerate(names, 1):
         sp = experiments.spec(name)
-        print(f"\n[{i}/{len(names)}] {name} ({sp.paper}: {sp.title})", file=out, flush=True)
+        print(f"\n[{i}/{len(names)}] {name} ({sp.paper}: {sp.title})", flush=True)
         t0 = time.perf_counter()
         o = Outcome(name, "failed", 0.0, dev)
         try:
@@ -249,17 +233,17 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
         outcomes.append(o)
         if o.status == "ok":
             for p in o.results + o.outputs:
-                print(f"  wrote {p}" if not (o.cached and p in o.results) else f"  reused {p}", file=out)
+                print(f"  wrote {p}" if not (o.cached and p in o.results) else f"  reused {p}")
         else:
-            print(f"  {o.status.upper()}: {o.message}", file=out)
+            print(f"  {o.status.upper()}: {o.message}")
         if sp.plots:
             _update_manifest(figures_dir, sp, o, profile, command)
-        out.flush()
+        sys.stdout.flush()
     total = time.perf_counter() - t_all
-    print("\n" + summary_table(outcomes, total), file=out)
+    print("\n" + summary_table(outcomes, total))
     report = write_report(outcomes, ctx, published_dir, figures_dir, command, total, load0)
-    print(f"\nmanifest: {figures_dir / MANIFEST}\nreport: {report}", file=out, flush=True)
-    print(Path(report).read_text(), file=out)
+    print(f"\nmanifest: {figures_dir / MANIFEST}\nreport: {report}", flush=True)
+    print(Path(report).read_text())
     return (1 if any(o.status == "failed" for o in outcomes) else 0), outcomes
 
 
@@ -292,7 +276,6 @@ def write_report(outcomes: list[Outcome], ctx: experiments.Context, published_di
                 published = store.read(o.figure, "")
             except UnusableResult:  # none published is normal; a damaged one is said (and how to fix it)
                 experiments.warn_if_damaged(store, o.figure, stacklevel=2)
-                published = None
         entries.append(compare(o.figure, published, o.result if o.status == "ok" else None, o.status, o.message))
     h = host()
     header = (f"Command `{command}`, profile `{ctx.profile}`, {total:.0f} s on {h['cpu']} ({h['cpus']} CPUs"
@@ -321,11 +304,10 @@ def write_report(outcomes: list[Outcome], ctx: experiments.Context, published_di
                              "plot_seconds": round(o.plot_seconds, 2), "cached": o.cached,
                              "compute_phases": (o.result.provenance or {}).get("phases") if o.result is not None
                              and not o.cached else None} for o in outcomes}
-    atomic_write_json(figures_dir / f"{REPORT}.json", {"command": command, "profile": ctx.profile, "seconds": total,
-                                                        "git": git_commit(), "phases": phases, "split": split,
-                                                        "per_result": per_result, "host": h,
-                                                        "load_average": {"start": load0, "end": load_average()},
-                                                        "software": software(), "entries": entries})
+    atomic_write_json(figures_dir / f"{REPORT}.json", dict(
+        command=command, profile=ctx.profile, seconds=total, git=git_commit(), phases=phases, split=split,
+        per_result=per_result, host=h, load_average={"start": load0, "end": load_average()}, software=software(),
+        entries=entries))
     return str(path)
 
 
@@ -385,33 +367,19 @@ def summary_table(outcomes: list[Outcome], total: float | None = None, color: bo
             status = paint.get(r[1].split()[0], "") + status + "\033[0m"
         lines.append(f"{r[0].ljust(w[0])}  {status}  {r[2].rjust(w[2])}  {r[3].ljust(w[3])}  {r[4]}")
     lines.insert(1, "-" * min(160, max(len(lines[0]), 60)))
-    n_ok = sum(o.status == "ok" for o in outcomes)
-    tail = f"{n_ok}/{len(outcomes)} results ok"
-    if total is not None:
-        tail += f" in {total:.1f} s"
-    return "\n".join(lines + ["", tail])
-
-
-def main(args) -> int:
-    """Entry point of ``curvature-gap reproduce`` (argparse namespace from cli.py)."""
-    code, _ = run(profile=args.profile, only=args.only, device=args.device, data_dir=args.data_dir,
-                  results_dir=args.results_dir, figures_dir=args.figures_dir, runs_dir=args.runs_dir,
-                  published_dir=args.published_dir, progress=not args.no_progress, allow_long=args.allow_long_runs)
-    return code
+    tail = f"{sum(o.status == 'ok' for o in outcomes)}/{len(outcomes)} results ok"
+    return "\n".join(lines + ["", tail + (f" in {total:.1f} s" if total is not None else "")])
 
 
 PUBLISHED_RUN = "reproduction.json"  # published/<profile>/: the reproduction behind the published results
 
 
-def publish(profile: str = "paper", results_dir="results", published_dir=None, only=None, out=None,
+def publish(profile: str = "paper", results_dir="results", published_dir=None, only=None,
             figures_dir="figures") -> list[str]:
     """Copy the cached results of the current configuration into ``published/<profile>/`` (for maintainers,
     after ``reproduce``); returns the files written. Results named in ``only`` must be cached; without
-    ``only``, results that are not (e.g. Fig. 6 without CIFAR-100) are listed and left as they are. Without
-    ``only``, the record of the reproduction of this profile in ``figures_dir`` (how long it took, where, which
-    results it computed: what the book and the README state of it) goes beside them as
-    :data:`PUBLISHED_RUN`."""
-    out = out or sys.stdout
+    ``only``, those that are not are listed and left as they are, and the record of this profile's reproduction
+    in ``figures_dir`` (what the book and the README state of it) goes beside them as :data:`PUBLISHED_RUN`."""
     published_dir = Path(published_dir if published_dir is not None else (experiments.default_published_dir() or "published"))
     ctx = experiments.Context(profile=profile, results_dir=results_dir, progress=False)
     store = PublishedStore(published_dir / profile)
@@ -422,7 +390,7 @@ def publish(profile: str = "paper", results_dir="results", published_dir=None, o
             if only:
                 raise ConfigError(f"{name} has no cached result for the current configuration; run "
                                   f"`curvature-gap reproduce --profile {profile} --only {name}` first")
-            print(f"not published (no cached result of the current configuration): {name}", file=out)
+            print(f"not published (no cached result of the current configuration): {name}")
             continue
         written += store.publish(r).paths
     if profile == "paper" and not only:  # the rows the paper book renders, from these results
@@ -439,5 +407,5 @@ def publish(profile: str = "paper", results_dir="results", published_dir=None, o
                     "software")
             atomic_write_json(store.root / PUBLISHED_RUN, {k: doc[k] for k in keep if k in doc})
             written.append(str(store.root / PUBLISHED_RUN))
-    print(f"published {len(written)} files into {store.root}/", file=out)
+    print(f"published {len(written)} files into {store.root}/")
     return written

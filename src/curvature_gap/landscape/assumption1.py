@@ -52,9 +52,7 @@ def order_gradient_norms(model: nn.Module, images: torch.Tensor, labels: torch.T
                 idx = perm[done:stop]
                 x, y = images[idx].to(device), labels[idx].to(device)
                 loss = nn.functional.cross_entropy(model(x), y, reduction="sum")
-                g = torch.autograd.grad(loss, params)
-                # gradients on `device`; the float64 running sum lives on the CPU (one vector, added
-                # elementwise: the same numbers on every device, and no accelerator memory held across orders)
+                g = torch.autograd.grad(loss, params)  # on `device`; the float64 running sum on the CPU
                 total += torch.cat([t.reshape(-1) for t in g]).double().cpu()
                 done = stop
             out[r, j] = float(total.norm() / k)
@@ -66,7 +64,6 @@ def per_sample_gradient_moments(model: nn.Module, images: torch.Tensor, labels: 
     """(ḡ, mean_i ‖g_i‖²) of the per-sample cross-entropy gradients ``g_i`` (vmap over samples, float64 sums)."""
     model.eval()
     params = {k: v.detach() for k, v in model.named_parameters()}
-
     l = model_loss(model)
 
     def loss1(p, x, y):
@@ -77,7 +74,7 @@ def per_sample_gradient_moments(model: nn.Module, images: torch.Tensor, labels: 
     for i in range(0, len(labels), chunk):
         G = g1(params, images[i:i + chunk].to(device), labels[i:i + chunk].to(device))
         flat = torch.cat([G[k].reshape(G[k].shape[0], -1) for k in params], 1).double()
-        s = flat.sum(0).cpu()  # summed on `device`; the running total is kept on the CPU (as above)
+        s = flat.sum(0).cpu()  # summed on `device`, the running total on the CPU
         total = s if total is None else total + s
         sq += float((flat * flat).sum())
     n = len(labels)
@@ -92,10 +89,9 @@ def expected_grad_norm_sq(k, grad_mean_sq: float, sigma2: float, n: int) -> np.n
 
 
 def claim_test(ks, norms, n: int) -> dict:
-    """The paper's "validity increases with more samples": least-squares slope of log ‖∇L_k‖ against log k
-    over k ≤ n/10, and whether it is negative with ‖∇L_k‖ at the largest k below that at k = 1. Applied to
-    the exact root-mean-square over all orders (:func:`measure`): a few sampled orders are too noisy at
-    small k, where single per-sample gradients range over orders of magnitude."""
+    """The paper's "validity increases with more samples" (:func:`validity_increases`) on the least-squares
+    slope of log ‖∇L_k‖ against log k over k ≤ n/10. :func:`measure` applies it to the exact root-mean-square
+    over all orders: a few sampled orders are too noisy at small k."""
     ks = np.asarray(ks, dtype=float)
     y = np.asarray(norms, dtype=float)
     sel = ks <= max(2, n // 10)
@@ -104,9 +100,8 @@ def claim_test(ks, norms, n: int) -> dict:
 
 
 def validity_increases(slope: float, first: float, last: float) -> bool:
-    """Fig. 12's claim, "its validity increases with … a larger number of samples", as one rule for every model
-    it is read on: the log-log slope of ‖∇L_k‖ against k is negative and the norm at the largest k measured is
-    below the norm at the smallest."""
+    """Fig. 12's claim, "its validity increases with … a larger number of samples", as one rule for every model:
+    the log-log slope of ‖∇L_k‖ against k is negative and the norm at the largest k is below that at the smallest."""
     return bool(slope < 0 and last < first)
 
 

@@ -35,7 +35,6 @@ def per_sample_losses(model: nn.Module, images: torch.Tensor, labels: torch.Tens
             x = images[s:s + batch_size].to(device=device, dtype=dtype)
             y = labels[s:s + batch_size].to(device)
             logits = model(x) if params is None else functional_call(model, params, (x,))
-            # the losses are computed on `device`; .cpu() only to store them in the NumPy result
             out[s:s + len(y)] = nn.functional.cross_entropy(logits, y, reduction="none").double().cpu().numpy()
     finally:
         model.train(was_training)

@@ -4,22 +4,18 @@
 (0 ≤ l_i(w*) ≤ ℓ_max; the paper calls it "L") and ``M`` bounds the per-sample Hessians (Theorem 1 for
 a self-attention layer, ``M_tr`` of Theorem 6 for a block).
 
-What a check of it can detect. At ``w = w*`` the curvature term vanishes and the inequality is the
-running-mean identity ``L_{k+1} − L_k = (l_{k+1} − L_k)/(k+1)`` with a factor 2 to spare: it cannot
-fail for a bounded loss. Off ``w*`` the proof expands both losses to second order and drops the
-first-order terms by Assumption 1; a violation needs the dropped term ``(∇l_{k+1} − ∇L_k)·(w − w*)``
-to beat ``2ℓ_max + M‖w − w*‖²``, i.e. roughly ``‖∇l_{k+1} − ∇L_k‖² > 8 ℓ_max M``. With an ``M`` that
-overestimates the curvature by orders of magnitude (the printed bounds do), no direction achieves
-that: the check then tests the running-mean identity, not the curvature analysis. Two settings here:
+At ``w = w*`` the inequality is the running-mean identity ``L_{k+1} − L_k = (l_{k+1} − L_k)/(k+1)`` with a
+factor 2 to spare: it cannot fail for a bounded loss. Off ``w*`` a violation needs the first-order term the proof
+drops by Assumption 1, ``(∇l_{k+1} − ∇L_k)·(w − w*)``, to beat ``2ℓ_max + M‖w − w*‖²``, i.e. roughly
+``‖∇l_{k+1} − ∇L_k‖² > 8 ℓ_max M``: with an ``M`` that overestimates the curvature by orders of magnitude the
+check tests the running-mean identity, not the curvature analysis. Two settings:
 
-* :func:`vit_check` — the Fig. 6 setting: the trained MNIST ViT, per-sample cross-entropy, ``w`` moving
-  along a direction ``u`` inside block 0's five matrices (the theorems' parameters), with ``M`` either
-  the largest exact per-sample Hessian norm at ``w*`` (power iteration + Lanczos) or Theorem 6's
-  explicit ``M_tr`` with the cross-entropy factors of :mod:`curvature_gap.bounds.ce`;
-* :func:`sa_check` — a single self-attention layer with the paper's MSE on ``N`` sequences, at an exact
-  minimiser ``w*`` of ``L_N`` (L-BFGS to a gradient below 1e-9), ``M`` = the largest per-sample
-  Theorem 1 bound at ``w*`` (printed, and repaired), and an adversarial search (Adam over the direction
-  and the distance) for the ``w ≠ w*`` that minimises ``rhs/lhs``.
+* :func:`vit_check` — the trained MNIST ViT (Fig. 6), per-sample cross-entropy, ``w`` moving inside block 0's
+  five matrices, ``M`` the largest exact per-sample Hessian norm at ``w*`` or Theorem 6's ``M_tr`` with the
+  cross-entropy factors of :mod:`curvature_gap.bounds.ce`;
+* :func:`sa_check` — one self-attention layer with the paper's MSE at an exact minimiser ``w*`` of ``L_N``,
+  ``M`` = the largest per-sample Theorem 1 bound at ``w*`` (printed and repaired), and an adversarial search
+  for the ``w ≠ w*`` that minimises ``rhs/lhs``.
 """
 from __future__ import annotations
 
@@ -62,15 +58,12 @@ def rhs(k, ell_max: float, M: float, dist2: float):
     return (2.0 * ell_max + M * dist2) / (k + 1.0)
 
 
-# At t = 0 (w = w*) the right-hand side is 2ℓ_max/(k+1) while |L_{k+1} − L_k| = |l_{k+1} − L_k|/(k+1) ≤ ℓ_max/(k+1):
-# rhs/lhs ≥ 2 there by construction, so only t > 0 informs about the curvature term.
-T0_FLOOR = 2.0
+T0_FLOOR = 2.0  # at t = 0, rhs/lhs ≥ 2ℓ_max/|l_{k+1} − L_k| ≥ 2 by construction: only t > 0 informs
 
 STATEMENT = "|L_{k+1}(w) − L_k(w)| ≤ 2ℓ_max/(k+1) + M‖w − w*‖²/(k+1)"  # the inequality as a row names it
 IDENTITY_TOL = 1e-12  # float64 rounding of a running mean over ≤ 60,000 terms of size O(1)
-# An M that exceeds the exact curvature at w* by more than this cannot fail as checked: for l_i ≥ 0 with
-# ‖∇²l_i‖ ≤ M near the segment, l_i(w) ≤ 2 l_i(w*) + M‖w − w*‖², and that alone gives
-# |L_{k+1}(w) − L_k(w)| ≤ (2ℓ_max + M‖w − w*‖²)/(k+1), the statement (the lemma on the Theorem 7 page).
+# An M this many times the exact curvature at w* cannot fail as checked (for l_i ≥ 0 with ‖∇²l_i‖ ≤ M,
+# l_i(w) ≤ 2 l_i(w*) + M‖w − w*‖² gives the statement: the lemma on the Theorem 7 page).
 GUARANTEED_FACTOR = 1e3
 
 
@@ -96,8 +89,7 @@ def _ratio_over_k(losses, ell_max: float, M: float, dist2: float) -> tuple[float
     lhs = np.abs(Lk[1:] - Lk[:-1])
     k = np.arange(1, len(losses))
     r = rhs(k, ell_max, M, dist2)
-    with np.errstate(divide="ignore"):
-        ratio = np.where(lhs > 0, r / np.where(lhs > 0, lhs, 1.0), np.inf)
+    ratio = np.where(lhs > 0, r / np.where(lhs > 0, lhs, 1.0), np.inf)
     j = int(np.argmin(ratio))
     return float(ratio[j]), int(k[j]), lhs
 
@@ -108,25 +100,14 @@ def _device_of(model, device=None) -> torch.device:
     return torch.device(device) if device is not None else next(model.parameters()).device
 
 
-def _loss1(m, base, names):
-    """One sample's cross-entropy as a function of the tensors ``w`` of ``names`` (the rest from ``base``)."""
-    l = model_loss(m, fixed=base)
-
-    def f(w, img, lab):
-        return l(dict(zip(names, w)), img[None], lab[None])
-    return f
-
-
 def per_sample_hessian_norms(model, images, labels, names: list[str] | None = None, iters: int = 40,
                              chunk: int = 128, refine: int = 4, seed: int = 0, device=None) -> dict:
     """``‖∇²_w l_i(w*)‖_2`` over block 0's matrices for each sample (float64 copy of ``model``).
 
-    Batched power iteration (:func:`curvature_gap.exact.linalg.power_iteration`, ``iters`` products of
-    :meth:`curvature_gap.hessian.hvp.HessianOperator.per_sample`: ``‖H v‖`` with ``‖v‖ = 1``, a lower estimate)
-    for all samples, then Lanczos (ARPACK, largest magnitude) for the ``refine``
-    samples with the largest estimates. Returns ``{"norms", "rel_change", "refined": {i: value}, "max"}``.
-    Runs on ``device`` (default: the model's); the random start vectors are drawn on the CPU generator and
-    moved there, so every device starts from the same vectors.
+    Batched power iteration (``iters`` per-sample Hessian products; ``‖H v‖`` with ``‖v‖ = 1``, a lower
+    estimate) for all samples, then Lanczos (ARPACK) for the ``refine`` largest. Returns ``{"norms",
+    "rel_change", "refined": {i: value}, "max"}``. Runs on ``device`` (default: the model's); the start vectors
+    are drawn on the CPU generator, so every device starts from the same vectors.
     """
     dev = _device_of(model, device)
     m = copy.deepcopy(model).double().to(dev).eval()
@@ -143,7 +124,6 @@ def per_sample_hessian_norms(model, images, labels, names: list[str] | None = No
         lam, r = la.power_iteration(lambda V, im=im, lb=lb: hvp(V, im, lb), v0, iters)
         est.append(lam)
         rel.append(r)
-    # to the CPU only to hand NumPy arrays on (and to ARPACK below)
     norms = torch.cat(est).cpu().numpy()
     relc = torch.cat(rel).cpu().numpy()
     refined = {}
@@ -162,11 +142,8 @@ def per_sample_hessian_norms(model, images, labels, names: list[str] | None = No
 
 def thm6_M_ce(model, images, labels) -> np.ndarray:
     """Theorem 6's explicit ``M_tr`` (App. C.6) per sample for the cross-entropy through the head
-    (:mod:`curvature_gap.bounds.ce`): the theory block with block 0's trained matrices.
-
-    On the CPU whatever the model's device, by design: each sample is a small dense float64 instance
-    (:class:`curvature_gap.exact.instances.Instance`, L × d_V matrices) whose targets come from the CPU
-    generator and whose norms are NumPy eigensolves; there is nothing for an accelerator to do."""
+    (:mod:`curvature_gap.bounds.ce`), with block 0's trained matrices. On the CPU whatever the model's device:
+    each sample is a small dense float64 instance whose norms are NumPy eigensolves."""
     W_h, b_h = (t.detach().double().cpu() for t in (model.head.weight, model.head.bias))
     out = []
     for i, inst in enumerate(from_model(model, images, target="zero")):
@@ -182,8 +159,9 @@ def _direction(m, names, kind: str, images, labels, seed: int) -> dict:
     if kind == "random":
         g = torch.Generator().manual_seed(seed)
         u = {k: torch.randn(base[k].shape, generator=g, dtype=torch.float64).to(base[k].device) for k in names}
-    elif kind == "max-grad":
-        f = _loss1(m, base, names)
+    elif kind == "max-grad":  # the largest per-sample gradient
+        l = model_loss(m, fixed=base)
+        f = lambda w, img, lab: l(dict(zip(names, w)), img[None], lab[None])  # noqa: E731 - one sample's loss
         w0 = tuple(base[k] for k in names)
         dev = w0[0].device
         gs = vmap(grad(f), in_dims=(None, 0, 0))(w0, images.to(dev).double(), labels.to(dev))
@@ -200,9 +178,8 @@ def path_check(model, images, labels, M: dict, ts=T_GRID, directions=("random", 
                ks_table: int = 60, device=None) -> dict:
     """Measured ``|L_{k+1}(w) − L_k(w)|`` along ``w = w* + t u`` against :func:`rhs` for each ``M`` in
     ``M`` (name -> value). Returns per (direction, t): the identity residual, the smallest ``rhs/lhs``
-    over ``k = 1..n−1`` for each M with its ``k``, and a table on log-spaced ``k`` to which each path's
-    minimising ``k`` are added (``at_min``: the row of a minimum, whose ``rhs/lhs`` is the reported ratio, so it
-    can be recomputed from the table). Runs on ``device`` (default: the model's)."""
+    over ``k = 1..n−1`` for each M with its ``k``, and a table on log-spaced ``k`` plus each minimising ``k``
+    (``at_min``). Runs on ``device`` (default: the model's)."""
     m = copy.deepcopy(model).double().to(_device_of(model, device)).eval()
     names = block_param_names(m)
     base = {k: v.detach() for k, v in m.named_parameters()}
@@ -234,9 +211,8 @@ def path_check(model, images, labels, M: dict, ts=T_GRID, directions=("random", 
 
 def vit_check(model, images, labels, hessian_n: int, ts=T_GRID, seed: int = 0, iters: int = 40, refine: int = 4,
               log: Callable[[str], None] | None = None, device=None) -> dict:
-    """Theorem 7 on the trained ViT (see module doc); ``hessian_n`` samples enter the exact M. The
-    per-sample Hessians and the losses along the paths run on ``device`` (default: the model's); Theorem 6's
-    M on the CPU (:func:`thm6_M_ce`)."""
+    """Theorem 7 on the trained ViT (see module doc); ``hessian_n`` samples enter the exact M. Runs on
+    ``device`` (default: the model's), Theorem 6's M on the CPU (:func:`thm6_M_ce`)."""
     device = _device_of(model, device)
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
@@ -265,15 +241,14 @@ def sa_problem(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, noise: floa
     ``(l_1(w), …, l_N(w))`` for the flat weights ``w = (vec_r W_Q, vec_r W_K, vec_r W_V)``."""
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
-    d_K = d_V
     X = r(N, L, d_V)
-    teacher = [r(d_V, d_K) / d_V ** 0.5, r(d_V, d_K) / d_V ** 0.5, r(d_V, d_V) / d_V ** 0.5]
+    teacher = [r(d_V, d_V) / d_V ** 0.5 for _ in range(3)]  # d_K = d_V
     with torch.no_grad():
         T = vmap(lambda x: sa_forward(x, *teacher))(X) + noise * r(N, L, d_V)
-    n = d_V * d_K
+    n = d_V * d_V
 
     def unflat(w):
-        return w[:n].view(d_V, d_K), w[n:2 * n].view(d_V, d_K), w[2 * n:].view(d_V, d_V)
+        return w[:n].view(d_V, d_V), w[n:2 * n].view(d_V, d_V), w[2 * n:].view(d_V, d_V)
 
     def per_sample(w):
         return vmap(lambda x, t: sa_loss(x, *unflat(w), t))(X, T)
@@ -292,36 +267,29 @@ def sa_problem(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, noise: floa
         opt.step(closure)
     w_star = w.detach().clone()
     gn = float(grad(lambda v: per_sample(v).mean())(w_star).norm())
-    return {"X": X, "T": T, "w_star": w_star, "unflat": unflat, "per_sample": per_sample, "grad_norm_full": gn,
-            "N": N, "L": L, "d_V": d_V, "d_K": d_K}
-
-
-def _sa_M(prob: dict, variant: str) -> float:
-    """max_i of Theorem 1's M (``variant`` printed or repaired) at ``w*`` over the problem's samples."""
-    WQ, WK, WV = prob["unflat"](prob["w_star"])
-    sn = lambda A: float(la.matrix_norms(A))  # noqa: E731
-    return max(fm.theorem1(sn(x), sn(WQ), sn(WK), sn(WV), sn(t), prob["L"], prob["d_V"], prob["d_K"],
-                           variant=variant)["M"] for x, t in zip(prob["X"], prob["T"]))
+    return {"X": X, "T": T, "w_star": w_star, "unflat": unflat, "per_sample": per_sample, "grad_norm_full": gn}
 
 
 def sa_check(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, ts=(0.0, 0.03, 0.3, 1.0, 3.0),
              steps: int = 150, lr: float = 0.05) -> dict:
-    """Theorem 7 for one attention layer at an exact minimiser (see module doc).
-
-    Along a seeded random direction at the distances ``ts``, then an adversarial search: Adam over an
-    unconstrained direction ``u`` and ``log t`` minimising ``min_k rhs/lhs`` (the optimiser only proposes
-    points; each is re-evaluated exactly). Both for ``M`` = the printed Theorem 1 bound and the repaired
-    one, maximised over the samples at ``w*``. Also the gradients Assumption 1 says vanish."""
+    """Theorem 7 for one attention layer at an exact minimiser (see module doc): along a seeded random
+    direction at the distances ``ts``, then Adam over a direction ``u`` and ``log t`` minimising ``min_k rhs/lhs``
+    (each proposed point re-evaluated exactly), for each ``M``. Also the gradients Assumption 1 says vanish."""
     prob = sa_problem(N, L, d_V, seed)
-    w_star, per_sample = prob["w_star"], prob["per_sample"]
+    w_star, per_sample, unflat = prob["w_star"], prob["per_sample"], prob["unflat"]
     with torch.no_grad():
         l_star = per_sample(w_star).numpy()
     ell_max = float(l_star.max())
     J = torch.func.jacrev(per_sample)(w_star)  # (N, P) per-sample gradients
     grad_k = torch.cumsum(J, 0) / torch.arange(1, N + 1, dtype=torch.float64)[:, None]
-    H_max = float(la.matrix_norms(vmap(hessian(lambda w, x, t: sa_loss(x, *prob["unflat"](w), t)),
+    H_max = float(la.matrix_norms(vmap(hessian(lambda w, x, t: sa_loss(x, *unflat(w), t)),
                                        in_dims=(None, 0, 0))(w_star, prob["X"], prob["T"])).max())
-    Ms = {"printed": _sa_M(prob, "printed"), "repaired": _sa_M(prob, "repaired"), "exact_at_w_star": H_max}
+    sn = lambda A: float(la.matrix_norms(A))  # noqa: E731
+    nQ, nK, nV = map(sn, unflat(w_star))
+    # Theorem 1's M (printed and repaired) at w*, the largest over the samples
+    Ms = {v: max(fm.theorem1(sn(x), nQ, nK, nV, sn(t), L, d_V, d_V, variant=v)["M"]
+                 for x, t in zip(prob["X"], prob["T"])) for v in ("printed", "repaired")}
+    Ms["exact_at_w_star"] = H_max
     g = torch.Generator().manual_seed(seed + 1)
     u0 = torch.randn(w_star.numel(), generator=g, dtype=torch.float64)
     u0 /= u0.norm()
@@ -336,8 +304,7 @@ def sa_check(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, ts=(0.0, 0.03
             row[f"min_ratio_{name}"], row[f"argmin_k_{name}"], _ = _ratio_over_k(ls, ell_max, M, t * t)
         out["path"].append(row)
     k = torch.arange(1, N, dtype=torch.float64)
-    for name in ("printed", "repaired", "exact_at_w_star"):
-        M = Ms[name]
+    for name, M in Ms.items():
         u = u0.clone().requires_grad_(True)
         log_t = torch.tensor(0.0, dtype=torch.float64, requires_grad=True)
         opt = torch.optim.Adam([u, log_t], lr=lr)
