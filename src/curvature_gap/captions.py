@@ -1,16 +1,11 @@
 """What each figure shows, in one sentence computed from the numbers it draws: a caption's message.
 
-A figure's caption opens with its message (:func:`message`, shown in bold by
-:func:`curvature_gap.notebook.figure`), followed by what is drawn. Each message is computed from the result
-the figure is drawn from, so it stays true at every profile (a smoke build's message speaks of its toy
-numbers) and changes when the numbers do. The theory pages' figures draw package computations that are not
-cached results; their messages are the functions below named for them, given the same data.
-
-Each result declares the message function of each of its figure parts (``FigureSpec.messages``, part ->
-function; ``result.meta`` and ``result.arrays`` in, TeX-in-``$…$`` text out); the functions of the paper's
-figures are here, with the helpers they share; :func:`curvature_gap.experiments.message` looks them up, and
-``tests/test_captions.py`` checks that every figure part of every result has one. Parameter groups are
-written in the book's one notation (:func:`unit_tex`).
+A figure's caption opens with its message (shown in bold by :func:`curvature_gap.notebook.figure`). Computed
+from the figure's result, it stays true at every profile and changes when the numbers do. Each result declares
+the message function of each figure part (``FigureSpec.messages``: ``result.meta``/``result.arrays`` in,
+TeX-in-``$…$`` text out; :func:`curvature_gap.experiments.message` looks them up); the theory pages' figures
+have the functions named for them below, given the same data. Parameter groups are written in the book's one
+notation (:func:`unit_tex`).
 """
 from __future__ import annotations
 
@@ -25,7 +20,7 @@ from .plotting import short_label
 __all__ = ["unit_tex", "u", "ordinal", "heatmap_whole", "heatmap_attention", "heatmap_means", "fig5_parameters",
            "fig5_hessians", "fig5_parameters_over_training", "fig5_hessians_over_training", "dynamics", "fig6", "fig12",
            "theorem7", "fused_ln", "theorem1_sweeps", "layernorm_flattening", "input_scaling", "ffn_kinks", "readable",
-           "plural", "code_tex"]
+           "plural", "code_tex", "split_math"]
 
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
@@ -45,13 +40,18 @@ def _sci(m: re.Match) -> str:
     return f"{mant_s}10{str(exp).translate(_SUPERSCRIPT)}"
 
 
+def split_math(text) -> list[str]:
+    """``text`` split at its ``$`` signs: even items are words, odd items TeX; one item when the signs do not
+    pair up (then nothing is taken for math)."""
+    parts = str(text).split("$")
+    return parts if len(parts) % 2 == 1 else [str(text)]
+
+
 def readable(text: str) -> str:
     """Numbers in prose as a reader writes them, outside ``$…$`` (math is left alone): ``1.4e+05`` as
-    1.4 × 10⁵ (also at the end of a sentence), ``0e+00`` as 0, ``3.1622776601683795`` to four significant digits, ``-0.00`` as 0.00 and a
-    minus sign (−) for a hyphen before a number."""
-    parts = str(text).split("$")
-    if len(parts) % 2 == 0:  # unpaired $: no math to keep apart
-        parts = [str(text)]
+    1.4 × 10⁵ (also at the end of a sentence), ``0e+00`` as 0, ``3.1622776601683795`` to four significant
+    digits, ``-0.00`` as 0.00 and a minus sign (−) for a hyphen before a number."""
+    parts = split_math(text)
     for i in range(0, len(parts), 2):
         t = _E_NOTATION.sub(_sci, parts[i])
         t = _LONG_FLOAT.sub(lambda m: f"{float(m.group(1)):.4g}", t)
@@ -84,10 +84,7 @@ def code_tex(text: str) -> str:
     r"""Words with symbols of code notation (``∂F/∂W_K``, ``Φ_QK``, ``d_V``) as words with inline math
     (``$\partial\mathbf F/\partial\mathbf W_{K}$``), for headings, tables (:func:`md_math`) and evidence;
     math already in ``$…$`` is left alone."""
-    parts = str(text).split("$")
-    if len(parts) % 2 == 0:  # unpaired $: no math to keep apart
-        parts = [str(text)]
-    return "$".join(p if i % 2 else _TEX_TOKEN.sub(_tex_symbol, p) for i, p in enumerate(parts))
+    return "$".join(p if i % 2 else _TEX_TOKEN.sub(_tex_symbol, p) for i, p in enumerate(split_math(text)))
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -119,31 +116,31 @@ def ordinal(k: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- Figs. 3-4
-def _diagonal_ranking(meta, stat: str, where: str) -> str:
-    order = meta["rankings"]["block"][stat]
-    top = order[0]
-    if top == "W_V":
+def _when(res) -> str:
+    return "after training" if res.meta.get("trained") else "at initialisation"
+
+
+def _diagonal_ranking(res, stat: str) -> str:
+    order, where = res.meta["rankings"]["block"][stat], _when(res).capitalize()
+    if order[0] == "W_V":
         return f"{where} the {_pair('W_V')} block (outlined) is the largest diagonal block"
     k = order.index("W_V") + 1 if "W_V" in order else None
     vv = f"; {_pair('W_V')} (outlined) is {ordinal(k)} of {len(order)}" if k else ""
-    return f"{where} the largest diagonal block is {_pair(top)}{vv}"
+    return f"{where} the largest diagonal block is {_pair(order[0])}{vv}"
 
 
 def heatmap_whole(res) -> str:
-    when = "After training" if res.meta.get("trained") else "At initialisation"
-    return _diagonal_ranking(res.meta, "fro", when) + " by Frobenius norm."
+    return _diagonal_ranking(res, "fro") + " by Frobenius norm."
 
 
 def heatmap_attention(res) -> str:
     order = [x for x in res.meta["rankings"]["weights"]["fro"] if x in ("W_Q", "W_K", "W_V", "W_O")]
-    when = "after training" if res.meta.get("trained") else "at initialisation"
-    return (f"Of the {('three', 'four')[len(order) - 3]} attention blocks, {_pair(order[0])} is the largest by Frobenius norm {when} ("
-            + " > ".join(u(x) for x in order) + ").")
+    return (f"Of the {('three', 'four')[len(order) - 3]} attention blocks, {_pair(order[0])} is the largest by "
+            f"Frobenius norm {_when(res)} (" + " > ".join(u(x) for x in order) + ").")
 
 
 def heatmap_means(res) -> str:
-    when = "After training" if res.meta.get("trained") else "At initialisation"
-    return _diagonal_ranking(res.meta, "mean", when).replace(" (outlined)", "") + r" by mean $|H_{ij}|$."
+    return _diagonal_ranking(res, "mean").replace(" (outlined)", "") + r" by mean $|H_{ij}|$."
 
 
 # ---------------------------------------------------------------------------------------------- Fig. 5
@@ -174,35 +171,27 @@ def fig5_hessians(res) -> str:
 _WEIGHT = {"Q": "W_Q", "K": "W_K", "V": "W_V", "FFN1": "W_1", "FFN2": "W_2"}  # the legend's label -> unit
 
 
-def _group_unit(group: str) -> str:
-    """A parameter group of the trajectory (``block0.value``) as the figure's legend labels it, in the book's
-    notation (``W_V``)."""
-    label = short_label(group)
-    return _WEIGHT.get(label, label)
+def _grows_most(key: str, what: str) -> Callable:
+    """The message of a Fig. 5 panel over training: whose ``key`` is largest at the end, and whose grew most."""
+    def msg(res) -> str:
+        a = res.arrays
+        groups = [_WEIGHT.get(lab, lab) for lab in map(short_label, res.meta["groups"])]  # block0.value as W_V
+        v = np.asarray(a[key], dtype=float)
+        steps = np.asarray(a["steps"])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = v[-1] / v[0]
+        finite = [i for i in range(len(groups)) if np.isfinite(ratio[i]) and v[0, i] > 0]
+        top_end = int(np.argmax(v[-1]))
+        grow = max(finite, key=lambda i: ratio[i]) if finite else None
+        out = f"At step {int(steps[-1])} the largest {what} is {u(groups[top_end])}'s"
+        if grow is not None:
+            out += f"; {u(groups[grow])}'s grew most since step {int(steps[0])} (×{ratio[grow]:.3g})"
+        return out + "."
+    return msg
 
 
-def _grows_most(res, key: str, what: str) -> str:
-    a = res.arrays
-    groups = [_group_unit(g) for g in res.meta["groups"]]
-    v = np.asarray(a[key], dtype=float)
-    steps = np.asarray(a["steps"])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = v[-1] / v[0]
-    finite = [i for i in range(len(groups)) if np.isfinite(ratio[i]) and v[0, i] > 0]
-    top_end = int(np.argmax(v[-1]))
-    grow = max(finite, key=lambda i: ratio[i]) if finite else None
-    out = f"At step {int(steps[-1])} the largest {what} is {u(groups[top_end])}'s"
-    if grow is not None:
-        out += f"; {u(groups[grow])}'s grew most since step {int(steps[0])} (×{ratio[grow]:.3g})"
-    return out + "."
-
-
-def fig5_parameters_over_training(res) -> str:
-    return _grows_most(res, "param_fro_steps", "parameter norm")
-
-
-def fig5_hessians_over_training(res) -> str:
-    return _grows_most(res, "diag_spec_steps", "diagonal Hessian block")
+fig5_parameters_over_training = _grows_most("param_fro_steps", "parameter norm")
+fig5_hessians_over_training = _grows_most("diag_spec_steps", "diagonal Hessian block")
 
 
 # ---------------------------------------------------------------------------------------------- Figs. 7-11

@@ -38,31 +38,30 @@ from .theory.errata import misprint_counts
 __all__ = ["BEYOND", "RESULTS", "result_entries", "Verdict", "findings", "finding_of", "summary_sentences", "VERDICT_CLASSES",
            "tex_powers", "by_L_words"]
 
-# key, the result as the paper names it, the book page, kind ("theory", "experiment"). The experiments are
+# the results of kind "theory": key, the result as the paper names it, the book page. The experiments are
 # declared by their result modules (FigureSpec.finding) and placed after the paper's theory, before the
 # companion's own results.
-_THEORY: list[tuple[str, str, str, str]] = [
-    ("appB", "Appendix B: matrix-calculus identities", "book/notation", "theory"),
-    ("sec2", "§2: the definition of LayerNorm", "notebooks/layernorm", "theory"),
-    ("thm2", "Theorem 2: Jacobian of LayerNorm", "notebooks/layernorm", "theory"),
-    ("thm3", "Theorem 3: Hessian of LayerNorm", "notebooks/layernorm", "theory"),
-    ("lem1", "Lemma 1: derivatives of ReLU", "notebooks/ffn_relu", "theory"),
-    ("sa_hessian", "Self-attention Hessian (Ormaniec et al., as quoted)", "notebooks/self_attention", "theory"),
-    ("thm1", "Theorem 1: Hessian bound for self-attention", "notebooks/self_attention", "theory"),
-    ("thm4", "Theorem 4: Jacobians of the block", "notebooks/transformer_block", "theory"),
-    ("lem2", "Lemma 2: Φ from the functional Hessian", "notebooks/transformer_block", "theory"),
-    ("thm5", "Theorem 5: Hessian of the block", "notebooks/transformer_block", "theory"),
-    ("gn", "The loss Hessian of the block (Gauss–Newton decomposition, §3.2)", "notebooks/transformer_block", "theory"),
-    ("thm6", "Theorem 6: Hessian bound for the block", "notebooks/norm_bounds", "theory"),
-    ("lemma4", "Lemma 4: LayerNorm norm bounds", "notebooks/norm_bounds", "theory"),
-    ("prop", "Proposition: norms of Y, FFN(Y) and S", "notebooks/norm_bounds", "theory"),
-    ("ce", "§5: the companion's cross-entropy version of Theorem 6", "notebooks/norm_bounds", "theory"),
-    ("ce_validated", "§5: cross-entropy \"explicitly validated in our experimental section\"", "notebooks/norm_bounds",
-     "theory"),
-    ("thm7", "Theorem 7: convergence of the loss landscape", "notebooks/landscape_convergence", "theory"),
-    ("assumption1", "Assumption 1: a shared minimiser", "notebooks/landscape_convergence", "theory"),
+_THEORY: list[tuple[str, str, str]] = [
+    ("appB", "Appendix B: matrix-calculus identities", "book/notation"),
+    ("sec2", "§2: the definition of LayerNorm", "notebooks/layernorm"),
+    ("thm2", "Theorem 2: Jacobian of LayerNorm", "notebooks/layernorm"),
+    ("thm3", "Theorem 3: Hessian of LayerNorm", "notebooks/layernorm"),
+    ("lem1", "Lemma 1: derivatives of ReLU", "notebooks/ffn_relu"),
+    ("sa_hessian", "Self-attention Hessian (Ormaniec et al., as quoted)", "notebooks/self_attention"),
+    ("thm1", "Theorem 1: Hessian bound for self-attention", "notebooks/self_attention"),
+    ("thm4", "Theorem 4: Jacobians of the block", "notebooks/transformer_block"),
+    ("lem2", "Lemma 2: Φ from the functional Hessian", "notebooks/transformer_block"),
+    ("thm5", "Theorem 5: Hessian of the block", "notebooks/transformer_block"),
+    ("gn", "The loss Hessian of the block (Gauss–Newton decomposition, §3.2)", "notebooks/transformer_block"),
+    ("thm6", "Theorem 6: Hessian bound for the block", "notebooks/norm_bounds"),
+    ("lemma4", "Lemma 4: LayerNorm norm bounds", "notebooks/norm_bounds"),
+    ("prop", "Proposition: norms of Y, FFN(Y) and S", "notebooks/norm_bounds"),
+    ("ce", "§5: the companion's cross-entropy version of Theorem 6", "notebooks/norm_bounds"),
+    ("ce_validated", "§5: cross-entropy \"explicitly validated in our experimental section\"", "notebooks/norm_bounds"),
+    ("thm7", "Theorem 7: convergence of the loss landscape", "notebooks/landscape_convergence"),
+    ("assumption1", "Assumption 1: a shared minimiser", "notebooks/landscape_convergence"),
     ("encoder_layer", "Beyond the paper: the closed-form Hessian of nn.TransformerEncoderLayer, and Theorem 1 for "
-     "h heads with W_O (this companion's)", "notebooks/encoder_layer", "theory"),
+     "h heads with W_O (this companion's)", "notebooks/encoder_layer"),
 ]
 BEYOND = ("encoder_layer",)  # the companion's own results, after the paper's (counted apart from its claims)
 
@@ -72,7 +71,8 @@ def result_entries(specs=None) -> list[tuple[str, str, str, str]]:
     declare them (``FigureSpec.finding``, in book order), then the companion's own."""
     specs = SPECS if specs is None else specs
     exp = [(f.key, f.title, f.page, "experiment") for f in (s.finding for s in specs.values()) if f is not None]
-    return ([r for r in _THEORY if r[0] not in BEYOND] + exp + [r for r in _THEORY if r[0] in BEYOND])
+    theory = [(*r, "theory") for r in _THEORY]
+    return [r for r in theory if r[0] not in BEYOND] + exp + [r for r in theory if r[0] in BEYOND]
 
 
 RESULTS = result_entries()  # as declared at import; findings() reads the registry each time
@@ -109,14 +109,12 @@ _CORRECTED_DEFINITION = {
 VACUOUS_RATIO = 1e3  # a bound looser than this everywhere (smallest bound/exact > 10³) informs about nothing
 # CSS class of each verdict in the book: green (holds), teal (holds with corrections or a proof gap), violet
 # (holds but uninformative), amber (fails with a repair, partly reproduced), red (fails), grey (not run)
-VERDICT_CLASSES = {"holds": "ok", "reproduced": "ok", "holds as corrected": "corrected",
-                   "holds; misprints in the appendix corrected": "corrected",
-                   "holds; proof has a gap": "corrected",
-                   "holds, vacuous": "vacuous", "holds, cannot fail as checked": "vacuous",
-                   "fails; repaired version holds": "repaired",
-                   "fails": "bad", "not supported": "bad",
-                   "partly reproduced": "notrepro", "not reproduced": "notrepro",
-                   "not run": "none", "not run at paper scale": "none", "no claim made": "none"}
+VERDICT_CLASSES = {v: css for css, vs in {
+    "ok": ("holds", "reproduced"),
+    "corrected": ("holds as corrected", "holds; misprints in the appendix corrected", "holds; proof has a gap"),
+    "vacuous": ("holds, vacuous", "holds, cannot fail as checked"), "repaired": ("fails; repaired version holds",),
+    "bad": ("fails", "not supported"), "notrepro": ("partly reproduced", "not reproduced"),
+    "none": ("not run", "not run at paper scale", "no claim made")}.items() for v in vs}
 
 
 @dataclass
@@ -153,11 +151,15 @@ def _num(x) -> str:
     return f"{x:.3g}" if x is not None else "-"
 
 
-def _law(r: Row) -> str:
+def _laws(r: Row) -> list[str]:
     """How a failing step's ratio scales (its ``details["scaling"]``: a law only where the local slopes converged,
-    with the range fitted), in words, or its smallest ratio."""
-    laws = [_law_words(t) for t in r.details.get("scaling", []) if t.get("law") and "flat" not in t["law"]]
-    return f"bound/exact {' and '.join(laws)}" if laws else f"bound/exact {_num(r.min_ratio)}"
+    and not flat), in words with the range fitted."""
+    return [_law_words(t) for t in r.details.get("scaling", []) if t.get("law") and "flat" not in t["law"]]
+
+
+def _law(r: Row) -> str:
+    """:func:`_laws` of a failing step, or its smallest ratio."""
+    return "bound/exact " + (" and ".join(_laws(r)) or _num(r.min_ratio))
 
 
 def _law_words(t: dict) -> str:
@@ -183,11 +185,8 @@ def _step(r: Row) -> str:
 def _repairs(ran: list) -> dict:
     """``{row id of a failing step: the row of the companion's repair of it}`` (a bound declared ``repairs=``)."""
     by = {r.id: r for r in ran}
-    out = {}
-    for b in BOUNDS.values():
-        if b.repairs is not None and f"bounds.{b.id}" in by:
-            out[f"bounds.{b.repairs}"] = by[f"bounds.{b.id}"]
-    return out
+    return {f"bounds.{b.repairs}": by[f"bounds.{b.id}"] for b in BOUNDS.values()
+            if b.repairs is not None and f"bounds.{b.id}" in by}
 
 
 # the result's explicit constant, where the statement promises one ("explicit expressions for each bound are stated
@@ -257,6 +256,12 @@ def _block_of(r: Row | None) -> str:
     return f", for block ({sub[0]},{sub[1]})" if len(sub) == 2 else ""
 
 
+def _as_they_must(rs: list[Row]) -> str:
+    """Bound rows that hold by construction, and why."""
+    return (f"{' and '.join(_step(r) for r in rs)} hold, as they must ("
+            + "; ".join(sorted({r.details['by_construction'] for r in rs})) + ")")
+
+
 def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
     ran = [r for r in rows if r.ran]
     if not ran:
@@ -283,7 +288,7 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
             where = " at an exact minimiser with uniform attention (every assumption in force)" if adm else ""
             part = ""
             if not rep and len(st) > len(st_fail):  # which part of the statement fails, and how
-                laws = [_law_words(t) for t in worst.details.get("scaling", []) if t.get("law") and "flat" not in t["law"]]
+                laws = _laws(worst)
                 part = f" ({_step(worst)}{_block_of(worst)}" + (f"; bound/exact {' and '.join(laws)}" if laws else "") + ")"
             ev.append(f"counter-example{where}: bound/exact = {_num(worst.min_ratio)}{part}")
         else:
@@ -321,8 +326,7 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
         held = [r for r in st if r.verdict == "holds" and r.kind == "bound"]
         trivial = [r for r in held if r.details.get("by_construction")]
         if trivial:
-            ev.append(f"{' and '.join(_step(r) for r in trivial)} hold, as they must ("
-                      + "; ".join(sorted({r.details['by_construction'] for r in trivial})) + ")")
+            ev.append(_as_they_must(trivial))
         for r in (r for r in held if not r.details.get("by_construction")):
             ev.append(f"{_step(r)} holds on every instance tried (smallest bound/exact {_num(r.min_ratio)})"
                       + (" but is not proved" if pf_fail else ""))
@@ -333,8 +337,7 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
     shown = [r for r in st if r.kind == "bound" and r.verdict == "holds" and r.details.get("by_construction")]
     as_displayed = bool(shown) and len(shown) == len(st) and bool(pf_fail)
     if as_displayed:  # the displayed inequalities hold; its proof's instantiation fails
-        ev.append(f"holds as displayed: {' and '.join(_step(r) for r in shown)} hold, as they must ("
-                  + "; ".join(sorted({r.details['by_construction'] for r in shown})) + ")")
+        ev.append("holds as displayed: " + _as_they_must(shown))
         pf_fail = _repaired_steps(ev, numbers, pf_fail, ran)
         const = _EXPLICIT_CONSTANT.get(key)
         c = next((r for r in ran if const and r.id == const[0]), None)
@@ -385,10 +388,9 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
 def _experiment(key: str, rows: list[Row]) -> tuple[str, str]:
     if key in _no_claim():
         return "no claim made", "the paper shows these figures without stating a claim about them"
-    claims = [r for r in rows if r.kind == "claim"]
-    if not claims:
+    r = next((r for r in rows if r.kind == "claim"), None)
+    if r is None:
         return "not run", "no row"
-    r = claims[0]
     if not r.ran:
         if key in _cifar():
             return "not run at paper scale", r.note or f"needs CIFAR-100 and a GPU: {r.command}"

@@ -6,11 +6,9 @@ Plain Jupyter, JupyterLab without jupyterlab-myst, Colab and Binder's classic in
 :func:`to_markdown` writes the same text as the Markdown they render: a bold title over a quote, a citation in
 words, a link to the notebook file, the macros spelt out (``\\vecr`` as ``\\operatorname{vec}_r``).
 
-It serves three places, so that a page reads the same however a reader gets it: the Markdown a notebook
-prints when it runs outside the book build (:func:`curvature_gap.notebook.show_markdown`), the downloads the
-built book serves, and the plain copies in ``notebooks/plain/`` that Colab and Binder open (both written by
-``tools/book/plain.py``). :func:`from_checkout` reads what it needs from the checkout: the boxes' numbers and
-the macros from ``_config.yml``, the citations from ``book/references.bib``.
+It serves the Markdown a notebook prints outside the book build (:func:`curvature_gap.notebook.show_markdown`),
+the built book's downloads and the plain copies in ``notebooks/plain/`` that Colab and Binder open (both written
+by ``tools/book/plain.py``), so that a page reads the same however a reader gets it.
 """
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ import yaml
 
 from .provenance import checkout_root
 
-__all__ = ["Plain", "bib_names", "proof_numbers", "tex_macros", "from_checkout", "to_markdown", "BOOK_HREF"]
+__all__ = ["Plain", "bib_names", "from_checkout", "to_markdown", "outside", "BOOK_HREF"]
 
 BOOK_HREF = "../book/{}.md"  # a book chapter, from a notebook in notebooks/ (or saved beside them)
 
@@ -54,28 +52,17 @@ def bib_names(bib: Path) -> dict[str, str]:
     return out
 
 
-def _sphinx_config(config: Path) -> dict:
-    cfg = yaml.safe_load(Path(config).read_text()) or {}
-    return (cfg.get("sphinx") or {}).get("config") or {}
-
-
-def proof_numbers(config: Path) -> dict[str, str]:
-    """Label -> the number its box shows (``cg_paper_numbers`` of ``_config.yml``, book/_ext/cg_numbering.py)."""
-    return {str(k): str(v) for k, v in (_sphinx_config(config).get("cg_paper_numbers") or {}).items()}
-
-
-def tex_macros(config: Path) -> dict[str, str]:
-    """Macro name -> its TeX, as the book's MathJax defines them (``mathjax3_config.tex.macros`` of ``_config.yml``)."""
-    tex = ((_sphinx_config(config).get("mathjax3_config") or {}).get("tex") or {})
-    return {str(k): str(v) for k, v in (tex.get("macros") or {}).items()}
-
-
 @functools.lru_cache(maxsize=4)
 def _read_checkout(root: Path) -> Plain:
+    """The boxes' numbers (``cg_paper_numbers`` of ``_config.yml``, book/_ext/cg_numbering.py), the macros of the
+    book's MathJax (``mathjax3_config.tex.macros``) and the citations of ``book/references.bib``."""
     config, bib = root / "_config.yml", root / "book" / "references.bib"
-    return Plain(numbers=proof_numbers(config) if config.is_file() else {},
+    doc = (yaml.safe_load(config.read_text()) or {}) if config.is_file() else {}
+    cfg = (doc.get("sphinx") or {}).get("config") or {}
+    tex = (cfg.get("mathjax3_config") or {}).get("tex") or {}
+    return Plain(numbers={str(k): str(v) for k, v in (cfg.get("cg_paper_numbers") or {}).items()},
                  cites=bib_names(bib) if bib.is_file() else {},
-                 macros=tex_macros(config) if config.is_file() else {})
+                 macros={str(k): str(v) for k, v in (tex.get("macros") or {}).items()})
 
 
 def from_checkout(root=None) -> Plain:
@@ -85,8 +72,7 @@ def from_checkout(root=None) -> Plain:
     return _read_checkout(found) if found is not None else Plain()
 
 
-_KINDS = {"theorem": "Theorem", "lemma": "Lemma", "proposition": "Proposition", "assumption": "Assumption",
-          "definition": "Definition", "corollary": "Corollary", "remark": "Remark", "proof": "Proof"}
+_KINDS = ("theorem", "lemma", "proposition", "assumption", "definition", "corollary", "remark", "proof")
 _FENCE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:-]+)\}[ \t]*(?P<title>[^\n]*)\n(?P<body>.*?)^(?P=fence)[ \t]*$",
                     re.S | re.M)
 _OPTION = re.compile(r"^:(\w[\w-]*):[ \t]*(.*)$")
@@ -102,11 +88,12 @@ def _guess_kind(label: str) -> str:
     return {"thm": "Theorem", "lem": "Lemma", "asm": "Assumption", "prop": "Proposition"}.get(label.split("-")[0], "")
 
 
-def _outside_code(text: str, rewrite) -> str:
-    """``rewrite`` applied to the parts of ``text`` that are not code (fenced blocks, code spans)."""
+def outside(pattern: re.Pattern, text: str, rewrite, keep=lambda s: s) -> str:
+    """``text`` with ``rewrite`` applied to the parts between the matches of ``pattern`` (each match as ``keep``
+    gives it: as it is by default)."""
     out, at = [], 0
-    for m in _CODE.finditer(text):
-        out += [rewrite(text[at:m.start()]), m.group(0)]
+    for m in pattern.finditer(text):
+        out += [rewrite(text[at:m.start()]), keep(m.group(0))]
         at = m.end()
     return "".join(out + [rewrite(text[at:])])
 
@@ -125,7 +112,8 @@ def to_markdown(text: str, plain: Plain) -> str:
         for ln in m.group("body").splitlines():
             o = _OPTION.match(ln)
             if o and o.group(1) == "label":
-                kinds[o.group(2).strip()] = _KINDS.get(m.group("name").split(":")[-1], "")
+                kind = m.group("name").split(":")[-1]
+                kinds[o.group(2).strip()] = kind.capitalize() if kind in _KINDS else ""
 
     def box(m: re.Match) -> str:
         name, title = m.group("name"), m.group("title").strip()
@@ -139,9 +127,8 @@ def to_markdown(text: str, plain: Plain) -> str:
         inner = to_markdown("\n".join(body), plain)
         kind = name.split(":")[-1]
         if name.startswith("prf:"):
-            word = _KINDS.get(kind, kind.capitalize())
             num = plain.numbers.get(opts.get("label", ""), "")
-            head = f"{word} {num}".strip() if kind != "proof" else word
+            head = f"{kind.capitalize()} {num}".strip() if kind != "proof" else "Proof"
             head += f" ({title})" if title else ""
         else:  # admonitions: {note}, {warning}, {admonition} Title, …
             head = title or kind.capitalize()
@@ -177,4 +164,4 @@ def to_markdown(text: str, plain: Plain) -> str:
     # the roles are rewritten before code spans are set aside: a role's argument is a code span
     text = _FENCE.sub(box, text)
     text = re.sub(r"\{(?:cite(?::[tp])?|doc|prf:ref|eq|math)\}`[^`]+`", lambda m: prose(m.group(0)), text)
-    return _outside_code(text, prose)
+    return outside(_CODE, text, prose)  # not in code: fenced blocks, code spans

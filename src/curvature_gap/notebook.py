@@ -1,37 +1,34 @@
 """The few helpers the notebooks call: check parameters, load a result, show a figure, a table, a verdict.
 
-A notebook page is narrative plus calls into the package; these functions are the calls. Inside the book
-build (``tools/book``) three environment variables steer them: ``CURVATURE_GAP_VERIFY_JSON`` (the
-``curvature-gap verify`` rows the whole build renders from), ``CURVATURE_GAP_BOOK_STATIC`` (where figure
-files go, for click-to-enlarge and PDF links) and ``CURVATURE_GAP_NO_COMPUTE`` (the paper book renders
-published results and never computes: a stale or missing result stops the build with the command
-that refreshes it). Outside the build the same calls compute what is missing.
+Inside the book build (``tools/book``) three environment variables steer them: :data:`VERIFY_ENV` (the
+``curvature-gap verify`` rows the build renders from), :data:`STATIC_ENV` (where figure files go, for
+click-to-enlarge and PDF links) and :data:`NO_COMPUTE_ENV` (the paper book never computes: a stale or missing
+result stops the build with the command that refreshes it). Outside the build the same calls compute what is
+missing.
 """
 from __future__ import annotations
 
 import base64
 import html
+import itertools
 import json
+import math
 import os
 import re
 import sys
 from pathlib import Path
 
-
-from . import checks, experiments, myst  # noqa: E402
-from .experiments.claims import ranking_table  # noqa: E402
-from .row import Row  # noqa: E402
-from .config import DEVICES, PROFILES, MODELS, ConfigError, recipe_for  # noqa: E402
-from .experiments import Context, UnusableResult, default_published_dir  # noqa: E402
-from .experiments.hessians import SETS, STATISTICS  # noqa: E402
-import math  # noqa: E402
-
-from .captions import code_tex, ordinal, plural, readable, unit_tex  # noqa: E402
-from .plotting import min_font_size, png_bytes  # noqa: E402
-from .provenance import checkout_root  # noqa: E402
-from .findings import Verdict, by_L_words, tex_powers, finding_of, model_words  # noqa: E402
-from .bounds.titles import INEQUALITIES  # noqa: E402
-from .theory.errata import label as errata_label  # noqa: E402
+from . import checks, experiments, myst
+from .bounds.titles import INEQUALITIES
+from .captions import code_tex, ordinal, plural, readable, split_math, unit_tex
+from .config import DEVICES, MODELS, PROFILES, ConfigError, recipe_for
+from .experiments import Context, UnusableResult, default_published_dir
+from .experiments.hessians import SETS, STATISTICS, rankings
+from .findings import Verdict, by_L_words, finding_of, model_words, tex_powers
+from .plotting import min_font_size, png_bytes
+from .provenance import checkout_root
+from .row import Row
+from .theory.errata import label as errata_label
 
 __all__ = ["setup", "check_parameters", "load", "published_rows", "RECOMPUTE", "show_markdown", "show_seed_leads", "show_figure", "figure", "rows", "show_rows",
            "scaling_md", "show_scaling", "by_L_words",
@@ -49,14 +46,12 @@ class StaleResults(RuntimeError):
 
 
 # What a page shows outside the book build (its ``recompute`` parameter):
-#   None    — the committed results the book was built from (published/paper/: the figures' results and the rows
-#             of ``curvature-gap verify`` computed from them, with every search): the page's own numbers; nothing
-#             is computed, and a stale committed result stops the page with what to do;
-#   "quick" — the checks computed here as ``curvature-gap verify --quick`` does (fewer random instances, no
-#             adversarial search; about half a minute on 2 cores): the same verdicts, but the searches find less,
-#             so a smallest bound/exact is larger than the page's (Theorem 1 repaired: hundreds, not 12);
-#             a figure's results computed here at the page's profile (the cache under results/, else trained);
-#   "full"  — as "quick" with every search the book's numbers come from (about 3 minutes on 2 cores).
+#   None    — the committed results and rows (published/paper/): the page's own numbers; nothing is computed, and
+#             a stale committed result stops the page with what to do;
+#   "quick" — the checks as ``curvature-gap verify --quick`` computes them (fewer instances, no adversarial search,
+#             ~30 s): the same verdicts, but a smallest bound/exact larger than the page's; a figure's results
+#             computed at the page's profile (the cache under results/, else trained);
+#   "full"  — as "quick" with every search the book's numbers come from (~3 minutes on 2 cores).
 RECOMPUTE = (None, "quick", "full")
 _MODE = {"recompute": None}
 
@@ -82,21 +77,14 @@ _SIZE_RULE = (lambda v: _is_int(v) and v >= 1, "a positive integer", "8")
 
 
 def check_parameters(params: dict) -> None:
-    """Check a notebook's parameters (as papermill injected them) before anything runs.
-
-    Papermill's ``-p name value`` guesses the type from the text (``-p seed abc`` gives a str,
-    ``-p L 2.5`` a float); a wrong type would otherwise surface later as an unrelated error or, worse, as
-    a plausible result. Raises :class:`~curvature_gap.config.ConfigError` naming the parameter, what it
-    must be, and a valid papermill flag."""
+    """Check a notebook's parameters (as papermill injected them) before anything runs: ``-p name value`` guesses
+    the type from the text (``-p L 2.5`` a float), which would surface later as an unrelated error or a plausible
+    result. Raises :class:`~curvature_gap.config.ConfigError` naming the parameter, its rule and a valid flag."""
     for name, value in params.items():
         ok, what, example = PARAMETER_RULES.get(name, _SIZE_RULE)
         if not ok(value):
             raise ConfigError(f"notebook parameter {name}={value!r} ({type(value).__name__}) is invalid: it must be "
                               f"{what}; e.g. papermill ... -p {name} {example}")
-
-
-def _root() -> Path | None:
-    return checkout_root()
 
 
 def setup(**params) -> Path:
@@ -109,7 +97,7 @@ def setup(**params) -> Path:
             params["recompute"] = caller["recompute"]
     check_parameters(params)
     _MODE["recompute"] = params.get("recompute")
-    root = _root()
+    root = checkout_root()
     if root is not None:
         os.chdir(root)
     os.environ.setdefault("CURVATURE_GAP_DATA", str(Path.cwd() / "data"))
@@ -123,51 +111,39 @@ _MD_KEEP = re.compile(r"```.*?```|`[^`\n]*`|\$\$.*?\$\$|(?<!\\)\$[^$\n]+?(?<!\\)
 def readable_md(text: str) -> str:
     """Markdown whose prose numbers read as a reader writes them (:func:`~curvature_gap.captions.readable`:
     ``1.9e-02`` as 1.9 × 10⁻², one minus sign), leaving code, math and HTML tags as they are."""
-    out, at = [], 0
-    for m in _MD_KEEP.finditer(text):
-        out += [readable(text[at:m.start()].replace("$", "\x00")).replace("\x00", "$"), m.group(0)]
-        at = m.end()
-    out.append(readable(text[at:].replace("$", "\x00")).replace("\x00", "$"))
-    return "".join(out)
+    return myst.outside(_MD_KEEP, text, lambda t: readable(t.replace("$", "\x00")).replace("\x00", "$"))
 
 
-def in_book_build() -> bool:
-    """Whether this kernel runs inside the book build (``tools/book``), which renders MyST itself."""
-    return bool(os.environ.get(STATIC_ENV))
+def _display(text: str, kind: str) -> None:
+    """Display ``text`` as IPython's ``kind`` ("Markdown", "HTML"); printed, without tags, outside IPython."""
+    try:
+        from IPython import display  # noqa: PLC0415 - IPython only exists inside a kernel
+    except ModuleNotFoundError:  # pragma: no cover
+        print(re.sub(r"<[^>]+>", "", text) if kind == "HTML" else text)
+        return
+    display.display(getattr(display, kind)(text))
 
 
 def show_markdown(text: str) -> None:
-    """Display MyST Markdown in a notebook (printed outside IPython), its prose numbers formatted
-    (:func:`readable_md`). Outside the book build it is shown as plain Markdown (:func:`curvature_gap.myst.to_markdown`):
+    """Display MyST Markdown in a notebook, its prose numbers formatted (:func:`readable_md`). Outside the book
+    build (which renders MyST itself) it is shown as plain Markdown (:func:`curvature_gap.myst.to_markdown`):
     what plain Jupyter, Colab and Binder render, and what the page's download shows."""
     text = readable_md(text)
-    if not in_book_build():
+    if not os.environ.get(STATIC_ENV):
         text = myst.to_markdown(text, myst.from_checkout())
-    try:
-        from IPython.display import Markdown, display  # noqa: PLC0415 - IPython only exists inside a kernel
-    except ModuleNotFoundError:  # pragma: no cover
-        print(text)
-        return
-    display(Markdown(text))
+    _display(text, "Markdown")
 
 
 def _display_html(text: str) -> None:
-    try:
-        from IPython.display import HTML, display  # noqa: PLC0415 - IPython only exists inside a kernel
-    except ModuleNotFoundError:  # pragma: no cover
-        print(re.sub(r"<[^>]+>", "", text))
-        return
-    display(HTML(text))
+    _display(text, "HTML")
 
 
 # ---------------------------------------------------------------------------------------------- results
 def load(name: str, profile: str = "smoke", device: str = "auto", seed: int | None = None):
-    """A result for a page: the cache or the published results when they match the current configuration,
-    else computed now — except inside the paper book's build, which never computes and stops with the
-    command that refreshes a missing or stale result (:class:`StaleResults`).
-
-    ``seed`` other than the profile's training seed trains with that seed instead (another config hash:
-    nothing under the profile's seed is reused or overwritten)."""
+    """A result for a page: the cache or the published results when they match the current configuration, else
+    computed now — except inside the paper book's build, which never computes and stops with the command that
+    refreshes a missing or stale result (:class:`StaleResults`). A ``seed`` other than the profile's training seed
+    trains with it instead (another config hash: nothing under the profile's seed is reused or overwritten)."""
     mode = _MODE["recompute"]
     kw: dict = {"device": device, "progress": False,
                 "published_dir": default_published_dir() if mode is None else None}
@@ -202,8 +178,7 @@ def show_provenance(res) -> None:
     """Where a result's numbers come from: file, profile, how long, on which device and when they were computed."""
     prov = res.provenance or {}
     sw, git = prov.get("software") or {}, prov.get("git") or {}
-    where = res.json_path
-    root = _root()
+    where, root = res.json_path, checkout_root()
     if root is not None and where is not None:
         where = Path(where).resolve()
         where = where.relative_to(root) if where.is_relative_to(root) else where
@@ -219,8 +194,7 @@ def show_provenance(res) -> None:
         parts.append(f"torch {sw['torch']}")
     if git.get("commit"):
         parts.append(f"commit `{str(git['commit'])[:10]}`{' (with uncommitted changes)' if git.get('dirty') else ''}")
-    # folded HTML, not a MyST admonition: a downloaded notebook shows it as the page does (plain Jupyter would
-    # show a directive as its raw source)
+    # folded HTML, not a MyST admonition: plain Jupyter shows it as the page does (not as a directive's source)
     show_markdown(f'<details class="{PROVENANCE_CLASS}"><summary>Provenance</summary>\n\n' + ", ".join(parts)
                   + ".\n\n</details>")
 
@@ -234,9 +208,7 @@ def phone_min_width(fig) -> int:
     """The narrowest width (CSS px) at which the figure's smallest text is still drawn at
     :data:`PHONE_MIN_PT`: narrower screens scroll it sideways (with a cue) rather than shrink it."""
     pt = min_font_size(fig)
-    if not math.isfinite(pt) or pt <= 0:
-        return 0
-    return math.ceil(PHONE_MIN_PT * fig.get_figwidth() * CSS_PX_PER_IN / pt)
+    return math.ceil(PHONE_MIN_PT * fig.get_figwidth() * CSS_PX_PER_IN / pt) if math.isfinite(pt) and pt > 0 else 0
 
 
 PAGE_DPI = 100  # a page's copy of a figure: 720 px for the usual 7.2 in, the column's width at 1440 px; the
@@ -244,19 +216,14 @@ PAGE_DPI = 100  # a page's copy of a figure: 720 px for the usual 7.2 in, the co
 
 
 def figure_html(fig, name: str, caption: str, alt: str, message: str, linked: bool = True,
-                png: bytes | None = None, src: str | None = None) -> str:
-    """A figure as a page element: the PNG (``png``, else drawn with its legibility metadata) inline in a
-    box that scrolls sideways below :func:`phone_min_width` (``cg-figure-scroll``; cg-figures.js adds the
-    cue, so the text stays at ≥ 7 pt on a phone), the caption opening with the figure's ``message`` in bold
-    (``strong.cg-message``: what to see, :mod:`curvature_gap.captions`; numbers as a reader writes them,
-    :func:`~curvature_gap.captions.readable`), and with ``linked`` a click on the figure,
-    and links in the caption, that open ``../_static/figures/<name>.png`` at full size and its PDF."""
-    if src is None:
-        png = png if png is not None else png_bytes(fig)
-        src = "data:image/png;base64," + base64.b64encode(png).decode()
-        lazy = ""
-    else:
-        lazy = ' loading="lazy"'
+                src: str | None = None) -> str:
+    """A figure as a page element: the image (``src``, else the PNG inline) in a box that scrolls sideways below
+    :func:`phone_min_width` (``cg-figure-scroll``; cg-figures.js adds the cue, so the text stays at ≥ 7 pt on a
+    phone), the caption opening with the figure's ``message`` in bold (``strong.cg-message``: what to see,
+    :mod:`curvature_gap.captions`), numbers as a reader writes them; with ``linked`` the figure, and links in the
+    caption, open ``../_static/figures/<name>.png`` at full size and its PDF."""
+    lazy = "" if src is None else ' loading="lazy"'
+    src = "data:image/png;base64," + base64.b64encode(png_bytes(fig)).decode() if src is None else src
     floor = phone_min_width(fig)
     style = f' style="min-width: {floor}px"' if floor else ""
     # the legibility the book's checks read (tools/book/browser.py), also where the image is a file
@@ -279,12 +246,12 @@ def figure_html(fig, name: str, caption: str, alt: str, message: str, linked: bo
 
 def show_figure(fig, name: str, caption: str, alt: str, message: str) -> None:
     """Show a figure (:func:`figure_html`). Inside the book build the page shows a file, not an inline image
-    (a page with 22 inline figures weighed 14 MB): ``figures/<name>-page.png`` at :data:`PAGE_DPI`, loaded
-    lazily, with the full-size PNG and the PDF beside it in the book's static files, which the page links to.
-    Outside the build the figure is inline (a notebook has no files beside it)."""
+    (22 inline figures make a 14 MB page): ``figures/<name>-page.png`` at :data:`PAGE_DPI`, loaded lazily, with
+    the full-size PNG and the PDF it links to beside it in the book's static files. Outside the build the figure
+    is inline (a notebook has no files beside it)."""
     static = os.environ.get(STATIC_ENV)
     if not static:
-        _display_html(figure_html(fig, name, caption, alt, message, linked=False, png=png_bytes(fig)))
+        _display_html(figure_html(fig, name, caption, alt, message, linked=False))
         return
     d = Path(static) / "figures"
     d.mkdir(parents=True, exist_ok=True)
@@ -309,9 +276,8 @@ _ROWS: dict = {}
 
 
 def published_rows() -> list[Row]:
-    """The committed rows of ``curvature-gap verify`` (``published/paper/verify.json``, computed with every
-    search from the committed results): what the paper book renders. :class:`StaleResults` when they are
-    missing or were computed by other code, saying what to do."""
+    """The committed rows of ``curvature-gap verify`` (``published/paper/verify.json``, every search): what the
+    paper book renders. :class:`StaleResults` when missing or computed by other code, saying what to do."""
     pub = default_published_dir()
     path = (pub / "paper" / "verify.json") if pub is not None else Path("published/paper/verify.json")
     try:
@@ -325,11 +291,9 @@ def published_rows() -> list[Row]:
 
 def rows(prefixes=None) -> list[Row]:
     """The rows of ``curvature-gap verify`` this page renders: the build's JSON when building the book; outside
-    it, by the page's ``recompute`` (:data:`RECOMPUTE`): the committed rows (:func:`published_rows`, the page's
-    own numbers), else computed once per kernel (``--quick`` or with every search, kept under
-    ``results/verify/`` by what determines them: :func:`curvature_gap.checks.run_cached`); ``prefixes`` keeps
-    rows whose id starts with one of them (whole dotted components: ``"thm2"`` matches
-    ``thm2.layernorm.jacobian``, not ``thm20``)."""
+    it, by the page's ``recompute`` (:data:`RECOMPUTE`), the committed rows (:func:`published_rows`), else computed
+    once per kernel (:func:`curvature_gap.checks.run_cached`). ``prefixes`` keeps rows whose id starts with one of
+    them, by whole dotted components (``"thm2"`` matches ``thm2.layernorm.jacobian``, not ``thm20``)."""
     pinned = os.environ.get(VERIFY_ENV)
     if pinned:
         doc = json.loads(Path(pinned).read_text())
@@ -353,32 +317,21 @@ def md_escape(text: str) -> str:
     return _MD_ESCAPE.sub(r"\\\1", str(text)).replace("\n", " ")
 
 
-def _math_parts(text: str) -> list[str]:
-    """``text`` split at its ``$`` signs: even items are words, odd items TeX; one item when the signs
-    do not pair up (then nothing is taken for math)."""
-    parts = str(text).split("$")
-    return parts if len(parts) % 2 == 1 else [str(text)]
-
-
 def md_math(text: str) -> str:
     """Text for a MyST table cell whose ``$…$`` stay rendered math (a finding's evidence): the words escaped as
     :func:`md_escape` does, the math kept (it never holds a ``|``)."""
-    parts = _math_parts(text)
-    return "".join(f"${p}$" if i % 2 else md_escape(p) for i, p in enumerate(parts))
+    return "".join(f"${p}$" if i % 2 else md_escape(p) for i, p in enumerate(split_math(text)))
 
 
 def html_math(text: str) -> str:
     """Text as HTML whose ``$…$`` MathJax typesets (the span Sphinx gives inline math), the rest escaped."""
-    parts = _math_parts(text)
     return "".join(f'<span class="math notranslate nohighlight">\\({html.escape(p)}\\)</span>' if i % 2
-                   else html.escape(p) for i, p in enumerate(parts))
+                   else html.escape(p) for i, p in enumerate(split_math(text)))
 
 
 # Code notation (the rows' ``what`` and ``note``: ``I_{d_V} ⊗ W_V^T``, ``|L_(k+1) − L_k|``, ``∂B_1/∂W_2``) as text
-# with sub- and superscripts. A subscript follows a one-letter symbol (Latin or Greek, not inside a word, so that
-# ``w2_scale`` or ``no_loss_factor`` stay names; after a differential's d: ``dW_1``) or vec/diag/max/min; a
-# superscript follows anything.
-# (a product of one-letter symbols written together, Ld_V, is L d_V: a d after one capital starts a symbol)
+# with sub- and superscripts. A subscript follows a one-letter symbol (not inside a word: ``w2_scale`` stays a name;
+# after a differential's d: ``dW_1``; Ld_V is L d_V) or vec/diag/max/min; a superscript follows anything.
 _SYMBOL = (r"(?:(?:(?<![\w])|(?<=(?<![A-Za-z])d))[A-Za-zΑ-Ωα-ωϕϵ]|(?<=(?<![A-Za-z])[A-Z])d(?=_)"
            r"|\b(?:vec|diag|max|min)|‖)")
 _GROUP = r"\{(?:[^{}]|\{[^{}]*\})*\}|\((?:[^()]|\([^()]*\))*\)"
@@ -427,9 +380,8 @@ def erratum_labels(text: str) -> str:
 
 
 def text_html(text: str) -> str:
-    """A row's description (``what``, ``note``) as HTML: these texts write formulas in code notation
-    (``I_{d_V} ⊗ W_K``), shown as text with sub- and superscripts (:func:`code_html`), never as would-be math;
-    errata by their number (:func:`erratum_labels`)."""
+    """A row's description (``what``, ``note``) as HTML: its code notation (``I_{d_V} ⊗ W_K``) as text with sub-
+    and superscripts (:func:`code_html`), never as would-be math; errata by their number (:func:`erratum_labels`)."""
     return f'<span class="cg-text">{code_html(erratum_labels(text))}</span>'
 
 
@@ -442,15 +394,12 @@ def md_table(header: list[str], body: list[list[str]]) -> str:
 
 def _number(r: Row) -> str:
     v = r.number()
-    if v is None:
-        return "—"
-    return "0" if v == 0 else readable(f"{v:.2g}" if abs(v) >= 1e-2 else f"{v:.1e}")
+    return "—" if v is None else "0" if v == 0 else readable(f"{v:.2g}" if abs(v) >= 1e-2 else f"{v:.1e}")
 
 
 def scaling_md(r: Row) -> str:
-    """How a bound row's smallest ratio moves (its ``details["scaling"]``: the searches at each L, the W₂
-    sweep) as a Markdown table: the swept value, bound/exact found there, and the law read off them (numbers
-    as a reader writes them, powers as rendered math)."""
+    """How a bound row's smallest ratio moves (its ``details["scaling"]``: the searches at each L, the W₂ sweep)
+    as a Markdown table: the swept value, bound/exact found there, and the law read off them."""
     tabs = r.details.get("scaling") or []
 
     def law(t):  # a law only where the local slopes settled, with the range it was read on
@@ -481,10 +430,6 @@ _WORST = re.compile(r"worst at sweep=(?P<sweep>[\w-]+), x=(?P<x>.*?), seed=(?P<s
 _CASE_NAME = re.compile(r"(?<![\w.])[A-Za-z]\w*(?:\.\w+)*@[\w=,.+-]*\w|(?<![\w.])(?:\w+\.)+\w*@[^,;\s]+")
 
 
-def _id_html(text: str) -> str:
-    return f'<small class="cg-id"><code>{html.escape(text)}</code></small>'
-
-
 def note_html(note: str, ids=()) -> str:
     """A row's note as a reader's text (:func:`text_html`): numbers readable, the worst instance of its sweeps
     in words, and the check ids (``ids``) and stored counter-examples it names as small references (``.cg-id``:
@@ -503,11 +448,9 @@ def note_html(note: str, ids=()) -> str:
                                                    and re.search(rf"(?<![\w.]){re.escape(i.split('.', 1)[1])}(?![\w])", text)},
                    key=len, reverse=True)
     pat = "|".join([r"\x02.*?\x03", _CASE_NAME.pattern] + [rf"(?<![\w.]){re.escape(i)}(?![\w])" for i in names])
-    out, at = [], 0
-    for m in re.finditer(pat, text):
-        out += [text_html(text[at:m.start()]), _id_html(m.group(0).strip("\x02\x03"))]
-        at = m.end()
-    return "".join(out + [text_html(text[at:])]).replace('<span class="cg-text"></span>', "")
+    html_ = myst.outside(re.compile(pat), text, text_html,
+                         lambda s: '<small class="cg-id"><code>' + html.escape(s.strip("\x02\x03")) + "</code></small>")
+    return html_.replace('<span class="cg-text"></span>', "")
 
 
 def rows_md(rs: list[Row], caption: str = "", ids=None) -> str:
@@ -543,8 +486,7 @@ def check_words(words: str, check_id: str, strong: bool = False) -> str:
 
 def check_cell(r: Row) -> str:
     """A check in a reader's table: what it compares, in its own words (up to " vs ", the reference it is
-    compared with), its id only in a hover (the every-check chapter lists them); code notation (``L_{k+1}``)
-    written with sub- and superscripts (:func:`check_words`), never as would-be math."""
+    compared with), as :func:`check_words` writes them."""
     return check_words(readable(re.split(r" vs |; |: ", r.what, maxsplit=1)[0]).strip(), r.id)
 
 
@@ -552,8 +494,7 @@ def sentence(text: str) -> str:
     """Evidence as a reader's sentence: :func:`~curvature_gap.captions.readable` numbers, and a capital first
     letter where it opens with a lowercase word (never a symbol: ``x``, ``k``, math)."""
     text = readable(text).strip()
-    m = re.match(r"[a-z][a-z'’-]+\b", text)
-    return text[0].upper() + text[1:] if m else text
+    return text[0].upper() + text[1:] if re.match(r"[a-z][a-z'’-]+\b", text) else text
 
 
 def verdict_text(key: str, profile: str, rs: list[Row] | None = None) -> str:
@@ -578,15 +519,13 @@ def _first_clause(text: str) -> tuple[str, str]:
 
 
 def computed_on(key: str) -> str:
-    """What the verdict of experiment ``key`` was computed on, in words: the model, the dataset and the arithmetic
-    of its paper profile (its settings' ``experiments.Variant``); "" for a result of no trained model (a
-    statement's checks run in float64, as its page says)."""
+    """What the verdict of experiment ``key`` was computed on, in words: the model, dataset and arithmetic of its
+    paper profile (its settings' ``experiments.Variant``); "" for a result of no trained model."""
     variant = getattr(experiments.SPECS.get(key), "variant", None)
     if variant is None:
         return ""
-    if variant.model == "authors":
-        return f"On the authors' model ({model_words(key)})."
-    return f"On the theorem's block (the Table 1 model, {model_words(key)})."
+    on = "the authors' model (" if variant.model == "authors" else "the theorem's block (the Table 1 model, "
+    return f"On {on}{model_words(key)})."
 
 
 def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
@@ -666,22 +605,18 @@ def show_ranking(result) -> None:
     """Figs. 3/4: the diagonal blocks ranked by each statistic, over each parameter set (largest first),
     with W_V's place — the table the claim's verdict is derived from."""
     stats = result.meta["unit_stats"]
-    table = ranking_table(stats)
+    table = rankings(stats)
     head, prev = ["statistic"], []
     for s in table:  # each reading names the blocks it ranks: the weight matrices, then what each adds
         members = [u for u in SETS[s][1] if u in stats]
         added = [u for u in members if u not in prev]
         head.append(("among $" if not prev else "adding $") + ", ".join(unit_tex(u) for u in added) + "$")
         prev = members
-    body = []
-    for st, (label, _) in STATISTICS.items():
-        cells = [md_escape(label)]
-        for s in table:
-            order = table[s][st]
-            place = ordinal(order.index("W_V") + 1)
-            top = "$" + " > ".join(unit_tex(u) for u in order[:3]) + "$"
-            cells.append(f"{'**' + place + '**' if place == '1st' else place} ({top} …)")
-        body.append(cells)
+
+    def cell(order):  # W_V's place (bold when first) and the three largest
+        place = ordinal(order.index("W_V") + 1)
+        return f"{'**' + place + '**' if place == '1st' else place} (${' > '.join(map(unit_tex, order[:3]))}$ …)"
+    body = [[md_escape(label)] + [cell(table[s][st]) for s in table] for st, (label, _) in STATISTICS.items()]
     show_markdown("Place of $W_V$'s block among the diagonal blocks (the three largest in brackets):\n\n"
                   + md_table(head, body))
 
@@ -710,10 +645,9 @@ def show_values_larger(result) -> None:
 
 
 def show_kv_readings(result, name: str) -> None:
-    """Fig. 5: every reading its verdict counts (both panels; each statistic at initialisation and trained on the
-    theorem's block, each step on the authors' figure, on every run), its blocks largest first, the largest other
-    over the smaller of Keys and Values, and whether the sentence holds (the row's details,
-    :func:`~curvature_gap.experiments.norms.keys_values`)."""
+    """Fig. 5: every reading its verdict counts (the row's details,
+    :func:`~curvature_gap.experiments.norms.keys_values`), its blocks largest first, the largest other over the
+    smaller of Keys and Values, and whether the sentence holds."""
     from .experiments.norms import keys_values  # noqa: PLC0415
 
     d = keys_values(result, experiments.spec(name)).details
@@ -738,8 +672,7 @@ def show_batch_spread(result) -> None:
     lists = [g for g in LISTS if g in result.meta["lists"] and f"spread_{g}" in result.arrays]
     if not lists:
         return
-    lab = {g: v["label"] for g, v in result.meta["lists"].items()}
-    rows_ = [[md_escape(lab[g]), f"{min(v):.3g}", f"{max(v):.3g}", f"{max(v) / min(v):.2f}"]
+    rows_ = [[md_escape(result.meta["lists"][g]["label"]), f"{min(v):.3g}", f"{max(v):.3g}", f"{max(v) / min(v):.2f}"]
              for g in lists for v in [result.arrays[f"spread_{g}"].tolist()]]
     show_markdown(f"How much the batch matters: at step {int(result['steps'][-1]):,} each list's Hessian norm on each "
                   "of the five batches their sections draw (the lines above use their own section's):\n\n"
@@ -778,14 +711,11 @@ def show_dynamics_summary(results: dict, figures: dict, profile: str) -> None:
     steps = [int(s) for s in first["steps"]]
     series = {labels.get(figures[f], figures[f]): [float(v) for v in results[f]["hess_fro"]] for f in figures}
     leaders = [max(series, key=lambda k, i=i: series[k][i]) for i in range(len(steps))]
-    runs = []  # (leader, first step, last step) of each stretch of snapshots with the same largest block
-    for i, who in enumerate(leaders):
-        if runs and runs[-1][0] == who:
-            runs[-1][2] = steps[i]
-        else:
-            runs.append([who, steps[i], steps[i]])
-    spans = "; ".join(f"{who} at step {a}" if a == b else f"{who} at steps {a}–{b}" for who, a, b in runs)
-    msg = f"The largest Hessian block (Frobenius norm) is {spans}."
+    spans = []  # each stretch of snapshots with the same largest block
+    for who, run in itertools.groupby(zip(leaders, steps), key=lambda x: x[0]):
+        at = [s for _, s in run]
+        spans.append(f"{who} at step {at[0]}" if at[0] == at[-1] else f"{who} at steps {at[0]}–{at[-1]}")
+    msg = f"The largest Hessian block (Frobenius norm) is {'; '.join(spans)}."
     caption = (f"Which block has the most curvature, snapshot by snapshot, over the first {steps[-1]} training steps. "
                "The five figures below show each block in detail.")
     fig = plot_dynamics_summary(steps, series)

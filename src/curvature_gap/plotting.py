@@ -50,16 +50,13 @@ def min_font_size(fig: Figure) -> float:
     return float(min(sizes)) if sizes else math.inf
 
 
-def _metadata(fig: Figure) -> dict:
-    return {"cg:width_in": f"{fig.get_figwidth():.3f}", "cg:min_font_pt": f"{min_font_size(fig):.2f}"}
-
-
 def png_bytes(fig: Figure, dpi: int = 150) -> bytes:
     """The figure as PNG bytes, with the width and smallest-font metadata."""
     buf = io.BytesIO()
     with matplotlib.rc_context(STYLE), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # constrained layout notes on tiny axes
-        fig.savefig(buf, format="png", dpi=dpi, metadata=_metadata(fig))
+        meta = {"cg:width_in": f"{fig.get_figwidth():.3f}", "cg:min_font_pt": f"{min_font_size(fig):.2f}"}
+        fig.savefig(buf, format="png", dpi=dpi, metadata=meta)
     return buf.getvalue()
 
 
@@ -84,7 +81,6 @@ def save_figure(fig: Figure, stem, dpi: int = 150) -> list[str]:
                 os.unlink(tmp)
         paths.append(str(target))
     return paths
-
 
 
 def loglog_axes(ax, xlabel: str, ylabel: str, title: str, legend_ncol: int | None = None, below: float = -0.16) -> None:
@@ -153,8 +149,7 @@ def tensor_label(name: str) -> str:
     """Label of a block tensor (mathtext): $W_Q$, $W_K$, $W_V$, $γ_1$, $β_1$, $W_1$, $b_1$, $W_2$, $b_2$, $γ_2$, $β_2$;
     other tensors (embed.weight, pos, head.bias) keep their names."""
     parts = name.split(".")
-    key = ".".join(parts[2:]) if parts[0] == "blocks" else None
-    return _TENSOR_LABELS.get(key, name) if key else name
+    return _TENSOR_LABELS.get(".".join(parts[2:]), name) if parts[0] == "blocks" else name
 
 
 # ----------------------------------------------------------------------------- figures of the math layers
