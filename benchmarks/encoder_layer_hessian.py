@@ -5,7 +5,7 @@
 
 Both sides compute the full Hessian of the MSE ``(1/(L d))||layer(X) − Target||_F²`` with respect to every
 parameter of one ``nn.TransformerEncoderLayer`` (post-norm, ReLU, biases, dropout 0; random parameters,
-``curvature_gap.exact.encoder_layer.random_layer(seed=0)``) on one sequence, in float64:
+``curvature_gap.exact.layers.random_layer(seed=0)``) on one sequence, in float64:
 
 * ``closed form``: ``curvature_gap.layer_hessian`` (hand-written Jacobians and second
   derivatives, no autograd);
@@ -56,13 +56,22 @@ def _worker(spec: dict) -> dict:
 
     warnings.simplefilter("ignore")
     torch.set_num_threads(spec["threads"])
-    from curvature_gap.exact import encoder_layer as ref
+    from curvature_gap.exact import layers as R
     from curvature_gap import layer_hessian
 
-    layer, X, T = ref.random_layer(spec["d_model"], spec["nhead"], spec["dim_feedforward"], spec["L"], seed=0)
+    layer, X, T = R.random_layer(spec["d_model"], spec["nhead"], spec["dim_feedforward"], spec["L"], seed=0)
+
+    def loop():  # as R.hessian_autograd, one Hessian-vector product (torch.autograd.grad) per row
+        ps = list(layer.parameters())
+        with R.math_backend():
+            g = torch.autograd.grad(R.layer_loss(layer, X, T), ps, create_graph=True)
+            g = torch.cat([x.reshape(-1) for x in g])
+            return torch.stack([torch.cat([h.reshape(-1) for h in torch.autograd.grad(g[i], ps, retain_graph=True)])
+                                for i in range(g.numel())])
+
     fn = {"closed": lambda: layer_hessian(layer, X, target=T).dense,
-          "batched": lambda: ref.hessian_autograd(layer, X, chunk=spec["chunk"], target=T),
-          "loop": lambda: ref.hessian_autograd_loop(layer, X, target=T)}[spec["method"]]
+          "batched": lambda: R.hessian_autograd(layer, X, chunk=spec["chunk"], target=T),
+          "loop": loop}[spec["method"]]
     base = peak_mb()
     H, t = timed(fn, spec["repeats"], warmup=spec["method"] != "loop")  # the loop has no warm-up
     torch.save(H, spec["save"])

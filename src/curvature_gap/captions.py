@@ -87,9 +87,9 @@ def code_tex(text: str) -> str:
     return "$".join(p if i % 2 else _TEX_TOKEN.sub(_tex_symbol, p) for i, p in enumerate(split_math(text)))
 
 
-def plural(n: int, word: str, many: str | None = None) -> str:
+def plural(n: int, word: str) -> str:
     """``1 row``, ``2 rows``."""
-    return f"{n} {word if n == 1 else (many or word + 's')}"
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def unit_tex(unit: str) -> str:
@@ -147,23 +147,21 @@ def heatmap_means(res) -> str:
 _BLOCK = ("W_Q", "W_K", "W_V", "W_1", "W_2", "LN1", "LN2", "b_1", "b_2")
 
 
-def _largest(stats: dict, stat: str, n: int = 2) -> list[str]:
-    units = [x for x in _BLOCK if x in stats]
-    return sorted(units, key=lambda x: -stats[x][stat])[:n]
+def _largest(by_time: dict, stat: str, n: int) -> list[list[str]]:
+    """The ``n`` blocks largest by ``stat`` after training and at initialisation (``by_time``: stats by time)."""
+    trained = next(k for k in by_time if k != "init")
+    return [sorted((x for x in _BLOCK if x in by_time[k]), key=lambda x: -by_time[k][x][stat])[:n]
+            for k in (trained, "init")]
 
 
 def fig5_parameters(res) -> str:
-    pn = res.meta["param_norms"]
-    trained = next(k for k in pn if k != "init")
-    a, b = _largest(pn[trained], "fro"), _largest(pn["init"], "fro")
+    a, b = _largest(res.meta["param_norms"], "fro", 2)
     return (f"After training the block's largest parameters by Frobenius norm are {u(a[0])} and {u(a[1])}; at "
             f"initialisation they were {u(b[0])} and {u(b[1])}.")
 
 
 def fig5_hessians(res) -> str:
-    hs = res.meta["hessian_stats"]
-    trained = next(k for k in hs if k != "init")
-    a, b = _largest(hs[trained], "spectral", 1)[0], _largest(hs["init"], "spectral", 1)[0]
+    (a,), (b,) = _largest(res.meta["hessian_stats"], "spectral", 1)
     same = " as at initialisation" if a == b else f"; at initialisation it was {u(b)}"
     return f"After training the largest diagonal Hessian block by spectral norm is {u(a)}'s{same}."
 
@@ -280,8 +278,7 @@ def layernorm_flattening(flat: dict) -> str:
 def input_scaling(sweep: dict) -> str:
     """Transformer-block page: which diagonal blocks the input's scale moves most, in decades."""
     dec = sweep["decades"]
-    most = max(dec, key=dec.get)
-    least = min(dec, key=dec.get)
+    most, least = max(dec, key=dec.get), min(dec, key=dec.get)
     return (f"The input's scale moves the {u('W_' + most)} block most ({dec[most]:.1f} decades over the sweep) "
             f"and the {u('W_' + least)} block least ({dec[least]:.1f}).")
 

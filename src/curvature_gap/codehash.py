@@ -166,18 +166,17 @@ def _definition(obj, root: bool = False):
         obj = obj.func
     if callable(obj) and not isinstance(obj, type):
         obj = inspect.unwrap(obj)
-    if not (inspect.isfunction(obj) or inspect.isclass(obj)) or not (root or _in_package(obj)):
-        return None
-    if getattr(obj, "__not_in_code_hash__", None) is not None:
+    if not (inspect.isfunction(obj) or inspect.isclass(obj)) or getattr(obj, "__not_in_code_hash__", None) is not None \
+            or not (root or _in_package(obj) and obj.__module__ not in BOUNDARY_MODULES):
         return None
     modname = obj.__module__
-    if modname in BOUNDARY_MODULES and not root:
-        return None
     module = sys.modules[modname]
     tree = _module_tree(module)
     parts = obj.__qualname__.split(".")
     if "<locals>" in parts:  # a nested function or lambda: its enclosing top-level definition holds it
-        outer = _resolve_qualname(module, parts[:parts.index("<locals>")])
+        outer = module
+        for p in parts[:parts.index("<locals>")]:
+            outer = getattr(outer, p, None)
         if outer is None or outer is obj:
             return None
         return _definition(outer, root=root)
@@ -196,15 +195,6 @@ def _definition(obj, root: bool = False):
             raise RuntimeError(f"cannot find the source of {modname}.{obj.__qualname__} in {module.__file__}")
         body = node.body
     return f"{modname}:{obj.__qualname__}", node, module
-
-
-def _resolve_qualname(module, parts):
-    obj = module
-    for p in parts:
-        obj = getattr(obj, p, None)
-        if obj is None:
-            return None
-    return obj
 
 
 class _Constant:

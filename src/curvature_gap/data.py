@@ -283,20 +283,5 @@ def _checked(name: str, where: Path, images: torch.Tensor, labels: torch.Tensor,
 def load(name: str, root=None, train: bool = True, allow_download: bool = False, verify_md5: bool = True) -> TensorDataset:
     """A dataset as in-memory tensors. Raises DataUnavailable with instructions when missing."""
     check_choice("dataset", name, DATASETS)
-    root = data_dir(root)
-    if name == "mnist":
-        return load_mnist(root, train, allow_download, verify_md5)
-    return load_cifar100(root, train, allow_download, verify_md5)
+    return (load_mnist if name == "mnist" else load_cifar100)(data_dir(root), train, allow_download, verify_md5)
 
-
-def fetch_all(root=None) -> dict[str, str]:
-    """Obtain every dataset that can be obtained here; returns name -> "ok" or the reason."""
-    root = data_dir(root)
-    status = {}
-    for name, fn in (("mnist", ensure_mnist), ("cifar100", ensure_cifar100)):
-        try:
-            fn(root, allow_download=True)
-            status[name] = "ok"
-        except DataUnavailable as exc:
-            status[name] = str(exc)
-    return status

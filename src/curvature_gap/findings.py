@@ -66,11 +66,10 @@ _THEORY: list[tuple[str, str, str]] = [
 BEYOND = ("encoder_layer",)  # the companion's own results, after the paper's (counted apart from its claims)
 
 
-def result_entries(specs=None) -> list[tuple[str, str, str, str]]:
+def result_entries() -> list[tuple[str, str, str, str]]:
     """The results of :data:`RESULTS`: the paper's theory, then the experiments as their result modules
     declare them (``FigureSpec.finding``, in book order), then the companion's own."""
-    specs = SPECS if specs is None else specs
-    exp = [(f.key, f.title, f.page, "experiment") for f in (s.finding for s in specs.values()) if f is not None]
+    exp = [(f.key, f.title, f.page, "experiment") for f in (s.finding for s in SPECS.values()) if f is not None]
     theory = [(*r, "theory") for r in _THEORY]
     return [r for r in theory if r[0] not in BEYOND] + exp + [r for r in theory if r[0] in BEYOND]
 
@@ -165,8 +164,7 @@ def _law(r: Row) -> str:
 def _law_words(t: dict) -> str:
     """A scaling law with the range it was fitted on: "≈ 2/L for L from 4 to 16", "∝ s … for s from 1e-05 to 0.001"."""
     lo, hi = t["range"]
-    var = "L" if t["var"] == "L" else "s"
-    return f"{t['law']} for {var} from {lo:g} to {hi:g}"
+    return f"{t['law']} for {'L' if t['var'] == 'L' else 's'} from {lo:g} to {hi:g}"
 
 
 _POWER = re.compile(r"\b([A-Za-z])\^(-?[0-9.]+(?:/[0-9]+)?)")
@@ -205,8 +203,7 @@ def _repaired_steps(ev: list, numbers: dict, pf_fail: list, ran: list) -> list:
             left.append(r)
             continue
         numbers.setdefault("repaired_steps", []).append((r.id, r.min_ratio, fix.id, fix.min_ratio))
-        law = _law(r)
-        law = f"{law}; smallest {_num(r.min_ratio)}" if "for " in law else law
+        law = _law(r) + (f"; smallest {_num(r.min_ratio)}" if _laws(r) else "")
         ev.append(f"{_step(r)}{_block_of(r)} fails ({law}), and "
                   f"{_step(fix)} holds (smallest bound/exact {_num(fix.min_ratio)} over the same search)")
     return left
@@ -239,15 +236,15 @@ def by_L_words(by_L: dict) -> str:
     return ", ".join(f"{v:.3g} at L = {L}" for L, v in sorted(by_L.items(), key=lambda kv: int(kv[0])) if int(L) > 1)
 
 
-def _against_3L(by_L: dict) -> str:
-    """Where the smallest ratios found stand against 3L (what the Value block alone gives when it dominates), said
-    only where it is one side at every L: a comparison, not a floor (none is proved)."""
+def _by_L_3L(by_L: dict) -> str:
+    """:func:`by_L_words`, and where the smallest ratios found stand against 3L (what the Value block alone gives
+    when it dominates), said only where it is one side at every L: a comparison, not a floor (none is proved)."""
     pts = [(int(L), v) for L, v in by_L.items() if int(L) > 1]
     if pts and all(v < 3 * L for L, v in pts):
-        return " (below 3L at every L)"
+        return by_L_words(by_L) + " (below 3L at every L)"
     if pts and all(v >= 3 * L for L, v in pts):
-        return " (at least 3L at every L)"
-    return ""
+        return by_L_words(by_L) + " (at least 3L at every L)"
+    return by_L_words(by_L)
 
 
 def _block_of(r: Row | None) -> str:
@@ -278,6 +275,7 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
     pf_fail = [r for r in pf if r.verdict == "fails" and r.id not in fixed and ".no_" not in r.id]
     pf_misprint = [r for r in pf if r.verdict == "fails" and r.id in fixed]
     pf_corr = [r for r in pf if r.verdict in ("corrected", "notation")]
+    shown = [r for r in st if r.kind == "bound" and r.verdict == "holds" and r.details.get("by_construction")]
     ev = []
     if st_fail:
         # the headline counter-example satisfies every assumption in force where such a row exists
@@ -305,17 +303,15 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
             d = main.details
             apart = []
             if d.get("won_by"):
-                w = d["won_by"]
-                numbers["repaired_won_by"] = w
+                w = numbers["repaired_won_by"] = d["won_by"]
                 apart.append(f"found from the {w['family']} start at L = {w['L']}, d = {w['d']}")
             if d.get("searched_by_L"):
                 numbers["repaired_by_L"] = d["searched_by_L"]
-                apart.append("by L: " + by_L_words(d["searched_by_L"]) + _against_3L(d["searched_by_L"]))
+                apart.append("by L: " + _by_L_3L(d["searched_by_L"]))
             if d.get("at_minimiser", {}).get("by_L"):
                 numbers["repaired_minimiser"] = d["at_minimiser"]["min_ratio"]
                 numbers["repaired_minimiser_by_L"] = d["at_minimiser"]["by_L"]
-                apart.append("at exact minimisers (loss 0), by L: " + by_L_words(d["at_minimiser"]["by_L"])
-                             + _against_3L(d["at_minimiser"]["by_L"]))
+                apart.append("at exact minimisers (loss 0), by L: " + _by_L_3L(d["at_minimiser"]["by_L"]))
             if d.get("degenerate"):
                 numbers["repaired_degenerate"] = d["degenerate"]["min_ratio"]
                 apart.append(f"{d['degenerate']['min_ratio']:.4g} at the degenerate L = 1, where A ≡ 1")
@@ -323,18 +319,15 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
                       f"{' (L ≥ 2)' if d.get('degenerate') else ''}{searched}" + (f"; {'; '.join(apart)}" if apart else ""))
             return "fails; repaired version holds", "; ".join(ev)
         # no repair: say what of the statement still holds, and whether the rest of it is proved
-        held = [r for r in st if r.verdict == "holds" and r.kind == "bound"]
-        trivial = [r for r in held if r.details.get("by_construction")]
-        if trivial:
-            ev.append(_as_they_must(trivial))
-        for r in (r for r in held if not r.details.get("by_construction")):
+        if shown:
+            ev.append(_as_they_must(shown))
+        for r in (r for r in st if r.verdict == "holds" and r.kind == "bound" and not r.details.get("by_construction")):
             ev.append(f"{_step(r)} holds on every instance tried (smallest bound/exact {_num(r.min_ratio)})"
                       + (" but is not proved" if pf_fail else ""))
         _proof_evidence(ev, numbers, pf_fail, pf_misprint, ran)
         return "fails", "; ".join(ev)
     base = "holds as corrected" if st_corr else "holds"
     mp = misprint_counts(rows).of(key)  # errata counted once each, as on the errata page
-    shown = [r for r in st if r.kind == "bound" and r.verdict == "holds" and r.details.get("by_construction")]
     as_displayed = bool(shown) and len(shown) == len(st) and bool(pf_fail)
     if as_displayed:  # the displayed inequalities hold; its proof's instantiation fails
         ev.append("holds as displayed: " + _as_they_must(shown))
@@ -466,10 +459,9 @@ def summary_sentences(rows: list[Row]) -> list[str]:
                    f"{t1['repaired'][1]:.3g}"
                    + (f" (from the {t1['repaired_won_by']['family']} start, L = {t1['repaired_won_by']['L']}, "
                       f"d = {t1['repaired_won_by']['d']})" if "repaired_won_by" in t1 else "")
-                   + (f"; at exact minimisers {by_L_words(t1['repaired_minimiser_by_L'])}"
-                      f"{_against_3L(t1['repaired_minimiser_by_L'])}" if "repaired_minimiser_by_L" in t1 else "")
-                   + (f"; over every input {by_L_words(t1['repaired_by_L'])}{_against_3L(t1['repaired_by_L'])}"
-                      if "repaired_by_L" in t1 else "") + ".")
+                   + (f"; at exact minimisers {_by_L_3L(t1['repaired_minimiser_by_L'])}"
+                      if "repaired_minimiser_by_L" in t1 else "")
+                   + (f"; over every input {_by_L_3L(t1['repaired_by_L'])}" if "repaired_by_L" in t1 else "") + ".")
     l4, t6 = f["lemma4"], f["thm6"]
     if "worst" in l4.numbers:
         out.append(f"Lemma 4 holds as corrected: as printed it fails (bound/exact down to {l4.numbers['worst'][1]:.2g}) "

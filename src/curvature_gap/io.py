@@ -75,13 +75,17 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _write_dumped(path, dump) -> bytes:
+    """``dump(file)`` into memory, then written to ``path`` atomically; returns the bytes written."""
+    buf = io.BytesIO()
+    dump(buf)
+    atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
+
+
 def save_torch(path, obj) -> str:
     """Atomically ``torch.save`` ``obj``; returns the sha256 of the bytes written."""
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    data = buf.getvalue()
-    atomic_write_bytes(path, data)
-    return sha256_bytes(data)
+    return sha256_bytes(_write_dumped(path, lambda f: torch.save(obj, f)))
 
 
 def load_torch(path, map_location="cpu"):
@@ -102,11 +106,8 @@ def state_sha256(state_dict: dict) -> str:
 
 def save_npz_atomic(path, arrays: dict, compress: bool = False) -> bytes:
     """Write ``arrays`` as an ``.npz`` (uncompressed unless ``compress``) atomically; returns the bytes written."""
-    buf = io.BytesIO()
-    (np.savez_compressed if compress else np.savez)(buf, **{k: np.asarray(v) for k, v in arrays.items()})
-    data = buf.getvalue()
-    atomic_write_bytes(path, data)
-    return data
+    save = np.savez_compressed if compress else np.savez
+    return _write_dumped(path, lambda f: save(f, **{k: np.asarray(v) for k, v in arrays.items()}))
 
 
 @contextlib.contextmanager

@@ -178,8 +178,7 @@ class LayerNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(d))
         self.bias = nn.Parameter(torch.zeros(d))
-        self.eps = eps
-        self.fused = fused
+        self.eps, self.fused = eps, fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused:
@@ -199,12 +198,9 @@ class Block(nn.Module):
         super().__init__()
         d, dk, dff, init = cfg.d_model, cfg.d_k, cfg.d_ff, cfg.init
         self.cfg, self.d_k = cfg, dk
-        self.query = _matrix(d, dk, init)  # W_Q (d_V, d_K)
-        self.query_bias = _bias(d, dk, init) if cfg.qkv_bias else None
-        self.key = _matrix(d, dk, init)  # W_K (d_V, d_K)
-        self.key_bias = _bias(d, dk, init) if cfg.qkv_bias else None
-        self.value = _matrix(d, d, init)  # W_V (d_V, d_V)
-        self.value_bias = _bias(d, d, init) if cfg.qkv_bias else None
+        for name, width in (("query", dk), ("key", dk), ("value", d)):  # W_Q, W_K (d_V, d_K), W_V (d_V, d_V)
+            setattr(self, name, _matrix(d, width, init))
+            setattr(self, f"{name}_bias", _bias(d, width, init) if cfg.qkv_bias else None)
         self.out = _matrix(d, d, init) if cfg.out_proj else None  # W_O (d_V, d_V)
         self.out_bias = _bias(d, d, init) if cfg.out_proj_bias else None
         self.ln1 = LayerNorm(d, cfg.ln_eps, fused_ln)
@@ -265,17 +261,24 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
     return x.permute(0, 2, 4, 1, 3, 5).reshape(b, (h // patch) * (w // patch), c * patch * patch)
 
 
+def _linear_module(fan_in: int, fan_out: int, bias: bool, init: str) -> nn.Linear:
+    """An ``nn.Linear`` (weight (out, in)) initialised as :func:`_matrix` and :func:`_bias` say (``"torch"``: its
+    own default)."""
+    lin = nn.Linear(fan_in, fan_out, bias=bias)
+    if init == "normal":
+        nn.init.normal_(lin.weight, std=1 / math.sqrt(fan_in))
+        if bias:
+            nn.init.zeros_(lin.bias)
+    return lin
+
+
 class ViT(nn.Module):
     """Patch embedding + positions + L blocks (+ a final LayerNorm if pre-norm) + mean pool + linear head."""
 
     def __init__(self, cfg: ModelConfig, fused_ln: bool = False):
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Linear(cfg.patch_dim, cfg.d_model, bias=cfg.patch_bias)
-        if cfg.init == "normal":
-            nn.init.normal_(self.embed.weight, std=1 / math.sqrt(cfg.patch_dim))
-            if cfg.patch_bias:
-                nn.init.zeros_(self.embed.bias)
+        self.embed = _linear_module(cfg.patch_dim, cfg.d_model, cfg.patch_bias, cfg.init)
         if cfg.pos_encoding == "learned":
             self.pos = nn.Parameter(0.02 * torch.randn(cfg.n_tokens, cfg.d_model))
         elif cfg.pos_encoding == "sinusoidal":  # a constant: a buffer, not in the state dict
@@ -284,11 +287,7 @@ class ViT(nn.Module):
             self.pos = None
         self.blocks = nn.ModuleList(Block(cfg, fused_ln) for _ in range(cfg.n_blocks))
         self.ln_f = LayerNorm(cfg.d_model, cfg.ln_eps, fused_ln) if cfg.norm == "pre" else None
-        self.head = nn.Linear(cfg.d_model, cfg.n_classes, bias=cfg.head_bias)
-        if cfg.init == "normal":
-            nn.init.normal_(self.head.weight, std=1 / math.sqrt(cfg.d_model))
-            if cfg.head_bias:
-                nn.init.zeros_(self.head.bias)
+        self.head = _linear_module(cfg.d_model, cfg.n_classes, cfg.head_bias, cfg.init)
 
     def tokens(self, images: torch.Tensor) -> torch.Tensor:
         x = self.embed(patchify(images, self.cfg.patch_size))
@@ -348,9 +347,7 @@ def from_authors_state_dict(state_dict: dict, model: str = "mnist", dtype: torch
         raise ConfigError(f"not a state dict of the authors' {model} model ({sizes}): {found}. Fix: {hint}pass the "
                           "model it was saved from (model='mnist' or 'cifar100'), or overrides such as n_blocks=... "
                           "for another size")
-    with torch.random.fork_rng(devices=[]):  # the initial values are overwritten; keep the global RNG
-        torch.manual_seed(0)
-        vit = ViT(cfg).to(dtype)
+    vit = build_model(base.name, seed=0, **overrides).to(dtype)  # its initial values are overwritten
     params = dict(vit.named_parameters())
     assert set(params) == {o for o, _ in names.values()}, "authors_parameter_names does not cover the model"
     with torch.no_grad():

@@ -134,10 +134,6 @@ def show_markdown(text: str) -> None:
     _display(text, "Markdown")
 
 
-def _display_html(text: str) -> None:
-    _display(text, "HTML")
-
-
 # ---------------------------------------------------------------------------------------------- results
 def load(name: str, profile: str = "smoke", device: str = "auto", seed: int | None = None):
     """A result for a page: the cache or the published results when they match the current configuration, else
@@ -251,14 +247,15 @@ def show_figure(fig, name: str, caption: str, alt: str, message: str) -> None:
     is inline (a notebook has no files beside it)."""
     static = os.environ.get(STATIC_ENV)
     if not static:
-        _display_html(figure_html(fig, name, caption, alt, message, linked=False))
+        _display(figure_html(fig, name, caption, alt, message, linked=False), "HTML")
         return
     d = Path(static) / "figures"
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{name}.png").write_bytes(png_bytes(fig))
     (d / f"{name}-page.png").write_bytes(png_bytes(fig, dpi=PAGE_DPI))
     fig.savefig(d / f"{name}.pdf", format="pdf")
-    _display_html(figure_html(fig, name, caption, alt, message, linked=True, src=f"../_static/figures/{name}-page.png"))
+    _display(figure_html(fig, name, caption, alt, message, linked=True, src=f"../_static/figures/{name}-page.png"),
+             "HTML")
 
 
 def figure(name: str, result, part: str, caption: str, alt: str | None = None) -> None:
@@ -539,21 +536,18 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     if not smoke:
         # every verdict says what it was computed on: model, dataset and arithmetic (read from its settings)
         on = computed_on(key)
-        body = re.sub(r"^Verdict: ([^.]*)\.", lambda m: f"<strong>Verdict: {m.group(1)}.</strong>"
-                      + (f" <em>{on}</em>" if on else ""), body)
+        head = f"<strong>Verdict: {html.escape(f.verdict)}.</strong>" + (f" <em>{on}</em>" if on else "")
         # short: the verdict and the first clause of its evidence; the rest folded
-        head, mark, tail = body.partition("</em>" if on else "</strong>")
-        first, rest = _first_clause(tail)
-        if rest:
-            body = (f"{head}{mark}{first}.<details class=\"cg-more\"><summary>The evidence in full</summary>"
-                    f"{sentence(rest)}</details>")
+        first, rest = _first_clause(body.partition(".")[2])
+        body = head + first + (f".<details class=\"cg-more\"><summary>The evidence in full</summary>{sentence(rest)}"
+                               "</details>" if rest else "")
     return (f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'
             f"{body}</div>")
 
 
 def show_verdict(key: str, profile: str) -> None:
     """Show :func:`verdict_html` of a result on its page."""
-    _display_html(verdict_html(key, profile))
+    _display(verdict_html(key, profile), "HTML")
 
 
 def agreement_text(key: str, profile: str, why: str = "", rs: list[Row] | None = None) -> str:
@@ -588,15 +582,13 @@ def second_reading_text(ids, profile: str, rs: list[Row] | None = None) -> str:
 
 def show_second_reading(ids, profile: str) -> None:
     """Show :func:`second_reading_text` (nothing where it is empty)."""
-    text = second_reading_text(ids, profile)
-    if text:
+    if text := second_reading_text(ids, profile):
         show_markdown(text)
 
 
 def show_agreement(key: str, profile: str, why: str = "") -> None:
     """Show :func:`agreement_text` (nothing where it is empty)."""
-    text = agreement_text(key, profile, why)
-    if text:
+    if text := agreement_text(key, profile, why):
         show_markdown(text)
 
 
@@ -637,10 +629,9 @@ def show_values_larger(result) -> None:
                   + md_table(["statistic", *units, "$W_V$ / larger of $W_Q$, $W_K$", "larger"], body))
     seeds = result.meta.get("seed_leads") or []
     if seeds:
-        n = len(STATISTICS)
         show_markdown(f"The same on each of the {len(seeds)} initialisations the verdict counts over:\n\n" + md_table(
             ["seed", "$W_V$ larger than $W_Q$ and $W_K$", "$W_V$ / larger of $W_Q$, $W_K$"],
-            [[str(d["seed"]), f"{sum(r > 1 for r in d['v_over_qk'].values())}/{n}",
+            [[str(d["seed"]), f"{sum(r > 1 for r in d['v_over_qk'].values())}/{len(STATISTICS)}",
               f"{min(d['v_over_qk'].values()):.3g}–{max(d['v_over_qk'].values()):.3g}"] for d in seeds]))
 
 

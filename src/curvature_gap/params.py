@@ -32,11 +32,7 @@ def flat_view(names: Sequence[str], shapes: Sequence[torch.Size]) -> Callable[[t
     tensors of those shapes (leading batch dimensions of ``θ`` are not allowed: use ``vmap``)."""
     names, shapes = list(names), [torch.Size(s) for s in shapes]
     sizes = [s.numel() for s in shapes]
-
-    def unflat(theta: torch.Tensor) -> dict:
-        return {n: c.view(s) for n, c, s in zip(names, theta.split(sizes), shapes)}
-
-    return unflat
+    return lambda theta: {n: c.view(s) for n, c, s in zip(names, theta.split(sizes), shapes)}
 
 
 def flatten(tensors: Mapping[str, torch.Tensor] | Sequence[torch.Tensor], names: Sequence[str] | None = None,
@@ -82,18 +78,13 @@ def param_slices(model: nn.Module) -> dict[str, slice]:
 def param_groups(model: nn.Module, group=group_of) -> list[ParamGroup]:
     """Ordered parameter groups (``group(name)``, default :func:`group_of`) with their slices of
     ``parameters_to_vector(model.parameters())``; a group that is not contiguous raises a RuntimeError."""
-    names: dict[str, list[str]] = {}
-    sizes: dict[str, int] = {}
-    last = None
-    for pname, p in model.named_parameters():
+    sl, names = param_slices(model), {}
+    for pname in sl:
         g = group(pname)
-        if g != last and g in names:
+        if g in names and next(reversed(names)) != g:
             raise RuntimeError(f"parameter group {g} is not contiguous")
         names.setdefault(g, []).append(pname)
-        sizes[g] = sizes.get(g, 0) + p.numel()
-        last = g
-    sl = offsets(list(names), [sizes[g] for g in names])
-    return [ParamGroup(g, tuple(names[g]), sl[g].start, sl[g].stop) for g in names]
+    return [ParamGroup(g, tuple(ps), sl[ps[0]].start, sl[ps[-1]].stop) for g, ps in names.items()]
 
 
 def groups_of(model: nn.Module) -> list[ParamGroup]:

@@ -83,16 +83,15 @@ def save_figure(fig: Figure, stem, dpi: int = 150) -> list[str]:
     return paths
 
 
-def loglog_axes(ax, xlabel: str, ylabel: str, title: str, legend_ncol: int | None = None, below: float = -0.16) -> None:
-    """Log-log axes with labels, a grid at every decade and minor tick, a title and (``legend_ncol``) the
-    legend below the axes, never over a curve: the axes of the curves against k (Figs. 6 and 12)."""
+def loglog_axes(ax, xlabel: str, ylabel: str, title: str, legend_ncol: int, below: float = -0.16) -> None:
+    """Log-log axes with labels, a grid at every decade and minor tick, a title and the legend (``legend_ncol``
+    columns) below the axes, never over a curve: the axes of the curves against k (Figs. 6 and 12)."""
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3, which="both")
-    if legend_ncol:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, below), ncol=legend_ncol)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, below), ncol=legend_ncol)
     ax.set_title(title)
 
 
@@ -112,20 +111,15 @@ def pooled_log_image(H: np.ndarray, eps: float, max_cells: int) -> tuple[np.ndar
         return np.nanmean(P.reshape(m // f, f, m // f, f), axis=(1, 3)), f
 
 
-def group_axes(ax, starts, stops, labels, which="xy", color="white", lw=0.6, fontsize=None) -> None:
-    """Gridlines at parameter-group boundaries and group labels at their centres."""
+def group_axes(ax, starts, stops, labels) -> None:
+    """White gridlines at parameter-group boundaries and group labels at their centres, on both axes."""
     bounds = sorted(set(list(starts) + list(stops)))
     centres = [(a + b) / 2 for a, b in zip(starts, stops)]
     for b in bounds[1:-1]:
-        if "x" in which:
-            ax.axvline(b, color=color, lw=lw)
-        if "y" in which:
-            ax.axhline(b, color=color, lw=lw)
-    kw = {"fontsize": fontsize} if fontsize else {}
-    if "x" in which:
-        ax.set_xticks(centres, labels, rotation=90, **kw)
-    if "y" in which:
-        ax.set_yticks(centres, labels, **kw)
+        ax.axvline(b, color="white", lw=0.6)
+        ax.axhline(b, color="white", lw=0.6)
+    ax.set_xticks(centres, labels, rotation=90)
+    ax.set_yticks(centres, labels)
     ax.tick_params(length=0)
 
 

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from .codehash import not_in_code_hash
-from .config import ConfigError
+from .config import PRECISIONS, check_choice
 from .model import _heads, _merge_heads, ViT, patchify
 
 __all__ = ["ARITHMETICS", "PRECISION_OF", "CUDA_BF16_AUTOCAST", "AUTOCAST_SOURCES", "round_to_tf32",
@@ -96,8 +96,7 @@ CUDA_BF16_AUTOCAST = (
 
 def precision_of(arithmetic: str) -> str:
     """The training precision (``Recipe.precision``) of ``arithmetic``; a clear error for anything else."""
-    if arithmetic not in PRECISION_OF:
-        raise ConfigError(f"arithmetic must be one of {', '.join(ARITHMETICS)}, got {arithmetic!r}")
+    check_choice("arithmetic", arithmetic, ARITHMETICS)
     return PRECISION_OF[arithmetic]
 
 
@@ -257,8 +256,7 @@ def module_logits(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
 def arithmetic_for(precision: str) -> tuple:
     """(logits, cross_entropy) of a step in ``precision``: the model's forward and ``F.cross_entropy`` for float32;
     :func:`autocast_logits` and :func:`autocast_cross_entropy` (the authors' CUDA arithmetic) for bf16."""
-    if precision not in ("float32", "bf16"):
-        raise ConfigError(f"precision must be float32 or bf16, got {precision!r}")
+    check_choice("precision", precision, PRECISIONS)
     if precision == "float32":
         return module_logits, nn.functional.cross_entropy
     return autocast_logits, autocast_cross_entropy

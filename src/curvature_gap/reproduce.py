@@ -108,15 +108,13 @@ def _long_run(name: str, ctx: experiments.Context) -> str:
     """A message when computing ``name`` would start a training run longer than LONG_RUN_S, else "". A run whose
     dataset is missing raises DataUnavailable ("blocked"), its message naming the run and its measured cost."""
     for v, step, seed, _ in experiments.furthest(_runs(name, ctx), ctx):
-        cfg = ctx.recipe(v, seed)
+        cost = _run_cost(ctx, ctx.recipe(v, seed), step)
         try:
             ctx.data(v)
         except DataUnavailable as exc:  # blocked: say what the run would cost once the data is there
-            cost = _run_cost(ctx, cfg, step)
             then = (f" (over {LONG_RUN_S // 60} min: pass --allow-long-runs, or use a GPU with --device cuda)"
                     if cost.seconds > LONG_RUN_S else "")
             raise DataUnavailable(f"{exc} Once it is there: {cost.describe()}{then}.") from exc
-        cost = _run_cost(ctx, cfg, step)
         if cost.seconds > LONG_RUN_S:
             return (f"{cost.describe()}; pass --allow-long-runs (make reproduce ALLOW_LONG=1) to run it, or use a GPU "
                     "(--device cuda)")
@@ -211,8 +209,7 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
         t0 = time.perf_counter()
         o = Outcome(name, "failed", 0.0, dev)
         try:
-            why = "" if allow_long else _long_run(name, ctx)
-            if why:
+            if not allow_long and (why := _long_run(name, ctx)):
                 o.status, o.message = "skipped", why
             else:
                 res = experiments.load_results(name, ctx=ctx)
@@ -224,8 +221,6 @@ def run(profile: str = "paper", only=None, device: str = "auto", data_dir=None, 
                 o.status = "ok"
         except DataUnavailable as exc:
             o.status, o.message = "blocked", str(exc)
-        except KeyboardInterrupt:
-            raise
         except Exception as exc:  # noqa: BLE001 - keep going past a failed result, report it, exit non-zero
             o.message = f"{type(exc).__name__}: {exc}"
             traceback.print_exc(file=sys.stderr)

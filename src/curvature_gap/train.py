@@ -67,24 +67,21 @@ class Datasets:
     test: data_mod.TensorDataset
 
 
-def load_datasets(recipe: Recipe, root=None, allow_download: bool = False, datasets: Datasets | None = None) -> Datasets:
+def load_datasets(recipe: Recipe, root=None, datasets: Datasets | None = None) -> Datasets:
     """Train and test split of the recipe's dataset (``config.DATASET_OF``), subset as the recipe says and
     normalised by ``recipe.normalize``. ``datasets`` (whole splits as the data files give them, normalised to
     [-1, 1]) are used instead of the files when given. Neither split is augmented here (the training loop
     augments its batches)."""
     if datasets is None:
         name = DATASET_OF[recipe.model]
-        datasets = Datasets(data_mod.load(name, root, train=True, allow_download=allow_download),
-                            data_mod.load(name, root, train=False, allow_download=allow_download))
+        datasets = Datasets(data_mod.load(name, root, train=True), data_mod.load(name, root, train=False))
     mean, std = recipe.normalize
     return Datasets(data_mod.renormalised(datasets.train.subset(recipe.train_subset), mean, std),
                     data_mod.renormalised(datasets.test.subset(recipe.test_subset), mean, std))
 
 
 def _generator(*key: int) -> torch.Generator:
-    g = torch.Generator()
-    g.manual_seed(hash(key) & 0x7FFF_FFFF_FFFF)  # ints hash deterministically in CPython
-    return g
+    return torch.Generator().manual_seed(hash(key) & 0x7FFF_FFFF_FFFF)  # ints hash deterministically in CPython
 
 
 # ----------------------------------------------------------------------------- the training order
@@ -106,10 +103,8 @@ class LoaderOrder:
     reached by replaying epochs 0..e−1 (about 20 ms each for 60,000 images)."""
 
     def __init__(self, n: int, batch_size: int, seed: int):
-        g = torch.Generator()
-        g.manual_seed(int(seed))
-        self._loader = torch.utils.data.DataLoader(range(n), batch_size=batch_size, shuffle=True, generator=g,
-                                                   num_workers=0)
+        self._loader = torch.utils.data.DataLoader(range(n), batch_size=batch_size, shuffle=True, num_workers=0,
+                                                   generator=torch.Generator().manual_seed(int(seed)))
         self._epoch = 0  # the epoch the next pass over the loader yields
 
     def order(self, epoch: int) -> torch.Tensor:
@@ -229,20 +224,23 @@ def batch_at(recipe: Recipe, train_split, perm: torch.Tensor, b: int, step: int,
     return x, y
 
 
+def _epochs(recipe: Recipe, n: int) -> tuple:
+    """(batches per epoch, the order, the augmentation, its fill) of ``recipe``'s training over ``n`` images."""
+    fill = zero_pixel(*recipe.normalize)
+    return math.ceil(n / recipe.batch_size), order_for(recipe, n), augmentation_for(recipe), fill
+
+
 def loader(recipe: Recipe, ds: Datasets, epochs: int):
     """The recipe's training loader for ``epochs`` epochs, exactly as :func:`train` reads it: yields (step,
     images, labels), in the recipe's order, augmented, normalised (``ds`` from :func:`load_datasets`); the last
     batch of an epoch may be smaller. The authors' Figs. 6 and 12 run over this loader at the trained weights
     (their ``src/experiments/vit_classification/*.py``)."""
-    n = len(ds.train)
-    per_epoch = math.ceil(n / recipe.batch_size)
-    orders, aug, fill = order_for(recipe, n), augmentation_for(recipe), zero_pixel(*recipe.normalize)
+    per_epoch, orders, aug, fill = _epochs(recipe, len(ds.train))
     for epoch in range(epochs):
         perm = orders.order(epoch)
         for b in range(per_epoch):
             step = epoch * per_epoch + b
-            x, y = batch_at(recipe, ds.train, perm, b, step, fill, aug)
-            yield step, x, y
+            yield (step, *batch_at(recipe, ds.train, perm, b, step, fill, aug))
 
 
 def pass_batches(recipe: Recipe, ds: Datasets, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -251,9 +249,7 @@ def pass_batches(recipe: Recipe, ds: Datasets, n: int) -> list[tuple[torch.Tenso
     (each ``iter`` draws the next permutation of the generator). Pass ``j`` is epoch ``j``'s order, its batch
     augmented as :func:`train` sees it at step ``j × batches per epoch``; pass 0 is the first batch :func:`train`
     trains on."""
-    n_train = len(ds.train)
-    per_epoch = math.ceil(n_train / recipe.batch_size)
-    orders, aug, fill = order_for(recipe, n_train), augmentation_for(recipe), zero_pixel(*recipe.normalize)
+    per_epoch, orders, aug, fill = _epochs(recipe, len(ds.train))
     return [batch_at(recipe, ds.train, orders.order(j), 0, j * per_epoch, fill, aug) for j in range(n)]
 
 
@@ -321,26 +317,19 @@ def evaluate(model: nn.Module, ds: data_mod.TensorDataset, device, batch_size: i
 
 
 # ----------------------------------------------------------------------------- the loop
-def _read_owned(path: Path, key: str, step: int | None = None) -> tuple[dict | None, str]:
-    """(the checkpoint at ``path``, "") when the run of key ``key`` wrote it (after ``step`` steps, when given),
-    else (None, why)."""
+def _read_owned(path: Path, key: str, step: int | None = None) -> dict:
+    """The checkpoint at ``path`` when the run of key ``key`` wrote it (after ``step`` steps, when given); else a
+    :class:`CheckpointMismatch` saying why (raised: its wording is no part of the run's code hash)."""
     try:
         state = load_torch(path)
     except _UNREADABLE as exc:  # truncated, edited or not a checkpoint
-        return None, f"{path} cannot be loaded ({type(exc).__name__})"
+        raise CheckpointMismatch(f"{path} cannot be loaded ({type(exc).__name__})") from exc
     meta = state if isinstance(state, dict) else {}
     if meta.get("config_hash") != key or (step is not None and meta.get("step") != step):
-        at, was = ("", "") if step is None else (f"step {step} of ", f"step {meta.get('step')} of ")
-        why = "another step" if meta.get("config_hash") == key else "another recipe, or other training code"
-        return None, f"{path} is not {at}run {key} (it is {was}run {meta.get('config_hash')}: {why})"
-    return state, ""
-
-
-def _check_owner(path: Path, key: str) -> dict:
-    """The checkpoint at ``path`` if the run of key ``key`` wrote it; CheckpointMismatch otherwise."""
-    state, why = _read_owned(path, key)
-    if state is None:
-        raise CheckpointMismatch(f"{why}; use another --out directory or delete it to start over")
+        raise CheckpointMismatch(
+            f"{path} is not {'' if step is None else f'step {step} of '}run {key} (it is step {meta.get('step')} of "
+            f"run {meta.get('config_hash')}: "
+            f"{'another step' if meta.get('config_hash') == key else 'another recipe, or other training code'})")
     return state
 
 
@@ -363,14 +352,15 @@ def train(recipe: Recipe, out_dir, device: str = "auto", data_root=None, dataset
     out.mkdir(parents=True, exist_ok=True)
     dev = resolve_device(device)
     key = run_key(recipe)
-    # checkpoints first (before the data): a directory of another run is refused within seconds
     ckpt_path, final = out / CKPT_NAME, out / MODEL_NAME
-    if final.exists() and not ckpt_path.exists():  # a finished model of another run is never overwritten
-        _check_owner(final, key)
-    state = _check_owner(ckpt_path, key) if ckpt_path.exists() else None
+    try:  # checkpoints first (before the data): a directory of another run is refused within seconds
+        if final.exists() and not ckpt_path.exists():  # a finished model of another run is never overwritten
+            _read_owned(final, key)
+        state = _read_owned(ckpt_path, key) if ckpt_path.exists() else None
+    except CheckpointMismatch as exc:
+        raise CheckpointMismatch(f"{exc}; use another --out directory or delete it to start over") from exc
     ds = load_datasets(recipe, data_root, datasets=datasets)
-    n_train = len(ds.train)
-    steps_per_epoch = math.ceil(n_train / recipe.batch_size)
+    steps_per_epoch, orders, aug, fill = _epochs(recipe, len(ds.train))
     total_steps = steps_per_epoch * recipe.epochs
 
     model = build_model(recipe.model, seed=recipe.seed, **dict(recipe.model_overrides))
@@ -385,7 +375,6 @@ def train(recipe: Recipe, out_dir, device: str = "auto", data_root=None, dataset
         opt.load_state_dict(state["optimizer"])
         step, history, wall_before = state["step"], list(state["history"]), float(state["wall_s"])
         running = state.get("running")
-    orders, aug, fill = order_for(recipe, n_train), augmentation_for(recipe), zero_pixel(*recipe.normalize)
     keep = set(int(s) for s in snapshot_steps)
     loop = dict(steps=0, seconds=0.0)
     t0 = time.perf_counter()
@@ -488,15 +477,14 @@ def run_dir(recipe: Recipe, runs_dir="runs") -> Path:
 def verify_checkpoint(directory, key: str) -> tuple[dict | None, str]:
     """(saved state, "") when ``directory/model.pt`` is intact and belongs to the run of key ``key``: it loads,
     carries that key, and its weights hash equals the one in ``metrics.json``; else (None, why)."""
-    directory = Path(directory)
-    mp, metrics_path = directory / MODEL_NAME, directory / METRICS_NAME
+    mp, metrics_path = Path(directory) / MODEL_NAME, Path(directory) / METRICS_NAME
     if not mp.exists():
         return None, "missing"
-    state, why = _read_owned(mp, key)
-    if state is None:
-        return None, why
     try:
+        state = _read_owned(mp, key)
         metrics = json.loads(metrics_path.read_text())
+    except CheckpointMismatch as exc:
+        return None, str(exc)
     except (OSError, ValueError) as exc:
         return None, f"{metrics_path} cannot be read ({exc})"
     if metrics.get("weights_sha256") != state_sha256(state["model"]):
@@ -511,12 +499,12 @@ def load_snapshot(directory, step: int, key: str) -> dict | None:
     p = Path(directory) / SNAPSHOT_DIR / f"step_{step:07d}.pt"
     if not p.exists():
         return None
-    state, why = _read_owned(p, key, step)
-    if state is None:
-        warnings.warn(f"unusable training snapshot: {why}; training is replayed to that step instead. Delete the "
+    try:
+        return _read_owned(p, key, step)["model"]
+    except CheckpointMismatch as exc:
+        warnings.warn(f"unusable training snapshot: {exc}; training is replayed to that step instead. Delete the "
                       "file to silence this.", StaleCheckpointWarning, stacklevel=2)
         return None
-    return state["model"]
 
 
 @not_in_code_hash("it finds a run; its weights are named by its key (run_key), which every result records")
@@ -546,9 +534,9 @@ def load_run(recipe: Recipe, runs_dir="runs", step: int | None = None) -> tuple[
 
 
 @not_in_code_hash("it finds or trains a run; its weights are named by its key (run_key), which every result records")
-def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str = "auto", data_root=None,
+def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str = "auto",
            datasets: Datasets | None = None, progress: bool = True, snapshot_steps: tuple[int, ...] = (),
-           log: Callable[[str], None] | None = None) -> tuple[dict, dict]:
+           log: Callable[[str], None] = lambda msg: None) -> tuple[dict, dict]:
     """:func:`load_run`'s (weights, description) of ``recipe``'s run, trained (or resumed) first when needed.
 
     * ``step=None``: ``run_dir(recipe)/model.pt`` when :func:`verify_checkpoint` accepts it, else the run is
@@ -558,45 +546,41 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
       continues it), saving ``snapshot_steps`` too. A run already past ``k`` without that snapshot is replayed
       to ``k`` apart, its snapshot kept and the replay dropped.
 
-    ``datasets``: whole splits (as ``data.load`` gives them), else the files under ``data_root``. Safe to call
+    ``datasets``: whole splits (as ``data.load`` gives them), else the files under ``./data``. Safe to call
     from several processes at once (a file lock). Where this call trained, the description has :func:`train`'s
     ``loop``."""
     if step == 0:
         return load_run(recipe, runs_dir, 0)
     key, out = run_key(recipe), run_dir(recipe, runs_dir)
-    log = log or (lambda msg: None)
-    kw = dict(device=device, data_root=data_root, datasets=datasets, progress=progress)
+    kw = dict(device=device, datasets=datasets, progress=progress)
+    loop = None  # the loop timing of the training this call did (train's "loop"), if it trained
     with file_lock(out / ".lock", f"training {out}"):
-        loop = None  # the loop timing of the training this call did (train's "loop"), if it trained
-        if step is not None:
-            if load_snapshot(out, step, key) is None:
-                ckpt = out / CKPT_NAME
-                past = ckpt.exists() and int(load_torch(ckpt).get("step", 0)) > step
-                where = out / "replay" if past else out
-                log(f"training {recipe.model}/{recipe.profile} (run {key}) to step {step} in {where}")
-                loop = train(recipe, where, max_steps=step, snapshot_steps=tuple(sorted({step, *snapshot_steps})),
-                             **kw)["loop"]
-                if past:
-                    name = Path(SNAPSHOT_DIR) / f"step_{step:07d}.pt"
-                    if (where / name).exists():
-                        (out / SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
-                        os.replace(where / name, out / name)
-                    shutil.rmtree(where, ignore_errors=True)
-        else:
-            state, why = verify_checkpoint(out, key)
-            if state is None:
-                if why != "missing":
-                    warnings.warn(f"checkpoint unusable: {why}; retraining", StaleCheckpointWarning, stacklevel=2)
-                    (out / MODEL_NAME).unlink(missing_ok=True)
-                log(f"training {recipe.model} ({recipe.profile}) into {out}/")
-                try:
-                    loop = train(recipe, out, snapshot_steps=snapshot_steps, **kw)["loop"]
-                except CheckpointMismatch as exc:
-                    warnings.warn(f"{exc}; training from scratch", StaleCheckpointWarning, stacklevel=2)
-                    (out / CKPT_NAME).unlink(missing_ok=True)
-                    loop = train(recipe, out, snapshot_steps=snapshot_steps, **kw)["loop"]
-            else:
-                log(f"reusing trained {recipe.model} from {out}/{MODEL_NAME}")
+        if step is not None and load_snapshot(out, step, key) is None:
+            ckpt = out / CKPT_NAME
+            past = ckpt.exists() and int(load_torch(ckpt).get("step", 0)) > step
+            where = out / "replay" if past else out
+            log(f"training {recipe.model}/{recipe.profile} (run {key}) to step {step} in {where}")
+            loop = train(recipe, where, max_steps=step, snapshot_steps=tuple(sorted({step, *snapshot_steps})),
+                         **kw)["loop"]
+            if past:
+                name = Path(SNAPSHOT_DIR) / f"step_{step:07d}.pt"
+                if (where / name).exists():
+                    (out / SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
+                    os.replace(where / name, out / name)
+                shutil.rmtree(where, ignore_errors=True)
+        elif step is None and (why := verify_checkpoint(out, key)[1]):
+            if why != "missing":
+                warnings.warn(f"checkpoint unusable: {why}; retraining", StaleCheckpointWarning, stacklevel=2)
+                (out / MODEL_NAME).unlink(missing_ok=True)
+            log(f"training {recipe.model} ({recipe.profile}) into {out}/")
+            try:
+                loop = train(recipe, out, snapshot_steps=snapshot_steps, **kw)["loop"]
+            except CheckpointMismatch as exc:
+                warnings.warn(f"{exc}; training from scratch", StaleCheckpointWarning, stacklevel=2)
+                (out / CKPT_NAME).unlink(missing_ok=True)
+                loop = train(recipe, out, snapshot_steps=snapshot_steps, **kw)["loop"]
+        elif step is None:
+            log(f"reusing trained {recipe.model} from {out}/{MODEL_NAME}")
         try:
             state, info = load_run(recipe, runs_dir, step)
         except RunMissing as exc:

@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch import nn
 
-from curvature_gap.exact import encoder_layer as eref
 from curvature_gap.exact import layers as R
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("one_thread")]
@@ -70,7 +69,7 @@ def test_library_layers_are_built_from_configs_in_eval_mode_and_take_masks(kind)
     layer, X, T = R.instance(kind, N=2, L=4, heads=2)
     assert not layer.training
     kp = torch.tensor([[False] * 4, [False, False, True, True]])
-    with torch.no_grad(), eref.math_backend():
+    with torch.no_grad(), R.math_backend():
         full = R.layer_output(layer, X)
         padded = R.layer_output(layer, X, key_padding_mask=kp)
         alone = R.layer_output(layer, X[1:, :2])           # the unpadded part of sequence 1, on its own

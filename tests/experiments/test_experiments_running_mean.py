@@ -38,11 +38,11 @@ def test_the_paper_profile_is_what_their_configurations_run():
     assert exact == recipe_for("authors_mnist", "paper") and exact.precision == "float32"
     assert c12.precision == "bf16", "the authors' arithmetic is the default of every result of their model"
     # the stand-in's spread is over trained runs, as their Fig. 12 notebook's: Fig. 4's three bf16 runs, and each
-    # of them is a run the pass reads (running_mean.pass_runs), trained by the runner; the float32 twin is its one run
+    # of them is a run the pass reads (running_mean.figure_runs), trained by the runner; the float32 twin is its one run
     from curvature_gap.experiments.heatmaps import AUTHORS_TRAINED
     assert rm.MNIST_SETTINGS["paper"].run_seeds == AUTHORS_TRAINED["paper"].seeds == (37, 0, 1)
     assert rm.MNIST_EXACT_SETTINGS["paper"].run_seeds == ()
-    assert rm.pass_runs(rm.MNIST_SETTINGS["paper"], ctx) == [(20_000, 37), (20_000, 0), (20_000, 1)]
+    assert rm.figure_runs(rm.MNIST_SETTINGS["paper"], ctx) == [(20_000, 37), (20_000, 0), (20_000, 1)]
     assert experiments.runs_of("fig6_authors_mnist", ctx) == [], "its numbers are cut from the shared pass"
     assert [(st, sd) for _, st, sd in experiments.runs_of("loader_pass_authors_mnist", ctx)] == [
         (20_000, 37), (20_000, 0), (20_000, 1)]

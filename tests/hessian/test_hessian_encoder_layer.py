@@ -21,6 +21,7 @@ from torch import nn
 from cases import slow_but
 from curvature_gap.checks import Inputs
 from curvature_gap.exact import encoder_layer as ref
+from curvature_gap.exact import layers as R
 from curvature_gap.exact.instances import random_instance
 from curvature_gap.hessian.layers import layer_hessian
 from curvature_gap.hessian.ops.activation import parts as activation_parts
@@ -39,7 +40,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.use
 
 
 def _layer(cfg, seed, sharp, x_scale, **kw):
-    return ref.random_layer(seed=seed, sharp=sharp, x_scale=x_scale, norm_first=cfg["norm_first"],
+    return R.random_layer(seed=seed, sharp=sharp, x_scale=x_scale, norm_first=cfg["norm_first"],
                             activation=cfg["activation"], bias=cfg["bias"], nhead=cfg["nhead"], **kw)
 
 
@@ -61,7 +62,7 @@ def test_every_configuration_matches_autograd_of_the_pytorch_layer(cfg):
     worst, sharpest = 0.0, 0.0
     for seed, sharp, xs in INSTANCES:
         layer, X, T = _layer(cfg, seed, sharp, xs)
-        H_ref = ref.hessian_autograd(layer, X, target=T, is_causal=cfg["causal"])
+        H_ref = R.hessian_autograd(layer, X, target=T, is_causal=cfg["causal"])
         res = layer_hessian(layer, X, target=T, is_causal=cfg["causal"])
         assert res.dense.shape == H_ref.shape == (sum(res.sizes),) * 2
         worst = max(worst, ref.relative_error(res.dense, H_ref))
@@ -72,7 +73,7 @@ def test_every_configuration_matches_autograd_of_the_pytorch_layer(cfg):
 
 
 def test_result_layout_names_blocks_gradient_and_one_sequence_in_each_layout():
-    layer, X, T = ref.random_layer(nhead=2, seed=3)
+    layer, X, T = R.random_layer(nhead=2, seed=3)
     res = layer_hessian(layer, X, target=T)
     assert res.names == tuple(n for n, _ in layer.named_parameters())
     assert res.sizes == tuple(p.numel() for p in layer.parameters())
@@ -81,15 +82,15 @@ def test_result_layout_names_blocks_gradient_and_one_sequence_in_each_layout():
     assert res.blocks[(a, b)].shape == (3 * 64, 8)
     assert torch.equal(res.blocks[(a, b)], res.dense[off[a]:off[a] + 192, off[b]:off[b] + 8])
     assert torch.equal(res.dense, res.dense.T)
-    with ref.math_backend():
-        loss = ref.layer_loss(layer, X, target=T)
+    with R.math_backend():
+        loss = R.layer_loss(layer, X, target=T)
         g = torch.autograd.grad(loss, list(layer.parameters()))
     assert ref.relative_error(res.gradient, torch.cat([x.reshape(-1) for x in g])) <= TOL
     assert math.isclose(res.loss, float(loss), rel_tol=1e-12)
     # one sequence as (L, d), a batch of one (1, L, d), and (L, 1, d) for a sequence-first layer
     batched = layer_hessian(layer, X[None], target=T[None])
     assert torch.equal(batched.dense, res.dense) and torch.equal(batched.Z, res.Z[None])
-    seq_first = ref.random_layer(nhead=2, seed=3)[0]
+    seq_first = R.random_layer(nhead=2, seed=3)[0]
     seq_first.self_attn.batch_first = False
     seq = layer_hessian(seq_first, X[:, None], target=T[:, None])
     assert torch.equal(seq.dense, res.dense) and torch.equal(seq.Z, res.Z[:, None])
@@ -109,24 +110,24 @@ def test_further_points_of_the_family(variant):
         kw["layer_norm_eps"] = 0.0
     elif variant == "eps_large":
         kw["layer_norm_eps"] = 0.5
-    layer, X, T = ref.random_layer(nhead=2, seed=4, norm_first=variant == "no_affine", sharp=2.0, **kw)
+    layer, X, T = R.random_layer(nhead=2, seed=4, norm_first=variant == "no_affine", sharp=2.0, **kw)
     if variant == "no_affine":
         for n in ("norm1", "norm2"):
             ln_ = getattr(layer, n)
             ln_.weight = None
             ln_.bias = None
     if variant == "bool_mask":
-        call["src_mask"] = torch.rand(L, L, generator=torch.Generator().manual_seed(0)) > 0.6
-        call["src_mask"].fill_diagonal_(False)
+        call["attn_mask"] = torch.rand(L, L, generator=torch.Generator().manual_seed(0)) > 0.6
+        call["attn_mask"].fill_diagonal_(False)
     elif variant == "float_mask":
-        call["src_mask"] = torch.randn(L, L, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        call["attn_mask"] = torch.randn(L, L, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     elif variant == "causal_as_mask":
-        call["src_mask"] = nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64)
-    H_ref = ref.hessian_autograd(layer, X, target=T, **call)
-    res = layer_hessian(layer, X, target=T, attn_mask=call.get("src_mask"))
+        call["attn_mask"] = nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64)
+    H_ref = R.hessian_autograd(layer, X, target=T, **call)
+    res = layer_hessian(layer, X, target=T, attn_mask=call.get("attn_mask"))
     assert ref.relative_error(res.dense, H_ref) <= TOL, variant
     if variant == "causal_as_mask":  # is_causal=True alone, or with the causal mask itself: the same mask
-        for mask in (None, call["src_mask"]):
+        for mask in (None, call["attn_mask"]):
             causal = layer_hessian(layer, X, target=T, attn_mask=mask, is_causal=True)
             assert ref.relative_error(causal.dense, H_ref) <= 1e-14
 
@@ -134,11 +135,11 @@ def test_further_points_of_the_family(variant):
 def test_other_outer_losses_through_dl_dZ_and_d2l_dZ2():
     """l(Z) = ½ vec_r(Z)ᵀ Q vec_r(Z) + cᵀ vec_r(Z) + Σ log-sum-exp of the rows of Z: given as callables and
     as tensors, against autograd of the same loss."""
-    layer, X, _ = ref.random_layer(nhead=4, seed=5, norm_first=True, activation="gelu")
+    layer, X, _ = R.random_layer(nhead=4, seed=5, norm_first=True, activation="gelu")
     n = X.numel()
     g = torch.Generator().manual_seed(1)
-    R = torch.randn(n, n, generator=g, dtype=torch.float64)
-    Q, c = (R + R.T) / n, torch.randn(n, generator=g, dtype=torch.float64)
+    M = torch.randn(n, n, generator=g, dtype=torch.float64)
+    Q, c = (M + M.T) / n, torch.randn(n, generator=g, dtype=torch.float64)
 
     def loss(Z):
         z = Z.reshape(-1)
@@ -151,7 +152,7 @@ def test_other_outer_losses_through_dl_dZ_and_d2l_dZ2():
         S = torch.softmax(Z, dim=1)
         return Q + torch.block_diag(*[torch.diag(s) - torch.outer(s, s) for s in S])
 
-    H_ref = ref.hessian_autograd(layer, X, loss=loss)
+    H_ref = R.hessian_autograd(layer, X, loss=loss)
     res = layer_hessian(layer, X, loss=(dl, d2l))
     assert ref.relative_error(res.dense, H_ref) <= TOL
     Z = res.Z
@@ -160,7 +161,7 @@ def test_other_outer_losses_through_dl_dZ_and_d2l_dZ2():
 
 
 def test_hessian_against_central_differences_of_the_gradient():
-    layer, X, T = ref.random_layer(nhead=2, seed=6, activation="gelu", sharp=2.0)
+    layer, X, T = R.random_layer(nhead=2, seed=6, activation="gelu", sharp=2.0)
     res = layer_hessian(layer, X, target=T)
     ps = list(layer.parameters())
     flat0 = torch.cat([p.detach().reshape(-1) for p in ps])
@@ -359,7 +360,7 @@ def test_the_authors_block():
         for n, p in layer.named_parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
     X, T = (torch.randn(6, 8, generator=g, dtype=torch.float64) for _ in range(2))
-    H_ref = ref.hessian_autograd(layer, X, target=T)
+    H_ref = R.hessian_autograd(layer, X, target=T)
     res = layer_hessian(layer, X, target=T)
     assert res.names == tuple(names)
     assert ref.relative_error(res.dense, H_ref) <= TOL
@@ -372,7 +373,7 @@ def _raises(match, layer, X, **kw):
 
 
 def test_configurations_outside_the_family_raise_a_clear_error():
-    layer, X, T = ref.random_layer(nhead=2, seed=0)
+    layer, X, T = R.random_layer(nhead=2, seed=0)
     d = 8
     train = nn.TransformerEncoderLayer(d, 2, 6, dropout=0.1, batch_first=True, dtype=torch.float64)
     _raises("training mode with dropout", train, X, target=T)
@@ -402,14 +403,14 @@ def test_configurations_outside_the_family_raise_a_clear_error():
         pass
 
     _raises("Sub is not supported", Sub(d, 2, 6, dropout=0.0, batch_first=True, dtype=torch.float64), X, target=T)
-    rms = ref.random_layer(nhead=2, seed=0)[0]
+    rms = R.random_layer(nhead=2, seed=0)[0]
     rms.norm2 = nn.RMSNorm(d, dtype=torch.float64)
     _raises("norm2 .* is not supported", rms, X, target=T)
 
 
 # ------------------------------------------------------------------------------ the autodiff traps
 def test_trap_default_cpu_attention_kernel_has_no_double_backward():
-    layer, X, T = ref.random_layer(nhead=2, seed=0)
+    layer, X, T = R.random_layer(nhead=2, seed=0)
     err = ref.default_kernel_double_backward_error(layer, X, T)
     assert err is not None, ("PyTorch fixed it: double backward through the default CPU attention kernel now works "
                              "-- the book text (and this test, and the verify row) must change")
@@ -419,11 +420,11 @@ def test_trap_default_cpu_attention_kernel_has_no_double_backward():
 @pytest.mark.slow
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_trap_torch_func_hessian_is_wrong_through_layernorm(norm_first):
-    layer, X, T = ref.random_layer(nhead=2, seed=0, norm_first=norm_first)
+    layer, X, T = R.random_layer(nhead=2, seed=0, norm_first=norm_first)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         H_func = ref.func_hessian(layer, X, target=T)
-    H_ref = ref.hessian_autograd(layer, X, target=T)
+    H_ref = R.hessian_autograd(layer, X, target=T)
     err, asym = ref.relative_error(H_func, H_ref), ref.asymmetry(H_func)
     assert err > 1e-6 and asym > 1e-6, (
         f"PyTorch fixed it: torch.func.hessian of the layer now agrees with reverse-over-reverse autograd "

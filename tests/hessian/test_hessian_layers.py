@@ -88,7 +88,7 @@ def test_sequence_first_pytorch_layer():
     g = torch.Generator().manual_seed(0)
     X, T = (torch.randn(4, 2, 8, generator=g, dtype=torch.float64) for _ in range(2))   # (L, N, d)
     res = layer_hessian(layer, X, target=T)
-    ref = eref.autograd_hessian(lambda: (layer(X) - T).pow(2).mean(), list(layer.parameters()))
+    ref = R.autograd_hessian(lambda: (layer(X) - T).pow(2).mean(), list(layer.parameters()))
     assert _rel(res.dense, ref) <= TOL
     assert torch.allclose(res.Z, layer(X), rtol=0, atol=1e-14)
 
@@ -224,7 +224,7 @@ def test_a_general_loss_by_its_derivatives():
     dl = lambda Z: w * Z ** 3                                   # noqa: E731
     d2l = lambda Z: torch.diag((3 * w * Z ** 2).reshape(-1))   # noqa: E731
     H = layer_hessian(layer, X, loss=(dl, d2l)).dense
-    ref = eref.autograd_hessian(lambda: R.layer_loss(layer, X, loss=loss), list(layer.parameters()))
+    ref = R.autograd_hessian(lambda: R.layer_loss(layer, X, loss=loss), list(layer.parameters()))
     assert _rel(H, ref) <= TOL
 
 

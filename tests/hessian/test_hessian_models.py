@@ -76,7 +76,7 @@ def test_bert_last_hidden_state_and_no_pooler():
                         dtype=torch.float64)
         res = model_hessian(model, ids, "mse", T, output="last_hidden_state", **kw)
         used = [p for n, p in model.named_parameters() if not n.startswith("pooler.")]
-        ref = eref.autograd_hessian(lambda: R.model_loss(model, ids, "mse", T, "last_hidden_state", **kw), used)
+        ref = R.autograd_hessian(lambda: R.model_loss(model, ids, "mse", T, "last_hidden_state", **kw), used)
         P = ref.shape[0]
         assert _rel(res.dense[:P, :P], ref) <= TOL, pooler
         assert (res.dense.shape[0] > P) == pooler and not res.dense[P:].any()

@@ -7,7 +7,8 @@ import torch
 import curvature_gap as cg
 from cases import TINY_MODEL, perturbed_model
 from curvature_gap.hessian import hessian
-from curvature_gap.hessian.spectra import block_hvp, top_eigenvalues
+from curvature_gap.hessian.hvp import HessianOperator
+from curvature_gap.hessian.spectra import top_eigenvalues
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,11 +41,12 @@ def test_block_spectra_match_eigvalsh():
         top_eigenvalues(m, (x, y), groups=["block0.nothing"])
 
 
-def test_block_hvp_is_the_hessian_block_times_vectors_with_micro_batches():
+def test_operator_on_groups_is_the_hessian_block_times_vectors_with_micro_batches():
     m, x, y = _setup()
     H = hessian(m, (x, y))
     g = {gr.name: gr for gr in cg.param_groups(m)}
-    hvp, n = block_hvp(m, x, y, ["block0.value", "head"], micro_batch=4)
+    op = HessianOperator(m, (x, y), micro_batch=4, groups=["block0.value", "head"])
+    hvp, n = op.matmat, op.shape[0]
     idx = torch.cat([torch.arange(g["block0.value"].start, g["block0.value"].stop),
                      torch.arange(g["head"].start, g["head"].stop)])
     assert n == len(idx)

@@ -322,7 +322,7 @@ def test_the_fig12_figure_of_the_authors_model_fits_a_phone_at_7_pt():
 def test_inside_the_build_a_figure_is_a_file_at_page_resolution_with_its_full_size_beside_it(tmp_path, monkeypatch):
     from curvature_gap import notebook as nb  # noqa: PLC0415
     shown = []
-    monkeypatch.setattr(nb, "_display_html", shown.append)
+    monkeypatch.setattr(nb, "_display", lambda text, kind: shown.append(text))
     monkeypatch.setenv(nb.STATIC_ENV, str(tmp_path))
     f = new_figure(7.2, 3.0)
     f.add_subplot().set_xlabel("x", fontsize=9)

@@ -43,27 +43,34 @@ SIGMA = r"\sigma_{\min}"
 
 
 # ----------------------------------------------------------------------------- Theorem 1 and its proof
+def _against(rhs, key: str, exact: str | None = None, sub: str = ""):
+    """The terms of a bound with one entry: the right-hand side ``rhs(q)[key]`` (a formula of :mod:`.formulas` at
+    the quantities ``q``) against the exact quantity ``q[exact]`` (default: ``q[key]``)."""
+    return lambda q: [(sub, rhs(q)[key], q[key if exact is None else exact])]
+
+
 def _sa_args(q):
     return q["norm_X"], q["norm_Q"], q["norm_K"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["d_K"]
 
 
-def _theorem1(q, variant: str, rank: bool) -> dict:
-    return formulas.theorem1(*_sa_args(q), variant=variant, **({"rank": q["rank_FT"]} if rank else {}))
+def _theorem1(variant: str, rank: bool):
+    """``q -> `` Theorem 1's M and rows as ``variant`` (``rank``: with the proof's √rank(F − Target))."""
+    return lambda q: formulas.theorem1(*_sa_args(q), variant=variant, **({"rank": q["rank_FT"]} if rank else {}))
 
 
 def _thm1_whole(variant: str):
-    return lambda q: [("", _theorem1(q, variant, variant != "printed")["M"], q["H"])]
+    return _against(_theorem1(variant, variant != "printed"), "M", "H")
 
 
 def _thm1_row(variant: str, b: str):
-    return lambda q: [(b, _theorem1(q, variant, variant != "repaired")[b], q[f"H_{b}"])]
+    return _against(_theorem1(variant, variant != "repaired"), b, f"H_{b}", b)
 
 
 def _thm1_maxblock(variant: str):
     """The largest of the four rows against each of the nine blocks: the smallest ratio is the bound's, at the
     largest block (the sub it names)."""
     def terms(q):
-        rows = _theorem1(q, variant, variant != "printed")
+        rows = _theorem1(variant, variant != "printed")(q)
         top = formulas.largest(rows[b] for b in ("VV", "QQ", "VQ", "QK"))
         return [(p + r, top, q[f"H_{p}{r}"]) for p in "QKV" for r in "QKV"]
     return terms
@@ -151,44 +158,39 @@ THEOREM1_TERMS = tuple(
     for t, (w, fails, title, tex) in _THM1_TERMS.items())
 
 
-def _sa_lemma(lemma: str, exact: str):
-    """The proof's lemma ``lemma`` (:func:`.formulas.sa_lemmas`) against the exact quantity ``exact`` it bounds."""
-    def terms(q):
-        lem = formulas.sa_lemmas(q["norm_X"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["rank_FT"])
-        return [("", lem[lemma], q[exact])]
-    return terms
+def _sa_lemmas(q) -> dict:
+    """The right-hand sides of the proof's lemmas (:func:`.formulas.sa_lemmas`) at the quantities ``q``."""
+    return formulas.sa_lemmas(q["norm_X"], q["norm_V"], q["norm_T"], q["L"], q["d_V"], q["rank_FT"])
 
 
-THEOREM1_LEMMAS = (
-    Bound("sa.dA_dT", "sa", C1, "‖∂A/∂T‖_2 ≤ 1/L (uniform attention, Noci et al. Lemma A.3, used for all attention)",
-          "thm1", _sa_lemma("dA_dT", "dA_dT"), errata=(UNIFORM,), fails=ONE_OVER_L,
-          title="Theorem 1, proof: the softmax Jacobian at any attention",
-          tex=_n(r"\partial\mathbf A/\partial\mathbf T") + r"\le\frac1L\quad\text{(its value at uniform attention, "
-          r"used for every attention)}"),
-    Bound("sa.dA_dT_general", "sa", C1, "‖∂A/∂T‖_2 ≤ 1/2 (general softmax rows, by Gershgorin)", "thm1",
-          _sa_lemma("dA_dT_general", "dA_dT"), role="reference", claim=None),
-    Bound("sa.Z1", "sa", C1, "‖Z_1‖_2 ≤ ‖X‖³/L", "thm1", _sa_lemma("Z1", "Z1"), errata=(UNIFORM,),
-          fails=ONE_OVER_L + " (‖Z_1‖ carries ‖∂A/∂T‖)",
-          title="Theorem 1, proof: the norm of Z₁", tex=_n(r"\mathbf Z_1") + r"\le\frac{" + X + "^3}{L}"),
-    Bound("sa.A", "sa", C1, "‖A‖_2 ≤ L", "thm1", _sa_lemma("A", "A")),
-    Bound("sa.A_sqrtL", "sa", C1, "‖A‖_2 ≤ √L (row-stochastic A: ‖A‖_1 = 1, ‖A‖_∞ ≤ L)", "thm1",
-          _sa_lemma("A_sqrtL", "A"), role="reference", claim=None),
-    Bound("sa.M1", "sa", C1, "‖M_1‖_2 = ‖A X‖_2 ≤ L‖X‖", "thm1", _sa_lemma("M1", "M1")),
-    Bound("sa.R", "sa", C1, "‖R_m‖_2 = ‖F − Target‖_F ≤ √rank(F−T)(L‖X‖‖W_V‖ + ‖Target‖)", "thm1", _sa_lemma("R", "R")),
-    Bound("sa.S", "sa", C1, "‖S‖_2 ≤ √d_V (S = (I⊗K)(vec_r I ⊗ I), as written d_V³ × d_V)", "thm1", _sa_lemma("S", "S")),
-    Bound("sa.d2A_dT2", "sa", C1, "‖∂²A/∂T²‖_2 ≤ 6", "thm1", _sa_lemma("d2A_dT2", "d2A_dT2")),
-    Bound("sa.Z2", "sa", C1, "‖Z_2‖_2 ≤ 6‖X‖⁵", "thm1", _sa_lemma("Z2", "Z2")),
-)
+_REFERENCE = dict(role="reference", claim=None)
+_SA_LEMMAS = {  # lemma -> (the inequality in words, the exact quantity it bounds, the rest of its declaration)
+    "dA_dT": ("‖∂A/∂T‖_2 ≤ 1/L (uniform attention, Noci et al. Lemma A.3, used for all attention)", "dA_dT",
+              dict(errata=(UNIFORM,), fails=ONE_OVER_L, title="Theorem 1, proof: the softmax Jacobian at any attention",
+                   tex=_n(r"\partial\mathbf A/\partial\mathbf T") + r"\le\frac1L\quad\text{(its value at uniform "
+                   r"attention, used for every attention)}")),
+    "dA_dT_general": ("‖∂A/∂T‖_2 ≤ 1/2 (general softmax rows, by Gershgorin)", "dA_dT", _REFERENCE),
+    "Z1": ("‖Z_1‖_2 ≤ ‖X‖³/L", "Z1", dict(errata=(UNIFORM,), fails=ONE_OVER_L + " (‖Z_1‖ carries ‖∂A/∂T‖)",
+                                          title="Theorem 1, proof: the norm of Z₁",
+                                          tex=_n(r"\mathbf Z_1") + r"\le\frac{" + X + "^3}{L}")),
+    "A": ("‖A‖_2 ≤ L", "A", {}),
+    "A_sqrtL": ("‖A‖_2 ≤ √L (row-stochastic A: ‖A‖_1 = 1, ‖A‖_∞ ≤ L)", "A", _REFERENCE),
+    "M1": ("‖M_1‖_2 = ‖A X‖_2 ≤ L‖X‖", "M1", {}),
+    "R": ("‖R_m‖_2 = ‖F − Target‖_F ≤ √rank(F−T)(L‖X‖‖W_V‖ + ‖Target‖)", "R", {}),
+    "S": ("‖S‖_2 ≤ √d_V (S = (I⊗K)(vec_r I ⊗ I), as written d_V³ × d_V)", "S", {}),
+    "d2A_dT2": ("‖∂²A/∂T²‖_2 ≤ 6", "d2A_dT2", {}),
+    "Z2": ("‖Z_2‖_2 ≤ 6‖X‖⁵", "Z2", {}),
+}
+THEOREM1_LEMMAS = tuple(Bound(f"sa.{k}", "sa", C1, w, "thm1", _against(_sa_lemmas, k, exact), **kw)
+                        for k, (w, exact, kw) in _SA_LEMMAS.items())
 
 
 # ----------------------------------------------------------------------------- Lemma 4 (LayerNorm)
-def _lemma4(k: str, reading: str):
-    """Lemma 4's bound ``k`` with σ_min read as ``reading``: "stated" (min_i ‖M_i‖_2, as the lemma defines it) or
+def _lemma4(reading: str):
+    """Lemma 4's bounds with σ_min read as ``reading``: "stated" (min_i ‖M_i‖_2, as the lemma defines it) or
     "std" (min_i ‖M_i‖_2/√n, the σ of P = diag⁻¹(σ) the proof uses)."""
-    def terms(ln):
-        s = ln["row_norm_min"] if reading == "stated" else ln["std_min"]
-        return [("", formulas.lemma4(ln["norm"], s, ln["m"], ln["n"])[k], ln[k])]
-    return terms
+    return lambda ln: formulas.lemma4(ln["norm"], ln["row_norm_min" if reading == "stated" else "std_min"], ln["m"],
+                                      ln["n"])
 
 
 SIGMA_AS_ROW_NORM = ("the lemma defines σ_min as the smallest centred row norm, where its proof needs the smallest row "
@@ -208,10 +210,10 @@ _LEMMA4 = {  # k -> (the inequality in words, title, TeX of the stated reading)
 }
 LEMMA4 = tuple(b for k, (w, title, tex) in _LEMMA4.items() for b in (
     Bound(f"lemma4.{k}.stated", "ln", L4, w + ", σ_min = min_i ‖M_i‖_2 as the lemma defines it", "lemma4",
-          _lemma4(k, "stated"), role="statement" if k in ("J", "H") else "proof", fails=SIGMA_AS_ROW_NORM,
+          _against(_lemma4("stated"), k), role="statement" if k in ("J", "H") else "proof", fails=SIGMA_AS_ROW_NORM,
           trained=k in ("J", "H"), title=title, tex=tex),
     Bound(f"lemma4.{k}.std", "ln", L4, w + ", σ_min = min_i ‖M_i‖_2/√n (the σ of P = diag⁻¹(σ) the proof uses)",
-          "lemma4", _lemma4(k, "std"), role="repair", claim=None, trained=k in ("J", "H"),
+          "lemma4", _against(_lemma4("std"), k), role="repair", claim=None, trained=k in ("J", "H"),
 )))
 
 
@@ -228,18 +230,11 @@ def _explicit(q, mirror_21: bool = False) -> dict:
                                       q["ln_S"]["row_norm_min"], mirror_21=mirror_21)
 
 
-def _has_hessian(q) -> bool:
-    return "H" in q
-
-
-PROPOSITION = (
-    Bound("prop.Y", "prop", PROP, "‖Y‖_2 ≤ √(L d_V)", "prop", lambda q: [("", _proposition(q)["Y"], q["norm_Y"])],
-          role="statement"),
-    Bound("prop.FFN", "prop", PROP, "‖FFN(Y)‖_2 ≤ √min(L,d_ff) ‖Y‖‖W_1‖‖W_2‖", "prop",
-          lambda q: [("", _proposition(q)["FFN"], q["norm_FFN"])], role="statement"),
-    Bound("prop.S", "prop", PROP, "‖S‖_2 ≤ √(L d_V)(1 + √min(L,d_ff)‖W_1‖‖W_2‖)", "prop",
-          lambda q: [("", _proposition(q)["S"], q["norm_S"])], role="statement", trained=True),
-)
+PROPOSITION = tuple(
+    Bound(f"prop.{k}", "prop", PROP, what, "prop", _against(_proposition, k, f"norm_{k}"), role="statement",
+          trained=k == "S")
+    for k, what in (("Y", "‖Y‖_2 ≤ √(L d_V)"), ("FFN", "‖FFN(Y)‖_2 ≤ √min(L,d_ff) ‖Y‖‖W_1‖‖W_2‖"),
+                    ("S", "‖S‖_2 ≤ √(L d_V)(1 + √min(L,d_ff)‖W_1‖‖W_2‖)")))
 
 # statements that follow from their ingredients by the triangle inequality and sub-multiplicativity alone: with the
 # exact ingredient norms they cannot fail (said on their rows)
@@ -275,13 +270,13 @@ THEOREM6 = (
     Bound("thm6.full.exact", "block", "Theorem 6, whole-Hessian inequality", "‖H‖ ≤ M_tr = 5 max_ij(2/(Ld_V)"
           "‖∂Z/∂W_i‖‖∂Z/∂W_j‖ + ‖R^tr‖‖H_tr^(i,j)‖), exact ingredients", "thm6",
           lambda q: [("", formulas.theorem6_full(q, q["L"], q["d_V"])[0], q["H"])], role="statement",
-          applies=_has_hessian, tensors=True, hessian=True, by_construction=TRIANGLE,
+          applies=lambda q: "H" in q, tensors=True, hessian=True, by_construction=TRIANGLE,
           title="Theorem 6: the displayed whole-Hessian inequality",
           tex=_n(r"\mathbf H") + r"\le M_{\rm tr}\quad\text{(exact ingredient norms)}"),
     Bound("thm6.full.explicit", "block", C6, "‖H‖ ≤ M_tr with all ingredients from App. C.6, Lemma 4 (stated σ_min) "
           "and the Proposition: the explicit whole-Hessian constant", "thm6",
-          lambda q: [("", _explicit(q)["M_tr"], q["H"])], role="proof",
-          applies=_has_hessian, hessian=True, trained=True, title="Theorem 6: the explicit whole-Hessian bound",
+          _against(_explicit, "M_tr", "H"), role="proof",
+          applies=lambda q: "H" in q, hessian=True, trained=True, title="Theorem 6: the explicit whole-Hessian bound",
           tex=_n(r"\mathbf H") + r"\le M_{\rm tr}\quad\text{(every ingredient replaced by its App. C.6 estimate)}"),
     Bound("thm6.B1", "block", C6, "‖B_1‖ ≤ ‖W_2‖‖Y‖", "thm6", lambda q: [("", q["norm_2"] * q["norm_Y"], q["B_1"])]),
     Bound("thm6.B2", "block", C6, "‖B_2‖ = ‖σ(Y W_1)‖ (an equality; ratio 1 expected)", "thm6",
@@ -293,17 +288,15 @@ THEOREM6 = (
 )
 
 
-def _jacobian(k: str):
-    def terms(q):
-        b = formulas.jacobian_bounds(q["norm_X"], q["norm_Q"], q["norm_K"], q["norm_V"], q["L"], q["d_K"])
-        return [("", b[f"G_{k}"], q[f"G_{k}"])]
-    return terms
+def _jacobians(q) -> dict:
+    return formulas.jacobian_bounds(q["norm_X"], q["norm_Q"], q["norm_K"], q["norm_V"], q["L"], q["d_K"])
 
 
 THEOREM6_JACOBIANS = (
-    Bound("thm6.GV", "block", C6, "‖G_V‖ = ‖∂F/∂W_V‖ ≤ L‖X‖", "thm6", _jacobian("V")),
-    *(Bound(f"thm6.G{k}", "block", C6, f"‖G_{k}‖ ≤ ‖W_V‖‖W_{o}‖‖X‖³/(L√d_K)", "thm6", _jacobian(k), errata=(UNIFORM,),
-            fails=ONE_OVER_L + f" (G_{k} carries ‖∂A/∂T‖; the ratio falls like 2/L)", title=f"Theorem 6, proof: the bound on G_{k}",
+    Bound("thm6.GV", "block", C6, "‖G_V‖ = ‖∂F/∂W_V‖ ≤ L‖X‖", "thm6", _against(_jacobians, "G_V")),
+    *(Bound(f"thm6.G{k}", "block", C6, f"‖G_{k}‖ ≤ ‖W_V‖‖W_{o}‖‖X‖³/(L√d_K)", "thm6", _against(_jacobians, f"G_{k}"),
+            errata=(UNIFORM,), fails=ONE_OVER_L + f" (G_{k} carries ‖∂A/∂T‖; the ratio falls like 2/L)",
+            title=f"Theorem 6, proof: the bound on G_{k}",
             tex=_n(rf"\mathbf G_{k}") + r"\le\frac{" + WV + (WK if k == "Q" else WQ) + X + r"^3}{L\sqrt{d_K}}")
       for k, o in (("Q", "K"), ("K", "Q"))),
 )

@@ -134,11 +134,11 @@ def sa_exact(inst: Instance, hessian: bool = True) -> dict:
 
 
 # ----------------------------------------------------------------------------- block
-def _pair_norms(name: str, fn: Callable, args: list, order, dense_limit: float) -> dict:
+def _pair_norms(name: str, fn: Callable, args: list, order) -> dict:
     """``{name_ij: ‖∂²fn/∂W_i∂W_j‖}`` for all pairs of ``order`` (matrices ``(out·n_i) × n_j``).
 
     One ``jacfwd(jacrev)`` over all of ``order``'s weights at once when the tensor fits
-    ``dense_limit`` entries (the cost is that of ``out`` reverse passes, whatever ``n_i``),
+    ``la.DENSE_LIMIT`` entries (the cost is that of ``out`` reverse passes, whatever ``n_i``),
     otherwise per row-block ``i``, otherwise matrix-free per pair.
     """
     idx = [_BLK_IDX[p] for p in order]
@@ -146,7 +146,7 @@ def _pair_norms(name: str, fn: Callable, args: list, order, dense_limit: float) 
     out_n = fn(*args).numel()
     P = sum(sizes)
     res = {}
-    if out_n * P * P <= dense_limit:
+    if out_n * P * P <= la.DENSE_LIMIT:
         shapes = [args[k].shape for k in idx]
 
         def g(v):
@@ -163,13 +163,13 @@ def _pair_norms(name: str, fn: Callable, args: list, order, dense_limit: float) 
                 res[f"{name}_{p}{q}"] = la.gram_norm(T[:, sl[p], sl[q]])
         return res
     for a_, p in enumerate(order):
-        if out_n * sizes[a_] * P <= dense_limit:
+        if out_n * sizes[a_] * P <= la.DENSE_LIMIT:
             Ts = la.second_derivative_tensor(fn, args, idx[a_], tuple(idx))
             for q, Tij in zip(order, Ts):
                 res[f"{name}_{p}{q}"] = la.gram_norm(Tij)
         else:
             for b_, q in enumerate(order):
-                res[f"{name}_{p}{q}"] = la.second_derivative_norm(fn, args, idx[a_], idx[b_], dense_limit)
+                res[f"{name}_{p}{q}"] = la.second_derivative_norm(fn, args, idx[a_], idx[b_], la.DENSE_LIMIT)
     return res
 
 
@@ -199,11 +199,10 @@ def _jacobian_norms(args: list, Y: torch.Tensor, wants: Callable[[str], bool], n
     return out
 
 
-def block_exact(inst: Instance, hessian: bool = True, tensors: bool = True,
-                dense_limit: float = la.DENSE_LIMIT, dense_hessian_limit: float = 5e6, need=None) -> dict:
+def block_exact(inst: Instance, hessian: bool = True, tensors: bool = True, need=None) -> dict:
     """Exact quantities of the transformer block at ``inst`` (see module doc); ``need``: only the quantity groups
     named (:func:`group_of`; None: every group). Besides the derivative norms, ``H`` is the loss Hessian's spectral
-    norm (dense ``eigvalsh`` when ``P · L · d_V ≤ dense_hessian_limit``, else Lanczos on HVPs), ``ln_U`` and
+    norm (dense ``eigvalsh`` when ``P · L · d_V ≤ 5·10⁶``, else Lanczos on HVPs), ``ln_U`` and
     ``ln_S`` the LayerNorm inputs' Lemma-4 data."""
     L, d = inst.X.shape
     args = [inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2]
@@ -219,10 +218,10 @@ def block_exact(inst: Instance, hessian: bool = True, tensors: bool = True,
     for name, fn, order, nargs in () if not tensors else (("xi", block_S, BLOCK_ORDER, 6), ("Htr", block_Z, BLOCK_ORDER, 6),
                                    ("Phi", sa_forward, ("Q", "K", "V"), 4)):
         if need is None or any(g.startswith(name + "_") for g in need):
-            out.update(_pair_norms(name, fn, args[:nargs], order, dense_limit))
+            out.update(_pair_norms(name, fn, args[:nargs], order))
     if hessian and wants("H"):
         f, x, _ = flat_loss(inst, BLOCK_ORDER, "block")
-        out["H"] = hessian_norm(f, x, dense=x.numel() * L * d <= dense_hessian_limit)
+        out["H"] = hessian_norm(f, x, dense=x.numel() * L * d <= 5e6)
     return out
 
 

@@ -259,13 +259,12 @@ def _kind(part: str, need: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     return f"{part}:{','.join(need)}", need
 
 
-def _quantities(part: str) -> Callable:
-    """``(t, rank, h, need) -> quantities`` of ``part`` at the fields ``t`` (:mod:`.quantities`)."""
-    if part == "sa":
-        return lambda t, rank, h, need: quantities.sa_quantities(*(t[f] for f in SPACES["sa"].fields), need, rank)
-    if part == "ln":
-        return lambda t, rank, h, need: quantities.layernorm_quantities(t["X"], need=need)
-    return lambda t, rank, h, need: quantities.block_quantities(*(t[f] for f in SPACES["block"].fields), need)
+# space -> (t, rank, h, need) -> its quantities at the fields t (:mod:`.quantities`)
+_QUANTITIES = {
+    "sa": lambda t, rank, h, need: quantities.sa_quantities(*(t[f] for f in SPACES["sa"].fields), need, rank),
+    "ln": lambda t, rank, h, need: quantities.layernorm_quantities(t["X"], need=need),
+    "block": lambda t, rank, h, need: quantities.block_quantities(*(t[f] for f in SPACES["block"].fields), need),
+}
 
 
 def instance_of(t: dict) -> Instance:
@@ -300,17 +299,18 @@ def _objective(check: str) -> Objective:
     part = "sa" if b.part == "block" and read <= _SA_KEYS | {k for k in read if k[:2] == "G_" or k[:4] == "Phi_"} \
         else b.part
     kind, need = _kind(part, _groups(part, read))
-    block_need = needs(check) if b.part in ("prop", "block") else None
+    # its rows evaluate it on the block (a LayerNorm needs d ≥ 3): at the block's widths and lengths, whatever space
+    # it descends in
+    on_block = b.part in ("prop", "block")
+    block_need = _groups(b.part, read) if on_block else None
 
     def records(t: dict, h: int) -> list[dict]:
         return registry.evaluate(instance_of(t), **b.evaluate_options(), only=check, need=block_need)
 
     # a bound declared on the instances where every assumption of Theorem 1 holds is searched there only
     restrict = (lambda f: f.tied and f.uniform) if b.applies is not None and b.part == "sa" else None
-    # its rows evaluate it on the block (a LayerNorm needs d ≥ 3): at the block's widths and lengths, whatever space
-    # it descends in
-    on_block = b.part in ("prop", "block")
-    return Objective(check, SPACES[_SPACE_OF_PART[part]], _quantities(part), b.terms, need, records, restrict,
+    space = _SPACE_OF_PART[part]
+    return Objective(check, SPACES[space], _QUANTITIES[space], b.terms, need, records, restrict,
                      rank="rank_FT" in read, kind=kind + ("@block" if on_block and part == "sa" else ""),
                      twin_of=b.twin_of, widths=SPACES["block"].widths if on_block else None, block=on_block,
                      options={k: (v[0] if k == "parts" else v) for k, v in b.evaluate_options().items()
@@ -690,11 +690,10 @@ def _twin_cells(o: Objective, cells: list[Cell]) -> list[Cell]:
     out = []
     for c in cells:
         cell = Cell(c.L, c.d, c.h, starts=[dict(x) for x in c.starts])
-        seen = set()
+        first: dict = {}  # the first record at each point
         for r in c.records:
-            if r["inst_key"] in seen:
-                continue
-            seen.add(r["inst_key"])
+            first.setdefault(r["inst_key"], r)
+        for r in first.values():
             tag = {k: v for k, v in r.items() if k not in ("check", "sub", "bound", "exact", "ratio")}
             tag.update(x=r["x"].replace(o.twin_of, o.id, 1), inst_key=r["inst_key"].replace(o.twin_of, o.id, 1))
             cell.records += [dict(rr, **tag) for rr in o.records(r["point"], c.h)]

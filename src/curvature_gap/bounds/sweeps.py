@@ -69,7 +69,6 @@ class Sweep:
     seeds: tuple
     make: Callable[[object, int], Instance]
     parts: Callable[[object], tuple]
-    tensors: Callable[[object], bool] = lambda x: True
     ln_input: str = "block"
 
 
@@ -153,8 +152,8 @@ def run_sweep(sw: Sweep, log: Callable[[str], None] | None = None) -> tuple[list
             insts[key] = inst
             base = instance_row(sw.name, x, seed, inst)
             parts = sw.parts(x)
-            recs = registry.evaluate(inst, parts=parts, tensors=sw.tensors(x), ln_input=sw.ln_input)
-            rows += [{**base, **r, "parts": ",".join(parts), "tensors": sw.tensors(x), "ln_input": sw.ln_input,
+            recs = registry.evaluate(inst, parts=parts, ln_input=sw.ln_input)
+            rows += [{**base, **r, "parts": ",".join(parts), "tensors": True, "ln_input": sw.ln_input,
                       "inst_key": key} for r in recs]
             if log:
                 log(f"  {sw.name} {sw.var}={x:.4g} seed={seed}: {len(recs)} records, {time.perf_counter() - t0:.1f}s")
@@ -257,16 +256,8 @@ def scaling(rs: list[dict]) -> list[dict]:
     ``w2_scale`` sweep): ``[{"var", **law_of(…)}]`` for each with at least three points."""
     out = []
     for var, (label, toward) in SCALING_VARS.items():
-        per: dict = {}
-        for r in rs:
-            if var == "L" and r["sweep"] == "search" and int(r["L"]) >= 2:
-                x = float(r["L"])
-            elif var == "w2_scale" and r["sweep"] == "w2_scale":
-                x = float(r["x"])
-            else:
-                continue
-            if math.isfinite(r["ratio"]) and r["ratio"] > 0:
-                per[x] = min(per.get(x, math.inf), r["ratio"])
+        per = _by([r for r in rs if (r["sweep"] == "search" and int(r["L"]) >= 2 if var == "L" else r["sweep"] == var)
+                   and math.isfinite(r["ratio"]) and r["ratio"] > 0], lambda r: float(r["L" if var == "L" else "x"]))
         if len(per) >= 3:
             out.append({"var": label, **law_of(list(per.items()), var, toward)})
     return out
@@ -299,12 +290,12 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
                                    "L": sorted({int(r["L"]) for r in degenerate})}
         at_min = [r for r in searched if r.get("minimiser") is True]
         if at_min:
-            apart["at_minimiser"] = {"min_ratio": min(r["ratio"] for r in at_min), "by_L": _by(at_min, "L")}
+            apart["at_minimiser"] = {"min_ratio": min(r["ratio"] for r in at_min), "by_L": _by(at_min)}
         if searched:
-            apart["searched_by_L"] = _by(searched, "L")
+            apart["searched_by_L"] = _by(searched)
             widths = sorted({int(r["d"]) for r in searched})
             if len(widths) > 1:
-                apart["searched_by_width"] = {d: _by([r for r in searched if int(r["d"]) == d], "L") for d in widths}
+                apart["searched_by_width"] = {d: _by([r for r in searched if int(r["d"]) == d]) for d in widths}
             won = min(searched, key=lambda r: r["ratio"])
             apart["won_by"] = {k: won[k] for k in ("family", "L", "d", "h", "seed", "ratio")}
         meta = registry.CHECKS.get(cid, {})
@@ -324,11 +315,11 @@ def summarize(rows: list[dict], checks: Iterable[str] | None = None) -> list[dic
     return out
 
 
-def _by(rs: list[dict], key: str) -> dict:
-    """The smallest ratio of ``rs`` for each value of ``key`` (e.g. L), in order."""
+def _by(rs: list[dict], key: Callable[[dict], float] = lambda r: int(r["L"])) -> dict:
+    """The smallest ratio of ``rs`` for each value of ``key(r)`` (default: L), in order."""
     out: dict = {}
     for r in rs:
-        k = int(r[key])
+        k = key(r)
         out[k] = min(out.get(k, math.inf), r["ratio"])
     return dict(sorted(out.items()))
 
@@ -393,19 +384,23 @@ def pick_counterexamples(rows: list[dict], instances: dict) -> tuple[dict, dict]
     """For every failing check: the worst record overall, and the smallest instance that fails
     (fewest stored numbers, then lowest ratio) for the committed copy.  ``instances`` maps each
     record's ``inst_key`` to its :class:`Instance`."""
-    worst, small = {}, {}
-    for r in rows:
-        key = r.get("inst_key")
-        if registry.holds(r["ratio"]) or key not in instances:
-            continue
-        c = r["check"]
-        if c not in worst or r["ratio"] < worst[c][0]["ratio"]:
-            worst[c] = (r, instances[key])
-        size = instances[key].n_values()
-        if c not in small or (size, r["ratio"]) < (small[c][2], small[c][0]["ratio"]):
-            small[c] = (r, instances[key], size)
-    return ({c: counterexample_json(r, i) for c, (r, i) in worst.items()},
-            {c: counterexample_json(r, i) for c, (r, i, _) in small.items()})
+    bad = [r for r in rows if not registry.holds(r["ratio"]) and r.get("inst_key") in instances]
+    small = {}
+    for r in bad:
+        c, size = r["check"], instances[r["inst_key"]].n_values()
+        if c not in small or (size, r["ratio"]) < (small[c][1], small[c][0]["ratio"]):
+            small[c] = (r, size)
+    return ({c: counterexample_json(r, instances[r["inst_key"]]) for c, r in _worst(bad).items()},
+            {c: counterexample_json(r, instances[r["inst_key"]]) for c, (r, _) in small.items()})
+
+
+def _worst(rs: list[dict]) -> dict:
+    """The record of smallest ratio of each check of ``rs`` (the first of equals), in order of appearance."""
+    out: dict = {}
+    for r in rs:
+        if r["check"] not in out or r["ratio"] < out[r["check"]]["ratio"]:
+            out[r["check"]] = r
+    return out
 
 
 def replay(ce: dict) -> dict:
@@ -481,10 +476,7 @@ def named_theorem1(directory: Path, check: str = "thm1.printed") -> list[dict]:
     for p in sorted(Path(directory).glob(f"{check}@*.json")):
         ce = json.loads(p.read_text())
         inst = instance(ce)
-        recs: dict = {}
-        for r in registry.evaluate(inst, parts=("sa",)):  # each check's smallest-ratio record (maxblock: its worst block)
-            if r["check"] not in recs or r["ratio"] < recs[r["check"]]["ratio"]:
-                recs[r["check"]] = r
+        recs = _worst(registry.evaluate(inst, parts=("sa",)))  # maxblock: its worst block
         mb, regime = recs["thm1.printed.maxblock"], _sa_regime(inst)
         out.append({"name": p.stem, "why": ce.get("why", ""), "shape": tuple(inst.shape), "loss": regime["loss"],
                     "attn_dev": regime["attention_uniform_dev"],

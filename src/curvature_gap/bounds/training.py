@@ -37,8 +37,7 @@ def instances_of(model, images: torch.Tensor, n: int, name: str) -> list[Instanc
 
 def norms_of(inst: Instance) -> dict:
     """Spectral norms of ``X`` and the five weight matrices, keyed ``X, Q, K, V, 1, 2``."""
-    return {"X": la.spectral_norm(inst.X), "Q": la.spectral_norm(inst.W_Q), "K": la.spectral_norm(inst.W_K),
-            "V": la.spectral_norm(inst.W_V), "1": la.spectral_norm(inst.W_1), "2": la.spectral_norm(inst.W_2)}
+    return {k: la.spectral_norm(M) for k, M in zip(("X", "Q", "K", "V", "1", "2"), (inst.X, *inst.weights))}
 
 
 def light_bounds(inst: Instance, out_curv: float | None = None, grad_norm: float | None = None) -> dict:

@@ -18,6 +18,7 @@ from ..bounds import multihead as mhb
 from ..bounds import registry as bck
 from ..bounds import search, sweeps
 from ..exact import encoder_layer as ref
+from ..exact import layers
 from ..hessian.layers import layer_hessian
 from ..row import Declared, OneRow, Row
 from .battery import Inputs, Topic
@@ -34,7 +35,7 @@ INSTANCES = ((0, 1.0, 1.0), (1, 8.0, 2.0))
 
 
 def _layer(cfg: dict, seed: int, sharp: float, x_scale: float):
-    return ref.random_layer(SHAPE["d_model"], cfg["nhead"], SHAPE["dim_feedforward"], SHAPE["L"], seed=seed,
+    return layers.random_layer(SHAPE["d_model"], cfg["nhead"], SHAPE["dim_feedforward"], SHAPE["L"], seed=seed,
                             norm_first=cfg["norm_first"], activation=cfg["activation"], bias=cfg["bias"],
                             sharp=sharp, x_scale=x_scale)
 
@@ -66,7 +67,7 @@ class LayerCheck(OneRow):
         err, n = 0.0, 0
         for seed, sharp, xs in insts:
             layer, X, T = _layer(self.cfg, seed, sharp, xs)
-            H_ref = ref.hessian_autograd(layer, X, target=T, is_causal=self.causal)
+            H_ref = layers.hessian_autograd(layer, X, target=T, is_causal=self.causal)
             H = layer_hessian(layer, X, target=T, is_causal=self.causal).dense
             err = max(err, ref.relative_error(H, H_ref))
             n = H.shape[0]
@@ -100,7 +101,7 @@ def _trap_rows() -> list[Row]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         H_func = ref.func_hessian(layer, X, target=T)
-    H_ref = ref.hessian_autograd(layer, X, target=T)
+    H_ref = layers.hessian_autograd(layer, X, target=T)
     err, asym = ref.relative_error(H_func, H_ref), ref.asymmetry(H_func)
     b = TRAPS[1].row(
             what="torch.func.hessian (forward-over-reverse) of the layer under MATH is wrong through LayerNorm: max "

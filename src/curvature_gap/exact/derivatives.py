@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import torch
-from torch.func import grad, hessian, jacfwd, jacrev, jvp, vmap
+from torch.func import grad, hessian, jacrev, jvp, vmap
 
 from ..params import flat_view, flatten, offsets
 from . import linalg
@@ -37,9 +37,9 @@ def jacobian(f: Callable, args: Sequence[torch.Tensor], i: int) -> torch.Tensor:
 
 
 def second_derivative(f: Callable, args: Sequence[torch.Tensor], i: int, j: int) -> torch.Tensor:
-    """``∂vec_r(∂f/∂W_i)/∂vec_r(W_j)ᵀ`` via ``jacfwd(jacrev)``; shape (out · n_i, n_j)."""
-    H = jacfwd(jacrev(f, argnums=i), argnums=j)(*args)
-    return H.reshape(-1, args[j].numel())
+    """``∂vec_r(∂f/∂W_i)/∂vec_r(W_j)ᵀ`` via ``jacfwd(jacrev)`` (:func:`.linalg.second_derivative_tensor`);
+    shape (out · n_i, n_j)."""
+    return linalg.second_derivative_tensor(f, args, i, j).reshape(-1, args[j].numel())
 
 
 def _central(g: Callable, x: torch.Tensor, h: float) -> torch.Tensor:
@@ -105,24 +105,23 @@ def sa_loss_hessian_autograd(inst, order=SA_ORDER) -> dict:
     return split_blocks(hessian(f)(x), order, sizes)
 
 
+def _hvp(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``v ↦ ∇²f(x) v`` (forward over reverse, ``jvp(grad)``)."""
+    g = grad(f)
+    return lambda v: jvp(g, (x,), (v,))[1]
+
+
 def dense_hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
     """Dense Hessian of a scalar ``f`` at the flat vector ``x`` from batched Hessian-vector products
     (forward over reverse), ``chunk`` columns at a time; (n, n)."""
-    g = grad(f)
-    hvp = lambda v: jvp(g, (x,), (v,))[1]  # noqa: E731
-    n = x.numel()
+    hvp, n = vmap(_hvp(f, x)), x.numel()
     I = torch.eye(n, dtype=x.dtype)
-    return torch.cat([vmap(hvp)(I[s:s + chunk]) for s in range(0, n, chunk)], dim=0)
+    return torch.cat([hvp(I[s:s + chunk]) for s in range(0, n, chunk)], dim=0)
 
 
 def hessian_norm(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, dense: bool = True) -> float:
     """``‖∇²f(x)‖_2``: dense ``eigvalsh`` or Lanczos (ARPACK, largest magnitude) on Hessian-vector products."""
     if dense:
         return linalg.sym_spectral_norm(dense_hessian(f, x))
-    g = grad(f)
-
-    def mv(v):
-        t = torch.from_numpy(v).to(x.dtype)
-        return jvp(g, (x,), (t,))[1].numpy()
-
-    return linalg.lanczos_sym_norm(mv, x.numel())
+    hvp = _hvp(f, x)
+    return linalg.lanczos_sym_norm(lambda v: hvp(torch.from_numpy(v).to(x.dtype)).numpy(), x.numel())

@@ -6,7 +6,8 @@ The layers are those of the libraries themselves (``torch.nn.TransformerEncoderL
 object only (nothing is downloaded), every parameter drawn at random from a seed (:func:`randomize`: PyTorch
 and the libraries initialise biases to 0 and LayerNorm γ to 1, which would hide their curvature terms).
 The reference is reverse-over-reverse ``torch.autograd`` through the module's own ``forward`` under the
-MATH attention backend (:mod:`curvature_gap.exact.encoder_layer` says why). Hugging Face layers are built with
+MATH attention backend (:func:`autograd_hessian`, the one autograd Hessian of the package's references:
+:mod:`curvature_gap.exact.encoder_layer` says why this route). Hugging Face layers are built with
 ``attn_implementation="sdpa"``: the ``"eager"`` one computes the softmax in float32 even in a float64
 model (:func:`eager_softmax_error` measures it).
 """
@@ -18,14 +19,13 @@ import math
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .encoder_layer import autograd_hessian, batched_rows, math_backend, random_layer
-
-__all__ = ["GRID", "grid_id", "LIBRARY", "MINIMUM", "available", "check", "randomize", "torch_layer", "timm_block",
-           "vit_layer", "bert_layer", "BUILDERS", "timm_vit", "bert_model", "MODEL_BUILDERS", "model_instance",
-           "model_output", "model_loss", "model_hessian_autograd", "additive_mask", "layer_output",
-           "layer_loss", "hessian_autograd", "block_autograd", "hvp_autograd", "fd_column_error", "eager_softmax_error",
-           "instance"]
+__all__ = ["GRID", "grid_id", "LIBRARY", "MINIMUM", "available", "check", "randomize", "random_layer", "torch_layer",
+           "timm_block", "vit_layer", "bert_layer", "BUILDERS", "timm_vit", "bert_model", "MODEL_BUILDERS",
+           "model_instance", "model_output", "model_loss", "math_backend", "batched_rows", "autograd_hessian",
+           "model_hessian_autograd", "additive_mask", "layer_output", "layer_loss", "hessian_autograd",
+           "block_autograd", "hvp_autograd", "fd_column_error", "eager_softmax_error", "instance"]
 
 
 # (kind, configuration, L): the grid the tests and the book page check, each on N = 2 sequences
@@ -110,9 +110,39 @@ def randomize(layer: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
     return layer
 
 
+def random_layer(d_model: int = 8, nhead: int = 2, dim_feedforward: int = 6, L: int = 5, seed: int = 0,
+                 norm_first: bool = False, activation="relu", bias: bool = True, layer_norm_eps: float = 1e-5,
+                 sharp: float = 1.0, x_scale: float = 1.0, dtype=torch.float64, **kw):
+    """A seeded ``nn.TransformerEncoderLayer`` (dropout 0, batch_first) with every parameter random (biases
+    and LayerNorm γ, β included, which PyTorch initialises to 0 and 1), and ``(X, Target)`` (L, d_model).
+
+    ``sharp`` multiplies the Q and K rows of ``in_proj_weight`` (scores by sharp²: near-one-hot attention
+    for sharp ≥ 3); ``x_scale`` multiplies X (large inputs).
+    """
+    g = torch.Generator().manual_seed(10_007 * int(seed) + 13)
+    with torch.random.fork_rng():
+        torch.manual_seed(int(seed))
+        layer = nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout=0.0, activation=activation,
+                                           layer_norm_eps=layer_norm_eps, batch_first=True, norm_first=norm_first,
+                                           bias=bias, dtype=dtype, **kw)
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=dtype)
+            if name.endswith("bias"):
+                p.copy_(0.3 * r)
+            elif name.startswith("norm"):
+                p.copy_(1.0 + 0.3 * r)
+            else:
+                p.copy_(r / p.shape[1] ** 0.5)
+        layer.self_attn.in_proj_weight[:2 * d_model] *= sharp
+    X = x_scale * torch.randn(L, d_model, generator=g, dtype=dtype)
+    T = torch.randn(L, d_model, generator=g, dtype=dtype)
+    return layer, X, T
+
+
 def torch_layer(d: int = 8, heads: int = 2, d_ff: int = 16, norm_first: bool = False, activation: str = "gelu",
                 bias: bool = True, seed: int = 0, dtype=torch.float64) -> nn.TransformerEncoderLayer:
-    """``nn.TransformerEncoderLayer`` (batch_first, dropout 0, eval mode) with random parameters (:func:`.encoder_layer.random_layer`)."""
+    """``nn.TransformerEncoderLayer`` (batch_first, dropout 0, eval mode), random parameters (:func:`random_layer`)."""
     layer, _, _ = random_layer(d, heads, d_ff, 1, seed=seed, norm_first=norm_first, activation=activation,
                                bias=bias, dtype=dtype)
     return layer.eval()
@@ -230,6 +260,35 @@ def model_loss(model, inputs, loss: str, target, output: str | None = None, **kw
     return nn.functional.cross_entropy(Z, target) if loss == "cross_entropy" else (Z - target).pow(2).mean()
 
 
+def math_backend():
+    """The MATH attention backend (the one whose backward PyTorch can differentiate again)."""
+    return sdpa_kernel(SDPBackend.MATH)
+
+
+def batched_rows(g: torch.Tensor, params: list, chunk: int | None = None) -> list[torch.Tensor]:
+    """The second backward of the flat gradient ``g`` (built with ``create_graph=True``) along its unit vectors,
+    ``chunk`` of them per ``torch.autograd.grad(..., is_grads_batched=True)`` call (all at once by default), into
+    each of ``params``: one (g.numel(), numel) tensor per parameter. MATH attention backend."""
+    n = g.numel()
+    step = n if chunk is None else chunk
+    parts = [[] for _ in params]
+    with math_backend():
+        for c0 in range(0, n, step):
+            E = torch.eye(n, dtype=g.dtype, device=g.device)[c0:c0 + step]
+            for part, h in zip(parts, torch.autograd.grad(g, params, E, retain_graph=True, is_grads_batched=True)):
+                part.append(h.reshape(E.shape[0], -1))
+    return [torch.cat(part, 0) for part in parts]
+
+
+def autograd_hessian(loss_fn, params: list, chunk: int | None = None) -> torch.Tensor:
+    """Reverse-over-reverse Hessian (P, P) of the scalar ``loss_fn()`` w.r.t. ``params`` (in that order, each
+    flattened): the gradient with ``create_graph=True``, then :func:`batched_rows` along the unit vectors,
+    ``chunk`` of them per call (all at once by default). MATH attention backend."""
+    with math_backend():
+        g = torch.autograd.grad(loss_fn(), params, create_graph=True)
+    return torch.cat(batched_rows(torch.cat([x.reshape(-1) for x in g]), params, chunk), 1)
+
+
 def model_hessian_autograd(model, inputs, loss: str, target, output: str | None = None, chunk: int | None = None,
                            **kw) -> torch.Tensor:
     """Reverse-over-reverse dense Hessian (P, P) through the module, ``named_parameters()`` order, MATH backend."""
@@ -329,9 +388,9 @@ def hvp_autograd(layer, X, target, v: dict, **kw) -> dict:
     named, g = _grad(layer, X, target, **kw)
     names = [n for n in named if n in v]
     with math_backend():
-        dot = sum((g[n] * v[n]).sum() for n in names)
-        hv = torch.autograd.grad(dot, list(named.values()), allow_unused=True)
-    return {n: (torch.zeros_like(p) if h is None else h) for (n, p), h in zip(named.items(), hv)}
+        hv = torch.autograd.grad([g[n] for n in names], list(named.values()), [v[n] for n in names],
+                                 materialize_grads=True)
+    return dict(zip(named, hv))
 
 
 def fd_column_error(layer, X, target, H: torch.Tensor, h: float = 1e-5, loss_fn=None, **mask) -> float:
@@ -356,15 +415,14 @@ def fd_column_error(layer, X, target, H: torch.Tensor, h: float = 1e-5, loss_fn=
         for p in params.values():
             j = p.numel() // 2
             old = float(p.detach().view(-1)[j])
-            with torch.no_grad():
-                p.view(-1)[j] = old + h
-            gp = grad()
-            with torch.no_grad():
-                p.view(-1)[j] = old - h
-            gm = grad()
+            gs = []
+            for x in (old + h, old - h):
+                with torch.no_grad():
+                    p.view(-1)[j] = x
+                gs.append(grad())
             with torch.no_grad():
                 p.view(-1)[j] = old
-            worst = max(worst, float((H[:, o + j] - (gp - gm) / (2 * h)).abs().max() / H.abs().max()))
+            worst = max(worst, float((H[:, o + j] - (gs[0] - gs[1]) / (2 * h)).abs().max() / H.abs().max()))
             o += p.numel()
         return worst
     finally:

@@ -109,19 +109,17 @@ def lanczos_sym_norm(matvec: Callable[[np.ndarray], np.ndarray], n: int, tol: fl
 
 def gram_norm(T: torch.Tensor) -> float:
     """Spectral norm of ``T`` reshaped to ``(rows, T.shape[-1])`` via the smaller Gram matrix."""
-    M = T.reshape(-1, T.shape[-1])
-    return spectral_norm(M)
+    return spectral_norm(T.reshape(-1, T.shape[-1]))
 
 
 def second_derivative_tensor(f: Callable, args: Sequence[torch.Tensor], i: int, j) -> torch.Tensor:
     """``∂²f/∂args[i]∂args[j]`` as a tensor ``(out, n_i, n_j)`` (``j`` may be a tuple of indices,
     then a tuple of tensors is returned)."""
-    out = f(*args).numel()
     T = jacfwd(jacrev(f, argnums=i), argnums=j)(*args)
     ni = args[i].numel()
     if isinstance(j, tuple):
-        return tuple(t.reshape(out, ni, args[k].numel()) for t, k in zip(T, j))
-    return T.reshape(out, ni, args[j].numel())
+        return tuple(t.reshape(-1, ni, args[k].numel()) for t, k in zip(T, j))
+    return T.reshape(-1, ni, args[j].numel())
 
 
 def second_derivative_norm(f: Callable, args: Sequence[torch.Tensor], i: int, j: int,
@@ -162,15 +160,13 @@ def lanczos(matvec, dims: list[int], iters: int, device, seed: int = 0):
     steps or on an invariant subspace. Returns ascending Ritz values (float64), one tensor each.
     """
     gen = torch.Generator(device="cpu").manual_seed(seed)  # CPU draws: the same start vectors on every device
-    m = len(dims)
-    ks = [min(iters, d) for d in dims]
     Q = []
     for d in dims:
         v = torch.randn(d, generator=gen, dtype=torch.float64)
         Q.append([(v / v.norm()).to(device)])
-    alphas: list[list[float]] = [[] for _ in range(m)]
-    betas: list[list[float]] = [[] for _ in range(m)]
-    active = list(range(m))
+    alphas: list[list[float]] = [[] for _ in dims]
+    betas: list[list[float]] = [[] for _ in dims]  # one fewer than alphas, always
+    active = list(range(len(dims)))
     while active:
         ws = matvec(active, [Q[i][-1] for i in active])
         still = []
@@ -182,20 +178,17 @@ def lanczos(matvec, dims: list[int], iters: int, device, seed: int = 0):
             for _ in range(2):  # full reorthogonalisation (twice is enough)
                 w = w - Qi.T @ (Qi @ w)
             b = w.norm().item()
-            if len(alphas[i]) >= ks[i] or b <= 1e-12 * max(1.0, abs(a)):
+            if len(alphas[i]) >= min(iters, dims[i]) or b <= 1e-12 * max(1.0, abs(a)):
                 continue
             betas[i].append(b)
             Q[i].append(w / b)
             still.append(i)
         active = still
     out = []
-    for i in range(m):
-        k = len(alphas[i])
-        T = torch.diag(torch.tensor(alphas[i], dtype=torch.float64))
-        if k > 1:
-            off = torch.tensor(betas[i][:k - 1], dtype=torch.float64)
-            T += torch.diag(off, 1) + torch.diag(off, -1)
-        out.append(torch.linalg.eigvalsh(T))
+    for a, b in zip(alphas, betas):  # the tridiagonal T_k
+        off = torch.tensor(b, dtype=torch.float64)
+        out.append(torch.linalg.eigvalsh(torch.diag(torch.tensor(a, dtype=torch.float64)) + torch.diag(off, 1)
+                                         + torch.diag(off, -1)))
     return out
 
 

@@ -70,10 +70,9 @@ FIGURE_NAMES = tuple(n for n, s in SPECS.items() if s.plots)
 
 
 def spec(name: str) -> ResultSpec:
-    if name in SPECS:
-        return SPECS[name]
-    if name in INTERNAL:
-        return INTERNAL[name]
+    s = SPECS.get(name) or INTERNAL.get(name)
+    if s is not None:
+        return s
     raise ConfigError(f"unknown figure {name!r}; valid names: {', '.join(RESULT_NAMES)}")
 
 
@@ -195,13 +194,18 @@ def default_published_dir(start=None) -> Path | None:
     return root / "published" if root is not None and (root / "published").is_dir() else None
 
 
+def _published(ctx: Context) -> PublishedStore | None:
+    return PublishedStore(Path(ctx.published_dir) / ctx.profile) if ctx.published_dir is not None else None
+
+
 def published_check(name: str, ctx: Context) -> Result:
     """The published result of ``name`` for the current configuration, or :class:`UnusableResult` saying why
     (none published, damaged, or computed by another configuration or other code)."""
-    if ctx.published_dir is None:
+    store = _published(ctx)
+    if store is None:
         raise UnusableResult("no published results directory")
     _, _, config, chash = _config(name, ctx)
-    return PublishedStore(Path(ctx.published_dir) / ctx.profile).check(name, chash, config)
+    return store.check(name, chash, config)
 
 
 def cached_result(name: str, ctx: Context) -> Result | None:
@@ -215,17 +219,15 @@ def find_result(name: str, profile: str | None = None, ctx: Context | None = Non
     configuration; None otherwise. Never computes."""
     ctx = _context(profile, ctx, kwargs)
     r = cached_result(name, ctx)
-    if r is not None:
-        return r
-    try:
-        return published_check(name, ctx)
-    except UnusableResult:
-        # none published, or published by other code or settings: a normal state, reported by the callers
-        # (verify's rows are "not run" and name the command). A published file that is there but cannot be
-        # read is damage, and is said here.
-        warn_if_damaged(PublishedStore(Path(ctx.published_dir) / ctx.profile) if ctx.published_dir else None,
-                        name)
-        return None
+    if r is None:
+        try:
+            r = published_check(name, ctx)
+        except UnusableResult:
+            # none published, or published by other code or settings: a normal state, reported by the callers
+            # (verify's rows are "not run" and name the command). A published file that is there but cannot be
+            # read is damage, and is said here.
+            warn_if_damaged(_published(ctx), name)
+    return r
 
 
 def warn_if_damaged(store: PublishedStore | None, name: str, stacklevel: int = 3) -> None:
@@ -253,10 +255,9 @@ def load_results(name: str, profile: str | None = None, ctx: Context | None = No
     ctx = _context(profile, ctx, kwargs)
     s, settings, config, chash = _config(name, ctx)
     store = ResultStore(ctx.results_dir)
-    if not ctx.recompute:
-        r = find_result(name, ctx=ctx)
-        if r is not None:
-            return r
+    r = None if ctx.recompute else find_result(name, ctx=ctx)
+    if r is not None:
+        return r
     with store.lock(name, chash):
         if not ctx.recompute:  # another process may have finished it while we waited
             with warnings.catch_warnings():
@@ -308,8 +309,6 @@ def plot(name: str, result: Result, part: str | None = None):
 
 def render(name: str, result: Result, figures_dir="figures") -> list[str]:
     """Draw every part of ``name`` from ``result`` and write ``figures_dir/<stem>_<part>.pdf`` and ``.png``."""
-    s = spec(name)
-    out = []
-    for part, fig in plot(name, result).items():
-        out += save_figure(fig, Path(figures_dir) / f"{s.stem}_{part}")
-    return out
+    stem = spec(name).stem
+    return [p for part, fig in plot(name, result).items()
+            for p in save_figure(fig, Path(figures_dir) / f"{stem}_{part}")]

@@ -22,11 +22,10 @@ from ..plotting import WIDTH, loglog_axes, new_figure
 from ..row import Row
 from .claims import claim_row, not_run
 from .context import Context
-from .running_mean import (ACCUM_TOL, CIFAR_NEEDS, CIFAR_STANDIN, DRIFT_FROM, MNIST_EXACT_SETTINGS, MNIST_NEEDS,
-                           MNIST_SETTINGS as PASS_SETTINGS, SMOKE, LoaderPassSettings, authors_pass, figure_runs,
-                           on_loader, pass_title)
+from .running_mean import (ACCUM_TOL, CIFAR_NEEDS, CIFAR_STANDIN, DRIFT_FROM, MNIST_NEEDS, SMOKE, LoaderPassSettings,
+                           authors_pass, loader_figure, on_loader, pass_title)
 from .settings import Variant
-from .spec import FigureSpec, Finding, Point, claimed
+from .spec import claimed
 
 __all__ = ["compute_assumption", "plot_assumption", "message", "key_numbers", "AssumptionSettings", "assumption_rows",
            "ASSUMPTION_TOL", "validity_row",
@@ -277,18 +276,9 @@ def _rows(res) -> list[Row]:
                         else assumption_rows(res.get(s.name), res.get(s.standin)))]
 
 
-FIG12 = FigureSpec(
+FIG12 = loader_figure(
     "fig12", "Fig. 12", "fig12_assumption_1", "validation of Assumption 1",
-    (Point(AUTHORS_SETTINGS, Finding("Fig. 12 on the authors' model: Assumption 1 improves with more samples "
-                                     "(CIFAR-100)", "notebooks/fig12_assumption1"), standin=True,
-           needs="CIFAR-100 (paper) / MNIST (smoke)"),
-     Point(PASS_SETTINGS, needs=MNIST_NEEDS, depends=("loader_pass",), trains=False),
-     Point(MNIST_EXACT_SETTINGS, needs=MNIST_NEEDS, depends=("loader_pass",), trains=False),
-     Point(SETTINGS, Finding("Fig. 12: Assumption 1 improves with more samples (CIFAR-100)",
-                             "notebooks/fig12_assumption1"), standin=True, needs="CIFAR-100 (paper) / MNIST (smoke)",
-           override_key="assumption"),
-     Point(MNIST_SETTINGS, override_key="assumption_mnist")),
-    _compute, {"assumption": plot_assumption}, {"assumption": message},
-    runs=figure_runs, key_numbers=key_numbers,
-    rows=_rows, dataset="cifar100")
+    "Assumption 1 improves with more samples", "notebooks/fig12_assumption1",
+    (AUTHORS_SETTINGS, SETTINGS, MNIST_SETTINGS), ("assumption", "assumption_mnist"),
+    _compute, plot_assumption, message, key_numbers, _rows)
 SPECS = (FIG12,)

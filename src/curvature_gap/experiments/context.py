@@ -113,9 +113,8 @@ class Context:
         key = ("data", v.dataset)
         if key not in self._cache:
             with self.phase("data"):
-                tr = data.load(v.dataset, self.data_dir, train=True, verify_md5=self.verify_md5)
-                te = data.load(v.dataset, self.data_dir, train=False, verify_md5=self.verify_md5)
-            self._cache[key] = Datasets(tr, te)
+                self._cache[key] = Datasets(*(data.load(v.dataset, self.data_dir, train=t, verify_md5=self.verify_md5)
+                                              for t in (True, False)))
         return self._cache[key]
 
     def data(self, v: Variant) -> Datasets:

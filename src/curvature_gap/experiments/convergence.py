@@ -25,11 +25,10 @@ from ..plotting import WIDTH, loglog_axes, new_figure
 from ..row import Row
 from .. import captions
 from .claims import claim_row, not_run
-from .running_mean import (CIFAR_NEEDS, CIFAR_STANDIN, MNIST_EXACT_SETTINGS, MNIST_NEEDS,
-                           MNIST_SETTINGS as PASS_SETTINGS, SMOKE, LoaderPassSettings, authors_pass, figure_runs,
-                           fit_loglog, on_loader, pass_title)
+from .running_mean import (CIFAR_NEEDS, CIFAR_STANDIN, SMOKE, LoaderPassSettings, authors_pass, fit_loglog,
+                           loader_figure, on_loader, pass_title, smooth)
 from .settings import Variant
-from .spec import FigureSpec, Finding, Point, claimed
+from .spec import claimed
 
 __all__ = ["compute_convergence", "ema", "loglog_ema", "fit_loglog", "plot_convergence", "message", "ConvergenceSettings",
            "convergence_slope", "slope_verdict", "key_numbers", "SLOPE_TOL", "AUTHORS_SETTINGS", "FIG6", "SPECS"]
@@ -64,12 +63,7 @@ AUTHORS_SETTINGS = {"paper": LoaderPassSettings(run_seed=42, gradients=False), "
 
 def ema(x: np.ndarray, beta: float) -> np.ndarray:
     """Exponential moving average e_i = beta e_{i-1} + (1 − beta) x_i, started at x_0."""
-    out = np.empty(len(x), dtype=np.float64)
-    acc = float(x[0])
-    for i, v in enumerate(x):
-        acc = beta * acc + (1 - beta) * float(v) if i else acc
-        out[i] = acc
-    return out
+    return smooth(x, beta, 1 - beta)
 
 
 def loglog_ema(k: np.ndarray, y: np.ndarray, beta: float, per_decade: int = 20) -> tuple[np.ndarray, np.ndarray]:
@@ -224,17 +218,10 @@ def _compute(j):
     return compute_convergence(j.ctx, j.settings) if j.settings.model == "table1" else authors_pass(j, _ARRAYS)
 
 
-FIG6 = FigureSpec(
+FIG6 = loader_figure(
     "fig6", "Fig. 6", "fig06_loss_convergence", "the loss difference |L(k+1) − L(k)| against k",
-    (Point(AUTHORS_SETTINGS, Finding("Fig. 6 on the authors' model: |L_(k+1) − L_k| follows 1/k (CIFAR-100)",
-                                     "notebooks/fig06_loss_convergence"), standin=True,
-           needs="CIFAR-100 (paper) / MNIST (smoke)"),
-     Point(PASS_SETTINGS, needs=MNIST_NEEDS, depends=("loader_pass",), trains=False),
-     Point(MNIST_EXACT_SETTINGS, needs=MNIST_NEEDS, depends=("loader_pass",), trains=False),
-     Point(SETTINGS, Finding("Fig. 6: |L_(k+1) − L_k| follows 1/k (CIFAR-100)", "notebooks/fig06_loss_convergence"),
-           standin=True, needs="CIFAR-100 (paper) / MNIST (smoke)", override_key="convergence"),
-     Point(MNIST_SETTINGS, override_key="convergence_mnist")),
-    _compute, {"convergence": plot_convergence}, {"convergence": message}, runs=figure_runs, key_numbers=key_numbers,
-    rows=lambda res: [convergence_slope(res.get(s.name), res.get(s.standin), s) for s in claimed("fig6")],
-    dataset="cifar100")
+    "|L_(k+1) − L_k| follows 1/k", "notebooks/fig06_loss_convergence",
+    (AUTHORS_SETTINGS, SETTINGS, MNIST_SETTINGS), ("convergence", "convergence_mnist"),
+    _compute, plot_convergence, message, key_numbers,
+    lambda res: [convergence_slope(res.get(s.name), res.get(s.standin), s) for s in claimed("fig6")])
 SPECS = (FIG6,)

@@ -17,8 +17,7 @@ from .spec import FigureSpec, Finding, Point
 from .trajectory import AUTHORS_NEEDS, AUTHORS_SETTINGS, lists_of
 from ..plotting import WIDTH, new_figure, tensor_label
 
-__all__ = ["compute_type", "plot_entries", "plot_hessian_blocks", "plot_list_hessian", "plot_norms",
-           "list_message", "SPECS"]
+__all__ = ["compute_type", "plot_entries", "plot_hessian_blocks", "plot_list_hessian", "plot_norms", "SPECS"]
 
 
 # ----------------------------------------------------------------------------- the computation (a cut)
@@ -122,21 +121,22 @@ def plot_list_hessian(result, g: str):
     return fig
 
 
-def _list_plot(g: str):
+def _list_parts(g: str) -> tuple:
+    """(plot, the caption's message, key numbers) of the authors' Hessian over their list ``g``: the message is its
+    spectral norm at the first and last step."""
     def plot(result):
         return plot_list_hessian(result, g)
-    plot.__doc__ = f"log10 |H| of the list {g!r} at each step, as their figure draws it."
-    return plot
 
-
-def list_message(g: str):
-    """The caption's message of the authors' Hessian over list ``g``: its spectral norm at the first and last step."""
-    def msg(result) -> str:
+    def message(result) -> str:
         a, info = result.arrays, result.meta["lists"][g]
         s = a[f"spec_{g}"]
         return (f"The spectral norm of the {info['label']} block goes from {float(s[0]):.3g} at step {int(a['steps'][0])} "
                 f"to {float(s[-1]):.3g} at step {int(a['steps'][-1])}.")
-    return msg
+
+    def numbers(r) -> dict:
+        return {f"‖H‖_2 {g} at the last step": float(r.arrays[f"spec_{g}"][-1]),
+                f"‖W‖_F {g} at the last step": float(r.arrays[f"param_{g}"][-1])}
+    return plot, message, numbers
 
 
 def plot_norms(result):
@@ -145,18 +145,15 @@ def plot_norms(result):
     fig = new_figure(WIDTH, 4.0)
     ax1, ax2 = fig.subplots(1, 2)
     ax1.plot(a["steps"], a["param_fro"], marker="o", ms=3)
-    ax1.set_xlabel("training step")
     ax1.set_ylabel(r"$\|W\|_F$")
-    ax1.set_title("parameters")
-    ax1.grid(alpha=0.3)
     ax2.plot(a["steps"], a["hess_fro"], marker="o", ms=3, label=r"$\|H\|_F$")
     ax2.plot(a["steps"], a["hess_spec"], marker="s", ms=3, ls="--", label=r"$\|H\|_2$")
     if "pair_fro" in a:
         ax2.plot(a["steps"], a["pair_fro"], lw=1, label="cross block, " + r"$\|\cdot\|_F$")
     ax2.set_yscale("log")
-    ax2.set_xlabel("training step")
-    ax2.set_title("Hessian block")
-    ax2.grid(alpha=0.3)
+    for ax, title in ((ax1, "parameters"), (ax2, "Hessian block")):
+        ax.set(xlabel="training step", title=title)
+        ax.grid(alpha=0.3)
     fig.legend(*ax2.get_legend_handles_labels(), loc="outside lower center", ncol=3)  # never over a curve
     return fig
 
@@ -165,14 +162,6 @@ def key_numbers(r) -> dict:
     a = r.arrays
     return {"‖H‖_F at the last step": float(a["hess_fro"][-1]), "‖H‖_2 at the last step": float(a["hess_spec"][-1]),
             "‖W‖_F at the last step": float(a["param_fro"][-1])}
-
-
-def _list_numbers(g: str):
-    def numbers(r) -> dict:
-        a = r.arrays
-        return {f"‖H‖_2 {g} at the last step": float(a[f"spec_{g}"][-1]),
-                f"‖W‖_F {g} at the last step": float(a[f"param_{g}"][-1])}
-    return numbers
 
 
 # ----------------------------------------------------------------------------- the results of this module
@@ -185,8 +174,9 @@ def _figure(fig: str, finding: Finding | None = None) -> FigureSpec:
     return FigureSpec(
         fig, f"Fig. {n}", f"fig{n:02d}_{g}", f"{g}: entries and Hessian blocks over the first training steps",
         (Point(AUTHORS_SETTINGS, needs=AUTHORS_NEEDS, depends=("trajectory",),
-               plots={("hessian" if x == g else x): _list_plot(x) for x in lists},
-               messages={("hessian" if x == g else x): list_message(x) for x in lists}, key_numbers=_list_numbers(g)),
+               plots={("hessian" if x == g else x): _list_parts(x)[0] for x in lists},
+               messages={("hessian" if x == g else x): _list_parts(x)[1] for x in lists},
+               key_numbers=_list_parts(g)[2]),
          Point(TRAJECTORY, finding, depends=("trajectory",), override_key="trajectory")),
         lambda j: (lists_of(j.deps["trajectory"], lists) if j.settings.model == "authors"
                    else compute_type(fig, j.deps["trajectory"])),

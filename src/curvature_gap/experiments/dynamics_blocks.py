@@ -49,12 +49,11 @@ def snapshot_record(blocks: dict, model, display: bool, eps: float, cells: int) 
     """Norms of the followed blocks (Frobenius and spectral of each diagonal block, Frobenius of the two
     within-type pairs, both norms of each type's block) and, when ``display``, each type's block as an
     image of log10(|H| + eps) (pooled to ``cells`` pixels a side; float16)."""
-    rec = {}
-    groups = trajectory_groups(model)
-    rec["diag_fro"] = np.array([np.linalg.norm(np.asarray(blocks[(g, g)], dtype=np.float64)) for g in groups])
-    rec["diag_spec"] = np.array([sym_spectral_norm(np.asarray(blocks[(g, g)], dtype=np.float64)) for g in groups])
-    rec["pair_fro"] = np.array([np.linalg.norm(np.asarray(blocks[p], dtype=np.float64))
-                                for p in (("block0.ln1", "block0.ln2"), ("block0.ffn1", "block0.ffn2"))])
+    diag = [np.asarray(blocks[(g, g)], dtype=np.float64) for g in trajectory_groups(model)]
+    rec = dict(diag_fro=np.array([np.linalg.norm(B) for B in diag]),
+               diag_spec=np.array([sym_spectral_norm(B) for B in diag]),
+               pair_fro=np.array([np.linalg.norm(np.asarray(blocks[p], dtype=np.float64))
+                                  for p in trajectory_pairs(model)[-2:]]))  # LN1–LN2, FFN1–FFN2
     for t, kinds in TYPES.values():
         B = _type_block(blocks, kinds)
         rec[f"fro_{t}"] = float(np.linalg.norm(B))

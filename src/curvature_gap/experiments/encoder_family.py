@@ -25,6 +25,7 @@ from torch import nn
 from ..hessian.layers import layer_hessian
 from .context import Context
 from ..plotting import WIDTH, new_figure
+from .hessians import unit_statistics
 from .spec import FigureSpec, Point
 
 __all__ = ["compute_encoder_family", "plot_encoder_family", "UNITS", "CONFIGS", "unit_indices", "leaders", "ranking", "ranking_text", "EncoderFamilySettings", "SETTINGS", "SPECS"]
@@ -74,14 +75,11 @@ def unit_indices(layer: nn.TransformerEncoderLayer) -> dict[str, np.ndarray]:
     (the row blocks of ``in_proj_weight``), ``W_O``, ``W_1``, ``W_2``, ``LN`` (both LayerNorms' γ, β) and ``biases``
     (the attention and FFN biases)."""
     d = layer.self_attn.embed_dim
-    off, o = {}, 0
-    for n, p in layer.named_parameters():
-        off[n] = (o, p.numel())
-        o += p.numel()
+    sizes = {n: p.numel() for n, p in layer.named_parameters()}
+    off = dict(zip(sizes, np.cumsum([0, *sizes.values()]).tolist()))
 
     def rng(name, a=0, b=None):
-        o0, n = off[name]
-        return np.arange(o0 + a, o0 + (n if b is None else b))
+        return np.arange(off[name] + a, off[name] + (sizes[name] if b is None else b))
 
     ip = "self_attn.in_proj_weight"
     out = {"W_Q": rng(ip, 0, d * d), "W_K": rng(ip, d * d, 2 * d * d), "W_V": rng(ip, 2 * d * d, 3 * d * d),
@@ -97,32 +95,25 @@ def _hessian(layer, X, Y) -> np.ndarray:
     return layer_hessian(layer, X, target=Y).dense.numpy()
 
 
-def _stats(H: np.ndarray, units: dict) -> tuple[list, list]:
-    fro, rms = [], []
-    for u in UNITS:
-        B = H[np.ix_(units[u], units[u])]
-        fro.append(float(np.linalg.norm(B)))
-        rms.append(float(np.linalg.norm(B) / np.sqrt(B.shape[0])))
-    return fro, rms
+def _stats(H: np.ndarray, units: dict) -> tuple:
+    """(Frobenius norms, RMS eigenvalues ‖B‖_F/√n) of the diagonal blocks of :data:`UNITS`."""
+    st = unit_statistics(H, units, ("fro", "fro_sqrt_n"))
+    return ([st[u][k] for u in UNITS] for k in ("fro", "fro_sqrt_n"))
 
 
 def compute_encoder_family(ctx: Context, s: EncoderFamilySettings) -> tuple[dict, dict]:
     """The first draw (the figure) and ``n_draws`` draws in all (arrays ``*_draws``: draw × config × time × unit)."""
     t0 = time.perf_counter()
-    arrays, meta = _one_draw(ctx, s)
-    fro_d, rms_d = [arrays["fro"]], [arrays["fro_sqrt_n"]]
-    for k in range(1, s.n_draws):
-        o = s.student_seed + 10 * k
-        a, m = _one_draw(ctx, replace(s, student_seed=o, teacher_seed=o + 1, data_seed=o + 2))
-        fro_d.append(a["fro"])
-        rms_d.append(a["fro_sqrt_n"])
-    arrays.update(fro_draws=np.stack(fro_d), fro_sqrt_n_draws=np.stack(rms_d))
-    meta["draws"] = [dict(student_seed=s.student_seed + 10 * k, teacher_seed=s.student_seed + 10 * k + 1,
-                          data_seed=s.student_seed + 10 * k + 2) if k else
-                     dict(student_seed=s.student_seed, teacher_seed=s.teacher_seed, data_seed=s.data_seed)
-                     for k in range(s.n_draws)]
-    meta["ranking"] = {st: ranking(arrays[f"{st}_draws"], meta["units"]) for st in ("fro", "fro_sqrt_n")}
-    for st in ("fro", "fro_sqrt_n"):  # the same, per configuration (its draws and times)
+    draws = [s] + [replace(s, student_seed=o, teacher_seed=o + 1, data_seed=o + 2)
+                   for o in (s.student_seed + 10 * k for k in range(1, s.n_draws))]
+    done = [_one_draw(ctx, d) for d in draws]
+    arrays, meta = done[0]
+    meta["draws"] = [dict(student_seed=d.student_seed, teacher_seed=d.teacher_seed, data_seed=d.data_seed)
+                     for d in draws]
+    meta["ranking"] = {}
+    for st in ("fro", "fro_sqrt_n"):  # over every case, and per configuration (its draws and times)
+        arrays[f"{st}_draws"] = np.stack([a[st] for a, _ in done])
+        meta["ranking"][st] = ranking(arrays[f"{st}_draws"], meta["units"])
         meta["ranking"][st]["by_config"] = {c: ranking(arrays[f"{st}_draws"][:, [i]], meta["units"])["leads"]
                                             for i, c in enumerate(meta["configs"])}
     meta["seconds_first_draw"], meta["seconds"] = meta["seconds"], round(time.perf_counter() - t0, 2)
@@ -152,7 +143,6 @@ def _one_draw(ctx: Context, s: EncoderFamilySettings) -> tuple[dict, dict]:
     fro = np.zeros((len(CONFIGS), len(TIMES), len(UNITS)))
     rms = np.zeros_like(fro)
     losses = np.zeros((len(CONFIGS), s.steps + 1))
-    sizes = {}
     t0 = time.perf_counter()
     for i, (norm, nhead) in enumerate(CONFIGS):
         teacher = _layer(s, norm, nhead, s.teacher_seed).eval()

@@ -21,8 +21,9 @@ from ..hessian.hvp import HessianOperator
 from ..hessian.loss import model_loss
 from ..model import build_model
 from ..params import flatten, param_groups
-from ..plotting import WIDTH, new_figure, short_label
+from ..plotting import short_label
 from .context import Context
+from .heatmaps import group_pair_image
 from .hessians import exact_columns, sample_columns
 from .settings import Variant
 from .spec import FigureSpec, Point
@@ -127,20 +128,13 @@ def hvp_route_errors(name: str = "mnist", n_images: int = 2, seed: int = 0) -> d
 
 def plot_fused_error(result):
     """log10 of the largest error in each pair of parameter groups, relative to max |H|."""
-    meta = result.meta
     R = np.log10(result.arrays["err"] + 1e-12)
-    labels = [short_label(n) for n in meta["group_names"]]
-    G = len(labels)
-    fig = new_figure(WIDTH, 5.8)
-    ax = fig.subplots()
-    im = ax.imshow(R, cmap="inferno", vmin=-9, vmax=max(0.0, float(np.nanmax(R))))
-    ax.set_xticks(range(G), labels, rotation=90)
-    ax.set_yticks(range(G), labels)
-    ax.set_xlabel("group of the sampled column")
-    ax.set_ylabel("group of the row")
-    ax.tick_params(length=0)
-    fig.colorbar(im, ax=ax, shrink=0.85, pad=0.02, label=r"$\log_{10}$(max |error| / max $|H|$)")
-    ax.set_title(f"Fused LayerNorm: Hessian error by group pair ({meta['columns']} sampled columns)")
+    meta = result.meta
+    fig, ax = group_pair_image(R, [short_label(n) for n in meta["group_names"]], 5.8,
+                               f"Fused LayerNorm: Hessian error by group pair ({meta['columns']} sampled columns)",
+                               r"$\log_{10}$(max |error| / max $|H|$)", cmap="inferno", vmin=-9,
+                               vmax=max(0.0, float(np.nanmax(R))))
+    ax.set(xlabel="group of the sampled column", ylabel="group of the row")
     return fig
 
 

@@ -140,31 +140,30 @@ def _authors_heatmap(ctx: Context, s: HeatmapSettings) -> tuple[dict, dict]:
         meta["seed_leads"] = _seed_leads(ctx, s, batch, units_of(model), {own: Hn})
     at_one, n_gamma, max_dev = frozen_at_one(model)
     meta.update(arithmetic=s.arithmetic, precision=ctx.recipe(s).precision,
-                layernorm_gamma=dict(exactly_one=at_one, total=n_gamma, max_abs_deviation=max_dev))
-    meta.update(trained=s.step > 0, step=s.step, batch=f"the first {s.batch_size} images of the first batch of the "
+                layernorm_gamma=dict(exactly_one=at_one, total=n_gamma, max_abs_deviation=max_dev),
+                trained=s.step > 0, step=s.step, batch=f"the first {s.batch_size} images of the first batch of the "
                 "authors' shuffled, augmented training loader (their recipe's seed)", parameters_included="the authors': every weight and "
                 "LayerNorm γ, β, no other bias, in their order and flattening")
     return arrays, meta
 
 
-def _seed_leads(ctx: Context, s: HeatmapSettings, batch, units, known: dict | None = None) -> list[dict]:
+def _seed_leads(ctx: Context, s: HeatmapSettings, batch, units, known: dict) -> list[dict]:
     """For each seed of ``s.seeds``: the exact Hessian on ``batch`` of the authors' model of that seed at ``s.step``
     (``known``: seed -> one already computed), in how many of the :data:`STATISTICS` W_V's diagonal block leads each
     set of :data:`SETS` (and which block leads the weight matrices where it does not), and :func:`v_over_qk`."""
     out = []
     for seed in s.seeds:
-        if known and seed in known:
+        if seed in known:
             H = known[seed]
         else:
             model, _ = ctx.model(s, s.step, seed)
             ctx.log(f"seed {seed}, step {s.step}: exact Hessian, {len(batch[1])} images")
             with ctx.phase("hessian"):
                 H = dense(model, batch, s.fast_chunk)[0].cpu().numpy().astype(np.float64)
-        stats = unit_statistics(np.asarray(H, dtype=np.float64), units)
+        stats = unit_statistics(H, units)
         lead = leads(stats)
-        table = rankings(stats)
         out.append(dict(seed=int(seed), leads={k: sum(v.values()) for k, v in lead.items()},
-                        weights_first={st: order[0] for st, order in table["weights"].items()},
+                        weights_first={st: order[0] for st, order in rankings(stats)["weights"].items()},
                         v_over_qk=v_over_qk(stats),
                         verdict=claim_verdict(list(lead["weights"].values()),
                                               all(all(v.values()) for v in lead.values()))))
@@ -187,8 +186,8 @@ def _heatmap(ctx: Context, s, model, info, batch, state: str, display=None, atte
     ctx.log(f"cross-check against curvlinops on {'all' if cols is None else len(cols)} columns")
     with ctx.phase("cross-check"):
         cc = cross_check(model, batch, H, cols, s.check_batch_f64)
-    cc["method"] = "curvature_gap.hessian.hessian (hand-written forward-over-reverse, exact)"
-    cc["method_seconds"] = round(seconds, 2)
+    cc.update(method="curvature_gap.hessian.hessian (hand-written forward-over-reverse, exact)",
+              method_seconds=round(seconds, 2))
     Hn = H.cpu().numpy().astype(np.float64)  # computed on ctx's device; to the CPU only to store it (NumPy)
     with torch.no_grad():
         loss = float(torch.nn.functional.cross_entropy(model(batch[0]), batch[1]))
@@ -285,31 +284,33 @@ def plot_hessian(result):
 def plot_attention(result):
     """The attention parameters (W_Q, W_K, W_V) and the first LayerNorm, every entry."""
     meta = result.meta
-    groups = meta.get("attention_groups") or [n for n in meta["group_names"]
-                                              if n.startswith("block0.") and n.split(".")[1] in ATTENTION]
-    shown = [n.split(".")[-1] for n in meta.get("attention_groups", ())]
+    groups = meta["attention_groups"]
     return _plot_image(result, "attention", meta["attention_range"],
                        [i for i, n in enumerate(meta["group_names"]) if n in groups],
-                       "Q, K and V weights, every entry (their panel)" if shown == list(THEIR_ATTENTION)
+                       "Q, K and V weights, every entry (their panel)"
+                       if [n.split(".")[-1] for n in groups] == list(THEIR_ATTENTION)
                        else "Attention parameters and LN1, every entry")
+
+
+def group_pair_image(M: np.ndarray, labels, height: float, title: str, label: str, **imshow):
+    """(figure, axes) of a (group, group) matrix ``M`` as an image, the groups ``labels`` on both axes, with a colour
+    bar named ``label``."""
+    fig = new_figure(WIDTH, height)
+    ax = fig.subplots()
+    im = ax.imshow(M, **imshow)
+    ax.set_xticks(range(len(labels)), labels, rotation=90)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.tick_params(length=0)
+    fig.colorbar(im, ax=ax, shrink=0.85, pad=0.02, label=label)
+    ax.set_title(title)
+    return fig, ax
 
 
 def plot_block_means(result):
     """log10 of the mean |H_ij| of every pair of parameter groups."""
-    meta = result.meta
-    M = np.log10(result.arrays["pair_mean"] + 1e-30)
-    labels = _labels(meta)
-    G = len(labels)
-    fig = new_figure(WIDTH, 6.0)
-    ax = fig.subplots()
-    im = ax.imshow(M, cmap="magma")
-    ax.set_xticks(range(G), labels, rotation=90)
-    ax.set_yticks(range(G), labels)
-    ax.tick_params(length=0)
-    cb = fig.colorbar(im, ax=ax, shrink=0.85, pad=0.02)
-    cb.set_label(r"$\log_{10}$ mean $|H_{ij}|$ over the block")
-    ax.set_title("Mean |entry| of each pair of parameter groups")
-    return fig
+    return group_pair_image(np.log10(result.arrays["pair_mean"] + 1e-30), _labels(result.meta), 6.0,
+                            "Mean |entry| of each pair of parameter groups",
+                            r"$\log_{10}$ mean $|H_{ij}|$ over the block", cmap="magma")[0]
 
 
 # ----------------------------------------------------------------------------- the claim

@@ -281,15 +281,14 @@ def _kv_units(result) -> tuple:
     m = result.meta
     run = ((result.config.get("train") or {}).get(m.get("model")) or {}).get("seed")
     weights = [u for u in SETS["weights"][1] if u in m["param_norms"]["init"]]
-    panels, values, top_two, ratio, much_smaller, holds = ({"parameters": {}, "hessians": {}} for _ in range(6))
-    for state in ("init", "trained"):
-        for key, panel, stats in (("param_norms", "parameters", _PARAM_STATS), ("hessian_stats", "hessians", _HESS_STATS)):
-            for st in stats:
-                k = f"{state}/{st}"
-                values[panel][k] = {u: m[key][state][u][st] for u in weights}
-                panels[panel][k], top_two[panel][k], ratio[panel][k], holds[panel][k] = kv_reading(values[panel][k],
-                                                                                                    ("W_K", "W_V"))
-                much_smaller[panel][k] = ratio[panel][k] <= MUCH_SMALLER
+    values = {panel: {f"{state}/{st}": {u: m[key][state][u][st] for u in weights}
+                      for state in ("init", "trained") for st in stats}
+              for key, panel, stats in (("param_norms", "parameters", _PARAM_STATS),
+                                        ("hessian_stats", "hessians", _HESS_STATS))}
+    read = {p: {k: kv_reading(v, ("W_K", "W_V")) for k, v in per.items()} for p, per in values.items()}
+    panels, top_two, ratio, holds = ({p: {k: r[i] for k, r in per.items()} for p, per in read.items()}
+                                     for i in range(4))
+    much_smaller = {p: {k: r <= MUCH_SMALLER for k, r in per.items()} for p, per in ratio.items()}
     groups = {(run, panel): h for panel, h in holds.items()}
     verdict, value, whole = kv_verdict(groups)
     n = sum(len(v) for v in holds.values())

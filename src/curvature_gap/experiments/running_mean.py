@@ -20,11 +20,11 @@ from ..precision import arithmetic_for, frozen_at_one, precision_of
 from ..train import loader
 from .context import Context
 from .settings import AUTHORS_RUN_SEEDS, Variant
-from .spec import FigureSpec, Point
+from .spec import FigureSpec, Finding, Point
 
-__all__ = ["LoaderPassSettings", "GradientSums", "loader_pass", "compute_loader_pass", "pass_runs", "fit_loglog",
+__all__ = ["LoaderPassSettings", "GradientSums", "loader_pass", "compute_loader_pass", "fit_loglog", "smooth",
            "ewm", "accumulation_summary", "on_loader", "pass_title", "authors_pass", "figure_runs",
-           "MNIST_SETTINGS", "MNIST_EXACT_SETTINGS",
+           "loader_figure", "MNIST_SETTINGS", "MNIST_EXACT_SETTINGS",
            "SMOKE", "ACCUM_TOL", "DRIFT_FROM", "MNIST_NEEDS", "CIFAR_NEEDS", "CIFAR_STANDIN", "LOADER_PASS", "SPECS"]
 
 
@@ -122,9 +122,8 @@ def loader_pass(model, cfg, ds, epochs: int, log_every: int, gradients: bool, de
         x, y = x.to(device), y.to(device)
         with torch.set_grad_enabled(gradients):
             loss = cross_entropy(logits(model, x), y, reduction="sum")
-        grads = torch.autograd.grad(loss, params) if gradients else ()
         if gradients:
-            sums.add(grads)
+            sums.add(torch.autograd.grad(loss, params))
         loss_sum += loss.item()
         seen += len(y)
         n_seen.append(seen)
@@ -229,14 +228,17 @@ def fit_loglog(k: np.ndarray, y: np.ndarray, k_min: int, n_points: int) -> dict:
     return dict(slope=float(a), intercept=float(b), r2=r2, k_fit=k[sel].astype(int).tolist())
 
 
+def smooth(x: np.ndarray, keep: float, take: float) -> np.ndarray:
+    """y₀ = x₀, yₜ = keep · yₜ₋₁ + take · xₜ, in float64, one Python float step at a time."""
+    y = np.empty(len(x))
+    for t, v in enumerate(x):
+        y[t] = float(v) if t == 0 else keep * y[t - 1] + take * float(v)
+    return y
+
+
 def ewm(x: np.ndarray, alpha: float) -> np.ndarray:
     """pandas' ``Series.ewm(alpha=alpha, adjust=False).mean()``: y₀ = x₀, yₜ = (1 − α) yₜ₋₁ + α xₜ."""
-    y = np.empty(len(x))
-    acc = float(x[0]) if len(x) else 0.0
-    for t, v in enumerate(x):
-        acc = acc if t == 0 else (1 - alpha) * acc + alpha * float(v)
-        y[t] = acc
-    return y
+    return smooth(x, 1 - alpha, alpha)
 
 
 def pass_title(meta) -> str:
@@ -254,14 +256,10 @@ def on_loader(result) -> bool:
     return "loader" in result.meta
 
 
-def pass_runs(s: LoaderPassSettings, ctx: Context) -> list[tuple]:
-    """The runs a loader pass reads: each of ``s.run_seeds`` (none: the run of ``s.run_seed``) at ``s.step``."""
-    return [(s.step, seed) for seed in tuple(s.run_seeds) or (s.run_seed,)]
-
-
 def figure_runs(s, ctx: Context) -> list[tuple]:
-    """The runs Figs. 6 and 12 read: the theorem's block's whole run, or the runs of the authors' loader pass."""
-    return [(None, None)] if s.model == "table1" else pass_runs(s, ctx)
+    """The runs Figs. 6 and 12 read: the theorem's block's whole run, or those of the authors' loader pass: each of
+    ``s.run_seeds`` (none: the run of ``s.run_seed``) at ``s.step``."""
+    return [(None, None)] if s.model == "table1" else [(s.step, seed) for seed in tuple(s.run_seeds) or (s.run_seed,)]
 
 
 def authors_pass(j, keys) -> tuple[dict, dict]:
@@ -282,5 +280,22 @@ CIFAR_STANDIN = ("Needs CIFAR-100 (not obtainable offline) and the 8-block model
 LOADER_PASS = FigureSpec(
     "loader_pass", "Figs. 6, 12", "", "passes of the authors' loader at w*",
     (Point(MNIST_SETTINGS, needs=MNIST_NEEDS), Point(MNIST_EXACT_SETTINGS, needs=MNIST_NEEDS)),
-    lambda j: compute_loader_pass(j.ctx, j.settings), runs=pass_runs, internal=True, dataset="cifar100")
+    lambda j: compute_loader_pass(j.ctx, j.settings), runs=figure_runs, internal=True, dataset="cifar100")
 SPECS = (LOADER_PASS,)
+
+
+def loader_figure(name: str, paper: str, stem: str, title: str, claim: str, page: str, settings: tuple, keys: tuple,
+                  compute, plot, message, key_numbers, rows) -> FigureSpec:
+    """Fig. 6 or 12 on both models, each with its finding (``claim``, on the book page ``page``), from ``settings``:
+    the authors' model (their CIFAR-100 configuration; its MNIST stand-ins, bf16 and float32 runs, cut from the
+    shared passes of :data:`LOADER_PASS`), the theorem's block (CIFAR-100) and its MNIST stand-in, whose settings
+    overrides are reached by ``keys``; one figure part, named by the first."""
+    (authors, own, mnist), (key, mnist_key) = settings, keys
+    needs = "CIFAR-100 (paper) / MNIST (smoke)"
+    return FigureSpec(name, paper, stem, title, (
+        Point(authors, Finding(f"{paper} on the authors' model: {claim} (CIFAR-100)", page), standin=True, needs=needs),
+        *(Point(s, needs=MNIST_NEEDS, depends=("loader_pass",), trains=False)
+          for s in (MNIST_SETTINGS, MNIST_EXACT_SETTINGS)),
+        Point(own, Finding(f"{paper}: {claim} (CIFAR-100)", page), standin=True, needs=needs, override_key=key),
+        Point(mnist, override_key=mnist_key)),
+        compute, {key: plot}, {key: message}, runs=figure_runs, key_numbers=key_numbers, rows=rows, dataset="cifar100")

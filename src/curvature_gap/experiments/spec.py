@@ -33,13 +33,23 @@ _PAPER_LABEL = re.compile(r"Figs?\. (\d+)(?:(?:, ?|[-–])\d+)*(?: \(.+\))?")
 
 # the dataset that stands in for a figure's CIFAR-100 where CIFAR-100 cannot be had (:attr:`Point.standin`)
 STANDIN = "mnist"
-_DATA_WORDS = {"mnist": "MNIST", "cifar100": "CIFAR-100"}
-_ARITHMETIC_WORDS = {"exact": "float32 run", "authors": "bf16 run"}
-_ARITHMETIC_SUFFIX = {"exact": "exact", "authors": "bf16"}  # never "authors": that names the model
+# what sets a variant apart from its figure's own (:func:`_differences`), as its id and as its title name it; in an
+# id, an arithmetic is never "authors": that names the model
+_ID_WORDS = ("authors", {"mnist": "mnist", "cifar100": "cifar100"}, {"exact": "exact", "authors": "bf16"})
+_TITLE_WORDS = ("the authors' model", {"mnist": "MNIST stand-in", "cifar100": "CIFAR-100 stand-in"},
+                {"exact": "float32 run", "authors": "bf16 run"})
 
 
 def _variant(settings) -> Variant | None:
     return settings if isinstance(settings, Variant) else None
+
+
+def _differences(v: Variant, dataset: str, words: tuple) -> list:
+    """``words``' names of what sets ``v`` apart from the figure's own variant: the authors' model, another
+    dataset than the figure's ``dataset`` (a stand-in), another arithmetic than the model's own."""
+    model, datasets, arithmetics = words
+    return (([model] if v.model == "authors" else []) + ([datasets[v.dataset]] if v.dataset != dataset else [])
+            + ([arithmetics[v.arithmetic]] if v.arithmetic != OWN_ARITHMETIC[v.model] else []))
 
 
 def result_id(figure: str, settings, dataset: str) -> str:
@@ -49,21 +59,7 @@ def result_id(figure: str, settings, dataset: str) -> str:
     ``_exact`` / ``_bf16`` in another arithmetic than the model's own (``settings.OWN_ARITHMETIC``): ``fig3``,
     ``fig3_authors``, ``fig4_authors_exact``, ``fig6_mnist``, ``fig12_authors_mnist``."""
     v = _variant(settings)
-    if v is None:
-        return figure
-    parts = [figure] + (["authors"] if v.model == "authors" else []) + ([v.dataset] if v.dataset != dataset else [])
-    return "_".join(parts + ([_ARITHMETIC_SUFFIX[v.arithmetic]] if v.arithmetic != OWN_ARITHMETIC[v.model] else []))
-
-
-def _variant_words(v: Variant | None, dataset: str) -> str:
-    """What a title adds for the variant: ", the authors' model, MNIST stand-in, float32 run" ("" for the
-    figure's own)."""
-    if v is None:
-        return ""
-    words = (["the authors' model"] if v.model == "authors" else []) + (
-        [f"{_DATA_WORDS[v.dataset]} stand-in"] if v.dataset != dataset else []) + (
-        [_ARITHMETIC_WORDS[v.arithmetic]] if v.arithmetic != OWN_ARITHMETIC[v.model] else [])
-    return "".join(f", {w}" for w in words)
+    return figure if v is None else "_".join([figure] + _differences(v, dataset, _ID_WORDS))
 
 
 @dataclass(frozen=True)
@@ -147,25 +143,14 @@ class FigureSpec:
     key_numbers: Callable | None = None
     internal: bool = False  # computed for other results only (no figure of its own)
     dataset: str = "mnist"  # the figure's dataset in the paper (a variant on another is a stand-in)
-    figure: int | None = None  # the paper's figure the book places it under (None: beyond the paper, a check)
 
     def __post_init__(self):
-        """``figure`` is the book's order; where a declaration leaves it out, it is the first number of a ``paper``
-        that names a figure, whose form is checked here (a malformed one fails at import, never sorts silently).
-        A label that names no figure places the figure beyond the paper (:data:`BEYOND_THE_PAPER`) or, any
-        other, with the checks. Each point's variant is the same under every profile (only its dataset may differ:
-        the smoke profile runs a CIFAR-100 figure on MNIST), and no two points share an id."""
-        if self.paper.startswith("Fig"):
-            m = _PAPER_LABEL.fullmatch(self.paper)
-            if m is None:
-                raise ValueError(f"{self.name}: paper={self.paper!r} is neither 'Fig. N' nor 'Figs. N, M-K' "
-                                 "(optionally with a parenthesis)")
-            if self.figure is None:
-                object.__setattr__(self, "figure", int(m.group(1)))
-            elif self.figure != int(m.group(1)):
-                raise ValueError(f"{self.name}: figure={self.figure} but paper={self.paper!r}")
-        elif self.figure is not None:
-            raise ValueError(f"{self.name}: figure={self.figure} given for a result {self.paper!r}")
+        """The form of a ``paper`` that names a figure is checked here (a malformed one fails at import, never sorts
+        silently). Each point's variant is the same under every profile (only its dataset may differ: the smoke
+        profile runs a CIFAR-100 figure on MNIST), and no two points share an id."""
+        if self.paper.startswith("Fig") and self.figure is None:
+            raise ValueError(f"{self.name}: paper={self.paper!r} is neither 'Fig. N' nor 'Figs. N, M-K' "
+                             "(optionally with a parenthesis)")
         if not self.grid:
             raise ValueError(f"{self.name}: an empty grid (give one Point per result)")
         for p in self.grid:
@@ -180,6 +165,14 @@ class FigureSpec:
         if len(set(ids)) != len(ids):
             raise ValueError(f"{self.name}: two points of the grid have the same id ({', '.join(ids)})")
 
+    @property
+    def figure(self) -> int | None:
+        """The paper's figure the book places it under (its order): the first number of a ``paper`` that names
+        figures; None for a label that names none: beyond the paper (:data:`BEYOND_THE_PAPER`) or, any other, a
+        check."""
+        m = _PAPER_LABEL.fullmatch(self.paper)
+        return int(m.group(1)) if m else None
+
     def id_of(self, settings) -> str:
         """The id of this figure's result computed with ``settings`` (:func:`result_id`)."""
         return result_id(self.name, settings, self.dataset)
@@ -187,8 +180,7 @@ class FigureSpec:
     @functools.cached_property
     def results(self) -> tuple:
         """Its results (:class:`ResultSpec`), in book order; the first carries the figure's claim rows."""
-        out = sorted((ResultSpec(self, p) for p in self.grid), key=sort_key)
-        return tuple(out)
+        return tuple(sorted((ResultSpec(self, p) for p in self.grid), key=sort_key))
 
     def claimed(self) -> tuple:
         """Its results whose finding states a claim (their rows are evidence for it)."""
@@ -217,41 +209,28 @@ class ResultSpec:
         self.spec, self.point = figure, point
         self.name = figure.id_of(point.settings["paper"])
         # the ids of the results (of the point's ``depends`` / ``reads`` on its variant) -> their figure
-        self.dep_figures = {self._same_variant(d): d for d in point.depends}
-        self.read_figures = {self._same_variant(d): d for d in point.reads}
+        self.dep_figures, self.read_figures = ({result_id(d, point.settings["paper"], figure.dataset): d for d in ds}
+                                               for ds in (point.depends, point.reads))
         self.depends, self.reads = tuple(self.dep_figures), tuple(self.read_figures)
-
-    def _same_variant(self, figure: str) -> str:
-        return result_id(figure, self.point.settings["paper"], self.spec.dataset)
 
     def __repr__(self) -> str:
         return f"ResultSpec({self.name!r} of {self.spec.name!r})"
 
-    # ---- what the figure and the point declare
-    paper = property(lambda self: self.spec.paper)
-    figure = property(lambda self: self.spec.figure)
-    compute = property(lambda self: self.spec.compute)
-    finish = property(lambda self: self.spec.finish)
+    def __getattr__(self, k):
+        """What its point declares (``settings``, ``needs``, ``override_key``, ``verify_reads``, ...) and, where the
+        point declares nothing (no such field, or ``plots`` / ``messages`` / ``key_numbers`` None), its figure
+        (``paper``, ``figure``, ``compute``, ``finish``, ``internal``, ...)."""
+        if k.startswith("_") or "point" not in self.__dict__:  # dunders, and a copy not yet initialised
+            raise AttributeError(k)
+        own = getattr(self.point, k, None)
+        return own if own is not None else getattr(self.spec, k)
+
     runs = property(lambda self: self.spec.runs if self.point.trains else None)
-    internal = property(lambda self: self.spec.internal)
-    settings = property(lambda self: self.point.settings)
-    needs = property(lambda self: self.point.needs)
-    override_key = property(lambda self: self.point.override_key)
-    verify_reads = property(lambda self: self.point.verify_reads)
-    plots = property(lambda self: self.point.plots if self.point.plots is not None else self.spec.plots)
-    messages = property(lambda self: self.point.messages if self.point.messages is not None else self.spec.messages)
-    key_numbers = property(lambda self: self.point.key_numbers or self.spec.key_numbers)
 
     @property
     def variant(self) -> Variant | None:
         """The variant it is computed on (its paper settings), None for settings of no trained model."""
         return _variant(self.point.settings["paper"])
-
-    @property
-    def rank(self) -> int:
-        """Order among the results of one figure: the authors' model first (0)."""
-        v = self.variant
-        return 0 if v is not None and v.model == "authors" else 1
 
     @property
     def stem(self) -> str:
@@ -260,7 +239,10 @@ class ResultSpec:
 
     @property
     def title(self) -> str:
-        return self.spec.title + _variant_words(self.variant, self.spec.dataset)
+        """The figure's title, with what sets its variant apart: ", the authors' model, MNIST stand-in, float32 run"."""
+        v = self.variant
+        words = _differences(v, self.spec.dataset, _TITLE_WORDS) if v is not None else []
+        return self.spec.title + "".join(f", {w}" for w in words)
 
     @property
     def finding(self) -> Finding | None:
@@ -288,9 +270,7 @@ class ResultSpec:
     @property
     def section(self) -> str:
         """The book's section of the result: one of :data:`SECTIONS`."""
-        if self.figure is not None:
-            return "paper"
-        return BEYOND_THE_PAPER if self.paper == BEYOND_THE_PAPER else CHECK
+        return "paper" if self.figure is not None else BEYOND_THE_PAPER if self.paper == BEYOND_THE_PAPER else CHECK
 
     @property
     def profiles(self) -> tuple:
@@ -308,6 +288,7 @@ def claimed(figure: str) -> tuple:
 
 
 def sort_key(s: ResultSpec) -> tuple:
-    """Book order: the paper's figures by number (the authors' model first: ``rank``), then results beyond the
+    """Book order: the paper's figures by number (of one figure, the authors' model first), then results beyond the
     paper, then checks (:data:`SECTIONS`)."""
-    return (SECTIONS.index(s.section), s.figure or 0, s.rank, s.name)
+    v = s.variant
+    return (SECTIONS.index(s.section), s.figure or 0, v is None or v.model != "authors", s.name)

@@ -73,15 +73,18 @@ class ResultStore:
     def __init__(self, root: str | os.PathLike = "results"):
         self.root = Path(root)
 
-    def json_path(self, figure: str, chash: str) -> Path:
-        return self.root / figure / f"{chash}.json"
+    def _path(self, figure: str, chash: str, suffix: str) -> Path:
+        return self.root / figure / f"{chash}{suffix}"
 
-    def npz_path(self, figure: str, chash: str) -> Path:
-        return self.root / figure / f"{chash}.npz"
+    def json_path(self, figure: str, chash: str = "") -> Path:
+        return self._path(figure, chash, ".json")
+
+    def npz_path(self, figure: str, chash: str = "") -> Path:
+        return self._path(figure, chash, ".npz")
 
     def partial_dir(self, figure: str, chash: str) -> Path:
         """A directory for resumable partial work of one result (removed by the caller when done)."""
-        return self.root / figure / f"{chash}.partial"
+        return self._path(figure, chash, ".partial")
 
     @contextlib.contextmanager
     def lock(self, figure: str, chash: str):
@@ -113,8 +116,7 @@ class ResultStore:
                 arrays = {k: z[k] for k in z.files}
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UnusableResult(f"{jp} cannot be read ({type(exc).__name__}: {exc})") from exc
-        prov = dict(doc.get("provenance") or {}, created=doc.get("created"))
-        return Result(figure, doc.get("config_hash"), doc["config"], arrays, doc.get("meta", {}), jp, npp, True, prov)
+        return _result(figure, doc, arrays, jp, npp, True)
 
     def load(self, figure: str, chash: str, config: dict) -> Result | None:
         """The cached result for exactly this configuration, or None when missing; a corrupt or stale one
@@ -145,20 +147,15 @@ class ResultStore:
         body["sha256"] = hashlib.sha256(_canonical(body)).hexdigest()
         if not (npz is not None and jp.is_file() and _json_or_none(jp) == body):  # unchanged: not rewritten
             atomic_write_json(jp, body)
-        arrays = {k: np.asarray(v) for k, v in arrays.items()}
-        prov = dict(body.get("provenance") or {}, created=body.get("created"))
-        return Result(figure, chash, body["config"], arrays, body["meta"], jp, npp, False, prov)
+        return _result(figure, body, {k: np.asarray(v) for k, v in arrays.items()}, jp, npp, False)
 
 
 class PublishedStore(ResultStore):
     """Results committed to the repository, one per figure: ``<root>/<figure>.json`` and ``.npz`` (compressed),
     used only when their configuration (settings, training configuration, code hash) equals the current one."""
 
-    def json_path(self, figure: str, chash: str = "") -> Path:
-        return self.root / f"{figure}.json"
-
-    def npz_path(self, figure: str, chash: str = "") -> Path:
-        return self.root / f"{figure}.npz"
+    def _path(self, figure: str, chash: str, suffix: str) -> Path:
+        return self.root / f"{figure}{suffix}"
 
     def check(self, figure: str, chash: str, config: dict) -> Result:
         """The published result of ``figure`` if it matches this configuration; else :class:`UnusableResult`
@@ -192,6 +189,12 @@ class PublishedStore(ResultStore):
                 created = doc.get("created")
         return self.save(result.figure, result.config_hash, result.config, result.arrays, result.meta, extra,
                          compress=True, npz=npz, created=created)
+
+
+def _result(figure: str, doc: dict, arrays: dict, jp: Path, npp: Path, from_cache: bool) -> Result:
+    """The :class:`Result` of a stored JSON document ``doc`` and its ``arrays``."""
+    prov = dict(doc.get("provenance") or {}, created=doc.get("created"))
+    return Result(figure, doc.get("config_hash"), doc["config"], arrays, doc.get("meta", {}), jp, npp, from_cache, prov)
 
 
 def same_arrays(a: dict, b: dict) -> bool:

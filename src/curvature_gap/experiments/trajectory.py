@@ -18,6 +18,7 @@ LayerNorm is the hand-written one, whose second derivatives are exact (``layerno
 """
 from __future__ import annotations
 
+import collections
 import math
 import shutil
 import time
@@ -182,17 +183,16 @@ def _followed_blocks(ctx: Context, s: TrajectorySettings, fig3, chash: str, stor
     for step in steps:
         with np.load(partial / f"step_{step:07d}.npz", allow_pickle=False) as z:
             recs.append({k: z[k] for k in z.files})
-    arrays = dict(steps=np.array(steps), w=np.stack([r["w"] for r in recs]).astype(np.float32),
-                  diag_fro=np.stack([r["diag_fro"] for r in recs]), diag_spec=np.stack([r["diag_spec"] for r in recs]),
-                  pair_fro=np.stack([r["pair_fro"] for r in recs]), loss=np.array([float(r["loss"]) for r in recs]),
-                  hessian_seconds=np.array([float(r["seconds"]) for r in recs]))
     shown = [st for st in steps if st in s.display_steps]
+    arrays = dict(steps=np.array(steps), w=np.stack([r["w"] for r in recs]).astype(np.float32),
+                  **{k: np.stack([r[k] for r in recs]) for k in ("diag_fro", "diag_spec", "pair_fro")},
+                  loss=np.array([float(r["loss"]) for r in recs]),
+                  hessian_seconds=np.array([float(r["seconds"]) for r in recs]))
     pools = {}
     for t, _ in TYPES.values():
-        arrays[f"fro_{t}"] = np.array([float(r[f"fro_{t}"]) for r in recs])
-        arrays[f"spec_{t}"] = np.array([float(r[f"spec_{t}"]) for r in recs])
-        arrays[f"img_{t}"] = np.stack([r[f"img_{t}"] for r in recs if int(r["step"]) in s.display_steps])
-        pools[t] = int(next(r[f"pool_{t}"] for r in recs if int(r["step"]) in s.display_steps))
+        arrays.update({f"{k}_{t}": np.array([float(r[f"{k}_{t}"]) for r in recs]) for k in ("fro", "spec")})
+        arrays[f"img_{t}"] = np.stack([r[f"img_{t}"] for r in recs if int(r["step"]) in shown])
+        pools[t] = int(next(r[f"pool_{t}"] for r in recs if int(r["step"]) in shown))
     meta = dict(profile=ctx.profile, model=s.model_key, display_steps=shown, run_key=run_key(cfg),
                 batch_size=s.batch_size, groups=trajectory_groups(init), pools=pools,
                 hessian_method="curvature_gap.hessian.hessian, blocks (step 0: Fig. 3's dense Hessian)",
@@ -217,27 +217,35 @@ def _their_lists(ctx: Context, s: AuthorsTrajectorySettings) -> tuple[dict, dict
     passes = ctx.loader_batches(s, len(SECTION_PASS), s.batch_size)
     batch_of = {g: passes[SECTION_PASS.get(g, SECTION_PASS["feedforward"])] for g in LISTS}
     steps = sorted(s.steps)
-    rec: dict[str, list] = {k: [] for k in ("loss", "seconds", "gamma_at_one")}
+    rec = collections.defaultdict(list)
     infos, idx = [], None
-    for step in tqdm(steps, desc="authors' snapshots", unit="snap", disable=not ctx.progress):
-        model, info = ctx.model(s, step)
-        rec["gamma_at_one"].append(frozen_at_one(model)[0])
-        if idx is None:
-            idx = {g: authors_indices(model, names) for g, (names, _) in LISTS.items()}
-        ctx.log(f"step {step}: exact Hessian of each list of the authors' model on its batch ({s.batch_size} images)")
-        w = flat_weights(model).astype(np.float64)
-        with torch.no_grad():
-            rec["loss"].append(float(torch.nn.functional.cross_entropy(model(passes[0][0]), passes[0][1])))
-        t0 = time.perf_counter()
-        for g, ix in idx.items():
-            with ctx.phase("hessian"):
-                Hg = list_hessian(model, batch_of[g], ix, s.fast_chunk)
-            img, pool = pooled_log_image(Hg, s.eps, s.display_cells)
-            for k, v in (("spec", sym_spectral_norm(Hg)), ("fro", float(np.linalg.norm(Hg))),
-                         ("param", float(np.linalg.norm(w[ix]))), ("img", img.astype(np.float16)), ("pool", pool)):
-                rec.setdefault(f"{k}_{g}", []).append(v)
-        rec["seconds"].append(time.perf_counter() - t0)
-        infos.append(dict(step=step, weights_sha256=info.get("weights_sha256")))
+    for seed in (None, *s.run_seeds):  # the recipe's run, then the other runs of the recipe: the norms per step
+        own, pre = seed is None, "" if seed is None else "runs_"
+        for step in tqdm(steps, desc="authors' snapshots", unit="snap", disable=not (ctx.progress and own)):
+            model, info = ctx.model(s, step, seed)
+            if idx is None:
+                idx = {g: authors_indices(model, names) for g, (names, _) in LISTS.items()}
+            w = flat_weights(model).astype(np.float64)
+            if own:
+                rec["gamma_at_one"].append(frozen_at_one(model)[0])
+                ctx.log(f"step {step}: exact Hessian of each list of the authors' model on its batch "
+                        f"({s.batch_size} images)")
+                with torch.no_grad():
+                    rec["loss"].append(float(torch.nn.functional.cross_entropy(model(passes[0][0]), passes[0][1])))
+                infos.append(dict(step=step, weights_sha256=info.get("weights_sha256")))
+            t0 = time.perf_counter()
+            for g, ix in idx.items():
+                with ctx.phase("hessian"):
+                    Hg = list_hessian(model, batch_of[g], ix, s.fast_chunk)
+                rec[f"{pre}spec_{g}"].append(sym_spectral_norm(Hg))
+                rec[f"{pre}param_{g}"].append(float(np.linalg.norm(w[ix])))
+                if own:
+                    img, pool = pooled_log_image(Hg, s.eps, s.display_cells)
+                    for k, v in (("fro", float(np.linalg.norm(Hg))), ("img", img.astype(np.float16)), ("pool", pool)):
+                        rec[f"{k}_{g}"].append(v)
+            if own:
+                rec["seconds"].append(time.perf_counter() - t0)
+                last = model
     arrays = dict(steps=np.array(steps), loss=np.array(rec["loss"]), hessian_seconds=np.array(rec["seconds"]),
                   gamma_at_one=np.array(rec["gamma_at_one"]))
     for g in LISTS:
@@ -247,26 +255,15 @@ def _their_lists(ctx: Context, s: AuthorsTrajectorySettings) -> tuple[dict, dict
     # the spread across their five batches, at the last step: each list on every batch
     ctx.log(f"step {steps[-1]}: every list on each of the {len(passes)} batches")
     with ctx.phase("hessian"):
-        Hs = [dense(model, b, s.fast_chunk)[0].cpu().numpy().astype(np.float64) for b in passes]
+        Hs = [dense(last, b, s.fast_chunk)[0].cpu().numpy().astype(np.float64) for b in passes]
     for g, ix in idx.items():
         arrays[f"spread_{g}"] = np.array([sym_spectral_norm(H[np.ix_(ix, ix)]) for H in Hs])
-    # other runs of the same recipe (their initialisation is unseeded): the norms per step, on the same batches
-    for seed in s.run_seeds:
-        for step in steps:
-            m, _ = ctx.model(s, step, seed)
-            w = flat_weights(m).astype(np.float64)
-            for g, ix in idx.items():
-                with ctx.phase("hessian"):
-                    Hg = list_hessian(m, batch_of[g], ix, s.fast_chunk)
-                rec.setdefault(f"runs_spec_{g}", []).append(sym_spectral_norm(Hg))
-                rec.setdefault(f"runs_param_{g}", []).append(float(np.linalg.norm(w[ix])))
-    if s.run_seeds:
-        for g in LISTS:
-            for k in ("spec", "param"):
-                arrays[f"runs_{k}_{g}"] = np.array(rec[f"runs_{k}_{g}"]).reshape(len(s.run_seeds), len(steps))
+    for g in LISTS if s.run_seeds else ():
+        for k in ("spec", "param"):
+            arrays[f"runs_{k}_{g}"] = np.array(rec[f"runs_{k}_{g}"]).reshape(len(s.run_seeds), len(steps))
     meta = dict(profile=ctx.profile, model=s.model_key, batch_size=s.batch_size, snapshots=infos, arithmetic=s.arithmetic,
                 precision=ctx.recipe(s).precision,
-                gamma_total=frozen_at_one(model)[1], run_seed=ctx.recipe(s).seed, run_seeds=list(s.run_seeds),
+                gamma_total=frozen_at_one(last)[1], run_seed=ctx.recipe(s).seed, run_seeds=list(s.run_seeds),
                 section_pass={g: SECTION_PASS.get(g, SECTION_PASS["feedforward"]) for g in LISTS},
                 lists={g: dict(parameters=list(names), label=label, n=len(idx[g]), pool=int(rec[f"pool_{g}"][0]))
                        for g, (names, label) in LISTS.items()},

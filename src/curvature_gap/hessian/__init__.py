@@ -51,9 +51,7 @@ SUPPORTS: dict[str, dict] = {"vit": _vit.SUPPORTS, "functorch": {}, "curvlinops"
 
 def unsupported(model: nn.Module, method: str) -> list[str]:
     """Why ``method`` cannot compute the Hessian of ``model`` (empty when it can)."""
-    if method == "vit":
-        return _vit.unsupported(model)
-    return []
+    return _vit.unsupported(model) if method == "vit" else []
 
 
 def _unpack(data) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,14 +101,11 @@ def hessian(model: nn.Module, data, loss="cross_entropy", blocks=None, method: s
     elif pairs is not None and method == "functorch":
         res = {p: _generic.functorch_block(model, images, labels, p[0], p[1], loss, dtype, chunk or 16) for p in pairs}
     else:
-        if method == "functorch":
-            H = _generic.functorch_hessian(model, images, labels, loss, dtype, chunk or 16)
-        elif method == "curvlinops":
-            if loss != "cross_entropy":
-                raise ValueError("method='curvlinops' is wired for cross-entropy only")
-            H = _generic.curvlinops_hessian(model, images, labels, dtype, chunk or 64)
-        else:
-            H = _generic.torch_func_hessian(model, images, labels, loss, dtype)
+        if method == "curvlinops" and loss != "cross_entropy":
+            raise ValueError("method='curvlinops' is wired for cross-entropy only")
+        H = {"functorch": lambda: _generic.functorch_hessian(model, images, labels, loss, dtype, chunk or 16),
+             "curvlinops": lambda: _generic.curvlinops_hessian(model, images, labels, dtype, chunk or 64),
+             "torch.func": lambda: _generic.torch_func_hessian(model, images, labels, loss, dtype)}[method]()
         if pairs is None:
             return H
         groups = {g.name: g for g in groups_of(model)}

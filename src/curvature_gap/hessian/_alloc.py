@@ -14,7 +14,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+# (mallopt parameter, value): M_MMAP_THRESHOLD 32 MiB, M_TRIM_THRESHOLD 1 GiB, M_TOP_PAD 64 MiB
+_SETTINGS = ((-3, 32 * 1024 * 1024), (-1, 1 << 30), (-2, 64 * 1024 * 1024))
 _done = False
 
 
@@ -28,8 +29,5 @@ def keep_freed_memory() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    ok = bool(mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024))
-    ok &= bool(mallopt(_M_TRIM_THRESHOLD, 1 << 30))
-    ok &= bool(mallopt(_M_TOP_PAD, 64 * 1024 * 1024))
-    _done = ok
-    return ok
+    _done = all([bool(mallopt(k, v)) for k, v in _SETTINGS])  # every setting tried
+    return _done

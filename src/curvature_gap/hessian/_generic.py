@@ -23,31 +23,13 @@ __all__ = ["functorch_hessian", "functorch_block", "curvlinops_hessian", "curvli
            "torch_func_hessian"]
 
 
-def _group_columns_fn(model, groups, gi, loss, X, y, dtype, rows: list[int]):
-    """vmap'ed function V (c, |g|) -> H[rows, g] V (c, Σ|rows|) for group index gi
-    (:meth:`HessianOperator.rows_times` with the tangent on group gi)."""
-    g = groups[gi]
-    op = HessianOperator(model, (X, y), list(g.param_names), loss, dtype)
-    row_names = [n for r in rows for n in groups[r].param_names if n not in g.param_names]
-    fn = op.rows_times(row_names)
-
-    def cols(V):
-        dj, da = fn(V)
-        out = []
-        for r in rows:
-            if r == gi:
-                out.append(dj)
-            else:
-                out.extend(da[n].flatten(1) for n in groups[r].param_names)
-        return torch.cat(out, 1)
-
-    return cols
-
-
-def _columns(fn, size: int, dtype, device, chunk: int) -> torch.Tensor:
-    """``fn`` of the unit vectors of a group of ``size``, ``chunk`` at a time, as columns: (rows, size)."""
-    eye = torch.eye(size, dtype=dtype, device=device)
-    return torch.cat([fn(eye[s:s + chunk]) for s in range(0, size, chunk)]).T
+def _columns(model: nn.Module, X, y, g, rows, loss, dtype, chunk: int) -> torch.Tensor:
+    """``H[g ∪ rows, g]`` (the rows of g, then those of the groups ``rows`` other than g), (|g| + Σ|rows|, |g|):
+    :meth:`HessianOperator.rows_times` with the tangent on the group ``g``, ``chunk`` unit vectors per pass."""
+    fn = HessianOperator(model, (X, y), list(g.param_names), loss, dtype).rows_times(
+        [n for r in rows for n in r.param_names])
+    eye = torch.eye(g.size, dtype=dtype, device=X.device)
+    return torch.cat([fn(eye[s:s + chunk]) for s in range(0, g.size, chunk)]).T
 
 
 def functorch_hessian(model: nn.Module, X, y, loss="cross_entropy", dtype=None, chunk: int = 16) -> torch.Tensor:
@@ -57,8 +39,7 @@ def functorch_hessian(model: nn.Module, X, y, loss="cross_entropy", dtype=None, 
     P = groups[-1].stop
     H = torch.zeros(P, P, dtype=dtype, device=X.device)
     for gi, g in enumerate(groups):
-        fn = _group_columns_fn(model, groups, gi, loss, X, y, dtype, list(range(gi, len(groups))))
-        H[g.start:, g.start:g.stop] = _columns(fn, g.size, dtype, X.device, chunk)
+        H[g.start:, g.start:g.stop] = _columns(model, X, y, g, groups[gi:], loss, dtype, chunk)
     for g in groups:
         H[g.start:g.stop, g.stop:] = H[g.stop:, g.start:g.stop].T
     return H
@@ -66,17 +47,14 @@ def functorch_hessian(model: nn.Module, X, y, loss="cross_entropy", dtype=None, 
 
 def functorch_block(model: nn.Module, X, y, row: str, col: str, loss="cross_entropy", dtype=None,
                     chunk: int = 16) -> torch.Tensor:
-    """One block H[row, col] by ``vmap(jvp(grad))`` with the tangent on the later-in-order group's partner."""
+    """One block H[row, col] by ``vmap(jvp(grad))``: H[later, earlier] in group order with the tangent on the
+    earlier group (cheaper), transposed if needed."""
     dtype = dtype or next(model.parameters()).dtype
     groups = groups_of(model)
     idx = {g.name: i for i, g in enumerate(groups)}
-    ri, ci = idx[row], idx[col]
-    transpose = ri < ci  # compute H[col, row] with the tangent on row (cheaper), then transpose
-    if transpose:
-        ri, ci = ci, ri
-    fn = _group_columns_fn(model, groups, ci, loss, X, y, dtype, [ri])
-    out = _columns(fn, groups[ci].size, dtype, X.device, chunk)  # (|r|, |c|)
-    return out.T if transpose else out
+    r, c = groups[max(idx[row], idx[col])], groups[min(idx[row], idx[col])]
+    out = _columns(model, X, y, c, [r], loss, dtype, chunk)[-r.size:]  # (|r|, |c|)
+    return out.T if idx[row] < idx[col] else out
 
 
 def curvlinops_columns(model: nn.Module, X, y, columns=None, dtype=None, chunk: int = 64,

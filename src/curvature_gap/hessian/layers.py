@@ -93,7 +93,7 @@ def layernorm_of(mod: nn.Module, where: str, d: int) -> LayerNorm:
 
 
 def _linear(mod: nn.Module, where: str) -> Linear:
-    if type(mod) is not nn.Linear:
+    if type(mod) not in (nn.Linear, nn.modules.linear.NonDynamicallyQuantizableLinear):
         raise ValueError(f"{where} = {type(mod).__name__} is not supported: only nn.Linear")
     return Linear()
 
@@ -136,8 +136,8 @@ class _Builder:
     def __init__(self, module: nn.Module, prefix: str):
         self.m, self.pre, self.nodes = module, prefix, []
 
-    def v(self, name: str) -> str:
-        return self.pre + name
+    def get(self, path: str):
+        return operator.attrgetter(path)(self.m)
 
     def params(self, mod: str, slots=("weight", "bias"), rename=None, rows=None) -> dict:
         """``{slot: parameter name}`` of the submodule ``mod`` (absent parameters left out); ``rows``: read only
@@ -153,52 +153,79 @@ class _Builder:
         return out
 
     def add(self, name: str, op, ins, out: str, params=None) -> str:
-        self.nodes.append(Node(self.pre + name, op, tuple(ins), self.v(out), params or {}))
-        return self.v(out)
+        self.nodes.append(Node(self.pre + name, op, tuple(ins), self.pre + out, params or {}))
+        return self.pre + out
+
+    def norm(self, path: str, inp: str, out: str, width: int, optional: bool = False) -> str:
+        """The LayerNorm ``path`` over ``width`` features; ``optional``: an ``nn.Identity`` there is no node."""
+        if optional and isinstance(self.get(path), nn.Identity):
+            return inp
+        return self.add(path, layernorm_of(self.get(path), path, width), (inp,), out, self.params(path))
+
+    def linear(self, path: str, inp: str, out: str) -> str:
+        return self.add(path, _linear(self.get(path), path), (inp,), out, self.params(path))
+
+    def layers(self, mods, where: str, x: str, mask=None) -> str:
+        """The supported layers ``mods`` (``where.0``, ``where.1``, …) one after the other from the value ``x``."""
+        for i, lay in enumerate(mods):
+            nodes, x, _ = layer_nodes(lay, f"{self.pre}{where}.{i}.", x, mask)
+            self.nodes += nodes
+        return x
+
+
+def check_reads(module: nn.Module, nodes: list, prefix: str, supported: str, complete: bool = True) -> None:
+    """ValueError unless the program ``nodes`` reads only ``module``'s parameters and (``complete``) all of them."""
+    named = {prefix + n for n, _ in module.named_parameters()}
+    used = {r[0] if isinstance(r, tuple) else r for nd in nodes for r in nd.params.values()}
+    bad = sorted((used - named) | (named - used if complete else set()))
+    if bad:
+        raise ValueError(f"{type(module).__name__}: parameters {bad} are not part of the derived program "
+                         f"(supported: {supported})")
+
+
+def supported_kind(module: nn.Module, table: tuple, supported: dict, what: str, hint: str = "") -> tuple:
+    """(kind, builder) of the row of ``table`` [(kind, (module, class name), builder)] whose class ``module`` is,
+    exactly; ValueError naming the ``supported`` kinds otherwise."""
+    for kind, (mod, name), build in table:
+        if is_class(module, mod, name):
+            return kind, build
+    raise ValueError(f"{type(module).__module__}.{type(module).__qualname__} is not supported. Supported {what} "
+                     "(exactly; a subclass may change forward): " + "; ".join(supported) + hint)
 
 
 # ---------------------------------------------------------------------------------------------- the classes
-def _encoder(b: _Builder, x: str, qkv: list, attn: Attention, d: int, pre: bool, lay: dict, lin=None) -> str:
+def _encoder(b: _Builder, x: str, qkv: list, attn: Attention, d: int, pre: bool, lay: dict) -> str:
     """The encoder layer every supported class computes, from the Q, K, V nodes ``qkv`` [(name, op, params)] and
     the submodules ``lay`` names; returns the output value. Pre-norm: ``U1 = X + SA(LN1(X))``,
     ``Z = U1 + F(LN2(U1))``; post-norm: ``Y = LN1(X + SA(X))``, ``Z = LN2(Y + F(Y))``; SA = [LayerScale] ∘ out ∘
     [norm] ∘ attention, F = [LayerScale] ∘ fc2 ∘ [norm] ∘ act ∘ fc1 (bracketed: timm's, where ``lay`` names them
-    in ``norms`` ((path, width) pairs) and ``scales``). ``x_last``: the residual sums read ``SA + X``; ``lin``: the
-    op of a linear submodule (default :func:`_linear`)."""
-    lin = lin or _linear
-    get = lambda name: operator.attrgetter(name)(b.m)  # noqa: E731
+    in ``norms`` ((path, width) pairs) and ``scales``). ``x_last``: the residual sums read ``SA + X``."""
     (ln1, ln2), (fc1, act, fc2) = lay["ln"], lay["mlp"]
     (an, aw), (mn, mw) = lay.get("norms", ((None, None), (None, None)))
     ls1, ls2 = lay.get("scales", (None, None))
 
-    def norm(name, inp, out, width=d):
-        return b.add(name, layernorm_of(get(name), name, width), (inp,), out, b.params(name))
-
-    def linear(name, inp, out):
-        return b.add(name, lin(get(name), name), (inp,), out, b.params(name))
-
     def optional(path, inp, out, width=None):  # an inner norm (width) or a LayerScale; nn.Identity: absent
-        if path is None or isinstance(get(path), nn.Identity):
+        if path is None or isinstance(b.get(path), nn.Identity):
             return inp
         if width is not None:
-            return norm(path, inp, out, width)
-        if not is_class(get(path), "timm.layers.layer_scale", "LayerScale"):
-            raise ValueError(f"{path} = {type(get(path)).__name__} is not supported: only timm's LayerScale")
+            return b.norm(path, inp, out, width)
+        if not is_class(b.get(path), "timm.layers.layer_scale", "LayerScale"):
+            raise ValueError(f"{path} = {type(b.get(path)).__name__} is not supported: only timm's LayerScale")
         return b.add(path, Scale(), (inp,), out, b.params(path, ("weight",), {"weight": "gamma"}))
 
     def join(name, u, v, out):  # u + v in the class's order of the operands
         return b.add(name, Add(), (v, u) if lay.get("x_last") else (u, v), out)
 
-    a = norm(ln1, x, "A") if pre else x
+    a = b.norm(ln1, x, "A", d) if pre else x
     o = b.add(lay["attn"], attn, [b.add(n, op, (a,), v, ps) for (n, op, ps), v in zip(qkv, "QKV")], "O")
-    u1 = join("residual1", x, optional(ls1, linear(lay["out"], optional(an, o, "On", aw), "SA"), "SAs"), "U1")
-    f_in = norm(ln2, u1, "B") if pre else norm(ln1, u1, "Y")
-    p = linear(fc1, f_in, "P")
-    hd = b.add(act, Activation(activation_name(get(act), act)), (p,), lay.get("hidden", "Hd"))
-    f = optional(ls2, linear(fc2, optional(mn, hd, "Hn", mw), "F"), "Fs")
+    u1 = join("residual1", x, optional(ls1, b.linear(lay["out"], optional(an, o, "On", aw), "SA"), "SAs"), "U1")
+    f_in = b.norm(ln2, u1, "B", d) if pre else b.norm(ln1, u1, "Y", d)
+    p = b.linear(fc1, f_in, "P")
+    hd = b.add(act, Activation(activation_name(b.get(act), act)), (p,), lay.get("hidden", "Hd"))
+    f = optional(ls2, b.linear(fc2, optional(mn, hd, "Hn", mw), "F"), "Fs")
     if pre:
         return join("residual2", u1, f, "Z")
-    return norm(ln2, join("residual2", f_in, f, "U2"), "Z")
+    return b.norm(ln2, join("residual2", f_in, f, "U2"), "Z", d)
 
 
 def _packed(b: _Builder, where: str, width: int, **kw) -> list:
@@ -213,11 +240,12 @@ def _separate(b: _Builder, names: tuple, scaling: float, head_dim: int) -> list:
     if abs(scaling - head_dim ** -0.5) > 1e-15 * scaling:
         raise ValueError(f"{names[0].rpartition('.')[0]}: attention scaling {scaling} != head_dim^-1/2 is not "
                          "supported")
-    return [(n, _linear(b.m.get_submodule(n), n), b.params(n)) for n in names]
+    return [(n, _linear(b.get(n), n), b.params(n)) for n in names]
 
 
-def _torch_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
-    mha, b, d = layer.self_attn, _Builder(layer, prefix), layer.self_attn.embed_dim
+# Each class's builder reads the layer into (Q, K, V nodes, heads, width d, pre-norm, the submodules for _encoder).
+def _torch_layer(layer, b: _Builder) -> tuple:
+    mha, d = layer.self_attn, layer.self_attn.embed_dim
     no_dropout_in_training(layer, {"self_attn.dropout": mha.dropout})
     if not mha._qkv_same_embed_dim or mha.in_proj_weight is None:
         raise ValueError("self_attn with separate q/k/v projection weights (kdim/vdim != d_model) is not supported")
@@ -225,19 +253,14 @@ def _torch_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
         raise ValueError("self_attn with add_bias_kv=True is not supported (only the packed in_proj and out_proj)")
     if mha.add_zero_attn:
         raise ValueError("self_attn with add_zero_attn=True is not supported")
-    for n in ("norm1", "norm2"):
-        ln = getattr(layer, n)
-        if type(ln) is not nn.LayerNorm or tuple(ln.normalized_shape) != (d,):
-            raise ValueError(f"{n} = {ln!r} is not supported: only nn.LayerNorm over the last dimension d_model")
     qkv = _packed(b, "self_attn", d, rename={"weight": "in_proj_weight", "bias": "in_proj_bias"})
     lay = dict(ln=("norm1", "norm2"), attn="self_attn", out="self_attn.out_proj",
                mlp=("linear1", "activation", "linear2"), hidden="H")
-    return b.nodes, _encoder(b, x, qkv, Attention(mha.num_heads, mask), d, layer.norm_first, lay,
-                             lambda mod, where: Linear()), d
+    return qkv, mha.num_heads, d, layer.norm_first, lay
 
 
-def _timm_block(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
-    attn, mlp, b = layer.attn, layer.mlp, _Builder(layer, prefix)
+def _timm_block(layer, b: _Builder) -> tuple:
+    attn, mlp = layer.attn, layer.mlp
     if not is_class(attn, "timm.layers.attention", "Attention"):
         raise ValueError(f"timm Block with attn = {type(attn).__name__} is not supported: only timm's Attention")
     if not (isinstance(attn.q_norm, nn.Identity) and isinstance(attn.k_norm, nn.Identity)):
@@ -256,35 +279,33 @@ def _timm_block(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
     _linear(attn.qkv, "attn.qkv")
     lay = dict(ln=("norm1", "norm2"), attn="attn", out="attn.proj", mlp=("mlp.fc1", "mlp.act", "mlp.fc2"),
                norms=(("attn.norm", aw), ("mlp.norm", mlp.fc1.out_features)), scales=("ls1", "ls2"))
-    return b.nodes, _encoder(b, x, _packed(b, "attn.qkv", aw), Attention(attn.num_heads, mask), d, True, lay), d
+    return _packed(b, "attn.qkv", aw), attn.num_heads, d, True, lay
 
 
-def _vit_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
-    at, b = layer.attention, _Builder(layer, prefix)
+def _vit_layer(layer, b: _Builder) -> tuple:
+    at = layer.attention
     if not all(hasattr(at, m) for m in ("q_proj", "k_proj", "v_proj", "o_proj")) or not hasattr(layer, "mlp"):
         raise ValueError("this ViTLayer has another layout than transformers 5 (attention.q_proj/k_proj/v_proj/"
                          "o_proj, mlp.fc1/fc2): install transformers>=5 (the 'layers' extra)")
     no_dropout_in_training(layer, {"attention_probs_dropout_prob": at.attention_dropout})
-    d = layer.layernorm_before.normalized_shape[0]
     qkv = _separate(b, ("attention.q_proj", "attention.k_proj", "attention.v_proj"), at.scaling, at.head_dim)
     lay = dict(ln=("layernorm_before", "layernorm_after"), attn="attention", out="attention.o_proj",
                mlp=("mlp.fc1", "mlp.activation_fn", "mlp.fc2"), x_last=True)
-    return b.nodes, _encoder(b, x, qkv, Attention(at.num_attention_heads, mask), d, True, lay), d
+    return qkv, at.num_attention_heads, layer.layernorm_before.normalized_shape[0], True, lay
 
 
-def _bert_layer(layer, prefix: str, x: str, mask) -> tuple[list, str, int]:
+def _bert_layer(layer, b: _Builder) -> tuple:
     if layer.is_decoder or layer.add_cross_attention or getattr(layer.attention.self, "is_causal", False):
         raise ValueError("a decoder BertLayer (is_decoder / add_cross_attention) is not supported: only the "
                          "encoder layer (one sequence attending to itself)")
-    sa_mod, b = layer.attention.self, _Builder(layer, prefix)
+    sa_mod = layer.attention.self
     no_dropout_in_training(layer)
-    d = layer.attention.output.LayerNorm.normalized_shape[0]
     qkv = _separate(b, ("attention.self.query", "attention.self.key", "attention.self.value"), sa_mod.scaling,
                     sa_mod.attention_head_size)
     lay = dict(ln=("attention.output.LayerNorm", "output.LayerNorm"), attn="attention.self",
                out="attention.output.dense", mlp=("intermediate.dense", "intermediate.intermediate_act_fn",
                                                   "output.dense"), x_last=True)
-    return b.nodes, _encoder(b, x, qkv, Attention(sa_mod.num_attention_heads, mask), d, False, lay), d
+    return qkv, sa_mod.num_attention_heads, layer.attention.output.LayerNorm.normalized_shape[0], False, lay
 
 
 _CLASSES = (
@@ -299,18 +320,16 @@ def layer_nodes(layer: nn.Module, prefix: str = "", x: str = "X", mask: torch.Te
                 ) -> tuple[list, str, int]:
     """(nodes, output value, width d of X) of ``layer`` (a supported class, exactly) reading the value ``x``, its
     parameters and values named with ``prefix``, its attention masked by ``mask`` (additive, (L, L) or (N, L, L));
-    ValueError for anything else, naming what is supported."""
-    for kind, (mod, name), build in _CLASSES:
-        if is_class(layer, mod, name):
-            nodes, out, d = build(layer, prefix, x, mask)
-            named = {prefix + n for n, _ in layer.named_parameters()}
-            used = {r[0] if isinstance(r, tuple) else r for nd in nodes for r in nd.params.values()}
-            if named != used:
-                raise ValueError(f"{type(layer).__name__}: parameters {sorted(named ^ used)} are not part of the "
-                                 f"derived layer (supported: {SUPPORTED[kind]})")
-            return nodes, out, d
-    raise ValueError(f"{type(layer).__module__}.{type(layer).__qualname__} is not supported. Supported classes "
-                     "(exactly; a subclass may change forward): " + "; ".join(SUPPORTED))
+    ValueError for anything else, naming what is supported (and, within a model, the layer: ``prefix``)."""
+    b = _Builder(layer, prefix)
+    try:
+        kind, build = supported_kind(layer, _CLASSES, SUPPORTED, "classes")
+        qkv, heads, d, pre, lay = build(layer, b)
+        out = _encoder(b, x, qkv, Attention(heads, mask), d, pre, lay)
+        check_reads(layer, b.nodes, prefix, SUPPORTED[kind])
+    except ValueError as e:
+        raise ValueError(f"{prefix[:-1]}: {e}" if prefix else str(e)) from None
+    return b.nodes, out, d
 
 
 # ---------------------------------------------------------------------------------------------- masks

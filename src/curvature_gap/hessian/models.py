@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from . import layers
-from .layers import (LayerHessian, _Builder, assemble, first_parameter, is_class, layer_nodes, layernorm_of,
-                     loss_node, no_dropout_in_training, program_state)
+from .layers import (LayerHessian, _Builder, assemble, check_reads, first_parameter, is_class, layer_nodes,
+                     loss_node, no_dropout_in_training, program_state, supported_kind)
 from .ops.activation import Activation
 from .ops.linear import Linear
 from .ops.loss import CrossEntropy
@@ -44,23 +44,6 @@ SUPPORTED = {
         "attn_implementation 'sdpa' or 'eager' (check against autograd with 'sdpa': 'eager' rounds the softmax to "
         "float32); dropout any in eval mode. Not: a decoder (is_decoder), inputs_embeds, past key values"),
 }
-
-
-def _identity_or(module: nn.Module, where: str, allowed: str) -> bool:
-    """True for ``nn.Identity``; False for the allowed alternative (checked by the caller)."""
-    if isinstance(module, nn.Identity):
-        return True
-    if type(module).__name__ != allowed:
-        raise ValueError(f"{where} = {type(module).__name__} is not supported (only nn.Identity or {allowed})")
-    return False
-
-
-def _prefixed(fn, where: str):
-    """Run an adapter, naming the submodule in its error."""
-    try:
-        return fn()
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
 
 
 def _timm_vit(model, images: torch.Tensor, out: str | None) -> tuple[list, str, dict]:
@@ -93,22 +76,13 @@ def _timm_vit(model, images: torch.Tensor, out: str | None) -> tuple[list, str, 
             x = b.add(tok, Prepend(), (x,), f"x_{tok}", {"value": tok})
     if model.pos_embed is not None and not model.no_embed_class:
         x = b.add("pos_embed", AddParam(), (x,), "x_pos", {"value": "pos_embed"})
-    if not _identity_or(model.norm_pre, "norm_pre", "LayerNorm"):
-        x = b.add("norm_pre", layernorm_of(model.norm_pre, "norm_pre", d), (x,), "x_pre", b.params("norm_pre"))
-    for i, blk in enumerate(model.blocks):
-        blk_nodes, x, _ = _prefixed(lambda: layer_nodes(blk, f"blocks.{i}.", x), f"blocks.{i}")
-        b.nodes += blk_nodes
-    for name in ("norm", "fc_norm"):
-        if name == "fc_norm":
-            pre = model.num_prefix_tokens if not model.pool_include_prefix else 0
-            x = b.add("pool", Pool(0, 1) if model.global_pool == "token" else Pool(pre), (x,), "pooled")
-        mod = getattr(model, name)
-        if not _identity_or(mod, name, "LayerNorm"):
-            x = b.add(name, layernorm_of(mod, name, d), (x,), f"x_{name}", b.params(name))
+    x = b.layers(model.blocks, "blocks", b.norm("norm_pre", x, "x_pre", d, optional=True))
+    x = b.norm("norm", x, "x_norm", d, optional=True)
+    pre = model.num_prefix_tokens if not model.pool_include_prefix else 0
+    x = b.add("pool", Pool(0, 1) if model.global_pool == "token" else Pool(pre), (x,), "pooled")
+    x = b.norm("fc_norm", x, "x_fc_norm", d, optional=True)
     if not isinstance(model.head, nn.Identity):
-        if type(model.head) is not nn.Linear:
-            raise ValueError(f"head = {type(model.head).__name__} is not supported: only nn.Linear or nn.Identity")
-        x = b.add("head", Linear(), (x,), "logits", b.params("head"))
+        x = b.linear("head", x, "logits")
     if out is not None:
         raise ValueError("output= chooses among BertModel's outputs; a timm VisionTransformer's output is its logits")
     return b.nodes, x, {"images": images}
@@ -152,13 +126,8 @@ def _bert(model, input_ids: torch.Tensor, out: str | None, attention_mask=None, 
         if n == "token_type":
             b.add("embeddings.sum_type", Add(), ("e_word", "e_type"), "e_wt")
     b.add("embeddings.sum_position", Add(), ("e_wt", "e_pos"), "e_sum")
-    x = b.add("embeddings.LayerNorm", layernorm_of(emb.LayerNorm, "embeddings.LayerNorm", cfg.hidden_size),
-              ("e_sum",), "h_emb", b.params("embeddings.LayerNorm"))
-    for i, lay in enumerate(model.encoder.layer):
-        where = f"encoder.layer.{i}"
-        lay_nodes, x, _ = _prefixed(lambda: layer_nodes(lay, where + ".", x, mask), where)
-        b.nodes += lay_nodes
-    last = x
+    x = last = b.layers(model.encoder.layer, "encoder.layer",
+                        b.norm("embeddings.LayerNorm", "e_sum", "h_emb", cfg.hidden_size), mask)
     pooler = model.pooler
     if out not in (None, "pooler_output", "last_hidden_state"):
         raise ValueError(f"output={out!r}: a BertModel has 'pooler_output' (with a pooler) and 'last_hidden_state'")
@@ -185,25 +154,14 @@ def model_nodes(model: nn.Module, inputs: torch.Tensor | None, output: str | Non
                 **kw) -> tuple[list, str, dict]:
     """(nodes, output value, the program's data inputs) of ``model`` (a supported class, exactly) on ``inputs``
     (images, or BERT's input_ids; None: a dummy batch, for :func:`describe`); ValueError for anything else."""
-    for kind, (mod, name), build in _MODELS:
-        if is_class(model, mod, name):
-            if inputs is None:
-                inputs = torch.zeros(1, model.patch_embed.proj.in_channels, *model.patch_embed.img_size,
-                                     dtype=next(model.parameters()).dtype) if name == "VisionTransformer" else \
-                    torch.zeros(1, 2, dtype=torch.long)
-            nodes, out, data = build(model, inputs, output, **kw)
-            named = {n for n, _ in model.named_parameters()}
-            used = {r[0] if isinstance(r, tuple) else r for nd in nodes for r in nd.params.values()}
-            extra = sorted(used - named)
-            if extra:
-                raise ValueError(f"{type(model).__name__}: the program reads {extra}, which are not its parameters")
-            if output is None and sorted(named - used):  # a parameter the module has but the program does not use
-                raise ValueError(f"{type(model).__name__}: parameters {sorted(named - used)} are not part of the "
-                                 f"derived model (supported: {SUPPORTED[kind]})")
-            return nodes, out, data
-    raise ValueError(f"{type(model).__module__}.{type(model).__qualname__} is not supported. Supported models "
-                     "(exactly; a subclass may change forward): " + "; ".join(SUPPORTED)
-                     + ". Single layers: curvature_gap.layer_hessian")
+    kind, build = supported_kind(model, _MODELS, SUPPORTED, "models", ". Single layers: curvature_gap.layer_hessian")
+    if inputs is None:
+        inputs = torch.zeros(1, model.patch_embed.proj.in_channels, *model.patch_embed.img_size,
+                             dtype=next(model.parameters()).dtype) if build is _timm_vit else \
+            torch.zeros(1, 2, dtype=torch.long)
+    nodes, out, data = build(model, inputs, output, **kw)
+    check_reads(model, nodes, "", SUPPORTED[kind], complete=output is None)  # an output may leave a pooler unread
+    return nodes, out, data
 
 
 def _loss(loss, out: str, target, data: dict) -> Node:
@@ -260,7 +218,7 @@ def describe(module: nn.Module) -> list[dict]:
     """What :func:`curvature_gap.layer_hessian` or :func:`model_hessian` reads from ``module``: its program in
     forward order, each step as ``{"submodule", "op", "inputs", "output", "parameters"}`` (ValueError if it is not
     supported)."""
-    if any(is_class(module, mod, name) for _, (mod, name), _ in _MODELS):
+    if any(is_class(module, *cls) for _, cls, _ in _MODELS):
         nodes = model_nodes(module, None)[0]
     else:
         nodes = layer_nodes(module)[0]

@@ -136,8 +136,7 @@ class State:
         self.values = vals
         out, out_value = vals[program.nodes[-1].out], vals[program.nodes[-1].ins[0]]  # the loss, the output
         self.loss = None if out is None else float(out)
-        first = program.nodes[0].ins[0]
-        self.B = vals[first].shape[0]
+        self.B = vals[program.nodes[0].ins[0]].shape[0]
         adj = {program.nodes[-1].out: None}
         for i in reversed(range(len(program.nodes))):
             nd = program.nodes[i]
@@ -171,12 +170,9 @@ class State:
     # ------------------------------------------------------------------ tangents
     def group_tangent(self, group: str, V: torch.Tensor) -> dict[str, torch.Tensor]:
         """Split (c, group size) directions into {parameter name: (c, *shape)}."""
-        out, off = {}, 0
-        for n in self.program.groups[group]:
-            shp = self.program.shapes[n]
-            out[n] = V[:, off:off + shp.numel()].reshape(V.shape[0], *shp)
-            off += shp.numel()
-        return out
+        shapes = [self.program.shapes[n] for n in self.program.groups[group]]
+        parts = V.split([shp.numel() for shp in shapes], 1)
+        return {n: t.reshape(V.shape[0], *shp) for n, t, shp in zip(self.program.groups[group], parts, shapes)}
 
     def group_basis(self, group: str, cols: torch.Tensor) -> dict[str, torch.Tensor]:
         """Unit tangents e_j (j: flat indices within ``group``) as {parameter name: (c, *shape)}."""

@@ -25,7 +25,7 @@ from ..params import groups_of
 from ._vit import ViTSecondOrder
 from .hvp import HessianOperator
 
-__all__ = ["BlockSpectrum", "Spectra", "top_eigenvalues", "block_hvp"]
+__all__ = ["BlockSpectrum", "Spectra", "top_eigenvalues"]
 
 
 @dataclass
@@ -58,15 +58,6 @@ class Spectra:
                      spectral_norm=b.spectral_norm, iters=b.iters) for b in spectra]
 
 
-def block_hvp(model: nn.Module, images, labels, group_names: list[str] | None, loss="cross_entropy", dtype=None,
-              micro_batch: int | None = None):
-    """Function V (m, |S|) -> (H_SS Vᵀ)ᵀ for the parameter set S = union of ``group_names`` (None: all), and |S|:
-    :meth:`HessianOperator.matmat` (``micro_batch`` splits the batch)."""
-    op = HessianOperator(model, (images, labels), loss=loss, dtype=dtype, micro_batch=micro_batch,
-                         groups=group_names)
-    return op.matmat, op.shape[0]
-
-
 def top_eigenvalues(model: nn.Module, data, groups: list[str] | None = None, iters: int = 30,
                     loss="cross_entropy", overall: bool = True, dtype=None, seed: int = 0,
                     method: str = "auto", vmap_chunk: int | None = 8, micro_batch: int | None = None) -> Spectra:
@@ -92,22 +83,23 @@ def top_eigenvalues(model: nn.Module, data, groups: list[str] | None = None, ite
     else:
         block_matvec, matvec_all, P = _generic_products(model, images, labels, names, all_groups, loss, dtype,
                                                          micro_batch, vmap_chunk, calls)
-    results: dict[str, BlockSpectrum] = {}
-    if names:
-        ritz = lanczos(block_matvec, [all_groups[n].size for n in names], iters, images.device, seed)
-        for n, r in zip(names, ritz):
-            results[n] = BlockSpectrum(n, all_groups[n].size, r[-1].item(), r[0].item(), len(r), r.tolist())
-    overall_res = None
-    if overall:
-        (r,) = lanczos(matvec_all, [P], iters, images.device, seed)
-        overall_res = BlockSpectrum("overall", P, r[-1].item(), r[0].item(), len(r), r.tolist())
-    return Spectra(results, overall_res, calls[0])
+    sizes = [all_groups[n].size for n in names]
+    blocks = {n: _spectrum(n, size, r)
+              for n, size, r in zip(names, sizes, lanczos(block_matvec, sizes, iters, images.device, seed))}
+    whole = _spectrum("overall", P, lanczos(matvec_all, [P], iters, images.device, seed)[0]) if overall else None
+    return Spectra(blocks, whole, calls[0])
+
+
+def _spectrum(name: str, size: int, ritz: torch.Tensor) -> BlockSpectrum:
+    """The :class:`BlockSpectrum` of ascending Ritz values."""
+    return BlockSpectrum(name, size, ritz[-1].item(), ritz[0].item(), len(ritz), ritz.tolist())
 
 
 def _generic_products(model, images, labels, names, all_groups, loss, dtype, micro_batch, vmap_chunk, calls):
-    """(block products, whole-Hessian products, P) by :func:`block_hvp`: each block's tangent supported on that
-    block and its output restricted to it, ``vmap_chunk`` blocks per vectorised product."""
-    full, P = block_hvp(model, images, labels, None, loss, dtype, micro_batch)
+    """(block products, whole-Hessian products, P) by :meth:`HessianOperator.matmat`: each block's tangent supported
+    on that block and its output restricted to it, ``vmap_chunk`` blocks per vectorised product."""
+    op = HessianOperator(model, (images, labels), loss=loss, dtype=dtype, micro_batch=micro_batch)
+    full, P = op.matmat, op.shape[0]
     slices = [all_groups[n].slice for n in names]
 
     def block_matvec(indices: list[int], vs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -137,19 +129,14 @@ def _vit_products(model, images, labels, names, dtype, sample_chunk, calls):
     all_names = [g.name for g in so.groups]
 
     def block_matvec(indices, vs):
-        out = []
-        for i, v in zip(indices, vs):
-            n = names[i]
-            calls[0] += 1
-            out.append(so.columns(so.group_tangent(n, v.to(so.dtype)[None]), [n], sample_chunk)[n][0])
-        return out
+        calls[0] += len(vs)
+        return [so.columns(so.group_tangent(names[i], v.to(so.dtype)[None]), [names[i]], sample_chunk)[names[i]][0]
+                for i, v in zip(indices, vs)]
 
     def matvec_all(indices, vs):
         calls[0] += 1
         v = vs[0].to(so.dtype)[None]
-        tan = {}
-        for g in so.groups:
-            tan.update(so.group_tangent(g.name, v[:, g.slice]))
+        tan = {k: t for g in so.groups for k, t in so.group_tangent(g.name, v[:, g.slice]).items()}
         res = so.columns(tan, all_names, sample_chunk)
         return [torch.cat([res[n][0] for n in all_names])]
 

@@ -42,7 +42,8 @@ class Op:
       ``slots``, the tangent of their gradient, (c, *shape) or each sample's (B, c, *shape);
     * ``grads(ctx, p, slots) -> {slot: ∂L/∂θ}``.
 
-    ``n_in``: the differentiable inputs (None: all); further inputs are data, read by ``forward`` only.
+    ``n_in``: the differentiable inputs (None: all); further inputs are data, read by ``forward`` only. The
+    defaults below are the rules of a constant (no derivative reaches or leaves the op).
     """
 
     slots: tuple[str, ...] = ()
@@ -52,6 +53,15 @@ class Op:
     def cut(self, ctx: dict, sl: slice) -> dict:
         """The context of the samples ``sl`` (a sample chunk of the loss, a sum over samples)."""
         return {k: (v[sl] if torch.is_tensor(v) and k not in self.unbatched else v) for k, v in ctx.items()}
+
+    def vjp(self, ctx, p, d_y, need) -> list:
+        return [None] * len(need)
+
+    def jvp(self, ctx, p, dxs, dp, c):
+        return None, {}
+
+    def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need) -> list:
+        return [None] * len(need)
 
     def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False) -> dict:
         return {}

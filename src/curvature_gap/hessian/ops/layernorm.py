@@ -17,7 +17,7 @@ import torch
 
 from ...model import layer_norm_parts
 from . import Op
-from .layout import add, broadcast, tok_sum, zeros_rows
+from .layout import add, broadcast, scale_rows, tok_sum, zeros_rows
 
 __all__ = ["LayerNorm"]
 
@@ -85,10 +85,7 @@ class LayerNorm(Op):
         if du is not None:
             dn, m_nu = normalize_jvp(n_hat, ctx["r"].unsqueeze(2), du)
             out = dn if g is None else dn * g
-        if dg is not None:
-            out = add(out, n_hat * dg[None, None])
-        if db is not None:
-            out = add(out, broadcast(db, ctx["n"]))
+        out = add(out, None if dg is None else n_hat * dg[None, None], None if db is None else broadcast(db, ctx["n"]))
         return out, {"dn": dn, "m_nu": m_nu}
 
     def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
@@ -103,15 +100,10 @@ class LayerNorm(Op):
 
     def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False):
         n_hat = ctx["n"]
-        d = n_hat.shape[-1]
-        gw = gb = zeros_rows((d,), c, n_hat, per_sample)
-        if dd_y is not None:
-            gw = gw + tok_sum(dd_y * n_hat.unsqueeze(2), per_sample)
-            gb = gb + tok_sum(dd_y, per_sample)
-        dn = t.get("dn")
-        if dn is not None:
-            gw = gw + tok_sum(ctx["d_y"].unsqueeze(2) * dn, per_sample)
-        return {s: v for s, v in (("weight", gw), ("bias", gb)) if s in slots}
+        gb = zeros_rows(n_hat.shape[-1:], c, n_hat, per_sample)
+        out = {"weight": lambda: scale_rows(n_hat, t.get("dn"), ctx["d_y"], dd_y, c, per_sample),
+               "bias": lambda: gb if dd_y is None else gb + tok_sum(dd_y, per_sample)}
+        return {s: out[s]() for s in slots}
 
     def grads(self, ctx, p, slots):
         out = {"weight": tok_sum(ctx["d_y"] * ctx["n"]), "bias": tok_sum(ctx["d_y"])}

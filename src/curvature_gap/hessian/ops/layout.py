@@ -12,16 +12,15 @@ from __future__ import annotations
 import torch
 
 __all__ = ["add", "full", "lin", "act_times_tangent", "tok_contract", "tok_contract_rev", "tok_sum", "broadcast",
-           "zeros_rows"]
+           "zeros_rows", "scale_rows"]
 
 
-def add(a, b):
-    """``a + b`` where ``None`` is a zero tangent (out of place: neither operand is changed)."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a + b
+def add(*ts):
+    """The sum of ``ts`` from the left, ``None`` a zero tangent (out of place: no operand is changed)."""
+    out = None
+    for t in ts:
+        out = t if out is None else out if t is None else out + t
+    return out
 
 
 def full(t: torch.Tensor, B: int) -> torch.Tensor:
@@ -78,3 +77,13 @@ def zeros_rows(shape, c: int, like: torch.Tensor, per_sample: bool = False) -> t
     """Zero rows (c, *shape), or (B, c, *shape) per sample (B of ``like``), in ``like``'s dtype and device."""
     lead = (like.shape[0], c) if per_sample else (c,)
     return torch.zeros(*lead, *shape, dtype=like.dtype, device=like.device)
+
+
+def scale_rows(x: torch.Tensor, dx, d_y: torch.Tensor, dd_y, c: int, per_sample: bool = False) -> torch.Tensor:
+    """Rows of γ (d,) in ``y = x ∘ γ`` (x (B, n, d), its tangent ``dx`` or None): ``Σ δẏ ∘ x + δy ∘ ẋ``."""
+    out = zeros_rows(x.shape[-1:], c, x, per_sample)
+    if dd_y is not None:
+        out = out + tok_sum(dd_y * x.unsqueeze(2), per_sample)
+    if dx is not None:
+        out = out + tok_sum(d_y.unsqueeze(2) * dx, per_sample)
+    return out

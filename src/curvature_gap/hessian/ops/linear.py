@@ -48,42 +48,25 @@ class Linear(Op):
     def jvp(self, ctx, p, dxs, dp, c):
         dx, = dxs
         dW, db = dp.get("weight"), dp.get("bias")
-        out = add(None if dx is None else lin(dx, self._w(p)),
-                  None if dW is None else act_times_tangent(ctx["x"], self._dw(dW)))
-        if db is not None:
-            out = add(out, broadcast(db, ctx["x"]))
-        return out, {"dx": dx}
+        return add(None if dx is None else lin(dx, self._w(p)),
+                   None if dW is None else act_times_tangent(ctx["x"], self._dw(dW)),
+                   None if db is None else broadcast(db, ctx["x"])), {"dx": dx}
 
     def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
         if not need[0]:
             return [None]
-        out = None if dd_y is None else lin(dd_y, self._w(p).T)
         dW = dp.get("weight")
-        if dW is not None:
-            out = add(out, act_times_tangent(ctx["d_y"], self._dw(dW).transpose(1, 2)))
-        return [out]
+        return [add(None if dd_y is None else lin(dd_y, self._w(p).T),
+                    None if dW is None else act_times_tangent(ctx["d_y"], self._dw(dW).transpose(1, 2)))]
 
     def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False):
         x, d_y, dx = ctx["x"], ctx["d_y"], t.get("dx")
         out = {}
-        if "weight" in slots:
-            W = p["weight"]
-            rw = None
-            if self._nn:  # (c, out, in): δĊᵀ X + δCᵀ Ẋ
-                if dd_y is not None:
-                    rw = tok_contract(dd_y, x, per_sample)
-                if dx is not None:
-                    r2 = tok_contract_rev(d_y, dx, per_sample)
-                    rw = r2 if rw is None else rw + r2
-                shape = (W.shape[0], x.shape[-1])
-            else:  # (c, in, out): Ẋᵀ δC + Xᵀ δĊ
-                if dx is not None:
-                    rw = tok_contract(dx, d_y, per_sample)
-                if dd_y is not None:
-                    r2 = tok_contract_rev(x, dd_y, per_sample)
-                    rw = r2 if rw is None else rw.add_(r2) if per_sample else rw + r2
-                shape = W.shape
-            out["weight"] = zeros_rows(shape, c, x, per_sample) if rw is None else rw
+        if "weight" in slots:  # (c, out, in) = δĊᵀ X + δCᵀ Ẋ (nn.Linear), or (c, in, out) = Ẋᵀ δC + Xᵀ δĊ
+            (a, da), (b, db) = ((d_y, dd_y), (x, dx)) if self._nn else ((x, dx), (d_y, dd_y))
+            rw = add(None if da is None else tok_contract(da, b, per_sample),
+                     None if db is None else tok_contract_rev(a, db, per_sample))
+            out["weight"] = zeros_rows((a.shape[-1], b.shape[-1]), c, x, per_sample) if rw is None else rw
         if "bias" in slots:
             out["bias"] = zeros_rows(p["bias"].shape, c, x, per_sample) if dd_y is None else tok_sum(dd_y, per_sample)
         return out

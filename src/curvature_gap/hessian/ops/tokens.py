@@ -18,7 +18,7 @@ import torch
 
 from ...model import patchify
 from . import Op
-from .layout import add, full, tok_sum, zeros_rows
+from .layout import add, full, scale_rows, tok_sum, zeros_rows
 
 __all__ = ["Add", "Scale", "AddParam", "Prepend", "Pool", "Embed", "Patches"]
 
@@ -37,7 +37,7 @@ class Add(Op):
         return add(*dxs), {}
 
     def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
-        return [dd_y if n else None for n in need]
+        return self.vjp(ctx, p, dd_y, need)
 
 
 class Scale(Op):
@@ -54,26 +54,16 @@ class Scale(Op):
 
     def jvp(self, ctx, p, dxs, dp, c):
         dx, dg = dxs[0], dp.get("weight")
-        out = None if dx is None else dx * p["weight"]
-        if dg is not None:
-            out = add(out, ctx["x"].unsqueeze(2) * dg[None, None])
-        return out, {"dx": dx}
+        return add(None if dx is None else dx * p["weight"],
+                   None if dg is None else ctx["x"].unsqueeze(2) * dg[None, None]), {"dx": dx}
 
     def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
-        out = None if dd_y is None else dd_y * p["weight"]
         dg = dp.get("weight")
-        if dg is not None:
-            out = add(out, ctx["d_y"].unsqueeze(2) * dg[None, None])
-        return [out]
+        return [add(None if dd_y is None else dd_y * p["weight"],
+                    None if dg is None else ctx["d_y"].unsqueeze(2) * dg[None, None])]
 
     def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False):
-        x, dx = ctx["x"], t.get("dx")
-        out = zeros_rows(p["weight"].shape, c, x, per_sample)
-        if dd_y is not None:
-            out = out + tok_sum(dd_y * x.unsqueeze(2), per_sample)
-        if dx is not None:
-            out = out + tok_sum(ctx["d_y"].unsqueeze(2) * dx, per_sample)
-        return {"weight": out}
+        return {"weight": scale_rows(ctx["x"], t.get("dx"), ctx["d_y"], dd_y, c, per_sample)}
 
     def grads(self, ctx, p, slots):
         return {"weight": tok_sum(ctx["d_y"] * ctx["x"])}
@@ -213,9 +203,6 @@ class Embed(Op):
         out = dE[:, ids].permute(1, 2, 0, 3)
         return (out if self.pad is None else out * (ids != self.pad)[..., None, None]), {}
 
-    def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
-        return []
-
     def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False):
         ids, E = ctx["ids"], p["weight"]
         B, n = ids.shape
@@ -250,12 +237,3 @@ class Patches(Op):
 
     def forward(self, xs, p):
         return patchify(xs[0], self.patch), {}
-
-    def vjp(self, ctx, p, d_y, need):
-        return []
-
-    def jvp(self, ctx, p, dxs, dp, c):
-        return None, {}
-
-    def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
-        return []
