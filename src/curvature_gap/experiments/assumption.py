@@ -278,7 +278,7 @@ def _rows(res) -> list[Row]:
 
 FIG12 = loader_figure(
     "fig12", "Fig. 12", "fig12_assumption_1", "validation of Assumption 1",
-    "Assumption 1 improves with more samples", "notebooks/fig12_assumption1",
-    (AUTHORS_SETTINGS, SETTINGS, MNIST_SETTINGS), ("assumption", "assumption_mnist"),
-    _compute, plot_assumption, message, key_numbers, _rows)
+    claim="Assumption 1 improves with more samples", page="notebooks/fig12_assumption1",
+    settings=(AUTHORS_SETTINGS, SETTINGS, MNIST_SETTINGS), keys=("assumption", "assumption_mnist"),
+    compute=_compute, plot=plot_assumption, message=message, key_numbers=key_numbers, rows=_rows)
 SPECS = (FIG12,)

@@ -220,8 +220,8 @@ def _compute(j):
 
 FIG6 = loader_figure(
     "fig6", "Fig. 6", "fig06_loss_convergence", "the loss difference |L(k+1) − L(k)| against k",
-    "|L_(k+1) − L_k| follows 1/k", "notebooks/fig06_loss_convergence",
-    (AUTHORS_SETTINGS, SETTINGS, MNIST_SETTINGS), ("convergence", "convergence_mnist"),
-    _compute, plot_convergence, message, key_numbers,
-    lambda res: [convergence_slope(res.get(s.name), res.get(s.standin), s) for s in claimed("fig6")])
+    claim="|L_(k+1) − L_k| follows 1/k", page="notebooks/fig06_loss_convergence",
+    settings=(AUTHORS_SETTINGS, SETTINGS, MNIST_SETTINGS), keys=("convergence", "convergence_mnist"),
+    compute=_compute, plot=plot_convergence, message=message, key_numbers=key_numbers,
+    rows=lambda res: [convergence_slope(res.get(s.name), res.get(s.standin), s) for s in claimed("fig6")])
 SPECS = (FIG6,)

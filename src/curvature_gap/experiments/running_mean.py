@@ -284,8 +284,8 @@ LOADER_PASS = FigureSpec(
 SPECS = (LOADER_PASS,)
 
 
-def loader_figure(name: str, paper: str, stem: str, title: str, claim: str, page: str, settings: tuple, keys: tuple,
-                  compute, plot, message, key_numbers, rows) -> FigureSpec:
+def loader_figure(name: str, paper: str, stem: str, title: str, *, claim: str, page: str, settings: tuple,
+                  keys: tuple, compute, plot, message, key_numbers, rows) -> FigureSpec:
     """Fig. 6 or 12 on both models, each with its finding (``claim``, on the book page ``page``), from ``settings``:
     the authors' model (their CIFAR-100 configuration; its MNIST stand-ins, bf16 and float32 runs, cut from the
     shared passes of :data:`LOADER_PASS`), the theorem's block (CIFAR-100) and its MNIST stand-in, whose settings
