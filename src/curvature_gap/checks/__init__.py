@@ -33,7 +33,7 @@ CHECKS = by_id(*(c for t in TOPICS for c in t.checks()))
 
 def data_results() -> tuple:
     """The results whose numbers rows are read from, as the topics declare it (``Topic.reads``; a figure's through
-    ``FigureSpec.rows_read``), in book order."""
+    ``ResultSpec.read_by_rows``), in book order."""
     read = {n for t in TOPICS for n in t.reads()}
     return tuple(n for n in SPECS if n in read)
 
