@@ -126,6 +126,7 @@ def _list_parts(g: str) -> tuple:
     spectral norm at the first and last step."""
     def plot(result):
         return plot_list_hessian(result, g)
+    plot.__doc__ = f"log10 |H| of the list {g!r} at each step, as their figure draws it."  # the figure's alt text
 
     def message(result) -> str:
         a, info = result.arrays, result.meta["lists"][g]
