@@ -327,14 +327,14 @@ def _by(rs: list[dict], key: Callable[[dict], float] = lambda r: int(r["L"])) ->
 # ----------------------------------------------------------------------------- counter-examples
 def counterexample_json(rec: dict, inst: Instance) -> dict:
     """A replayable counter-example: the record, what it checks, and the full instance."""
-    b = registry.BOUNDS[rec["check"]]
+    b, tied = registry.BOUNDS[rec["check"]], _tied(inst)
     return {
         "check": rec["check"], "sub": rec["sub"], "ref": b.ref, "what": b.what,
         "bound": rec["bound"], "exact": rec["exact"], "ratio": rec["ratio"],
         "sweep": rec.get("sweep"), "x": rec.get("x"), "seed": rec.get("seed"),
         "part": b.part, "tensors": b.tensors,
         "ln_input": rec.get("ln_input", "block"), "shape": list(inst.shape), "instance": inst.to_json(),
-        **({"tied": _tied(inst)} if _tied(inst) else {}), **(_sa_regime(inst) if b.part == "sa" else {}),
+        **({"tied": tied} if tied else {}), **(_sa_regime(inst) if b.part == "sa" else {}),
     }
 
 
