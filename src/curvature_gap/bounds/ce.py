@@ -23,6 +23,7 @@ from torch.func import hessian
 from ..exact import linalg as la
 from ..exact.forward import block_output
 from ..exact.instances import Instance
+from ..params import flat_view, flatten
 from . import registry
 from .training import light_bounds
 
@@ -58,14 +59,8 @@ def ce_records(insts: list[Instance], W_h: torch.Tensor, b_h: torch.Tensor, labe
     W_h, b_h = W_h.to(torch.float64), b_h.to(torch.float64)
     for i, (inst, y) in enumerate(zip(insts, labels)):
         f = output_factors(inst, W_h, b_h, int(y))
-        sizes = [w.numel() for w in inst.weights]
-        shapes = [w.shape for w in inst.weights]
-
-        def flat(v, inst=inst, y=y):
-            ws = [t.reshape(s) for t, s in zip(torch.split(v, sizes), shapes)]
-            return ce_loss(inst, W_h, b_h, int(y), ws)
-
-        H = hessian(flat)(torch.cat([w.reshape(-1) for w in inst.weights]))
+        unflat = flat_view(range(5), [w.shape for w in inst.weights])  # (W_Q, W_K, W_V, W_1, W_2)
+        H = hessian(lambda v: ce_loss(inst, W_h, b_h, int(y), list(unflat(v).values())))(flatten(inst.weights))
         exact = la.sym_spectral_norm(H)
         M = light_bounds(inst, out_curv=f["out_curv_bound"], grad_norm=f["grad_norm"])["thm6"]
         for r in registry.records("ce", {**f, "M_tr": M, "H": exact}, sub=f"sample {i}"):

@@ -148,10 +148,8 @@ def theorem1_multihead(nX, nQ, nK, nV, nO, nT, L, d, h) -> dict:
            "VO": math.sqrt(L) * nX, "VV": 0.0, "OO": 0.0}
     rho = math.sqrt(min(L, d)) * (math.sqrt(h * L) * nX * nV * nO + nT)
     rows = {ij: 2 / (L * d) * (g[ij[0]] * g[ij[1]] + rho * phi[ij]) for ij in MH_PAIRS}
-    out = {"M": 4 * largest(rows.values()), **rows, "rho": rho}
-    out.update({f"g_{k}": v for k, v in g.items()})
-    out.update({f"phi_{k}": v for k, v in phi.items()})
-    return out
+    return {"M": 4 * largest(rows.values()), **rows, "rho": rho, **{f"g_{k}": v for k, v in g.items()},
+            **{f"phi_{k}": v for k, v in phi.items()}}
 
 
 def theorem1_terms(nX, nQ, nK, nV, nT, L, d_V, d_K, rank) -> dict:

@@ -31,15 +31,14 @@ from torch.func import grad, hessian, jacfwd, jacrev, vmap
 
 from ..exact import linalg as la
 from ..params import flat_view, offsets
-from ..exact.derivatives import BLOCK_ORDER, SA_ORDER, block_slices, dense_hessian, flat_loss, hessian_norm, split_blocks
-from ..exact.forward import (attention_matrix, block_forward, block_output, ffn_residual, inv_std, layernorm,
-                             sa_forward, sa_parts)
+from ..exact.derivatives import BLOCK_ORDER, SA_ORDER, block_slices, dense_hessian, flat_loss, hessian_norm
+from ..exact.forward import attention_matrix, block_forward, block_output, ffn_residual, inv_std, layernorm, sa_forward
 from ..exact.instances import Instance
 from ..theory.attention import S_shuffle, Z1, Z2_norm, dA_dT_norm, d2A_dT2_norm
 
 __all__ = [
     "sa_exact", "block_exact", "layernorm_exact", "layernorm_quantities", "layernorm_inputs", "LN_PARTS",
-    "sa_jacobians", "block_Z", "block_S", "SA_ORDER", "BLOCK_ORDER", "sa_quantities",
+    "block_Z", "block_S", "SA_ORDER", "BLOCK_ORDER", "sa_quantities",
     "block_quantities", "group_of",
 ]
 
@@ -89,58 +88,41 @@ def layernorm_exact(U: torch.Tensor) -> dict:
     and ``‖∂²P/∂X²‖ = max_i ‖∇²(1/σ_i)‖``.  Returns also ``‖U‖_2``, ``row_norm_min = min_i ‖m_i‖_2``
     (Lemma 4's ``σ_min`` as stated) and ``std_min = min_i ‖m_i‖_2/√n`` (the proof's σ); floats.
     """
-    return {k: v if isinstance(v, int) else float(v) for k, v in layernorm_quantities(U).items()}
+    return _floats(layernorm_quantities(U))
 
 
 def layernorm_inputs(U: torch.Tensor) -> dict:
     """What Lemma 4's right-hand side reads of a LayerNorm input: ``norm``, ``row_norm_min``, ``m``, ``n``."""
-    q = layernorm_quantities(U, need=())
-    return {"norm": float(q["norm"]), "row_norm_min": float(q["row_norm_min"]), "m": q["m"], "n": q["n"]}
+    return {k: v for k, v in _floats(layernorm_quantities(U, need=())).items() if k != "std_min"}
 
 
 # ----------------------------------------------------------------------------- self-attention
-def sa_jacobians(X, W_Q, W_K, W_V) -> dict:
-    """``{p: G_p = ∂vec_r F/∂vec_r W_pᵀ}`` for p in Q, K, V, by one ``jacrev``; each (L d_V, n_p)."""
-    L, d = X.shape
-    J = jacrev(sa_forward, argnums=(1, 2, 3))(X, W_Q, W_K, W_V)
-    return {p: j.reshape(L * d, -1) for p, j in zip(SA_ORDER, J)}
+def _floats(q: dict) -> dict:
+    return {k: _floats(v) if isinstance(v, dict) else v if isinstance(v, int) else float(v) for k, v in q.items()}
+
+
+_SA_BLOCKS = tuple(f"{k}_{p}{r}" for k in ("H", "Ho", "Hf") for p in SA_ORDER for r in SA_ORDER)
 
 
 def sa_exact(inst: Instance, hessian: bool = True) -> dict:
-    """Exact quantities of the single self-attention layer at ``inst`` (see module doc)."""
+    """Exact quantities of the single self-attention layer at ``inst`` (see module doc), floats."""
     X, WQ, WK, WV, T = inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.Target
-    L, d = X.shape
-    fw = sa_parts(X, WQ, WK, WV)
-    A, F = fw["A"], fw["F"]
-    out = {
-        "norm_X": la.spectral_norm(X), "norm_Q": la.spectral_norm(WQ), "norm_K": la.spectral_norm(WK),
-        "norm_V": la.spectral_norm(WV), "norm_T": la.spectral_norm(T),
-        "rank_FT": int(torch.linalg.matrix_rank(F - T)), "L": L, "d_V": d, "d_K": inst.d_K,
-        "A": la.spectral_norm(A), "M1": la.spectral_norm(A @ X), "R": float((F - T).norm()),
-        "dA_dT": float(dA_dT_norm(A)), "d2A_dT2": float(d2A_dT2_norm(A)),
-        "Z1": la.spectral_norm(Z1(X, A)), "Z2": float(Z2_norm(X, A)), "S": la.spectral_norm(S_shuffle(d)),
-        "attn_uniform_dev": float((A - 1.0 / L).abs().max()),
-    }
-    if not hessian:
-        return out
-    f, x, _ = flat_loss(inst, SA_ORDER, "sa")
-    H = dense_hessian(f, x)
-    out["H"] = la.sym_spectral_norm(H)
-    G = sa_jacobians(X, WQ, WK, WV)
-    for (p, r), B in split_blocks(H, SA_ORDER, [G[k].shape[1] for k in SA_ORDER]).items():
-        Ho = 2.0 / (L * d) * G[p].T @ G[r]  # the outer-product part H_o; the functional part H_f = H − H_o
-        out[f"H_{p}{r}"], out[f"Ho_{p}{r}"], out[f"Hf_{p}{r}"] = (la.spectral_norm(M) for M in (B, Ho, B - Ho))
-    return out
+    rank = int(torch.linalg.matrix_rank(sa_forward(X, WQ, WK, WV) - T))
+    need = ("A", "M1", "R", "S", "dA", "d2A", "Z1", "Z2") + (("H",) + _SA_BLOCKS if hessian else ())
+    return _floats(sa_quantities(X, WQ, WK, WV, T, need, rank, exact=True))
 
 
 # ----------------------------------------------------------------------------- block
-def _pair_norms(name: str, fn: Callable, args: list, order) -> dict:
-    """``{name_ij: ‖∂²fn/∂W_i∂W_j‖}`` for all pairs of ``order`` (matrices ``(out·n_i) × n_j``).
+def _pair_norms(fn: Callable, args: list, order, pairs: set) -> dict:
+    """``{(i, j): ‖∂²fn/∂W_i∂W_j‖}`` for all pairs of ``order`` (matrices ``(out·n_i) × n_j``; none if no
+    ``pairs`` are asked for), as floats.
 
     One ``jacfwd(jacrev)`` over all of ``order``'s weights at once when the tensor fits
     ``la.DENSE_LIMIT`` entries (the cost is that of ``out`` reverse passes, whatever ``n_i``),
     otherwise per row-block ``i``, otherwise matrix-free per pair.
     """
+    if not pairs:
+        return {}
     idx = [_BLK_IDX[p] for p in order]
     sizes = [args[k].numel() for k in idx]
     out_n = fn(*args).numel()
@@ -158,78 +140,35 @@ def _pair_norms(name: str, fn: Callable, args: list, order) -> dict:
         x = torch.cat([args[k].reshape(-1) for k in idx])
         T = jacfwd(jacrev(g))(x)  # (out, P, P)
         sl = block_slices(order, sizes)
-        for p in order:
-            for q in order:
-                res[f"{name}_{p}{q}"] = la.gram_norm(T[:, sl[p], sl[q]])
-        return res
+        return {(p, q): la.gram_norm(T[:, sl[p], sl[q]]) for p in order for q in order}
     for a_, p in enumerate(order):
         if out_n * sizes[a_] * P <= la.DENSE_LIMIT:
             Ts = la.second_derivative_tensor(fn, args, idx[a_], tuple(idx))
             for q, Tij in zip(order, Ts):
-                res[f"{name}_{p}{q}"] = la.gram_norm(Tij)
+                res[(p, q)] = la.gram_norm(Tij)
         else:
             for b_, q in enumerate(order):
-                res[f"{name}_{p}{q}"] = la.second_derivative_norm(fn, args, idx[a_], idx[b_], la.DENSE_LIMIT)
+                res[(p, q)] = la.second_derivative_norm(fn, args, idx[a_], idx[b_], la.DENSE_LIMIT)
     return res
 
 
-def _block_norms(args: list, fw: dict, norm: Callable) -> dict:
-    """The shape and ``norm`` of X, the weights, Y, S, FFN(Y) and ReLU(Y W_1) (``fw``: the forward pass)."""
-    X, W_Q, W_K, W_V, W_1, W_2 = args
-    relu = torch.relu(fw["Y"] @ W_1)
-    return {"L": X.shape[0], "d_V": X.shape[1], "d_K": W_Q.shape[1], "d_ff": W_1.shape[1], "norm_X": norm(X),
-            "norm_Q": norm(W_Q), "norm_K": norm(W_K), "norm_V": norm(W_V), "norm_1": norm(W_1), "norm_2": norm(W_2),
-            "norm_Y": norm(fw["Y"]), "norm_S": norm(fw["S"]), "norm_FFN": norm(relu @ W_2), "norm_relu": norm(relu)}
-
-
-def _jacobian_norms(args: list, Y: torch.Tensor, wants: Callable[[str], bool], norm: Callable) -> dict:
-    """``norm`` of the block's first derivatives in the groups ``wants``: ``J_SY``, ``G_k`` (k ∈ Q, K, V), ``B_i``
-    and ``dZ_i`` (i ∈ 1, 2, K, Q, V); ``args`` = (X, W_Q, W_K, W_V, W_1, W_2), each Jacobian (L d_V, n_i)."""
-    L, d = args[0].shape
-    out = {}
-    if wants("JSY"):
-        out["J_SY"] = norm(jacrev(ffn_residual)(Y, args[4], args[5]).reshape(L * d, L * d))
-    if wants("G"):
-        for k in ("Q", "K", "V"):
-            out[f"G_{k}"] = norm(jacrev(sa_forward, argnums=_BLK_IDX[k])(*args[:4]).reshape(L * d, -1))
-    for i in BLOCK_ORDER:
-        for g, fn in (("B", block_S), ("dZ", block_Z)):
-            if wants(g):
-                out[f"{g}_{i}"] = norm(jacrev(fn, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
-    return out
-
-
 def block_exact(inst: Instance, hessian: bool = True, tensors: bool = True, need=None) -> dict:
-    """Exact quantities of the transformer block at ``inst`` (see module doc); ``need``: only the quantity groups
-    named (:func:`group_of`; None: every group). Besides the derivative norms, ``H`` is the loss Hessian's spectral
-    norm (dense ``eigvalsh`` when ``P · L · d_V ≤ 5·10⁶``, else Lanczos on HVPs), ``ln_U`` and
+    """Exact quantities of the transformer block at ``inst`` (see module doc), floats; ``need``: only the quantity
+    groups named (:func:`group_of`; None: every group). Besides the derivative norms, ``H`` is the loss Hessian's
+    spectral norm (dense ``eigvalsh`` when ``P · L · d_V ≤ 5·10⁶``, else Lanczos on HVPs), ``ln_U`` and
     ``ln_S`` the LayerNorm inputs' Lemma-4 data."""
-    L, d = inst.X.shape
-    args = [inst.X, inst.W_Q, inst.W_K, inst.W_V, inst.W_1, inst.W_2]
-    fw = block_forward(*args)
-    Y, S, Z, U = fw["Y"], fw["S"], fw["Z"], fw["U"]
-    out = _block_norms(args, fw, la.spectral_norm)
-    out["R"] = float((Z - inst.Target).norm())
-    wants = (lambda g: True) if need is None else (lambda g: g in need)
-    if wants("ln"):
-        lnU, lnS = layernorm_exact(U), layernorm_exact(S)
-        out.update(ln_U=lnU, ln_S=lnS, J_Y=lnU["J"], H_Y=lnU["H"], J_Z=lnS["J"], H_Z=lnS["H"])
-    out.update(_jacobian_norms(args, Y, wants, la.spectral_norm))
-    for name, fn, order, nargs in () if not tensors else (("xi", block_S, BLOCK_ORDER, 6), ("Htr", block_Z, BLOCK_ORDER, 6),
-                                   ("Phi", sa_forward, ("Q", "K", "V"), 4)):
-        if need is None or any(g.startswith(name + "_") for g in need):
-            out.update(_pair_norms(name, fn, args[:nargs], order))
-    if hessian and wants("H"):
-        f, x, _ = flat_loss(inst, BLOCK_ORDER, "block")
-        out["H"] = hessian_norm(f, x, dense=x.numel() * L * d <= 5e6)
-    return out
+    need = [g for g in (_BLOCK_ALL if need is None else need)
+            if (hessian or g != "H") and (tensors or g.split("_")[0] not in ("xi", "Htr", "Phi"))]
+    return _floats(block_quantities(inst.X, *inst.weights, inst.Target, need, exact=True))
 
 
 # ----------------------------------------------------------------------------- for the worst-case search
 # The search (:mod:`.search`) descends on bound/exact: it needs the quantities as tensors, differentiable and batched
 # over starts (``torch.func.vmap``), and only those a bound reads (its groups: :func:`.search.needs`; keys of no group,
-# the weights' norms and the shape, are always there). ``tests/bounds/test_bounds_search.py`` checks that they equal
-# the rows' own evaluation (:func:`sa_exact`, :func:`block_exact`, :func:`layernorm_exact`).
+# the weights' norms and the shape, are always there). :func:`sa_exact` and :func:`block_exact` are the same functions
+# with ``exact=True`` (:data:`_EXACT`): the rows' evaluation, whose norms are :func:`.linalg.spectral_norm` and
+# :func:`.linalg.sym_spectral_norm` (Lanczos above ``la.LANCZOS_MIN``), second derivatives :func:`_pair_norms` (per
+# block or matrix-free above ``la.DENSE_LIMIT``) and the block's Hessian norm :func:`.derivatives.hessian_norm`.
 _SA_GROUPS = {"H": "H", "G_": "G", "dA_dT": "dA", "Z1": "Z1", "Z2": "Z2", "A": "A",
               "attn_uniform_dev": "A", "M1": "M1", "R": "R", "S": "S", "d2A_dT2": "d2A"}
 _BLOCK_GROUPS = {"ln_U": "ln", "ln_S": "ln", "J_Y": "ln", "H_Y": "ln", "J_Z": "ln", "H_Z": "ln", "J_SY": "JSY",
@@ -252,11 +191,13 @@ def group_of(part: str, key: str) -> str | None:
     return next((g for k, g in groups.items() if k.endswith("_") and key.startswith(k)), None)
 
 
-def sa_quantities(X, W_Q, W_K, W_V, Target, need, rank) -> dict:
+def sa_quantities(X, W_Q, W_K, W_V, Target, need, rank, exact: bool = False) -> dict:
     """The quantities of :func:`sa_exact` in the groups ``need`` (:func:`group_of`) as tensors, differentiable in
     ``X, W_Q, W_K, W_V, Target`` (each (L, d), (d, d_K), (d, d_K), (d, d), (L, d)) and batchable; ``rank`` is
-    ``rank(F − Target)``, piecewise constant, given (the search computes it outside the batched function)."""
-    norm = la.matrix_norms  # ‖·‖_2, differentiable
+    ``rank(F − Target)``, piecewise constant, given (the search computes it outside the batched function).
+    ``exact``: as the rows evaluate them instead (floats, :data:`_EXACT`)."""
+    how = _EXACT if exact else _TENSORS
+    norm = how["norm"]  # ‖·‖_2
     L, d = X.shape
     A = attention_matrix(X, W_Q, W_K)
     F = A @ X @ W_V
@@ -264,24 +205,24 @@ def sa_quantities(X, W_Q, W_K, W_V, Target, need, rank) -> dict:
          "rank_FT": rank, "L": L, "d_V": d, "d_K": W_Q.shape[1]}
     if "A" in need:
         q["A"], q["attn_uniform_dev"] = norm(A), (A - 1.0 / L).abs().max()
-    scalars = {"M1": ("M1", lambda: norm(A @ X)), "R": ("R", lambda: (F - Target).pow(2).sum().sqrt()),
+    scalars = {"M1": ("M1", lambda: norm(A @ X)), "R": ("R", lambda: how["fro"](F - Target)),
                "S": ("S", lambda: norm(S_shuffle(d, X))), "dA": ("dA_dT", lambda: dA_dT_norm(A)),
                "d2A": ("d2A_dT2", lambda: d2A_dT2_norm(A)), "Z1": ("Z1", lambda: norm(Z1(X, A))),
                "Z2": ("Z2", lambda: Z2_norm(X, A))}  # group -> (key, its value)
     q.update({k: value() for g, (k, value) in scalars.items() if g in need})
     pairs = {(g[4], g[5]) for g in need if g.startswith("Phi_")}  # Φ_kl = ∂²F/∂W_k∂W_l, (L d_V n_k) × n_l
-    pair_norms = _pair_norm_tensors(sa_forward, [X, W_Q, W_K, W_V], SA_ORDER, pairs)
-    q.update({f"Phi_{k}{l}": v for (k, l), v in pair_norms.items()})
+    q.update({f"Phi_{k}{l}": v for (k, l), v in how["pairs"](sa_forward, [X, W_Q, W_K, W_V], SA_ORDER, pairs).items()})
     blocks = {g for g in need if g.split("_")[0] in ("H", "Ho", "Hf") and "_" in g}  # e.g. "H_VQ", "Hf_QK"
     split = any(not g.startswith("H_") for g in blocks)  # the outer-product / functional split needs G
     if "G" in need or split:
-        G = sa_jacobians(X, W_Q, W_K, W_V)
+        J = jacrev(sa_forward, argnums=(1, 2, 3))(X, W_Q, W_K, W_V)  # G_p = ∂vec_r F/∂vec_r W_pᵀ, (L d_V, n_p)
+        G = {p: j.reshape(L * d, -1) for p, j in zip(SA_ORDER, J)}
         q["G_Q"], q["G_K"], q["G_V"] = norm(G["Q"]), norm(G["K"]), norm(G["V"])
     if "H" in need or blocks:
         f, x, sizes = flat_loss(Instance(X, W_Q, W_K, W_V, None, None, Target), SA_ORDER, "sa")
-        H = hessian(f)(x)
+        H = how["hessian"](f, x)
         if "H" in need:
-            q["H"] = la.sym_abs_max(H)
+            q["H"] = how["sym"](H)
         sl = block_slices(SA_ORDER, sizes)
         for g in blocks:
             kind, pq = g.split("_")
@@ -293,22 +234,22 @@ def sa_quantities(X, W_Q, W_K, W_V, Target, need, rank) -> dict:
     return q
 
 
-def _pair_norm_tensors(fn: Callable, args: list, names: tuple, pairs: set) -> dict:
-    """``{(i, j): ‖∂²fn/∂W_i∂W_j‖_2}`` (the matrix (out · n_i, n_j)) for the weight pairs ``pairs`` (names of
-    ``names``, the arguments of ``fn`` after X, in that order) as tensors: one second derivative over the flat
+def _pair_norm_tensors(fn: Callable, args: list, order, pairs: set) -> dict:
+    """``{(i, j): ‖∂²fn/∂W_i∂W_j‖_2}`` (the matrix (out · n_i, n_j)) for the weight pairs ``pairs`` as tensors
+    (``order`` unused: the weights are taken in ``fn``'s argument order): one second derivative over the flat
     vector of the weights the pairs touch (forward over reverse when the output is smaller than that vector, else
     forward over forward: the cheaper of out · P and P² passes), each norm the root of the largest eigenvalue of its
     n_j × n_j Gram."""
-    used = [n for n in names if any(n in p for p in pairs)]
+    used = sorted({n for p in pairs for n in p}, key=_BLK_IDX.get)
     if not used:
         return {}
-    W = {n: args[1 + names.index(n)] for n in used}
+    W = {n: args[_BLK_IDX[n]] for n in used}
     unflat = flat_view(used, [W[n].shape for n in used])
 
     def g(v):
         a = list(args)
         for n, w in unflat(v).items():
-            a[1 + names.index(n)] = w
+            a[_BLK_IDX[n]] = w
         return fn(*a).reshape(-1)
 
     x = torch.cat([W[n].reshape(-1) for n in used])
@@ -322,28 +263,49 @@ def _pair_norm_tensors(fn: Callable, args: list, names: tuple, pairs: set) -> di
     return out
 
 
-_BLOCK_ARGS = ("Q", "K", "V", "1", "2")  # the weights after X in block_forward's arguments
+_TENSORS = dict(norm=la.matrix_norms, fro=lambda M: M.pow(2).sum().sqrt(), hessian=lambda f, x: hessian(f)(x),
+                sym=la.sym_abs_max, hessian_norm=lambda f, x, out: la.sym_abs_max(hessian(f)(x)), ln=("J", "H"),
+                pairs=_pair_norm_tensors)
+_EXACT = dict(norm=la.spectral_norm, fro=lambda M: float(M.norm()), hessian=dense_hessian, sym=la.sym_spectral_norm,
+              hessian_norm=lambda f, x, out: hessian_norm(f, x, dense=x.numel() * out <= 5e6), ln=LN_PARTS,
+              pairs=_pair_norms)
+_PAIRS = (("xi", block_S, 6, BLOCK_ORDER), ("Htr", block_Z, 6, BLOCK_ORDER), ("Phi", sa_forward, 4, SA_ORDER))
+_BLOCK_ALL = ("ln", "JSY", "G", "B", "dZ", "H", *(f"{n}_{i}{j}" for n, _, _, o in _PAIRS for i in o for j in o))
 
 
-def block_quantities(X, W_Q, W_K, W_V, W_1, W_2, Target, need) -> dict:
+def block_quantities(X, W_Q, W_K, W_V, W_1, W_2, Target, need, exact: bool = False) -> dict:
     """The quantities of :func:`block_exact` in the groups ``need`` (:func:`group_of`) as tensors, differentiable
     in the instance (X (L, d_V), W_Q, W_K (d_V, d_K), W_V (d_V, d_V), W_1 (d_V, d_ff), W_2 (d_ff, d_V), Target
     (L, d_V)) and batchable; the same keys, with ``ln_U`` and ``ln_S`` as :func:`layernorm_quantities` of the two
-    LayerNorm inputs. Second derivatives are formed densely (the search's shapes are small)."""
+    LayerNorm inputs. Second derivatives are formed densely (the search's shapes are small; ``exact``: as the
+    rows evaluate them, :data:`_EXACT`). ``G_k``, ``B_i``, ``dZ_i`` and ``J_SY`` are the Jacobians (L d_V, n_i) of
+    F, S, Z and of S w.r.t. Y."""
+    how = _EXACT if exact else _TENSORS
+    norm = how["norm"]
     args = [X, W_Q, W_K, W_V, W_1, W_2]
+    L, d = X.shape
     fw = block_forward(*args)
     Y, S = fw["Y"], fw["S"]
-    q = _block_norms(args, fw, la.matrix_norms)
-    q["R"] = (fw["Z"] - Target).pow(2).sum().sqrt()
+    relu = torch.relu(Y @ W_1)
+    q = {"L": L, "d_V": d, "d_K": W_Q.shape[1], "d_ff": W_1.shape[1], "norm_X": norm(X), "norm_Q": norm(W_Q),
+         "norm_K": norm(W_K), "norm_V": norm(W_V), "norm_1": norm(W_1), "norm_2": norm(W_2), "norm_Y": norm(Y),
+         "norm_S": norm(S), "norm_FFN": norm(relu @ W_2), "norm_relu": norm(relu), "R": how["fro"](fw["Z"] - Target)}
     if "ln" in need:
-        q["ln_U"], q["ln_S"] = (layernorm_quantities(V, need=("J", "H")) for V in (fw["U"], S))
+        q["ln_U"], q["ln_S"] = (layernorm_quantities(V, need=how["ln"]) for V in (fw["U"], S))
         q.update(J_Y=q["ln_U"]["J"], H_Y=q["ln_U"]["H"], J_Z=q["ln_S"]["J"], H_Z=q["ln_S"]["H"])
-    q.update(_jacobian_norms(args, Y, lambda g: g in need, la.matrix_norms))
-    for name, fn, names, nargs in (("xi", block_S, _BLOCK_ARGS, 6), ("Htr", block_Z, _BLOCK_ARGS, 6),
-                                   ("Phi", sa_forward, _BLOCK_ARGS[:3], 4)):
-        pairs = {(g.split("_")[1][0], g.split("_")[1][1]) for g in need if g.startswith(name + "_")}
-        q.update({f"{name}_{i}{j}": v for (i, j), v in _pair_norm_tensors(fn, args[:nargs], names, pairs).items()})
+    if "JSY" in need:
+        q["J_SY"] = norm(jacrev(ffn_residual)(Y, W_1, W_2).reshape(L * d, L * d))
+    if "G" in need:
+        for k in ("Q", "K", "V"):
+            q[f"G_{k}"] = norm(jacrev(sa_forward, argnums=_BLK_IDX[k])(*args[:4]).reshape(L * d, -1))
+    for i in BLOCK_ORDER:
+        for g, fn in (("B", block_S), ("dZ", block_Z)):
+            if g in need:
+                q[f"{g}_{i}"] = norm(jacrev(fn, argnums=_BLK_IDX[i])(*args).reshape(L * d, -1))
+    for name, fn, nargs, order in _PAIRS:
+        pairs = {(g[-2], g[-1]) for g in need if g.startswith(name + "_")}
+        q.update({f"{name}_{i}{j}": v for (i, j), v in how["pairs"](fn, args[:nargs], order, pairs).items()})
     if "H" in need:
         f, x, _ = flat_loss(Instance(X, W_Q, W_K, W_V, W_1, W_2, Target), BLOCK_ORDER, "block")
-        q["H"] = la.sym_abs_max(hessian(f)(x))
+        q["H"] = how["hessian_norm"](f, x, L * d)
     return q

@@ -24,6 +24,7 @@ differentiable almost everywhere (ReLU kinks, eigenvalue crossings), so no deriv
 """
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
@@ -206,16 +207,12 @@ class _Reads(dict):
         return self[k] if k in self else default
 
 
-_PROBE: dict = {}
-
-
+@functools.cache
 def _probe(part: str) -> dict:
     """Every quantity of ``part`` at a small regular instance (floats): what :func:`needs` reads the terms on."""
-    if part not in _PROBE:
-        inst = random_instance(L=3, d_V=3, d_ff=6, seed=5, away_from_kinks=True)
-        _PROBE[part] = (quantities.sa_exact(inst) if part == "sa" else quantities.layernorm_exact(inst.X)
-                        if part == "ln" else quantities.block_exact(inst))
-    return _PROBE[part]
+    inst = random_instance(L=3, d_V=3, d_ff=6, seed=5, away_from_kinks=True)
+    return (quantities.sa_exact(inst) if part == "sa" else quantities.layernorm_exact(inst.X) if part == "ln"
+            else quantities.block_exact(inst))
 
 
 def _read(check: str) -> set:
@@ -277,19 +274,14 @@ def instance_of(t: dict) -> Instance:
                     g("Target", L, d), {"source": "search"})
 
 
-_OBJECTIVES: dict = {}  # (check, its declaration's identity) -> its objective: one object per declaration
-
-
 def objective(check: str) -> Objective:
     """The engine's view of bound ``check`` of the registry (:mod:`.declarations`); the same object for the same
     declaration."""
-    key = (check, id(registry.BOUNDS[check]))
-    if key not in _OBJECTIVES:
-        _OBJECTIVES[key] = _objective(check)
-    return _OBJECTIVES[key]
+    return _objective(check, id(registry.BOUNDS[check]))
 
 
-def _objective(check: str) -> Objective:
+@functools.cache  # one object per declaration (its identity in the key)
+def _objective(check: str, declaration: int) -> Objective:
     b = registry.BOUNDS[check]
     if b.part not in _SPACE_OF_PART:
         raise KeyError(f"{check} ({b.part}) is evaluated at the trained model only and is not searched; searchable "
@@ -389,14 +381,6 @@ def _draw(space: Space, L: int, d: int, h: int, seed: int) -> dict:
     return {f: getattr(inst, f) for f in space.fields}
 
 
-def _uniform_masks(t: dict) -> dict:
-    """Masks keeping W_Q on the first ⌊d_K/2⌋ columns and W_K on the others: W_Q W_Kᵀ = 0 exactly."""
-    d_K = t["W_Q"].shape[1]
-    mq = torch.ones_like(t["W_Q"])
-    mq[:, max(1, d_K // 2):] = 0.0
-    return {"W_Q": mq, "W_K": 1.0 - mq}
-
-
 def _start(space: Space, family: Family, L: int, d: int, h: int, seed: int) -> tuple[dict, dict]:
     """The fields of one start and its masks (ones where free)."""
     t = {k: v.clone() for k, v in _draw(space, L, d, h, seed).items()}
@@ -408,8 +392,10 @@ def _start(space: Space, family: Family, L: int, d: int, h: int, seed: int) -> t
         for f in space.fields:
             t[f] = t[f] * 10.0 ** (4 * float(torch.rand((), generator=g, dtype=torch.float64)) - 2)
     masks = {f: torch.ones_like(v) for f, v in t.items()}
-    if family.uniform:
-        masks.update(_uniform_masks(t))
+    if family.uniform:  # W_Q kept on the first ⌊d_K/2⌋ columns, W_K on the others: W_Q W_Kᵀ = 0 exactly
+        mq = torch.ones_like(t["W_Q"])
+        mq[:, max(1, t["W_Q"].shape[1] // 2):] = 0.0
+        masks.update(W_Q=mq, W_K=1.0 - mq)
         for f in ("W_Q", "W_K"):
             t[f] = t[f] * masks[f]
     return t, masks
@@ -591,18 +577,6 @@ def _target(space: Space, t: dict, h: int) -> torch.Tensor:
     return multihead.forward(t["X"], t["W_Q"], t["W_K"], t["W_V"], t["W_O"], h)
 
 
-def _kept(batch: _Batch, keep: int, keep_tied: int) -> torch.Tensor:
-    """The starts that go on, for each objective: the ``keep`` best with a free Target and the ``keep_tied`` best
-    exact minimisers (their minimum is reported apart, so it is searched as far)."""
-    out = []
-    for i in range(len(batch.objs)):
-        mine = (batch.obj_of == i).nonzero().flatten()
-        order = mine[torch.argsort(batch.best[mine])]
-        out += [int(j) for j in order if not bool(batch.tied[j])][:keep]
-        out += [int(j) for j in order if bool(batch.tied[j])][:keep_tied]
-    return torch.tensor(sorted(out), dtype=torch.long)
-
-
 def _cells(obj: Objective, budget: Budget) -> list[tuple[int, int, int]]:
     """The (L, d, h) cells ``obj`` is searched in."""
     sp = obj.space
@@ -680,8 +654,8 @@ def _search_here(group: list[Objective], budget: Budget) -> tuple[dict[str, list
 
 def _cost(group: list[Objective], budget: Budget) -> float:
     """A rough cost of a kind, to start the costliest first: objectives × cells × a weight of its quantities."""
-    weight = 20.0 if "Htr" in group[0].kind or group[0].space.name == "mh" else 5.0 if "hessian" in group[0].kind \
-        or ":xi" in group[0].kind or ":Phi" in group[0].kind else 1.0
+    k, mh = group[0].kind, group[0].space.name == "mh"
+    weight = 20.0 if "Htr" in k or mh else 5.0 if any(s in k for s in ("hessian", ":xi", ":Phi")) else 1.0
     return weight * len(group) * len(_cells(group[0], budget))
 
 
@@ -710,7 +684,13 @@ def _search_cell(group: list[Objective], L: int, d: int, h: int, budget: Budget,
     cells = {i: Cell(L, d, h) for i in range(len(group))}
     for (i, f, s), r in zip(starts, batch.best):
         cells[i].starts.append(dict(family=f.name, seed=s, ratio=float(r)))
-    batch.take(_kept(batch, budget.keep, budget.keep_tied))
+    kept = []  # of each objective: the keep best with a free Target, the keep_tied best exact minimisers (reported
+    for i in range(len(group)):  # apart, so searched as far)
+        mine = (batch.obj_of == i).nonzero().flatten()
+        order = mine[torch.argsort(batch.best[mine])]
+        kept += [int(j) for j in order if not bool(batch.tied[j])][:budget.keep]
+        kept += [int(j) for j in order if bool(batch.tied[j])][:budget.keep_tied]
+    batch.take(torch.tensor(sorted(kept), dtype=torch.long))
     batch.descend(budget.steps, budget.lr, budget.patience)
     mh = group[0].space.name == "mh"
     for (i, fam, seed), best, t in batch.outcomes():

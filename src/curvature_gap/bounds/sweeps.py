@@ -458,12 +458,8 @@ def theorem1_sweeps(names: Iterable[str] = tuple(THEOREM1_SETTINGS), seed: int =
     only: a few seconds. By default the three sweeps of the Q/K balance ``a`` (``W_Q ← a W_Q``,
     ``W_K ← W_K/a``, attention and output unchanged): random target, exact minimiser, uniform attention."""
     wanted = list(names)
-    rows = []
-    for s in definitions():
-        if s.name in wanted:
-            r, _ = run_sweep(dataclasses.replace(s, seeds=(int(seed),), parts=lambda x: ("sa",)))
-            rows += r
-    return rows
+    return [r for s in definitions() if s.name in wanted
+            for r in run_sweep(dataclasses.replace(s, seeds=(int(seed),), parts=lambda x: ("sa",)))[0]]
 
 
 def named_theorem1(directory: Path, check: str = "thm1.printed") -> list[dict]:

@@ -22,7 +22,7 @@ from curvlinops import HessianLinearOperator
 from torch import nn
 
 from ..exact import linalg as la
-from ..exact.forward import block_forward, sa_forward
+from ..exact.forward import block_forward, block_output, sa_forward
 from ..exact.instances import Instance, from_model
 from . import formulas, quantities, registry
 from .sweeps import instance_row
@@ -59,22 +59,15 @@ def light_bounds(inst: Instance, out_curv: float | None = None, grad_norm: float
             "thm6": e["M_tr"]}
 
 
-class _SA(nn.Module):
-    def __init__(self, inst: Instance):
+class _Layer(nn.Module):
+    """``fn(X, *weights)`` with the first ``n`` weights of ``inst`` (W_Q, W_K, W_V, W_1, W_2) as its parameters."""
+
+    def __init__(self, inst: Instance, fn, n: int):
         super().__init__()
-        self.W_Q, self.W_K, self.W_V = (nn.Parameter(t.clone()) for t in (inst.W_Q, inst.W_K, inst.W_V))
+        self.fn, self.ws = fn, nn.ParameterList(nn.Parameter(t.clone()) for t in inst.weights[:n])
 
     def forward(self, X):
-        return sa_forward(X, self.W_Q, self.W_K, self.W_V)
-
-
-class _Block(_SA):
-    def __init__(self, inst: Instance):
-        super().__init__(inst)
-        self.W_1, self.W_2 = nn.Parameter(inst.W_1.clone()), nn.Parameter(inst.W_2.clone())
-
-    def forward(self, X):
-        return block_forward(X, self.W_Q, self.W_K, self.W_V, self.W_1, self.W_2)["Z"]
+        return self.fn(X, *self.ws)
 
 
 def _curvlinops_norm(module: nn.Module, X: torch.Tensor, T: torch.Tensor) -> float:
@@ -92,8 +85,8 @@ def batch_records(insts: list[Instance]) -> list[dict]:
     # Theorem 1: targets of the attention layer (F of the perturbed layer), Theorem 6: Z.
     T_sa = torch.stack([_perturbed_F(i) for i in insts])
     T_bl = torch.stack([i.Target for i in insts])
-    h1 = _curvlinops_norm(_SA(insts[0]), X, T_sa)
-    h6 = _curvlinops_norm(_Block(insts[0]), X, T_bl)
+    h1 = _curvlinops_norm(_Layer(insts[0], sa_forward, 3), X, T_sa)
+    h6 = _curvlinops_norm(_Layer(insts[0], block_output, 5), X, T_bl)
     b1 = max(light_bounds(_with_target(i, t))["thm1"] for i, t in zip(insts, T_sa))
     b6 = max(v["thm6"] for v in lb)
     return registry.records("batch", {"n": n, "M_thm1": b1, "H_sa": h1, "M_thm6": b6, "H_block": h6})
