@@ -65,11 +65,7 @@ def per_sample_gradient_moments(model: nn.Module, images: torch.Tensor, labels: 
     model.eval()
     params = {k: v.detach() for k, v in model.named_parameters()}
     l = model_loss(model)
-
-    def loss1(p, x, y):
-        return l(p, x[None], y[None])
-
-    g1 = vmap(grad(loss1), in_dims=(None, 0, 0))
+    g1 = vmap(grad(lambda p, x, y: l(p, x[None], y[None])), in_dims=(None, 0, 0))  # per-sample gradients
     total, sq = None, 0.0
     for i in range(0, len(labels), chunk):
         G = g1(params, images[i:i + chunk].to(device), labels[i:i + chunk].to(device))

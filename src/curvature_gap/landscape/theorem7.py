@@ -41,7 +41,7 @@ from ..params import flatten
 from .losses import identity_residual, per_sample_losses, running_means
 
 __all__ = ["STATEMENT", "IDENTITY_TOL", "GUARANTEED_FACTOR", "cannot_fail", "T0_FLOOR", "moved", "block_param_names",
-           "rhs", "per_sample_hessian_norms", "thm6_M_ce", "path_check", "vit_check", "sa_problem", "sa_check", "T_GRID"]
+           "rhs", "per_sample_hessian_norms", "thm6_M_ce", "path_check", "vit_check", "sa_check", "T_GRID"]
 
 T_GRID = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 
@@ -88,8 +88,7 @@ def _ratio_over_k(losses, ell_max: float, M: float, dist2: float) -> tuple[float
     Lk = running_means(losses)
     lhs = np.abs(Lk[1:] - Lk[:-1])
     k = np.arange(1, len(losses))
-    r = rhs(k, ell_max, M, dist2)
-    ratio = np.where(lhs > 0, r / np.where(lhs > 0, lhs, 1.0), np.inf)
+    ratio = np.where(lhs > 0, rhs(k, ell_max, M, dist2) / np.where(lhs > 0, lhs, 1.0), np.inf)
     j = int(np.argmin(ratio))
     return float(ratio[j]), int(k[j]), lhs
 
@@ -233,18 +232,21 @@ def vit_check(model, images, labels, hessian_n: int, ts=T_GRID, seed: int = 0, i
 
 
 # ----------------------------------------------------------------------------- one attention layer at w*
-def sa_problem(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, noise: float = 0.1) -> dict:
-    """``N`` random sequences ``X_i`` (L × d_V) with targets from a "teacher" layer plus noise, and the
-    exact minimiser ``w*`` of ``L_N`` (the mean MSE), found by L-BFGS in float64.
+def sa_check(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, ts=(0.0, 0.03, 0.3, 1.0, 3.0),
+             steps: int = 150, lr: float = 0.05) -> dict:
+    """Theorem 7 for one attention layer at an exact minimiser (see module doc): along a seeded random
+    direction at the distances ``ts``, then Adam over a direction ``u`` and ``log t`` minimising ``min_k rhs/lhs``
+    (each proposed point re-evaluated exactly), for each ``M``. Also the gradients Assumption 1 says vanish.
 
-    Returns ``{"X", "T", "w_star", "unflat", "per_sample", "grad_norm_full"}`` where ``per_sample(w)`` is
+    The problem: ``N`` random sequences ``X_i`` (L × d_V) with targets from a "teacher" layer plus noise (0.1), the
+    exact minimiser ``w*`` of ``L_N`` (the mean MSE) found by L-BFGS in float64; ``per_sample(w)`` is
     ``(l_1(w), …, l_N(w))`` for the flat weights ``w = (vec_r W_Q, vec_r W_K, vec_r W_V)``."""
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
     X = r(N, L, d_V)
     teacher = [r(d_V, d_V) / d_V ** 0.5 for _ in range(3)]  # d_K = d_V
     with torch.no_grad():
-        T = vmap(lambda x: sa_forward(x, *teacher))(X) + noise * r(N, L, d_V)
+        T = vmap(lambda x: sa_forward(x, *teacher))(X) + 0.1 * r(N, L, d_V)
     n = d_V * d_V
 
     def unflat(w):
@@ -267,33 +269,22 @@ def sa_problem(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, noise: floa
         opt.step(closure)
     w_star = w.detach().clone()
     gn = float(grad(lambda v: per_sample(v).mean())(w_star).norm())
-    return {"X": X, "T": T, "w_star": w_star, "unflat": unflat, "per_sample": per_sample, "grad_norm_full": gn}
-
-
-def sa_check(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, ts=(0.0, 0.03, 0.3, 1.0, 3.0),
-             steps: int = 150, lr: float = 0.05) -> dict:
-    """Theorem 7 for one attention layer at an exact minimiser (see module doc): along a seeded random
-    direction at the distances ``ts``, then Adam over a direction ``u`` and ``log t`` minimising ``min_k rhs/lhs``
-    (each proposed point re-evaluated exactly), for each ``M``. Also the gradients Assumption 1 says vanish."""
-    prob = sa_problem(N, L, d_V, seed)
-    w_star, per_sample, unflat = prob["w_star"], prob["per_sample"], prob["unflat"]
     with torch.no_grad():
         l_star = per_sample(w_star).numpy()
     ell_max = float(l_star.max())
     J = torch.func.jacrev(per_sample)(w_star)  # (N, P) per-sample gradients
     grad_k = torch.cumsum(J, 0) / torch.arange(1, N + 1, dtype=torch.float64)[:, None]
     H_max = float(la.matrix_norms(vmap(hessian(lambda w, x, t: sa_loss(x, *unflat(w), t)),
-                                       in_dims=(None, 0, 0))(w_star, prob["X"], prob["T"])).max())
+                                       in_dims=(None, 0, 0))(w_star, X, T)).max())
     sn = lambda A: float(la.matrix_norms(A))  # noqa: E731
     nQ, nK, nV = map(sn, unflat(w_star))
     # Theorem 1's M (printed and repaired) at w*, the largest over the samples
     Ms = {v: max(fm.theorem1(sn(x), nQ, nK, nV, sn(t), L, d_V, d_V, variant=v)["M"]
-                 for x, t in zip(prob["X"], prob["T"])) for v in ("printed", "repaired")}
+                 for x, t in zip(X, T)) for v in ("printed", "repaired")}
     Ms["exact_at_w_star"] = H_max
-    g = torch.Generator().manual_seed(seed + 1)
-    u0 = torch.randn(w_star.numel(), generator=g, dtype=torch.float64)
+    u0 = torch.randn(w_star.numel(), generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
     u0 /= u0.norm()
-    out = {"N": N, "L": L, "d_V": d_V, "ell_max": ell_max, "grad_norm_full": prob["grad_norm_full"],
+    out = {"N": N, "L": L, "d_V": d_V, "ell_max": ell_max, "grad_norm_full": gn,
            "grad_norm_k_min": float(grad_k[:-1].norm(dim=1).min()), "grad_norm_k": grad_k.norm(dim=1).numpy(),
            "M": Ms, "path": [], "adversarial": {}}
     for t in ts:
@@ -316,14 +307,13 @@ def sa_check(N: int = 64, L: int = 4, d_V: int = 3, seed: int = 0, ts=(0.0, 0.03
             Lk = torch.cumsum(ls, 0) / torch.arange(1, N + 1, dtype=torch.float64)
             lhs = (Lk[1:] - Lk[:-1]).abs()
             ratio = (2 * ell_max + M * t ** 2) / (k + 1) / lhs.clamp_min(1e-300)
-            val = ratio.min()
             with torch.no_grad():
                 tv = float(t.detach())
                 exact_val, kk, _ = _ratio_over_k(per_sample(w_star + d.detach()).numpy(), ell_max, M, tv ** 2)
             if exact_val < best[0]:
                 best = (exact_val, tv, kk)
             opt.zero_grad()
-            torch.log(val).backward()
+            torch.log(ratio.min()).backward()
             opt.step()
         out["adversarial"][name] = {"min_ratio": best[0], "t": best[1], "k": best[2], "steps": steps}
     return out

@@ -16,19 +16,14 @@ import torch
 from ..exact import linalg as la
 from ..exact.derivatives import SA_ORDER
 from ..exact.forward import attention_matrix, sa_forward
-from .calculus import (apply_commutation, blockdiag_matmul, commutation, d_kron_wrt_first, d_kron_wrt_second,
-                       eye, kron, kron3, kron4, ones, vec_r)
+from .calculus import (apply_commutation, assemble_rowwise, blockdiag_matmul, commutation, d_kron_wrt_first,
+                       d_kron_wrt_second, eye, kron, kron3, kron4, ones, vec_r)
 
-__all__ = [
-    "dA_dT", "dA_dT_blocks", "dA_dT_uniform", "d2A_dT2", "d2A_dT2_blocks", "dA_dT_norm", "d2A_dT2_norm", "Z2_norm",
-    "contract_d2A_dT2", "contract_d2A_dT2_blocks", "dT_dWQ", "dT_dWK", "Z1", "Z2", "S_shuffle", "M1", "G_V", "G_Q",
-    "G_K", "G_K_printed", "G_Q_uniform", "jacobians",
-    "R_m", "Ho_VV", "Ho_QQ", "Ho_VQ", "Ho_QK", "Hf_VV", "Hf_QQ", "Hf_VQ", "Hf_QK",
-    "phi_QQ_lemma2", "phi_VQ_lemma2", "phi_QK_lemma2", "phi", "contract_phi",
-    "loss_hessian_blocks", "SA_PARAMS", "sizes",
-]
-
-SA_PARAMS = SA_ORDER  # ("Q", "K", "V")
+__all__ = ["dA_dT", "dA_dT_blocks", "dA_dT_uniform", "d2A_dT2", "d2A_dT2_blocks", "dA_dT_norm", "d2A_dT2_norm",
+           "Z2_norm", "contract_d2A_dT2", "contract_d2A_dT2_blocks", "dT_dWQ", "dT_dWK", "Z1", "Z2", "S_shuffle", "M1",
+           "G_V", "G_Q", "G_K", "G_K_printed", "G_Q_uniform", "jacobians", "R_m", "Ho_VV", "Ho_QQ", "Ho_VQ", "Ho_QK",
+           "Hf_VV", "Hf_QQ", "Hf_VQ", "Hf_QK", "phi_QQ_lemma2", "phi_VQ_lemma2", "phi_QK_lemma2", "phi", "contract_phi",
+           "loss_hessian_blocks", "sizes"]
 
 
 def sizes(d_V: int, d_K: int) -> dict:
@@ -72,12 +67,7 @@ def d2A_dT2(A: torch.Tensor) -> torch.Tensor:
     Entry ``[((i,j),(i,k)), (i,l)] = (K_ij)_kl`` (:func:`d2A_dT2_blocks`); zero unless all three row
     indices agree (block-diagonal over rows).
     """
-    L = A.shape[0]
-    out = torch.zeros(L, L, L, L, L, L, dtype=A.dtype, device=A.device)
-    K = d2A_dT2_blocks(A)
-    for i in range(L):
-        out[i, :, i, :, i, :] = K[i]
-    return out.reshape(L ** 4, L ** 2)
+    return assemble_rowwise(d2A_dT2_blocks(A))
 
 
 def dA_dT_norm(A: torch.Tensor) -> torch.Tensor:
@@ -135,8 +125,7 @@ def Z1(X, A) -> torch.Tensor:
 def Z2(X, A) -> torch.Tensor:
     """``Z_2 = (I_L ⊗ X^T ⊗ X^T ⊗ X^T)(∂²A/∂T²)(X ⊗ X)``; (L d_V^3, d_V^2), as written (small L only:
     :func:`Z2_norm` gives its norm at any size)."""
-    L = X.shape[0]
-    return kron4(eye(L, X), X.T, X.T, X.T) @ d2A_dT2(A) @ kron(X, X)
+    return kron4(eye(X.shape[0], X), X.T, X.T, X.T) @ d2A_dT2(A) @ kron(X, X)
 
 
 def Z2_norm(X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
@@ -162,15 +151,10 @@ def Z2_norm(X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
 def S_shuffle(d_V: int, ref: torch.Tensor | None = None) -> torch.Tensor:
     """Ormaniec et al.'s reshaping operator ``S = (I_{d_V} ⊗ K_{d_V,d_V})(vec_r I_{d_V} ⊗ I_{d_V})``.
 
-    The product has shape (d_V^3, d_V) (the paper states d_V^2 x d_V). Built entrywise: ``I ⊗ K`` swaps the last
-    two indices of ``(vec_r I ⊗ I)[(a,b,c'),c] = δ_ab δ_c'c``, so ``S[(a,c,a),c] = 1`` and every other entry is 0.
+    The product has shape (d_V^3, d_V) (the paper states d_V^2 x d_V). ``I ⊗ K`` swaps the last two indices of
+    ``(vec_r I ⊗ I)[(a,b,c'),c] = δ_ab δ_c'c``, so ``S[(a,c,a'),c'] = δ_aa' δ_cc'``: ``I_{d_V^2}`` read as (d_V^3, d_V).
     """
-    dtype, device = (ref.dtype, ref.device) if ref is not None else (torch.float64, None)
-    S = torch.zeros(d_V, d_V, d_V, d_V, dtype=dtype, device=device)
-    a = torch.arange(d_V)
-    for c in range(d_V):
-        S[a, c, a, c] = 1.0
-    return S.reshape(d_V ** 3, d_V)
+    return eye(d_V * d_V, ref).reshape(d_V ** 3, d_V)
 
 
 def M1(X, A) -> torch.Tensor:
@@ -186,9 +170,8 @@ def G_V(X, W_Q, W_K) -> torch.Tensor:
 
 def G_Q(X, W_Q, W_K, W_V) -> torch.Tensor:
     """``∂F/∂W_Q = (I_L ⊗ W_V^T X^T) ∂A/∂T (X ⊗ X W_K)/√d_K``; (L d_V, d_V d_K)."""
-    L = X.shape[0]
     A = attention_matrix(X, W_Q, W_K)
-    return kron(eye(L, X), W_V.T @ X.T) @ blockdiag_matmul(dA_dT_blocks(A), dT_dWQ(X, W_K))
+    return kron(eye(X.shape[0], X), W_V.T @ X.T) @ blockdiag_matmul(dA_dT_blocks(A), dT_dWQ(X, W_K))
 
 
 def G_Q_uniform(X, W_K, W_V) -> torch.Tensor:
@@ -199,9 +182,8 @@ def G_Q_uniform(X, W_K, W_V) -> torch.Tensor:
 
 def G_K(X, W_Q, W_K, W_V) -> torch.Tensor:
     """``∂F/∂W_K = (I_L ⊗ W_V^T X^T) ∂A/∂T (X W_Q ⊗ X) K_{d_K,d_V}/√d_K``; (L d_V, d_V d_K)."""
-    L = X.shape[0]
     A = attention_matrix(X, W_Q, W_K)
-    return kron(eye(L, X), W_V.T @ X.T) @ blockdiag_matmul(dA_dT_blocks(A), dT_dWK(X, W_Q))
+    return kron(eye(X.shape[0], X), W_V.T @ X.T) @ blockdiag_matmul(dA_dT_blocks(A), dT_dWK(X, W_Q))
 
 
 def G_K_printed(X, W_Q, W_K, W_V) -> torch.Tensor:
@@ -267,16 +249,14 @@ def Hf_VV(X, W_Q, W_K, W_V, Target) -> torch.Tensor:
 def Hf_QQ(X, W_Q, W_K, W_V, Target) -> torch.Tensor:
     """``H_f(W_Q, W_Q) = 2/(L d_V d_K) R_{d_V d_K}(I_L ⊗ W_V^T ⊗ I_{d_V} ⊗ W_K^T) Z_2 (I ⊗ W_K)``."""
     L, d_V, d_K, A = _pre(X, W_Q, W_K)
-    F = A @ X @ W_V
-    return (2.0 / (L * d_V * d_K) * R_m(F, Target, d_V * d_K)
+    return (2.0 / (L * d_V * d_K) * R_m(A @ X @ W_V, Target, d_V * d_K)
             @ kron4(eye(L, X), W_V.T, eye(d_V, X), W_K.T) @ Z2(X, A) @ kron(eye(d_V, X), W_K))
 
 
 def Hf_VQ(X, W_Q, W_K, W_V, Target) -> torch.Tensor:
     """``H_f(W_V, W_Q) = 2/(L d_V √d_K) R_{d_V^2}(I_L ⊗ S) Z_1 (I ⊗ W_K)``; (d_V^2, d_V d_K)."""
     L, d_V, d_K, A = _pre(X, W_Q, W_K)
-    F = A @ X @ W_V
-    return (2.0 / (L * d_V * math.sqrt(d_K)) * R_m(F, Target, d_V * d_V)
+    return (2.0 / (L * d_V * math.sqrt(d_K)) * R_m(A @ X @ W_V, Target, d_V * d_V)
             @ kron(eye(L, X), S_shuffle(d_V, X)) @ Z1(X, A) @ kron(eye(d_V, X), W_K))
 
 
@@ -329,18 +309,6 @@ def phi_QK_lemma2(X, W_Q, W_K, W_V, scale_printed: bool = False, first_identity:
 
 
 # ------------------------------------------------------------------ Φ for all pairs
-def _dC(X, W_Q, W_K, k: str, l: str) -> torch.Tensor | None:
-    """``∂(∂T/∂W_k)/∂W_l``; None when zero (T is bilinear in W_Q, W_K)."""
-    d_V, d_K = W_Q.shape
-    if k == "Q" and l == "K":
-        return d_kron_wrt_second(X, X @ W_K) @ kron(X, eye(d_K, X)) / math.sqrt(d_K)
-    if k == "K" and l == "Q":
-        L = X.shape[0]
-        right = kron(eye(L * L, X), commutation(d_K, d_V, X).T)
-        return right @ d_kron_wrt_first(X @ W_Q, X) @ kron(X, eye(d_K, X)) / math.sqrt(d_K)
-    return None
-
-
 def phi(X, W_Q, W_K, W_V, k: str, l: str) -> torch.Tensor:
     """``Φ_kl = ∂G_k/∂W_l = ∂²F/∂W_k ∂W_l`` for k, l in {Q, K, V}; (L d_V n_k, n_l).
 
@@ -361,17 +329,16 @@ def phi(X, W_Q, W_K, W_V, k: str, l: str) -> torch.Tensor:
     if k == "V" and l == "V":
         return torch.zeros(L * d_V * n["V"], n["V"], dtype=X.dtype, device=X.device)
     if k == "V":
-        dM1 = kron(eye(L, X), X.T) @ D @ C[l]
-        return d_kron_wrt_first(A @ X, eye(d_V, X)) @ dM1
+        return d_kron_wrt_first(A @ X, eye(d_V, X)) @ (kron(eye(L, X), X.T) @ D @ C[l])
     Wmat = kron(eye(L, X), W_V.T @ X.T)
     if l == "V":
-        U = D @ C[k]
         dW = d_kron_wrt_second(eye(L, X), W_V.T @ X.T) @ kron(eye(d_V, X), X) @ commutation(d_V, d_V, X)
-        return kron(eye(L * d_V, X), U.T) @ dW
+        return kron(eye(L * d_V, X), (D @ C[k]).T) @ dW
     out = kron(Wmat, eye(n[k], X)) @ kron(eye(L * L, X), C[k].T) @ d2A_dT2(A) @ C[l]
-    dC = _dC(X, W_Q, W_K, k, l)
-    if dC is not None:
-        out = out + kron(Wmat @ D, eye(n[k], X)) @ dC
+    if k != l:  # ∂(∂T/∂W_k)/∂W_l, zero for k = l (T is bilinear in W_Q, W_K)
+        dC = (d_kron_wrt_second(X, X @ W_K) if k == "Q"
+              else kron(eye(L * L, X), commutation(d_K, d_V, X).T) @ d_kron_wrt_first(X @ W_Q, X))
+        out = out + kron(Wmat @ D, eye(n[k], X)) @ (dC @ kron(X, eye(d_K, X)) / math.sqrt(d_K))
     return out
 
 
@@ -385,7 +352,6 @@ def contract_phi(X, W_Q, W_K, W_V, w: torch.Tensor, k: str, l: str, cache: dict 
     """
     L, d_V = X.shape
     d_K = W_Q.shape[1]
-    n = sizes(d_V, d_K)
     c = {} if cache is None else cache
     if "A" not in c:
         c["A"] = attention_matrix(X, W_Q, W_K)
@@ -394,7 +360,7 @@ def contract_phi(X, W_Q, W_K, W_V, w: torch.Tensor, k: str, l: str, cache: dict 
     A, Db, C = c["A"], c["Db"], c["C"]
     Wm = w.reshape(L, d_V)
     if k == "V" and l == "V":
-        return torch.zeros(n["V"], n["V"], dtype=X.dtype, device=X.device)
+        return torch.zeros(d_V * d_V, d_V * d_V, dtype=X.dtype, device=X.device)
     if k == "V":
         return kron(X.T, Wm.T) @ apply_commutation(L, L, blockdiag_matmul(Db, C[l]))
     if l == "V":
@@ -416,13 +382,7 @@ def loss_hessian_blocks(X, W_Q, W_K, W_V, Target) -> dict:
     """
     L, d_V = X.shape
     Jac = jacobians(X, W_Q, W_K, W_V)
-    F = sa_forward(X, W_Q, W_K, W_V)
-    w = 2.0 / (L * d_V) * vec_r(F - Target)
+    w = 2.0 / (L * d_V) * vec_r(sa_forward(X, W_Q, W_K, W_V) - Target)
     cache: dict = {}
-    out = {}
-    for i in SA_PARAMS:
-        for j in SA_PARAMS:
-            Ho = 2.0 / (L * d_V) * Jac[i].T @ Jac[j]
-            Hf = contract_phi(X, W_Q, W_K, W_V, w, i, j, cache)
-            out[(i, j)] = (Ho, Hf)
-    return out
+    return {(i, j): (2.0 / (L * d_V) * Jac[i].T @ Jac[j], contract_phi(X, W_Q, W_K, W_V, w, i, j, cache))
+            for i in SA_ORDER for j in SA_ORDER}

@@ -29,12 +29,9 @@ from . import ffn as ff
 from . import layernorm as ln
 from .calculus import apply_commutation, commutation, d_kron_wrt_first, d_kron_wrt_second, eye, kron, vec_r
 
-__all__ = [
-    "BLOCK_PARAMS", "param_sizes", "first_order", "xi", "xi_printed", "H_tr",
-    "loss_hessian_literal", "contract_xi", "loss_hessian", "assemble",
-    "dIkronW2T_dW2", "dIkronW2T_dW2_printed", "dIkronW1T_dW1",
-    "diagonal_norms_under_input_scaling",
-]
+__all__ = ["BLOCK_PARAMS", "param_sizes", "first_order", "xi", "xi_printed", "H_tr", "loss_hessian_literal",
+           "contract_xi", "loss_hessian", "assemble", "dIkronW2T_dW2", "dIkronW2T_dW2_printed",
+           "diagonal_norms_under_input_scaling"]
 
 BLOCK_PARAMS = BLOCK_ORDER  # ("1", "2", "K", "Q", "V")
 ATTN = ATTENTION_ORDER  # ("K", "Q", "V")
@@ -64,7 +61,8 @@ def first_order(X, W_Q, W_K, W_V, W_1, W_2, with_dZ: bool = True) -> dict:
 def dIkronW2T_dW2(W_2: torch.Tensor, L: int) -> torch.Tensor:
     """``∂(I_L ⊗ W_2^T)/∂W_2 = (I_L ⊗ K_{d_V,L} ⊗ I_{d_ff})(vec_r I_L ⊗ I_{d_V d_ff}) K_{d_V,d_ff}``.
 
-    ``∂W_2^T/∂W_2 = K_{d_V,d_ff}`` for W_2 of shape (d_ff, d_V); result (L d_V L d_ff, d_ff d_V).
+    ``∂W_2^T/∂W_2 = K_{d_V,d_ff}`` for W_2 of shape (d_ff, d_V); result (L d_V L d_ff, d_ff d_V). The same
+    formula with the sizes swapped gives ``∂(I_L ⊗ W_1^T)/∂W_1`` for W_1 (d_V, d_ff).
     """
     d_ff, d_V = W_2.shape
     return d_kron_wrt_second(eye(L, W_2), W_2.T) @ commutation(d_V, d_ff, W_2)
@@ -74,22 +72,6 @@ def dIkronW2T_dW2_printed(W_2: torch.Tensor, L: int) -> torch.Tensor:
     """As printed in the proof of Theorem 5 (pair (2,1)): ends with ``K_{d_ff,d_V}``."""
     d_ff, d_V = W_2.shape
     return d_kron_wrt_second(eye(L, W_2), W_2.T) @ commutation(d_ff, d_V, W_2)
-
-
-def dIkronW1T_dW1(W_1: torch.Tensor, L: int) -> torch.Tensor:
-    """``∂(I_L ⊗ W_1^T)/∂W_1 = (I_L ⊗ K_{d_ff,L} ⊗ I_{d_V})(vec_r I_L ⊗ I_{d_ff d_V}) K_{d_ff,d_V}``."""
-    d_V, d_ff = W_1.shape
-    return d_kron_wrt_second(eye(L, W_1), W_1.T) @ commutation(d_ff, d_V, W_1)
-
-
-def _dYkronI_dY(Y: torch.Tensor, d_ff: int) -> torch.Tensor:
-    """``∂(Y ⊗ I_{d_ff})/∂Y = (I_L ⊗ K_{d_ff,d_V} ⊗ I_{d_ff})(I_{L d_V} ⊗ vec_r I_{d_ff})``."""
-    return d_kron_wrt_first(Y, eye(d_ff, Y))
-
-
-def _dRkronI_dR(R: torch.Tensor, d_V: int) -> torch.Tensor:
-    """``∂(R ⊗ I_{d_V})/∂R = (I_L ⊗ K_{d_V,d_ff} ⊗ I_{d_V})(I_{L d_ff} ⊗ vec_r I_{d_V})`` for R (L, d_ff)."""
-    return d_kron_wrt_first(R, eye(d_V, R))
 
 
 def xi(i: str, j: str, X, W_Q, W_K, W_V, W_1, W_2, fo: dict | None = None,
@@ -112,30 +94,21 @@ def xi(i: str, j: str, X, W_Q, W_K, W_V, W_1, W_2, fo: dict | None = None,
     n = param_sizes(d_V, W_Q.shape[1], d_ff)
     Y, J_Y, J_SY, G = fo["Y"], fo["J_Y"], fo["J_SY"], fo["G"]
     Ds = ff.D_sigma(Y, W_1)
-    rows = L * d_V * n[i]
     if (i, j) in (("1", "1"), ("2", "2")):
-        return torch.zeros(rows, n[j], dtype=X.dtype, device=X.device)
+        return torch.zeros(L * d_V * n[i], n[j], dtype=X.dtype, device=X.device)
     if (i, j) == ("1", "2"):
-        Q = Ds @ kron(Y, eye(d_ff, X))
-        return kron(eye(L * d_V, X), Q.T) @ dIkronW2T_dW2(W_2, L)
+        return kron(eye(L * d_V, X), (Ds @ kron(Y, eye(d_ff, X))).T) @ dIkronW2T_dW2(W_2, L)
     if (i, j) == ("2", "1"):
-        return _dRkronI_dR(ff.relu(Y @ W_1), d_V) @ Ds @ kron(Y, eye(d_ff, X))
+        return d_kron_wrt_first(ff.relu(Y @ W_1), eye(d_V, X)) @ Ds @ kron(Y, eye(d_ff, X))
     if i == "1":
-        C1 = kron(eye(L, X), W_2.T) @ Ds
-        return kron(C1, eye(n["1"], X)) @ _dYkronI_dY(Y, d_ff) @ J_Y @ G[j]
+        return kron(kron(eye(L, X), W_2.T) @ Ds, eye(n["1"], X)) @ d_kron_wrt_first(Y, eye(d_ff, X)) @ J_Y @ G[j]
     if i == "2":
-        return _dRkronI_dR(ff.relu(Y @ W_1), d_V) @ Ds @ kron(eye(L, X), W_1.T) @ J_Y @ G[j]
-    V = J_Y @ G[i]
-    if j == "1":
-        C1 = kron(eye(L, X), W_2.T) @ Ds
-        dJSY = kron(C1, eye(L * d_V, X)) @ dIkronW1T_dW1(W_1, L)
-        return kron(eye(L * d_V, X), V.T) @ dJSY
-    if j == "2":
-        C2 = Ds @ kron(eye(L, X), W_1.T)
-        dJSY = kron(eye(L * d_V, X), C2.T) @ dIkronW2T_dW2(W_2, L)
-        return kron(eye(L * d_V, X), V.T) @ dJSY
-    if H_Y is None:
-        H_Y = ln.hessian(fo["U"])
+        return d_kron_wrt_first(ff.relu(Y @ W_1), eye(d_V, X)) @ Ds @ kron(eye(L, X), W_1.T) @ J_Y @ G[j]
+    if j in ("1", "2"):  # (I ⊗ (J_Y G_k)^T) ∂J_SY/∂W_j
+        dJSY = (kron(kron(eye(L, X), W_2.T) @ Ds, eye(L * d_V, X)) @ dIkronW2T_dW2(W_1, L) if j == "1"
+                else kron(eye(L * d_V, X), (Ds @ kron(eye(L, X), W_1.T)).T) @ dIkronW2T_dW2(W_2, L))
+        return kron(eye(L * d_V, X), (J_Y @ G[i]).T) @ dJSY
+    H_Y = ln.hessian(fo["U"]) if H_Y is None else H_Y
     Phi = at.phi(X, W_Q, W_K, W_V, i, j)
     inner = kron(eye(L * d_V, X), G[i].T) @ (H_Y @ G[j]) + kron(J_Y, eye(n[i], X)) @ Phi
     return kron(J_SY, eye(n[i], X)) @ inner
@@ -157,12 +130,12 @@ def xi_printed(i: str, j: str, X, W_Q, W_K, W_V, W_1, W_2, fo: dict | None = Non
     Y = fo["Y"]
     Ds = ff.D_sigma(Y, W_1)
     if (i, j) == ("1", "2"):
-        return _dRkronI_dR(ff.relu(Y @ W_1), d_V) @ Ds @ kron(Y, eye(d_ff, X))
+        return xi("2", "1", X, W_Q, W_K, W_V, W_1, W_2, fo)
     if (i, j) == ("2", "1"):
-        return kron(eye(L, X), W_2.T) @ Ds @ _dYkronI_dY(Y, d_ff)
+        return kron(eye(L, X), W_2.T) @ Ds @ d_kron_wrt_first(Y, eye(d_ff, X))
     if i == "1" and j in ATTN:
         C1 = kron(eye(L, X), W_2.T) @ Ds
-        return kron(C1, eye(n[j], X)) @ _dYkronI_dY(Y, d_ff) @ fo["J_Y"] @ fo["G"][j]
+        return kron(C1, eye(n[j], X)) @ d_kron_wrt_first(Y, eye(d_ff, X)) @ fo["J_Y"] @ fo["G"][j]
     raise KeyError(f"no printed variant for ({i}, {j})")
 
 
@@ -173,10 +146,8 @@ def H_tr(i: str, j: str, X, W_Q, W_K, W_V, W_1, W_2, fo: dict | None = None,
     fo = fo or first_order(X, W_Q, W_K, W_V, W_1, W_2)
     L, d_V = X.shape
     n = param_sizes(d_V, W_Q.shape[1], W_1.shape[1])
-    if H_Z is None:
-        H_Z = ln.hessian(fo["S"])
-    if xi_ij is None:
-        xi_ij = xi(i, j, X, W_Q, W_K, W_V, W_1, W_2, fo, H_Y)
+    H_Z = ln.hessian(fo["S"]) if H_Z is None else H_Z
+    xi_ij = xi(i, j, X, W_Q, W_K, W_V, W_1, W_2, fo, H_Y) if xi_ij is None else xi_ij
     B = fo["B"]
     return kron(fo["J_Z"], eye(n[i], X)) @ xi_ij + kron(eye(L * d_V, X), B[i].T) @ H_Z @ B[j]
 
@@ -193,13 +164,9 @@ def loss_hessian_literal(X, W_Q, W_K, W_V, W_1, W_2, Target) -> dict:
     H_Z = ln.hessian(fo["S"])
     H_Y = ln.hessian(fo["U"])
     g = 2.0 / (L * d_V) * vec_r(fo["Z"] - Target).reshape(1, -1)
-    out = {}
-    for i in BLOCK_PARAMS:
-        for j in BLOCK_PARAMS:
-            Htr = H_tr(i, j, X, W_Q, W_K, W_V, W_1, W_2, fo, H_Z, H_Y)
-            out[(i, j)] = (2.0 / (L * d_V) * fo["dZ_dW"][i].T @ fo["dZ_dW"][j]
-                           + kron(g, eye(n[i], X)) @ Htr)
-    return out
+    return {(i, j): (2.0 / (L * d_V) * fo["dZ_dW"][i].T @ fo["dZ_dW"][j]
+                     + kron(g, eye(n[i], X)) @ H_tr(i, j, X, W_Q, W_K, W_V, W_1, W_2, fo, H_Z, H_Y))
+            for i in BLOCK_PARAMS for j in BLOCK_PARAMS}
 
 
 # ----------------------------------------------------------------- contracted evaluation
@@ -266,8 +233,7 @@ def loss_hessian(X, W_Q, W_K, W_V, W_1, W_2, Target) -> dict:
     out = {}
     for a, i in enumerate(BLOCK_PARAMS):
         for j in BLOCK_PARAMS[a:]:
-            blk = B[i].T @ SB[j] + contract_xi(i, j, u, X, W_Q, W_K, W_V, W_1, W_2, fo, hY, cache)
-            out[(i, j)] = blk
+            out[(i, j)] = blk = B[i].T @ SB[j] + contract_xi(i, j, u, X, W_Q, W_K, W_V, W_1, W_2, fo, hY, cache)
             if i != j:
                 out[(j, i)] = blk.T
     return out
@@ -286,11 +252,7 @@ def diagonal_norms_under_input_scaling(X, W_Q, W_K, W_V, W_1, W_2, Target, scale
     Returns NumPy arrays ``scale`` (S,) and ``norms`` ``{i: (S,)}``, and ``decades`` ``{i: log10(max/min)}``. The
     non-attention blocks see the input only through the scale-free ``Y``, which depends on ``s`` only via ``A(sX)``.
     """
-    norms = {p: [] for p in BLOCK_PARAMS}
-    for s in scales:
-        blocks = loss_hessian(float(s) * X, W_Q, W_K, W_V, W_1, W_2, Target)
-        for p in BLOCK_PARAMS:
-            norms[p].append(sym_spectral_norm(blocks[(p, p)]))
-    out = {"scale": np.asarray(scales, dtype=float), "norms": {p: np.asarray(v) for p, v in norms.items()}}
-    out["decades"] = {p: float(np.log10(v.max() / v.min())) for p, v in out["norms"].items()}
-    return out
+    H = [loss_hessian(float(s) * X, W_Q, W_K, W_V, W_1, W_2, Target) for s in scales]
+    norms = {p: np.asarray([sym_spectral_norm(h[(p, p)]) for h in H]) for p in BLOCK_PARAMS}
+    return {"scale": np.asarray(scales, dtype=float), "norms": norms,
+            "decades": {p: float(np.log10(v.max() / v.min())) for p, v in norms.items()}}

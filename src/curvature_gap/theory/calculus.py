@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import torch
 
-__all__ = [
-    "eye", "ones", "vec_r", "unvec_r", "vec", "commutation", "kron", "kron3", "kron4",
-    "vec_r_product", "vec_r_hadamard", "elementwise_row_division",
-    "d_matrix_product", "d_kron_wrt_first", "d_kron_wrt_second",
-    "product_rule", "kron_rule", "d_inverse", "d_diag", "d_hadamard_square",
-    "d_hadamard_root", "d_transpose", "partial_transpose", "apply_commutation", "blockdiag_matmul",
-]
+__all__ = ["eye", "ones", "vec_r", "unvec_r", "vec", "commutation", "kron", "kron3", "kron4", "vec_r_product",
+           "vec_r_hadamard", "elementwise_row_division", "d_matrix_product", "d_kron_wrt_first", "d_kron_wrt_second",
+           "product_rule", "kron_rule", "d_inverse", "d_diag", "d_hadamard_square", "d_hadamard_root", "d_transpose",
+           "partial_transpose", "apply_commutation", "blockdiag_matmul", "assemble_rowwise"]
 
 
 def _opts(ref: torch.Tensor | None) -> dict:
@@ -122,16 +119,19 @@ def d_matrix_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return kron(A, B.T)
 
 
+def _kron_shuffle(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``I_n ⊗ K_{p,q} ⊗ I_r`` for A (n, q), B (p, r): the left factor of every Kronecker-product derivative."""
+    (n, q), (p, r) = A.shape, B.shape
+    return kron3(eye(n, A), commutation(p, q, A), eye(r, A))
+
+
 def d_kron_wrt_first(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     """Property "Kronecker-Product derivative", first factor.
 
     ``d(X ⊗ Y)/dX = (I_n ⊗ K_{p,q} ⊗ I_r)(I_{nq} ⊗ vec_r Y)`` for X (n, q), Y (p, r);
     result shape (n*p*q*r, n*q).
     """
-    n, q = X.shape
-    p, r = Y.shape
-    left = kron3(eye(n, X), commutation(p, q, X), eye(r, X))
-    return left @ kron(eye(n * q, X), vec_r(Y).reshape(-1, 1))
+    return _kron_shuffle(X, Y) @ kron(eye(X.numel(), X), vec_r(Y).reshape(-1, 1))
 
 
 def d_kron_wrt_second(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
@@ -140,10 +140,7 @@ def d_kron_wrt_second(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     ``d(X ⊗ Y)/dY = (I_n ⊗ K_{p,q} ⊗ I_r)(vec_r X ⊗ I_{pr})`` for X (n, q), Y (p, r);
     result shape (n*p*q*r, p*r).
     """
-    n, q = X.shape
-    p, r = Y.shape
-    left = kron3(eye(n, X), commutation(p, q, X), eye(r, X))
-    return left @ kron(vec_r(X).reshape(-1, 1), eye(p * r, X))
+    return _kron_shuffle(X, Y) @ kron(vec_r(X).reshape(-1, 1), eye(Y.numel(), X))
 
 
 def product_rule(A: torch.Tensor, B: torch.Tensor, dA: torch.Tensor, dB: torch.Tensor) -> torch.Tensor:
@@ -152,9 +149,7 @@ def product_rule(A: torch.Tensor, B: torch.Tensor, dA: torch.Tensor, dB: torch.T
     ``d(A(X)B(X))/dX = (A ⊗ I_q) dB/dX + (I_p ⊗ B^T) dA/dX`` for A (p, r), B (r, q);
     ``dA`` has shape (p*r, N) and ``dB`` shape (r*q, N); result (p*q, N).
     """
-    p = A.shape[0]
-    q = B.shape[1]
-    return kron(A, eye(q, A)) @ dB + kron(eye(p, A), B.T) @ dA
+    return kron(A, eye(B.shape[1], A)) @ dB + kron(eye(A.shape[0], A), B.T) @ dA
 
 
 def kron_rule(A: torch.Tensor, B: torch.Tensor, dA: torch.Tensor, dB: torch.Tensor) -> torch.Tensor:
@@ -163,11 +158,8 @@ def kron_rule(A: torch.Tensor, B: torch.Tensor, dA: torch.Tensor, dB: torch.Tens
     ``d(A(X) ⊗ B(X))/dX = (I_n ⊗ K_{p,q} ⊗ I_r)((vec_r A ⊗ I_{pr}) dB/dX + (I_{nq} ⊗ vec_r B) dA/dX)``
     for A (n, q), B (p, r); ``dA`` (n*q, N), ``dB`` (p*r, N); result (n*p*q*r, N).
     """
-    n, q = A.shape
-    p, r = B.shape
-    left = kron3(eye(n, A), commutation(p, q, A), eye(r, A))
-    inner = kron(vec_r(A).reshape(-1, 1), eye(p * r, A)) @ dB + kron(eye(n * q, A), vec_r(B).reshape(-1, 1)) @ dA
-    return left @ inner
+    inner = kron(vec_r(A)[:, None], eye(B.numel(), A)) @ dB + kron(eye(A.numel(), A), vec_r(B)[:, None]) @ dA
+    return _kron_shuffle(A, B) @ inner
 
 
 def d_inverse(D: torch.Tensor) -> torch.Tensor:
@@ -198,6 +190,16 @@ def d_hadamard_root(A: torch.Tensor) -> torch.Tensor:
 def d_transpose(m: int, n: int, ref: torch.Tensor | None = None) -> torch.Tensor:
     """Proposition "Transposed Matrix derivative": ``dA^T/dA = K_{n,m}`` for A of shape (m, n)."""
     return commutation(n, m, ref)
+
+
+def assemble_rowwise(h: torch.Tensor) -> torch.Tensor:
+    """Embed per-row blocks h (L, a, b, c) into the ((L a)(L b), L c) matrix that is zero unless all three row
+    indices agree: entry ``[((i, p), (i, q)), (i, s)] = h[i, p, q, s]``."""
+    L, a, b, c = h.shape
+    full = torch.zeros(L, a, L, b, L, c, dtype=h.dtype, device=h.device)
+    idx = torch.arange(L, device=h.device)
+    full[idx, :, idx, :, idx, :] = h
+    return full.reshape(L * a * L * b, L * c)
 
 
 def partial_transpose(H: torch.Tensor, out: int, n_i: int, n_j: int) -> torch.Tensor:

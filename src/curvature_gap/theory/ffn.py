@@ -13,11 +13,8 @@ import torch
 
 from .calculus import eye, kron, vec_r
 
-__all__ = [
-    "relu", "relu_mask", "relu_jacobian", "relu_hessian",
-    "D_sigma", "dS_dW1", "dS_dW1_printed", "dS_dW2", "dS_dY",
-    "second_difference_along_W1",
-]
+__all__ = ["relu", "relu_mask", "relu_jacobian", "relu_hessian", "D_sigma", "dS_dW1", "dS_dW1_printed", "dS_dW2",
+           "dS_dY", "second_difference_along_W1"]
 
 
 def relu(X: torch.Tensor) -> torch.Tensor:
@@ -53,9 +50,7 @@ def _Dsigma_times(Y: torch.Tensor, W1: torch.Tensor, M: torch.Tensor) -> torch.T
 
 def dS_dW1(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor) -> torch.Tensor:
     """Theorem 4 (detailed): ``B_1 = ∂S/∂W_1 = (I_L ⊗ W_2^T) D_σ (Y ⊗ I_{d_ff})``; (L d_V, d_V d_ff)."""
-    L = Y.shape[0]
-    d_ff = W1.shape[1]
-    return kron(eye(L, Y), W2.T) @ _Dsigma_times(Y, W1, kron(Y, eye(d_ff, Y)))
+    return kron(eye(Y.shape[0], Y), W2.T) @ _Dsigma_times(Y, W1, kron(Y, eye(W1.shape[1], Y)))
 
 
 def dS_dW1_printed(X: torch.Tensor, Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor) -> torch.Tensor:
@@ -63,15 +58,12 @@ def dS_dW1_printed(X: torch.Tensor, Y: torch.Tensor, W1: torch.Tensor, W2: torch
 
     Only well-defined when d_ff = d_V (then X and Y W_1 have the same shape).
     """
-    L = Y.shape[0]
-    d_ff = W1.shape[1]
-    return kron(eye(L, Y), W2.T) @ relu_jacobian(X) @ kron(Y, eye(d_ff, Y))
+    return kron(eye(Y.shape[0], Y), W2.T) @ relu_jacobian(X) @ kron(Y, eye(W1.shape[1], Y))
 
 
 def dS_dW2(Y: torch.Tensor, W1: torch.Tensor) -> torch.Tensor:
     """Theorem 4 (detailed): ``B_2 = ∂S/∂W_2 = ReLU(Y W_1) ⊗ I_{d_V}``; (L d_V, d_ff d_V)."""
-    d_V = Y.shape[1]
-    return kron(relu(Y @ W1), eye(d_V, Y))
+    return kron(relu(Y @ W1), eye(Y.shape[1], Y))
 
 
 def dS_dY(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor) -> torch.Tensor:
@@ -106,8 +98,6 @@ def second_difference_along_W1(Y: torch.Tensor, W1: torch.Tensor, W2: torch.Tens
     jumps = (slope[nz] * W2[:, c][nz]).abs()[inside].numpy()
     ti = t[1:-1].numpy()
     d2n = d2.numpy()
-    far = np.ones_like(ti, dtype=bool)
-    for k in kinks:
-        far &= np.abs(ti - k) > 2 * h
+    far = (np.abs(ti[:, None] - kinks[None, :]) > 2 * h).all(axis=1)
     return {"t": t.numpy(), "s": s.numpy(), "t_inner": ti, "d2": d2n, "h": h, "kinks": kinks, "jumps": jumps,
             "max_d2": float(np.abs(d2n).max()), "max_d2_away": float(np.abs(d2n[far]).max()) if far.any() else 0.0}

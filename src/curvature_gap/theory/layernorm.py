@@ -18,16 +18,13 @@ import numpy as np
 import torch
 
 from ..exact.linalg import spectral_norm
-from .calculus import (commutation, d_diag, d_kron_wrt_first, d_kron_wrt_second, eye, kron, kron_rule, ones,
-                       product_rule, vec_r)
+from .calculus import (assemble_rowwise, commutation, d_diag, d_kron_wrt_first, d_kron_wrt_second, eye, kron,
+                       kron_rule, ones, product_rule, vec_r)
 
-__all__ = [
-    "check_assumption2", "layernorm_printed_definition", "center", "sigma", "P", "layernorm", "dM_dX",
-    "dsigma_dX", "dP_dX",
-    "jacobian", "d_PkronI_dX", "d_PkronI_dX_printed", "d_IkronMT_dX", "dD_dX", "dD_dX_printed",
-    "d2P_dX2", "d2P_dX2_printed", "hessian", "hessian_printed", "hessian_rowwise",
-    "assemble_rowwise", "contract_hessian", "norms_as_row_flattens",
-]
+__all__ = ["check_assumption2", "layernorm_printed_definition", "center", "sigma", "P", "layernorm", "dM_dX",
+           "dsigma_dX", "dP_dX", "jacobian", "d_PkronI_dX", "d_PkronI_dX_printed", "d_IkronMT_dX", "dD_dX",
+           "dD_dX_printed", "d2P_dX2", "d2P_dX2_printed", "hessian", "hessian_printed", "hessian_rowwise",
+           "assemble_rowwise", "contract_hessian", "norms_as_row_flattens"]
 
 
 def check_assumption2(X: torch.Tensor) -> None:
@@ -61,8 +58,7 @@ def sigma(X: torch.Tensor) -> torch.Tensor:
     """``σ(X) = (1/√d_V)(M^{∘2} 1_{d_V})^{∘1/2}`` (Theorem 2); X (L, d_V) -> (L,)."""
     check_assumption2(X)
     d = X.shape[1]
-    M = center(X)
-    return ((M.pow(2) @ ones(d, ref=X)).reshape(-1)).sqrt() / math.sqrt(d)
+    return ((center(X).pow(2) @ ones(d, ref=X)).reshape(-1)).sqrt() / math.sqrt(d)
 
 
 def P(X: torch.Tensor) -> torch.Tensor:
@@ -94,7 +90,8 @@ def dM_dX(L: int, d: int, ref: torch.Tensor | None = None) -> torch.Tensor:
 
 
 def _factors(X: torch.Tensor):
-    """Factors of ``∂σ/∂X = (1/√d) A_2 J A_3 G`` (Theorem 2 proof / Theorem 3 proof)."""
+    """Factors of ``∂σ/∂X = (1/√d) A_2 J A_3 G`` (Theorem 2 proof / Theorem 3 proof) and their product
+    ``A_2 J A_3 G = ∂τ^{∘1/2}/∂X``."""
     L, d = X.shape
     M = center(X)
     tau = (M.pow(2) @ ones(d, ref=X)).reshape(-1)          # τ = M^{∘2} 1_{d_V}, (L,)
@@ -102,15 +99,13 @@ def _factors(X: torch.Tensor):
     J = kron(eye(L, X), ones(d, ref=X).T)                    # I_L ⊗ 1_{d_V}^T, (L, L d)
     A3 = torch.diag(vec_r(M))                                # diag(vec_r M), (L d, L d)
     G = dM_dX(L, d, X)
-    return M, A2, J, A3, G
+    return M, A2, J, A3, G, A2 @ J @ A3 @ G
 
 
 def dsigma_dX(X: torch.Tensor) -> torch.Tensor:
     """``∂σ/∂X = (1/√d_V) diag^{-1}(vec_r^{∘1/2}(M^{∘2}1)) (I_L ⊗ 1^T) diag(vec_r M) G``; (L, L d_V)."""
     check_assumption2(X)
-    d = X.shape[1]
-    _, A2, J, A3, G = _factors(X)
-    return A2 @ J @ A3 @ G / math.sqrt(d)
+    return _factors(X)[-1] / math.sqrt(X.shape[1])
 
 
 def dP_dX(X: torch.Tensor) -> torch.Tensor:
@@ -119,17 +114,14 @@ def dP_dX(X: torch.Tensor) -> torch.Tensor:
     ``D = diag(σ)``, ``E = (e_1 ⊗ e_1, ..., e_L ⊗ e_L)``; the paper's symbol for this
     matrix in Theorem 3 is ``H``.
     """
-    check_assumption2(X)
     L, d = X.shape
-    _, A2, J, A3, G = _factors(X)
-    Dinv = P(X)
-    A1 = -kron(Dinv, Dinv.T)
-    return A1 @ d_diag(L, X) @ (A2 @ J @ A3 @ G) / math.sqrt(d)
+    dsqrt_tau = _factors(X)[-1]
+    Dinv = P(X)                                              # checks Assumption 2
+    return -kron(Dinv, Dinv.T) @ d_diag(L, X) @ dsqrt_tau / math.sqrt(d)
 
 
 def jacobian(X: torch.Tensor) -> torch.Tensor:
     """Theorem 2: ``∂LN/∂X = (P ⊗ I_{d_V}) G + (I_L ⊗ M^T) ∂P/∂X``; X (L, d_V) -> (L d_V, L d_V)."""
-    check_assumption2(X)
     L, d = X.shape
     return kron(P(X), eye(d, X)) @ dM_dX(L, d, X) + kron(eye(L, X), center(X).T) @ dP_dX(X)
 
@@ -166,15 +158,12 @@ def d_IkronMT_dX(X: torch.Tensor) -> torch.Tensor:
 
 def dD_dX(X: torch.Tensor) -> torch.Tensor:
     """``∂D/∂X = E ∂σ/∂X`` with ``D = diag(σ)``; (L^2, L d_V)."""
-    L = X.shape[0]
-    return d_diag(L, X) @ dsigma_dX(X)
+    return d_diag(X.shape[0], X) @ dsigma_dX(X)
 
 
 def dD_dX_printed(X: torch.Tensor) -> torch.Tensor:
     """Theorem 3 proof as printed: ``∂D/∂X = E (A_2 J A_3 G)`` -- without the 1/√d_V of ∂σ/∂X."""
-    L = X.shape[0]
-    _, A2, J, A3, G = _factors(X)
-    return d_diag(L, X) @ (A2 @ J @ A3 @ G)
+    return d_diag(X.shape[0], X) @ _factors(X)[-1]
 
 
 def _d2P_terms(X: torch.Tensor, dD: torch.Tensor):
@@ -185,22 +174,21 @@ def _d2P_terms(X: torch.Tensor, dD: torch.Tensor):
     """
     L, d = X.shape
     n = L * d
-    M, A2, J, A3, G = _factors(X)
+    _, A2, J, A3, G, dsqrt_tau = _factors(X)
     Dinv = P(X)
     E = d_diag(L, X)
     A1 = -kron(Dinv, Dinv.T)
     B2 = J @ A3 @ G
     B1 = E @ A2 @ B2
     # ∂A_1/∂X via the Kronecker rule on (-D^{-1}) ⊗ D^{-T}
-    K_LL = commutation(L, L, X)
     d_negDinv = kron(Dinv, Dinv.T) @ dD                     # ∂(-D^{-1})/∂X
-    d_DinvT = K_LL @ (-kron(Dinv, Dinv.T)) @ dD             # ∂D^{-T}/∂X
+    d_DinvT = commutation(L, L, X) @ A1 @ dD                # ∂D^{-T}/∂X
     dA1 = kron_rule(-Dinv, Dinv.T, d_negDinv, d_DinvT)
     # ∂A_3/∂X = E_{L d} ∂vec_r(M)/∂M ∂M/∂X ;  ∂B_3/∂X = ∂²M/∂X² = 0
     dA3 = d_diag(n, X) @ G
     dB2 = kron(J, eye(n, X)) @ product_rule(A3, G, dA3, torch.zeros(n * n, n, dtype=X.dtype, device=X.device))
     # ∂A_2/∂X with A_2 = diag(√τ)^{-1}: inverse rule, diag rule, ∂√τ/∂X = A_2 J A_3 G
-    dA2 = -kron(A2, A2.T) @ E @ (A2 @ J @ A3 @ G)
+    dA2 = -kron(A2, A2.T) @ E @ dsqrt_tau
     dB1 = kron(E, eye(n, X)) @ product_rule(A2, B2, dA2, dB2)
     T1 = kron(A1, eye(n, X)) @ dB1
     T2 = kron(eye(L * L, X), B1.T) @ dA1
@@ -212,7 +200,6 @@ def d2P_dX2(X: torch.Tensor) -> torch.Tensor:
 
     ``∂A_1/∂X`` uses ``∂D/∂X = E ∂σ/∂X`` (with the 1/√d_V of ∂σ/∂X); shape (L^3 d_V, L d_V).
     """
-    check_assumption2(X)
     d = X.shape[1]
     T1, T2 = _d2P_terms(X, dD_dX(X))
     return (T1 + T2) / math.sqrt(d)
@@ -226,21 +213,15 @@ def d2P_dX2_printed(X: torch.Tensor, bracketed: bool = True) -> torch.Tensor:
     """
     d = X.shape[1]
     T1, T2 = _d2P_terms(X, dD_dX_printed(X))
-    if bracketed:
-        return (T1 + T2) / math.sqrt(d)
-    return T1 / math.sqrt(d) + T2
+    return (T1 + T2) / math.sqrt(d) if bracketed else T1 / math.sqrt(d) + T2
 
 
 def _hessian_from(X: torch.Tensor, d_PkronI: torch.Tensor, d2P: torch.Tensor) -> torch.Tensor:
     L, d = X.shape
     n = L * d
-    G = dM_dX(L, d, X)
-    H = dP_dX(X)
-    d2M = torch.zeros(n * n, n, dtype=X.dtype, device=X.device)     # ∂²M/∂X² = 0
-    return (kron(kron(P(X), eye(d, X)), eye(n, X)) @ d2M
-            + kron(eye(n, X), G.T) @ d_PkronI
+    return (kron(eye(n, X), dM_dX(L, d, X).T) @ d_PkronI  # the term ((P ⊗ I) ⊗ I) ∂²M/∂X² is 0: M is linear
             + kron(kron(eye(L, X), center(X).T), eye(n, X)) @ d2P
-            + kron(eye(n, X), H.T) @ d_IkronMT_dX(X))
+            + kron(eye(n, X), dP_dX(X).T) @ d_IkronMT_dX(X))
 
 
 def hessian(X: torch.Tensor) -> torch.Tensor:
@@ -250,7 +231,6 @@ def hessian(X: torch.Tensor) -> torch.Tensor:
     + (I ⊗ H^T) ∂(I_L ⊗ M^T)/∂X`` with the corrected ``∂(P ⊗ I_{d_V})/∂X`` and ``∂²P/∂X²``.
     Entry ``[(a, b), c] = ∂² LN_a / ∂X_b ∂X_c``.  Dense: use :func:`hessian_rowwise` for large L.
     """
-    check_assumption2(X)
     return _hessian_from(X, d_PkronI_dX(X), d2P_dX2(X))
 
 
@@ -270,25 +250,13 @@ def hessian_rowwise(X: torch.Tensor) -> torch.Tensor:
     return torch.stack([hessian(X[i:i + 1]).reshape(d, d, d) for i in range(X.shape[0])])
 
 
-def assemble_rowwise(h: torch.Tensor) -> torch.Tensor:
-    """Embed per-row Hessians (L, d, d, d) into the full ((L d)^2, L d) matrix of Theorem 3."""
-    L, d = h.shape[0], h.shape[1]
-    full = torch.zeros(L, d, L, d, L, d, dtype=h.dtype, device=h.device)
-    idx = torch.arange(L, device=h.device)
-    full[idx, :, idx, :, idx, :] = h
-    return full.reshape(L * d * L * d, L * d)
-
-
 def contract_hessian(X: torch.Tensor, v: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
     """``(v^T ⊗ I_{L d_V}) H_LN = Σ_a v_a ∂² LN_a / ∂X ∂X`` as an (L d_V, L d_V) block-diagonal matrix.
 
     ``v`` has L*d_V entries; ``h`` are the per-row Hessians from :func:`hessian_rowwise`.
     """
-    L, d = X.shape
-    if h is None:
-        h = hessian_rowwise(X)
-    blocks = torch.einsum("ia,iabc->ibc", v.reshape(L, d), h)
-    return torch.block_diag(*blocks)
+    h = hessian_rowwise(X) if h is None else h
+    return torch.block_diag(*torch.einsum("ia,iabc->ibc", v.reshape(X.shape), h))
 
 
 # ---------------------------------------------------------------- curvature as a row becomes constant
