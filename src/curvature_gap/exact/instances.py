@@ -57,25 +57,11 @@ class Instance:
     meta: dict = field(default_factory=dict)
 
     @property
-    def L(self) -> int:
-        return self.X.shape[0]
-
-    @property
-    def d_V(self) -> int:
-        return self.X.shape[1]
-
-    @property
-    def d_K(self) -> int:
-        return self.W_Q.shape[1]
-
-    @property
-    def d_ff(self) -> int:
-        return self.W_1.shape[1]
-
-    @property
     def shape(self) -> tuple[int, int, int, int]:
         """``(L, d_V, d_K, d_ff)``."""
-        return (self.L, self.d_V, self.d_K, self.d_ff)
+        return (*self.X.shape, self.W_Q.shape[1], self.W_1.shape[1])
+
+    L, d_V, d_K, d_ff = (property(lambda self, i=i: self.shape[i]) for i in range(4))
 
     def shape_str(self) -> str:
         return "L={},dV={},dK={},dff={}".format(*self.shape)

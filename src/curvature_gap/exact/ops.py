@@ -22,15 +22,6 @@ import torch
 __all__ = ["op_errors"]
 
 
-def _tok(t: torch.Tensor) -> torch.Tensor:
-    """(c, B, n, ...) directions -> the engine's layout (B, n, c, ...)."""
-    return t.movedim(0, 2)
-
-
-def _untok(t: torch.Tensor) -> torch.Tensor:
-    return t.movedim(2, 0)
-
-
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / max(float(b.abs().max()), 1e-300))
 
@@ -65,12 +56,13 @@ def op_errors(op, xs: list, params: dict, c: int = 3, seed: int = 0, h: float = 
     need = [True] * n_in
     vjp = op.vjp(ctx, dict(params), d_y, need)
     dp = dict(zip(slots, dirs[n_in:]))
-    ydot, t = op.jvp(ctx, dict(params), [_tok(d) for d in dirs[:n_in]], dp, c)
+    # directions (c, B, n, ...) in the engine's layout (B, n, c, ...): movedim(0, 2), and back: movedim(2, 0)
+    ydot, t = op.jvp(ctx, dict(params), [d.movedim(0, 2) for d in dirs[:n_in]], dp, c)
     dd_y = None if scalar else w2.unsqueeze(2) * ydot
     ddx = op.vjp_tangent(ctx, dict(params), t, dd_y, dp, c, need)
     rows = op.rows(ctx, dict(params), t, dd_y, dp, c, tuple(slots)) if slots else {}
     grads = op.grads(ctx, dict(params), tuple(slots)) if slots else {}
-    ours = [_untok(d) for d in ddx] + [rows[s].reshape(c, *params[s].shape) for s in slots]
+    ours = [d.movedim(2, 0) for d in ddx] + [rows[s].reshape(c, *params[s].shape) for s in slots]
 
     ref_grad = grad_at(args)
     err = {"vjp": max([_rel(a, b) for a, b in zip(vjp, ref_grad[:n_in])], default=0.0),
@@ -89,6 +81,6 @@ def op_errors(op, xs: list, params: dict, c: int = 3, seed: int = 0, h: float = 
             _, jv = torch.autograd.functional.jvp(fwd, tuple(args), v)
             with torch.no_grad():
                 fd = (fwd(*[a + h * d for a, d in zip(args, v)]) - fwd(*[a - h * d for a, d in zip(args, v)])) / (2 * h)
-            err["jvp"] = max(err["jvp"], _rel(_untok(ydot)[j], jv))
-            err["jvp_fd"] = max(err["jvp_fd"], _rel(_untok(ydot)[j], fd))
+            err["jvp"] = max(err["jvp"], _rel(ydot.movedim(2, 0)[j], jv))
+            err["jvp_fd"] = max(err["jvp_fd"], _rel(ydot.movedim(2, 0)[j], fd))
     return err

@@ -55,9 +55,7 @@ def unsupported(model: nn.Module, method: str) -> list[str]:
 
 
 def _unpack(data) -> tuple[torch.Tensor, torch.Tensor]:
-    if hasattr(data, "images") and hasattr(data, "labels"):
-        return data.images, data.labels
-    images, labels = data
+    images, labels = (data.images, data.labels) if hasattr(data, "images") and hasattr(data, "labels") else data
     return images, labels
 
 

@@ -256,25 +256,6 @@ class ViTSecondOrder(State):
         return H
 
     # ------------------------------------------------------------------ the scores' bilinear form
-    @staticmethod
-    def scores_group(i: int) -> str:
-        """The name of block ``i``'s virtual group M = W̃_Q W̃_Kᵀ (the scores ``s x̃ M x̃ᵀ``)."""
-        return f"block{i}.scores"
-
-    @staticmethod
-    def scores_block(group: str) -> int | None:
-        """The block of a virtual ``block{i}.scores`` group; None for any other group."""
-        block, _, part = group.partition(".")
-        return int(block[len("block"):]) if part == "scores" else None
-
-    def scores_factors(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(W̃_Q, W̃_K), each (D, d_K): the query and key weights with their bias rows, in the row-major order
-        of the groups ``block{i}.query`` and ``block{i}.key``."""
-        w = lambda n: self.params[f"blocks.{i}.{n}"]  # noqa: E731
-        if not self.cfg.qkv_bias:
-            return w("query"), w("key")
-        return torch.cat([w("query"), w("query_bias")[None]]), torch.cat([w("key"), w("key_bias")[None]])
-
     def scores_grad(self, i: int) -> torch.Tensor:
         """∂L/∂M (D, D) of block ``i``'s bilinear form."""
         node = f"blocks.{i}.attention"
@@ -291,8 +272,7 @@ def closed_form_groups(so: ViTSecondOrder) -> list[str]:
     """
     if not so.n_blocks or (so.cfg.activation == "relu" and not so.cfg.ffn_bias):
         return []
-    last = so.n_blocks - 1
-    return [f"block{last}.ffn1", f"block{last}.ffn2"]
+    return [f"block{so.n_blocks - 1}.{f}" for f in ("ffn1", "ffn2")]
 
 
 def _chunks(so: ViTSecondOrder, chunk, sample_chunk):
@@ -369,11 +349,9 @@ def embed_from_pos(so: ViTSecondOrder, chunk: int, sample_chunk: int | None) -> 
     ``mix``), and the embedding needs no pass. Needs learned positions, and is used while the per-sample
     rows fit in :data:`EMBED_FROM_POS_BYTES`.
     """
-    names = [g.name for g in so.groups]
-    if "pos" not in names or "embed" not in names:
-        return False
     P = so.groups[-1].stop
-    return (sample_chunk or so.B) * chunk * P * so.xp.element_size() <= EMBED_FROM_POS_BYTES
+    return {"pos", "embed"} <= {g.name for g in so.groups} and \
+        (sample_chunk or so.B) * chunk * P * so.xp.element_size() <= EMBED_FROM_POS_BYTES
 
 
 def dense_plan(so: ViTSecondOrder, closed_form: list[str], bilinear: list[int] = (),
@@ -399,8 +377,8 @@ def dense_plan(so: ViTSecondOrder, closed_form: list[str], bilinear: list[int] =
         if g in closed_form or (g == "embed" and embed_mixed) or g.endswith(".key") and g in qk:
             continue
         rows = order[gi:] + [h for h in closed_form if order.index(h) < gi]
-        if g in qk:  # the query's place: one pass over M, rows from the value on
-            g = so.scores_group(qk[g])
+        if g in qk:  # the query's place: one pass over M (the virtual group block{i}.scores), rows from the value on
+            g = f"block{qk[g]}.scores"
             rows = [g] + rows[2:]
         plan.append((g, rows))
     return plan
@@ -424,7 +402,8 @@ def scores_to_qk(so: ViTSecondOrder, i: int, H_M: dict[str, torch.Tensor]) -> di
 
     Returns ``{(row, col): H[row, col]}`` for col the query and the key and every row group but the scores,
     and the (Q, K)² block as (Q, Q), (K, K) and (K, Q) (see :func:`bilinear_blocks`)."""
-    WQ, WK = so.scores_factors(i)
+    w = lambda n: so.params[f"blocks.{i}.{n}"]  # noqa: E731  W̃_Q, W̃_K (D, d_K): with their bias rows
+    WQ, WK = (torch.cat([w(n), w(f"{n}_bias")[None]]) if so.cfg.qkv_bias else w(n) for n in ("query", "key"))
     D = WQ.shape[0]
 
     def to_q(X):  # (r, D²) columns of M -> (r, D·d_K) columns of W̃_Q: Σ_b X[:, (a, b)] W̃_K[b, o]
@@ -433,7 +412,7 @@ def scores_to_qk(so: ViTSecondOrder, i: int, H_M: dict[str, torch.Tensor]) -> di
     def to_k(X):  # -> columns of W̃_K: Σ_a X[:, (a, j)] W̃_Q[a, o]
         return (X.view(-1, D, D).transpose(1, 2) @ WQ).reshape(X.shape[0], -1)
 
-    g, q, k = so.scores_group(i), f"block{i}.query", f"block{i}.key"
+    g, q, k = f"block{i}.scores", f"block{i}.query", f"block{i}.key"
     out = {}
     for row, X in H_M.items():
         if row != g:
@@ -489,8 +468,8 @@ def dense(so: ViTSecondOrder, chunk, sample_chunk, closed_form: bool = True, bil
                     cols.append(blks[r].view(-1, so.cfg.n_tokens, d).sum(1))
                 H[groups[r].slice, groups["embed"].slice] = torch.cat(cols, 1)
                 done.add((r, "embed"))
-        i = so.scores_block(col)
-        blks = scores_to_qk(so, i, blks) if i is not None else {(r, col): blks[r] for r in rows}
+        block, _, part = col.partition(".")
+        blks = scores_to_qk(so, int(block[5:]), blks) if part == "scores" else {(r, col): blks[r] for r in rows}
         for (r, c), blk in blks.items():
             H[groups[r].slice, groups[c].slice] = blk
             done.add((r, c))

@@ -61,19 +61,16 @@ class HessianOperator:
         return model_loss(self.model, self.loss, {**{n: v for n, v in self.values.items() if n not in diff},
                                                   **self.buffers})
 
-    def _flat(self, X, y):
-        """``f(θ)``: the loss on (X, y) as a function of the flat vector of S."""
+    def flat_loss(self, X=None, y=None):
+        """``f(θ)``: the loss on (X, y) (default: the whole batch) as a function of the flat vector of S."""
         l = self._loss(self.names)
+        X, y = (self.X, self.y) if X is None else (X, y)
         return lambda theta: l(self.unflat(theta), X, y)
-
-    def flat_loss(self):
-        """``f(θ)``: the loss on the whole batch as a function of the flat vector of S."""
-        return self._flat(self.X, self.y)
 
     def matmat(self, V: torch.Tensor) -> torch.Tensor:
         """``(H Vᵀ)ᵀ`` for V (m, P): m products at once (vmapped), summed over micro-batches."""
         if not hasattr(self, "_fns"):
-            self._fns = [(vmap(lambda v, f=self._flat(X, y): jvp(grad(f), (self.theta0,), (v,))[1]), w)
+            self._fns = [(vmap(lambda v, f=self.flat_loss(X, y): jvp(grad(f), (self.theta0,), (v,))[1]), w)
                          for X, y, w in self.pieces]
         out = None
         for fn, w in self._fns:
@@ -107,4 +104,4 @@ class HessianOperator:
     def per_sample(self):
         """``(V (b, P), X (b, ...), y (b,)) -> (b, P)``: the Hessian of sample i's loss times V[i], vmapped over
         the samples (each sample its own batch of one)."""
-        return vmap(lambda v, img, lab: jvp(grad(self._flat(img[None], lab[None])), (self.theta0,), (v,))[1])
+        return vmap(lambda v, img, lab: jvp(grad(self.flat_loss(img[None], lab[None])), (self.theta0,), (v,))[1])

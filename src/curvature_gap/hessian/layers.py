@@ -29,13 +29,13 @@ from .ops.attention import Attention
 from .ops.layernorm import LayerNorm
 from .ops.linear import Linear
 from .ops.layout import add
-from .ops.loss import MSE, GivenLoss
+from .ops.loss import MSE, CrossEntropy, GivenLoss
 from .ops.tokens import Add, Scale
 from .program import Node, Program, State, blocks as program_blocks, dense, hvp
 
-__all__ = ["layer_hessian", "layer_hvp", "attention_mask", "LayerHessian", "SUPPORTED", "library_class",
-           "activation_name", "layer_nodes", "no_dropout_in_training", "assemble", "loss_node", "requested_pairs",
-           "is_class", "layernorm_of", "first_parameter", "program_state"]
+__all__ = ["layer_hessian", "layer_hvp", "attention_mask", "LayerHessian", "SUPPORTED", "activation_name",
+           "layer_nodes", "no_dropout_in_training", "assemble", "loss_node", "requested_pairs", "is_class",
+           "layernorm_of", "first_parameter", "program_state"]
 
 SUPPORTED = {
     "torch.nn.TransformerEncoderLayer": (
@@ -57,15 +57,10 @@ SUPPORTED = {
 }
 
 
-def library_class(module: str, name: str):
-    """The class ``module.name`` if that module is loaded (else None: no layer of it can exist)."""
-    mod = sys.modules.get(module)
-    return getattr(mod, name, None) if mod is not None else None
-
-
 def is_class(obj, module: str, name: str) -> bool:
-    """Whether ``obj`` is exactly of the class ``module.name`` (False where that module is not loaded)."""
-    cls = library_class(module, name)
+    """Whether ``obj`` is exactly of the class ``module.name`` (False where that module is not loaded: no layer of
+    it can exist)."""
+    cls = getattr(sys.modules.get(module), name, None)
     return cls is not None and type(obj) is cls
 
 
@@ -117,7 +112,7 @@ def activation_name(act, where: str) -> str:
     if act is F.gelu:
         return "gelu"
     key = (type(act).__module__, type(act).__name__)
-    if key in _ACTIVATIONS and library_class(*key) is type(act):
+    if key in _ACTIVATIONS and is_class(act, *key):
         name = _ACTIVATIONS[key]
         inner = getattr(act, "act", None)  # transformers: the python forms compute the same function
         if name == "gelu" and inner is not None and getattr(inner, "__name__", "") not in ("gelu", "_gelu_python"):
@@ -420,13 +415,14 @@ def requested_pairs(blocks, names) -> list | None:
     return list(dict.fromkeys(pairs))
 
 
-def loss_node(loss, out: str) -> Node:
-    """The loss of a program's output value ``out``: ``"mse"`` (to the input ``target``) or a pair
-    ``(dl_dZ, d2l_dZ2)``."""
+def loss_node(loss, out: str, names=("mse",)) -> Node:
+    """The loss of a program's output value ``out``: one of ``names`` (``"mse"``, ``"cross_entropy"``: to the
+    input ``target``) or a pair ``(dl_dZ, d2l_dZ2)``."""
     if isinstance(loss, str):
-        if loss != "mse":
-            raise ValueError(f"loss={loss!r} is not supported: 'mse' or a pair (dl_dZ, d2l_dZ2)")
-        return Node("loss", MSE(), (out, "target"), "loss")
+        if loss not in names:
+            raise ValueError(f"loss={loss!r} is not supported: {' or '.join(map(repr, names))} or a pair "
+                             "(dl_dZ, d2l_dZ2)")
+        return Node("loss", {"mse": MSE, "cross_entropy": CrossEntropy}[loss](), (out, "target"), "loss")
     if not (isinstance(loss, (tuple, list)) and len(loss) == 2):
         raise ValueError("loss must be 'mse' or a pair (dl_dZ, d2l_dZ2) of tensors or callables of Z")
     return Node("loss", GivenLoss(*loss), (out,), "loss")
@@ -475,13 +471,14 @@ def _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss):
     if not isinstance(X, torch.Tensor) or not X.is_floating_point() or X.dtype != w.dtype or X.device != w.device:
         raise ValueError(f"X must be a floating tensor with the dtype and device of the layer ({w.dtype}, {w.device})")
     bf = layer.self_attn.batch_first if type(layer) is nn.TransformerEncoderLayer else True
-    if X.dim() == 2:
-        Xb = X[None]
-    elif X.dim() == 3:
-        Xb = X if bf else X.transpose(0, 1)
-    else:
+    if X.dim() not in (2, 3):
         raise ValueError(f"X of shape {tuple(X.shape)}: expected (L, d) or (N, L, d)"
                          + ("" if bf else " ((L, N, d): batch_first=False)"))
+
+    def to_layout(Z, back=True):  # the engine's (N, L, d) to X's layout (back) or from it
+        return (Z[0] if back else Z[None]) if X.dim() == 2 else (Z if bf else Z.transpose(0, 1))
+
+    Xb = to_layout(X, False)
     N, L, d = Xb.shape
     if is_causal and attn_mask is not None and type(layer) is nn.TransformerEncoderLayer:
         _causal_hint(N, L, attn_mask, X)
@@ -494,13 +491,9 @@ def _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss):
         if tuple(target.shape) != tuple(X.shape):
             raise ValueError(f"target of shape {tuple(target.shape)} must have the shape of X (the layer's output), "
                              f"{tuple(X.shape)}")
-        inputs["target"] = target[None] if X.dim() == 2 else (target if bf else target.transpose(0, 1))
+        inputs["target"] = to_layout(target, False)
     elif loss == "mse":
         raise ValueError("loss='mse' needs target, of the shape of the layer's output")
-
-    def to_layout(Z):
-        return Z[0] if X.dim() == 2 else (Z if bf else Z.transpose(0, 1))
-
     return program_state(layer, nodes, loss_node(loss, out), inputs), to_layout, out
 
 

@@ -26,9 +26,8 @@ from .layers import (LayerHessian, _Builder, assemble, check_reads, first_parame
                      loss_node, no_dropout_in_training, program_state, supported_kind)
 from .ops.activation import Activation
 from .ops.linear import Linear
-from .ops.loss import CrossEntropy
 from .ops.tokens import Add, AddParam, Embed, Pool, Patches, Prepend
-from .program import Node, State, hvp
+from .program import State, hvp
 
 __all__ = ["model_hessian", "model_hvp", "model_nodes", "describe", "SUPPORTED"]
 
@@ -164,28 +163,21 @@ def model_nodes(model: nn.Module, inputs: torch.Tensor | None, output: str | Non
     return nodes, out, data
 
 
-def _loss(loss, out: str, target, data: dict) -> Node:
-    if loss == "cross_entropy":
-        if target is None or target.dtype not in (torch.int64, torch.int32) or target.dim() != 1:
-            raise ValueError("loss='cross_entropy' needs target: the labels (B,) as integers")
-        data["target"] = target
-        return Node("loss", CrossEntropy(), (out, "target"), "loss")
-    if loss == "mse":
-        if target is None:
-            raise ValueError("loss='mse' needs target, of the shape of the model's output")
-        data["target"] = target
-    return loss_node(loss, out)
-
-
 def _state(model, inputs, loss, target, output, kw) -> tuple[State, callable]:
     w = first_parameter(model)
     if inputs.is_floating_point() and (inputs.dtype != w.dtype or inputs.device != w.device):
         raise ValueError(f"inputs must have the dtype and device of the model ({w.dtype}, {w.device})")
     nodes, out, data = model_nodes(model, inputs, output, **kw)
     sq = out in ("logits", "pooler_output")  # the output in the engine's token layout: (B, 1, K) for (B, K)
-    if loss == "mse" and target is not None and sq and target.dim() == 2:
-        target = target[:, None]
-    return program_state(model, nodes, _loss(loss, out, target, data), data), (lambda Z: Z[:, 0] if sq else Z)
+    if loss == "cross_entropy" and (target is None or target.dtype not in (torch.int64, torch.int32)
+                                    or target.dim() != 1):
+        raise ValueError("loss='cross_entropy' needs target: the labels (B,) as integers")
+    if loss == "mse" and target is None:
+        raise ValueError("loss='mse' needs target, of the shape of the model's output")
+    if loss in ("mse", "cross_entropy"):
+        data["target"] = target[:, None] if loss == "mse" and sq and target.dim() == 2 else target
+    state = program_state(model, nodes, loss_node(loss, out, ("cross_entropy", "mse")), data)
+    return state, (lambda Z: Z[:, 0] if sq else Z)
 
 
 def model_hessian(model: nn.Module, inputs: torch.Tensor, loss, target: torch.Tensor | None = None, blocks=None,
@@ -218,10 +210,8 @@ def describe(module: nn.Module) -> list[dict]:
     """What :func:`curvature_gap.layer_hessian` or :func:`model_hessian` reads from ``module``: its program in
     forward order, each step as ``{"submodule", "op", "inputs", "output", "parameters"}`` (ValueError if it is not
     supported)."""
-    if any(is_class(module, *cls) for _, cls, _ in _MODELS):
-        nodes = model_nodes(module, None)[0]
-    else:
-        nodes = layer_nodes(module)[0]
+    nodes = (model_nodes(module, None) if any(is_class(module, *cls) for _, cls, _ in _MODELS) else
+             layer_nodes(module))[0]
 
     def pname(r):
         return r if isinstance(r, str) else f"{r[0]}[{r[1].start}:{r[1].stop}]"

@@ -130,8 +130,7 @@ class State:
         vals = dict(inputs)
         self.ctxs = []
         for i, nd in enumerate(program.nodes):
-            y, ctx = nd.op.forward([vals[v] for v in nd.ins], self.p[i])
-            vals[nd.out] = y
+            vals[nd.out], ctx = nd.op.forward([vals[v] for v in nd.ins], self.p[i])
             self.ctxs.append(ctx)
         self.values = vals
         out, out_value = vals[program.nodes[-1].out], vals[program.nodes[-1].ins[0]]  # the loss, the output

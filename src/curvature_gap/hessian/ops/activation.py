@@ -20,6 +20,7 @@ import torch
 
 from ...model import ACTIVATIONS
 from . import Op
+from .layout import add
 
 __all__ = ["Activation", "NAMES", "parts"]
 
@@ -72,9 +73,6 @@ class Activation(Op):
         return dh * ctx["a1"].unsqueeze(2), {"dh": dh}
 
     def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
-        out = None if dd_y is None else dd_y * ctx["a1"].unsqueeze(2)
         dh, a2 = t.get("dh"), ctx["a2"]
-        if a2 is not None and dh is not None:
-            g = dh * (a2 * ctx["d_y"]).unsqueeze(2)
-            out = g if out is None else out + g
-        return [out]
+        return [add(None if dd_y is None else dd_y * ctx["a1"].unsqueeze(2),
+                    None if a2 is None or dh is None else dh * (a2 * ctx["d_y"]).unsqueeze(2))]

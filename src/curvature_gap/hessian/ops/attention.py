@@ -62,7 +62,6 @@ class Attention(Op):
         self.h, self.mask, self.bilinear = int(heads), mask, bilinear
         self.slots = () if bilinear is None else ("scores",)
 
-
     # ------------------------------------------------------------------ heads into the sample axis
     def _split(self, t, B: int):
         """(B or 1, n, [c,] h·e) -> (B·h, n, [c,] e): head j to sample b·h + j."""

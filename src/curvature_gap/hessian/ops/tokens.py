@@ -80,16 +80,22 @@ def _shared_rows(dd: torch.Tensor | None, shape, c: int, x: torch.Tensor, per_sa
 
 
 class AddParam(Op):
-    """``y = x + P``, P (slot ``value``) of shape (n, d) or (1, n, d), the same for every sample."""
+    """``y = x + P``, P (slot ``value``) of shape (n, d) or (1, n, d), the same for every sample. ``_x`` and ``_p``
+    cut the tokens of a y-shaped tensor that x and P reach (here: all of them)."""
 
     slots = ("value",)
+
+    def _x(self, t, p):
+        return t
+
+    _p = _x
 
     def forward(self, xs, p):
         return xs[0] + p["value"], {"x": xs[0]}
 
     def vjp(self, ctx, p, d_y, need):
         ctx["d_y"] = d_y
-        return [d_y]
+        return [self._x(d_y, p)]
 
     def jvp(self, ctx, p, dxs, dp, c):
         dx, dP = dxs[0], dp.get("value")
@@ -100,30 +106,28 @@ class AddParam(Op):
         return (dP.expand(x.shape[0], *dP.shape[1:]).contiguous() if dx is None else dx + dP), {}
 
     def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
-        return [dd_y]
+        return [None if dd_y is None else self._x(dd_y, p)]
 
     def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False):
-        return {"value": _shared_rows(dd_y, p["value"].shape, c, ctx["x"], per_sample)}
+        return {"value": _shared_rows(None if dd_y is None else self._p(dd_y, p), p["value"].shape, c, ctx["x"],
+                                      per_sample)}
 
     def grads(self, ctx, p, slots):
-        return {"value": ctx["d_y"].sum(0).reshape(p["value"].shape)}
+        return {"value": self._p(ctx["d_y"], p).sum(0).reshape(p["value"].shape)}
 
 
-class Prepend(Op):
+class Prepend(AddParam):
     """``y = [P, x]`` along the tokens, P (slot ``value``) of shape (1, k, d), the same for every sample."""
 
-    slots = ("value",)
+    def _x(self, t, p):
+        return t[:, p["value"].shape[1]:]
+
+    def _p(self, t, p):
+        return t[:, :p["value"].shape[1]]
 
     def forward(self, xs, p):
         x, P = xs[0], p["value"]
         return torch.cat([P.expand(x.shape[0], -1, -1), x], 1), {"x": x}
-
-    def _k(self, p) -> int:
-        return p["value"].shape[1]
-
-    def vjp(self, ctx, p, d_y, need):
-        ctx["d_y"] = d_y
-        return [d_y[:, self._k(p):]]
 
     def jvp(self, ctx, p, dxs, dp, c):
         dx, dP = dxs[0], dp.get("value")
@@ -131,21 +135,11 @@ class Prepend(Op):
             return None, {}
         x = ctx["x"]
         B, n, d = x.shape
-        k = self._k(p)
+        k = p["value"].shape[1]
         head = torch.zeros(B, k, c, d, dtype=x.dtype, device=x.device) if dP is None else \
             dP.reshape(c, k, d).transpose(0, 1)[None].expand(B, k, c, d)
         tail = torch.zeros(B, n, c, d, dtype=x.dtype, device=x.device) if dx is None else full(dx, B)
         return torch.cat([head, tail], 1), {}
-
-    def vjp_tangent(self, ctx, p, t, dd_y, dp, c, need):
-        return [None if dd_y is None else dd_y[:, self._k(p):]]
-
-    def rows(self, ctx, p, t, dd_y, dp, c, slots, per_sample=False):
-        head = None if dd_y is None else dd_y[:, :self._k(p)]  # (B, k, c, d)
-        return {"value": _shared_rows(head, p["value"].shape, c, ctx["x"], per_sample)}
-
-    def grads(self, ctx, p, slots):
-        return {"value": ctx["d_y"][:, :self._k(p)].sum(0, keepdim=True)}
 
 
 class Pool(Op):
