@@ -106,10 +106,13 @@ def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings |
     """Figs. 3/4 on ``s``'s model after ``s.step`` steps of its run. The theorem's block: the first
     ``batch_size`` training images, every parameter in :func:`~curvature_gap.params.param_groups` order; at step 0
     also step 0 of the training-dynamics trajectory (same model, same batch; ``traj``: its settings). The
-    authors' model as they computed it (:func:`_authors_heatmap`)."""
-    if s.model == "authors":
-        return _authors_heatmap(ctx, s)
+    authors' model as they computed it: the first batch of their shuffled, augmented loader, the image over their
+    parameter list in their order (:func:`curvature_gap.params.authors_hessian_order`). The Hessian is exact
+    (hand-written LayerNorm); the statistics of each diagonal block do not depend on which other parameters are
+    included."""
     model, info = ctx.model(s, s.step)
+    if s.model == "authors":
+        return _authors_heatmap(ctx, s, model, info)
     batch = ctx.first_images(s, s.batch_size)
     trained = s.step != 0
     arrays, meta, Hn = _heatmap(ctx, s, model, info, batch, "trained" if trained else "initialised")
@@ -122,12 +125,7 @@ def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings |
     return arrays, meta
 
 
-def _authors_heatmap(ctx: Context, s: HeatmapSettings) -> tuple[dict, dict]:
-    """Figs. 3/4 as the authors computed them: their model after ``s.step`` steps of their recipe, the first
-    batch of their shuffled, augmented loader, the image over their parameter list in their order
-    (:func:`curvature_gap.params.authors_hessian_order`). The Hessian is exact (hand-written LayerNorm); the
-    statistics of each diagonal block do not depend on which other parameters are included."""
-    model, info = ctx.model(s, s.step)
+def _authors_heatmap(ctx: Context, s: HeatmapSettings, model, info) -> tuple[dict, dict]:
     batch = ctx.loader_batches(s, 1, s.batch_size)[0]
     order, layout = authors_hessian_order(model)
     with ctx.phase("evaluation"):
@@ -223,50 +221,32 @@ def _labels(meta) -> list[str]:
     return [short_label(n, nb) for n in meta["group_names"]]
 
 
-def _limits(result, own: np.ndarray) -> tuple[float, float]:
-    """The colour limits of the image ``own``: its own range, or (the authors' images) one range over both
-    images, as their notebook shares vmin and vmax between its two panels."""
-    a, eps = result.arrays, result.config["settings"]["eps"]
-    if "shared" in result.meta.get("colour", ""):
-        own = np.concatenate([a["image"].astype(np.float64).ravel(), a["attention"].astype(np.float64).ravel()])
-    own = own.astype(np.float64)
-    return max(np.log10(eps), float(np.nanpercentile(own, 1))), float(np.nanmax(own))
-
-
-def _colour_label(meta) -> str:
-    return (r"$\log_{10}\max(|H_{ij}|, 10^{-6})$" if "max" in meta.get("colour", "")
-            else r"$\log_{10}(|H_{ij}| + 10^{-6})$")
-
-
-def plot_claim_block(ax, meta) -> None:
-    """Outline the W_V–W_V diagonal block, the block the paper's claim is about, and name it in a legend below the
-    figure: off the data and off the row labels (a label beside the block covered both)."""
+def _plot_image(result, key: str, span: tuple, idx: list, title: str):
+    """The image ``arrays[key]`` over the parameters ``span`` (start, stop), its groups ``idx`` marked, the W_V–W_V
+    diagonal block (the claim's) outlined and named in a legend below the figure (off the data and the row labels),
+    and a colour bar. Colour limits: the image's own range, or (the authors' images) one range over both images, as
+    their notebook shares vmin and vmax between its two panels."""
     from matplotlib.patches import Rectangle  # noqa: PLC0415
 
-    names = meta["group_names"]
-    if "block0.value" not in names:
-        return
-    i = names.index("block0.value")
-    a, b = meta["group_starts"][i], meta["group_stops"][i]
-    box = ax.add_patch(Rectangle((a, a), b - a, b - a, fill=False, edgecolor="#ff3b30", lw=1.6, zorder=5,
-                                 label=r"$W_V$–$W_V$: the claim's block"))
-    ax.figure.legend(handles=[box], loc="outside lower center", frameon=False, labelcolor="#d70015")
-
-
-def _plot_image(result, key: str, span: tuple, idx: list, title: str):
-    """The image ``arrays[key]`` over the parameters ``span`` (start, stop), its groups ``idx`` marked, with the
-    claim's block outlined and a colour bar."""
-    meta, img = result.meta, result.arrays[key].astype(np.float64)
+    meta, a, img = result.meta, result.arrays, result.arrays[key].astype(np.float64)
     (a0, a1), labels = span, _labels(meta)
-    vmin, vmax = _limits(result, img)
+    own = (np.concatenate([a["image"].astype(np.float64).ravel(), a["attention"].astype(np.float64).ravel()])
+           if "shared" in meta.get("colour", "") else img)
+    vmin = max(np.log10(result.config["settings"]["eps"]), float(np.nanpercentile(own, 1)))
     fig = new_figure(WIDTH, 6.4)
     ax = fig.subplots()
-    im = ax.imshow(img, extent=(a0, a1, a1, a0), cmap="viridis", vmin=vmin, vmax=vmax)
+    im = ax.imshow(img, extent=(a0, a1, a1, a0), cmap="viridis", vmin=vmin, vmax=float(np.nanmax(own)))
     group_axes(ax, [meta["group_starts"][i] for i in idx], [meta["group_stops"][i] for i in idx],
                [labels[i] for i in idx])
-    plot_claim_block(ax, meta)
+    names = meta["group_names"]
+    if "block0.value" in names:
+        v0, v1 = meta["group_starts"][names.index("block0.value")], meta["group_stops"][names.index("block0.value")]
+        box = ax.add_patch(Rectangle((v0, v0), v1 - v0, v1 - v0, fill=False, edgecolor="#ff3b30", lw=1.6, zorder=5,
+                                     label=r"$W_V$–$W_V$: the claim's block"))
+        ax.figure.legend(handles=[box], loc="outside lower center", frameon=False, labelcolor="#d70015")
     cb = fig.colorbar(im, ax=ax, shrink=0.85, pad=0.02)
-    cb.set_label(_colour_label(meta))
+    cb.set_label(r"$\log_{10}\max(|H_{ij}|, 10^{-6})$" if "max" in meta.get("colour", "")
+                 else r"$\log_{10}(|H_{ij}| + 10^{-6})$")
     ax.set_title(title)
     return fig
 
@@ -530,15 +510,11 @@ def key_numbers(r) -> dict:
 
 
 # ----------------------------------------------------------------------------- the results of this module
-_HEAT = {"hessian": plot_hessian, "attention": plot_attention, "block_means": plot_block_means}
-_HEAT_MESSAGES = {"hessian": captions.heatmap_whole, "attention": captions.heatmap_attention,
-                  "block_means": captions.heatmap_means}
-
-
-def _compute(j):
-    return compute_heatmap(j.ctx, j.settings, j.reads.get("trajectory"))
-
-
+# what Figs. 3 and 4 share: the computation, the figure's parts and their captions' messages, the runs, key numbers
+_HEAT = dict(compute=lambda j: compute_heatmap(j.ctx, j.settings, j.reads.get("trajectory")),
+             plots={"hessian": plot_hessian, "attention": plot_attention, "block_means": plot_block_means},
+             messages={"hessian": captions.heatmap_whole, "attention": captions.heatmap_attention,
+                       "block_means": captions.heatmap_means}, runs=heatmap_runs, key_numbers=key_numbers)
 _BF16_RUNS = "MNIST; trains the authors' recipe in bf16 to step 20,000, three runs (seeds 37, 0, 1; about 9 min each " \
              "on one CPU core, two side by side)"
 FIG3 = FigureSpec(
@@ -547,9 +523,8 @@ FIG3 = FigureSpec(
                                  "notebooks/fig03_hessian_init")),
      Point(INIT, Finding("Fig. 3 on the theorem's block: the Values blocks are largest (initialisation)",
                          "notebooks/fig03_hessian_init"), reads=("trajectory",), override_key="init_heatmap")),
-    _compute, _HEAT, _HEAT_MESSAGES, runs=heatmap_runs, key_numbers=key_numbers,
-    rows=lambda res: [row for s in claimed("fig3")
-                      for row in (values_larger(res.get(s.name), s), values_largest(res.get(s.name), s, claim=False))])
+    **_HEAT, rows=lambda res: [row for s in claimed("fig3") for row in (
+        values_larger(res.get(s.name), s), values_largest(res.get(s.name), s, claim=False))])
 FIG4 = FigureSpec(
     "fig4", "Fig. 4", "fig04_hessian_trained", "Hessian entries after training",
     (Point(AUTHORS_TRAINED, Finding("Fig. 4 on the authors' model: the Values–Values block is largest (trained)",
@@ -558,6 +533,5 @@ FIG4 = FigureSpec(
                                         "CPU)"),
      Point(TRAINED, Finding("Fig. 4 on the theorem's block: the Values–Values block is largest (trained)",
                             "notebooks/fig04_hessian_trained"), reads=("trajectory",), override_key="trained_heatmap")),
-    _compute, _HEAT, _HEAT_MESSAGES, runs=heatmap_runs, key_numbers=key_numbers,
-    rows=lambda res: [values_largest(res.get(s.name), s) for s in claimed("fig4")])
+    **_HEAT, rows=lambda res: [values_largest(res.get(s.name), s) for s in claimed("fig4")])
 SPECS = (FIG3, FIG4)

@@ -75,25 +75,19 @@ def compute_norms(ctx: Context, s, deps: dict) -> tuple[dict, dict]:
     return arrays, meta
 
 
-def _bars(ax, labels, a, b, ylabel):
-    x = np.arange(len(labels))
-    ax.bar(x - 0.2, a, 0.4, label="initialisation", color="tab:blue")
-    ax.bar(x + 0.2, b, 0.4, label="trained", color="tab:orange")
-    ax.set_yscale("log")
-    ax.set_xticks(x, labels, rotation=45, ha="right")
-    ax.set_ylabel(ylabel)
-    ax.legend()
-    ax.grid(axis="y", alpha=0.3)
-
-
 def _plot_unit_bars(result, key: str, statistic: str, ylabel: str, title: str):
     """Bars of ``meta[key][state][unit][statistic]`` per parameter unit, initialised beside trained."""
     meta = result.meta
     u = meta["units"]
     fig = new_figure(WIDTH, 4.2)
     ax = fig.subplots()
-    _bars(ax, [_UNIT_LABEL[x] for x in u], [meta[key]["init"][x][statistic] for x in u],
-          [meta[key]["trained"][x][statistic] for x in u], ylabel)
+    x = np.arange(len(u))
+    ax.bar(x - 0.2, [meta[key]["init"][v][statistic] for v in u], 0.4, label="initialisation", color="tab:blue")
+    ax.bar(x + 0.2, [meta[key]["trained"][v][statistic] for v in u], 0.4, label="trained", color="tab:orange")
+    ax.set_yscale("log")
+    ax.set_xticks(x, [_UNIT_LABEL[v] for v in u], rotation=45, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
     ax.legend(ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below the axis: never over a bar
     ax.set_title(title)
     return fig
@@ -250,25 +244,20 @@ def _readings_table(groups: dict, orders: dict, ratios: dict, labels: dict) -> l
                  ratio=ratios[(run, panel)][r], holds=h) for (run, panel), g in groups.items() for r, h in g.items()]
 
 
-def _kv_what(model: str) -> str:
-    if model == "table1":
-        return ("'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much "
-                "smaller absolute entries': W_K and W_V are the two largest of the weight matrices, and each of the "
-                f"other three is at most {MUCH_SMALLER:g} × the smaller of them, in every reading of the parameter-norm "
-                "panel and of the Hessian-norm panel (one rule for both models: kv_verdict)")
-    return ("'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much smaller "
-            "absolute entries', on Fig. 5 as the authors' code draws it (their model, their five parameter lists, "
-            f"steps 0–1000): at each step and in each panel, every other line is at most {MUCH_SMALLER:g} × the lower "
-            "of Keys and Values, on every run of their recipe (one rule for both models: kv_verdict)")
-
-
 def keys_values(result, spec) -> Row:
     """Fig. 5's sentence on the result of ``spec`` (a :class:`~.spec.ResultSpec`: on the theorem's model its weight
     matrices in each panel and statistic; on the authors' model their figure, their five lists at each step, on
     each run), by one rule (:func:`kv_reading` in each reading, :func:`kv_verdict` over all readings of all runs;
     "much smaller" as the comment on :data:`MUCH_SMALLER` reads it)."""
     name, model = spec.name, spec.settings["paper"].model
-    what = _kv_what(model)
+    what = ("'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much "
+            "smaller absolute entries': W_K and W_V are the two largest of the weight matrices, and each of the "
+            f"other three is at most {MUCH_SMALLER:g} × the smaller of them, in every reading of the parameter-norm "
+            "panel and of the Hessian-norm panel (one rule for both models: kv_verdict)" if model == "table1" else
+            "'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much smaller "
+            "absolute entries', on Fig. 5 as the authors' code draws it (their model, their five parameter lists, "
+            f"steps 0–1000): at each step and in each panel, every other line is at most {MUCH_SMALLER:g} × the "
+            "lower of Keys and Values, on every run of their recipe (one rule for both models: kv_verdict)")
     if result is None:
         return not_run(f"{name}.keys_values", name, what, name)
     verdict, value, note, details = (_kv_units if model == "table1" else _kv_lists)(result)
@@ -328,24 +317,15 @@ def _kv_units(result) -> tuple:
                                   "whole_panels": [list(k) for k in whole]}
 
 
-def _list_readings(a, lists) -> dict:
+def _list_readings(a, lists, run: int | None = None) -> dict:
     """The authors' figure: {"parameters/step N" | "hessians/step N": (order, top two, ratio, holds)} over the
-    steps and both panels, of the lines ``lists``."""
+    steps and both panels, of the lines ``lists`` of the figure's own run (``run`` None) or of the ``run``-th of its
+    other runs (``runs_param_*``, ``runs_spec_*``)."""
     out = {}
     for key, panel in (("param", "parameters"), ("spec", "hessians")):
+        line = {g: a[f"{key}_{g}"] if run is None else a[f"runs_{key}_{g}"][run] for g in lists}
         for i, st in enumerate(a["steps"]):
-            out[f"{panel}/step {int(st)}"] = kv_reading({g: float(a[f"{key}_{g}"][i]) for g in lists}, ("keys", "values"))
-    return out
-
-
-def _run_arrays(a, r: int | None) -> dict:
-    """The lines of run ``r`` of the authors' result (None: the figure's own run; else the ``r``-th of its other
-    runs, ``runs_param_*`` and ``runs_spec_*``), as :func:`_list_readings` reads them."""
-    if r is None:
-        return a
-    out = {"steps": a["steps"]}
-    for g in PLOTTED:
-        out[f"param_{g}"], out[f"spec_{g}"] = a[f"runs_param_{g}"][r], a[f"runs_spec_{g}"][r]
+            out[f"{panel}/step {int(st)}"] = kv_reading({g: float(line[g][i]) for g in lists}, ("keys", "values"))
     return out
 
 
@@ -360,7 +340,7 @@ def _kv_lists(result) -> tuple:
     """The authors' model: their figure's readings (both panels at every step), on each run of their recipe."""
     a = result.arrays
     seeds = [result.meta.get("run_seed"), *(result.meta.get("run_seeds") or [])]
-    readings = {seed: _list_readings(_run_arrays(a, None if i == 0 else i - 1), PLOTTED) for i, seed in enumerate(seeds)}
+    readings = {seed: _list_readings(a, PLOTTED, None if i == 0 else i - 1) for i, seed in enumerate(seeds)}
     groups = _per_panel(readings, lambda o, t, r, h: h)
     verdict, value, whole = kv_verdict(groups)
     theirs = readings[seeds[0]]
@@ -424,13 +404,14 @@ def _lists_numbers(r) -> dict:
 
 
 # ----------------------------------------------------------------------------- the results of this module
+# the authors' model (their bf16 run, its float32 twin): their figure, cut from their trajectory
+_LISTS_POINT = dict(needs=AUTHORS_NEEDS, depends=("trajectory",), plots={"norms": plot_lists},
+                    messages={"norms": lists_message}, key_numbers=_lists_numbers)
 FIG5 = FigureSpec(
     "fig5", "Fig. 5", "fig05_norms", "parameter and Hessian block norms",
     (Point(AUTHORS_SETTINGS, Finding("Fig. 5 on the authors' model: Keys and Values have the highest norms",
-                                     "notebooks/fig05_block_norms"), needs=AUTHORS_NEEDS, depends=("trajectory",),
-           plots={"norms": plot_lists}, messages={"norms": lists_message}, key_numbers=_lists_numbers),
-     Point(AUTHORS_EXACT_SETTINGS, needs=AUTHORS_NEEDS, depends=("trajectory",), plots={"norms": plot_lists},
-           messages={"norms": lists_message}, key_numbers=_lists_numbers),
+                                     "notebooks/fig05_block_norms"), **_LISTS_POINT),
+     Point(AUTHORS_EXACT_SETTINGS, **_LISTS_POINT),
      Point(SETTINGS, Finding("Fig. 5: Keys and Values have the highest norms", "notebooks/fig05_block_norms"),
            depends=("fig3", "fig4", "trajectory"), override_key="norms")),
     lambda j: compute_norms(j.ctx, j.settings, j.deps),
