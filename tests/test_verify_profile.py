@@ -21,11 +21,10 @@ def test_parser_default_and_choices():
 @pytest.mark.parametrize("argv,want", [(["verify"], "paper"), (["verify", "--profile", "smoke"], "smoke")])
 def test_cli_threads_the_profile(monkeypatch, argv, want):
     seen = {}
-    monkeypatch.setattr(checks, "main", lambda *a, **k: seen.setdefault("main", k.get("profile")) and 0)
-    monkeypatch.setattr(checks, "run", lambda *a, **k: seen.setdefault("run", k.get("profile")) and [])
+    monkeypatch.setattr(checks, "main", lambda *a, **k: seen.setdefault(k.get("verdicts"), k.get("profile")) and 0)
     assert main(argv) == 0
     assert main(argv + ["--findings"]) == 0
-    assert seen == {"main": want, "run": want}
+    assert seen == {False: want, True: want}
 
 
 class _Stop(Exception):

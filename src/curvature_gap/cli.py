@@ -8,11 +8,8 @@ from pathlib import Path
 
 from . import checks, reproduce
 from .bounds.run import run_all
-from .row import exit_status
 from .config import DEVICES, PRECISIONS, PROFILES, TRAIN_MODELS, ConfigError, recipe_for
 from .data import DataUnavailable, data_dir, ensure_cifar100, ensure_mnist
-from .findings import findings
-from .io import atomic_write_json
 from .train import CheckpointMismatch, TrainingDiverged, run_dir, train
 
 
@@ -117,23 +114,14 @@ def _data(args) -> int:
 
 
 def _verify(args) -> int:
-    if args.findings:
-        rows = checks.run(args.quick, args.results_dir, args.published_dir, profile=args.profile)
-        for f in findings(rows):
-            print(f"{f.title:58s} {f.verdict}\n{'':58s} {f.evidence}")
-        if args.quick:
-            print("\n" + checks.quick_note(args.published_dir))
-        if args.json:
-            atomic_write_json(args.json, [r.to_json() for r in rows], indent=1)
-        return exit_status(rows)
-    return checks.main(args.json, args.quick, args.results_dir, args.published_dir, profile=args.profile)
+    return checks.main(args.json, args.quick, args.results_dir, args.published_dir, profile=args.profile,
+                       verdicts=args.findings)
 
 
 def _reproduce(args) -> int:
-    code, _ = reproduce.run(args.profile, args.only, args.device, args.data_dir, args.results_dir, args.figures_dir,
-                            args.runs_dir, args.published_dir, progress=not args.no_progress,
-                            allow_long=args.allow_long_runs)
-    return code
+    return reproduce.run(args.profile, args.only, args.device, args.data_dir, args.results_dir, args.figures_dir,
+                         args.runs_dir, args.published_dir, progress=not args.no_progress,
+                         allow_long=args.allow_long_runs)[0]
 
 
 def _publish(args) -> int:

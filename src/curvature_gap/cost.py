@@ -23,19 +23,19 @@ from .data import TensorDataset
 from .model import build_model
 from .train import Datasets, evaluate, train
 
-__all__ = ["SPLIT_SIZES", "model_title", "random_datasets", "synchronize", "seconds_per_step", "evaluation_seconds",
-           "RunCost", "training_cost"]
+__all__ = ["SPLIT_SIZES", "DATASET_NAMES", "model_title", "random_datasets", "synchronize", "seconds_per_step",
+           "evaluation_seconds", "RunCost", "training_cost"]
 
 # images in the training and test splits of each dataset (what a run of a full profile reads)
 SPLIT_SIZES = {"mnist": (60_000, 10_000), "cifar100": (50_000, 10_000)}
-_DATASET_NAMES = {"mnist": "MNIST", "cifar100": "CIFAR-100"}
+DATASET_NAMES = {"mnist": "MNIST", "cifar100": "CIFAR-100"}  # as a reader names them
 _TIMING = "measures time, never a number of a result"
 
 
 def model_title(model: str, overrides=()) -> str:
     """The model in words: "the authors' 8-block CIFAR-100 model", "the 1-block MNIST model of Table 1"."""
     mc = dataclasses.replace(MODEL_CONFIGS[model], **dict(overrides))
-    what = f"{mc.n_blocks}-block {_DATASET_NAMES[DATASET_OF[model]]} model"
+    what = f"{mc.n_blocks}-block {DATASET_NAMES[DATASET_OF[model]]} model"
     return f"the authors' {what}" if model.startswith("authors_") else f"the {what} of Table 1"
 
 
@@ -127,16 +127,13 @@ class RunCost:
                 f"{self.steps_per_epoch} steps{evals}")
 
 
-def training_cost(cfg: Recipe, device, run_steps: int | None = None, steps: int = 3, warmup: int = 2,
-                  with_evaluation: bool = False) -> RunCost:
+def training_cost(cfg: Recipe, device, run_steps: int | None = None, steps: int = 3, warmup: int = 2) -> RunCost:
     """The cost of ``cfg``'s run on ``device`` up to ``run_steps`` optimiser steps (None: all its epochs):
-    :func:`seconds_per_step` times the steps, plus (``with_evaluation``) one measured test evaluation per
-    whole epoch."""
+    :func:`seconds_per_step` times the steps (its test evaluations not measured: ``evaluation_s`` 0)."""
     n_train = cfg.train_subset or SPLIT_SIZES[DATASET_OF[cfg.model]][0]
     per_epoch = math.ceil(n_train / cfg.batch_size)
     total = per_epoch * cfg.epochs if run_steps is None else int(run_steps)
     recipe = "the authors' recipe" if cfg.source == "authors" else "this companion's Table 1 recipe"
     return RunCost(title=model_title(cfg.model, cfg.model_overrides), recipe=recipe, seed=cfg.seed,
                    device=str(device), seconds_per_step=seconds_per_step(cfg, device, steps, warmup),
-                   steps_per_epoch=per_epoch, steps=total,
-                   evaluation_s=evaluation_seconds(cfg, device) if with_evaluation else 0.0)
+                   steps_per_epoch=per_epoch, steps=total, evaluation_s=0.0)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from .bounds.registry import BOUNDS
 from .bounds.titles import INEQUALITIES, step_title
 from .captions import code_tex
+from .cost import DATASET_NAMES
 from .experiments import SPECS, on_model
 from .row import Row
 from .theory.errata import misprint_counts
@@ -77,14 +78,10 @@ def result_entries() -> list[tuple[str, str, str, str]]:
 RESULTS = result_entries()  # as declared at import; findings() reads the registry each time
 
 
-# experiments.settings.DATASETS as a reader names them
-DATA_NAMES = {"mnist": "MNIST", "cifar100": "CIFAR-100"}
-
-
 def paper_dataset(name: str) -> str | None:
     """The dataset of result ``name``'s paper profile, read from its settings (``Variant.dataset``): "MNIST",
     "CIFAR-100", or None for a result of no dataset (synthetic inputs)."""
-    return DATA_NAMES.get(getattr(SPECS[name].settings.get("paper"), "dataset", None))
+    return DATASET_NAMES.get(getattr(SPECS[name].settings.get("paper"), "dataset", None))
 
 
 def _cifar() -> set:
@@ -92,8 +89,6 @@ def _cifar() -> set:
     return {s.finding.key for n, s in SPECS.items() if s.finding is not None and paper_dataset(n) == "CIFAR-100"}
 
 
-def _no_claim() -> set:
-    return {s.finding.key for s in SPECS.values() if s.finding is not None and not s.finding.claim}
 # claims of the paper with no evidence behind them, and why (checked against the paper's text)
 _UNSUPPORTED = {
     "ce_validated": "the paper gives no cross-entropy bound, and its experiments (§4, App. A) evaluate none: every "
@@ -180,13 +175,6 @@ def _step(r: Row) -> str:
     return code_tex(step_title(r.id) if r.id in INEQUALITIES else r.what)
 
 
-def _repairs(ran: list) -> dict:
-    """``{row id of a failing step: the row of the companion's repair of it}`` (a bound declared ``repairs=``)."""
-    by = {r.id: r for r in ran}
-    return {f"bounds.{b.repairs}": by[f"bounds.{b.id}"] for b in BOUNDS.values()
-            if b.repairs is not None and f"bounds.{b.id}" in by}
-
-
 # the result's explicit constant, where the statement promises one ("explicit expressions for each bound are stated
 # in the proof"): said to hold but be unproved while steps of its proof fail
 _EXPLICIT_CONSTANT = {"thm6": ("bounds.thm6.full.explicit", "the explicit whole-Hessian constant")}
@@ -195,7 +183,9 @@ _EXPLICIT_CONSTANT = {"thm6": ("bounds.thm6.full.explicit", "the explicit whole-
 def _repaired_steps(ev: list, numbers: dict, pf_fail: list, ran: list) -> list:
     """Say each failing step that a repair of the companion mends (the step, where it fails and how, and the
     repair's smallest ratio over the same search); returns the failing steps left to say."""
-    fixes = _repairs(ran)
+    by = {r.id: r for r in ran}  # row id of a failing step -> the row of its repair (a bound declared repairs=)
+    fixes = {f"bounds.{b.repairs}": by[f"bounds.{b.id}"] for b in BOUNDS.values()
+             if b.repairs is not None and f"bounds.{b.id}" in by}
     left = []
     for r in pf_fail:
         fix = fixes.get(r.id)
@@ -379,7 +369,7 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
 
 
 def _experiment(key: str, rows: list[Row]) -> tuple[str, str]:
-    if key in _no_claim():
+    if any(s.finding is not None and s.finding.key == key and not s.finding.claim for s in SPECS.values()):
         return "no claim made", "the paper shows these figures without stating a claim about them"
     r = next((r for r in rows if r.kind == "claim"), None)
     if r is None:

@@ -80,10 +80,6 @@ _CODE = re.compile(r"^(`{3,}|~{3,})(?!\{).*?^\1[ \t]*$|`[^`\n]*`", re.S | re.M) 
 _SUBSTITUTION = re.compile(r"\{\{\s*([\w.-]+)\s*\}\}")
 
 
-def _quote(text: str) -> str:
-    return "\n".join("> " + ln if ln.strip() else ">" for ln in text.strip("\n").splitlines())
-
-
 def _guess_kind(label: str) -> str:
     return {"thm": "Theorem", "lem": "Lemma", "asm": "Assumption", "prop": "Proposition"}.get(label.split("-")[0], "")
 
@@ -98,15 +94,11 @@ def outside(pattern: re.Pattern, text: str, rewrite, keep=lambda s: s) -> str:
     return "".join(out + [rewrite(text[at:])])
 
 
-def _macros(text: str, macros: dict) -> str:
-    if not macros:
-        return text
-    pat = re.compile(r"\\(" + "|".join(sorted(map(re.escape, macros), key=len, reverse=True)) + r")(?![A-Za-z])")
-    return pat.sub(lambda m: macros[m.group(1)], text)
-
-
 def to_markdown(text: str, plain: Plain) -> str:
     """MyST ``text`` as plain Markdown (see the module doc)."""
+    # the macros of the book's MathJax, spelt out (longer names first)
+    names = sorted(map(re.escape, plain.macros), key=len, reverse=True)
+    macro = re.compile(r"\\(" + "|".join(names) + r")(?![A-Za-z])")
     kinds = {}  # label -> kind, from the boxes of this text (for {prf:ref})
     for m in _FENCE.finditer(text):
         for ln in m.group("body").splitlines():
@@ -132,7 +124,8 @@ def to_markdown(text: str, plain: Plain) -> str:
             head += f" ({title})" if title else ""
         else:  # admonitions: {note}, {warning}, {admonition} Title, …
             head = title or kind.capitalize()
-        return f"**{head}.**\n\n{_quote(inner)}" if inner.strip() else f"**{head}.**"
+        quoted = "\n".join("> " + ln if ln.strip() else ">" for ln in inner.strip("\n").splitlines())
+        return f"**{head}.**\n\n{quoted}" if inner.strip() else f"**{head}.**"
 
     def doc(m: re.Match) -> str:
         target = m.group(1)
@@ -159,7 +152,7 @@ def to_markdown(text: str, plain: Plain) -> str:
         part = re.sub(r"\{eq\}`([^`]+)`", "the equation above", part)
         part = re.sub(r"\{math\}`([^`]+)`", r"$\1$", part)
         part = _SUBSTITUTION.sub(lambda m: str(plain.substitutions.get(m.group(1), m.group(0))), part)
-        return _macros(part, plain.macros)
+        return macro.sub(lambda m: plain.macros[m.group(1)], part) if plain.macros else part
 
     # the roles are rewritten before code spans are set aside: a role's argument is a code span
     text = _FENCE.sub(box, text)

@@ -23,9 +23,12 @@ from .bounds.titles import INEQUALITIES
 from .captions import code_tex, ordinal, plural, readable, split_math, unit_tex
 from .config import DEVICES, MODELS, PROFILES, ConfigError, recipe_for
 from .experiments import Context, UnusableResult, default_published_dir
+from .experiments.heatmaps import COMPARED, v_over_qk  # Fig. 3's reading on the page, as its row's
 from .experiments.hessians import SETS, STATISTICS, rankings
+from .experiments.norms import keys_values
+from .experiments.trajectory import LISTS  # their legend's order (a stored meta is key-sorted)
 from .findings import Verdict, by_L_words, finding_of, model_words, tex_powers
-from .plotting import min_font_size, png_bytes
+from .plotting import min_font_size, plot_dynamics_summary, png_bytes
 from .provenance import checkout_root
 from .row import Row
 from .theory.errata import label as errata_label
@@ -60,17 +63,15 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _shape_ok(v) -> bool:
-    return v is None or (isinstance(v, (list, tuple)) and len(v) == 4 and all(_is_int(x) and x >= 1 for x in v))
-
-
 # What each notebook parameter must be: (test, description, example for papermill). A name not listed
 # here is a size (tokens, width, samples): a positive integer.
 PARAMETER_RULES = {
     "profile": (lambda v: v in PROFILES, f"one of {', '.join(PROFILES)}", "smoke"),
     "device": (lambda v: v in DEVICES, f"one of {', '.join(DEVICES)}", "cpu"),
     "seed": (lambda v: _is_int(v) and v >= 0, "a non-negative integer", "3"),
-    "shape": (_shape_ok, "None or a list of 4 positive integers (L, d_V, d_K, d_ff)", "'[12, 6, 4, 16]' (with -y)"),
+    "shape": (lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) == 4
+                                      and all(_is_int(x) and x >= 1 for x in v)),
+              "None or a list of 4 positive integers (L, d_V, d_K, d_ff)", "'[12, 6, 4, 16]' (with -y)"),
     "recompute": (lambda v: v in RECOMPUTE, "None (read the committed results), \"quick\" or \"full\"", "quick"),
 }
 _SIZE_RULE = (lambda v: _is_int(v) and v >= 1, "a positive integer", "8")
@@ -141,13 +142,9 @@ def load(name: str, profile: str = "smoke", device: str = "auto", seed: int | No
     refreshes a missing or stale result (:class:`StaleResults`). A ``seed`` other than the profile's training seed
     trains with it instead (another config hash: nothing under the profile's seed is reused or overwritten)."""
     mode = _MODE["recompute"]
-    kw: dict = {"device": device, "progress": False,
-                "published_dir": default_published_dir() if mode is None else None}
-    if seed is not None:
-        over = {m: {"seed": int(seed)} for m in MODELS if recipe_for(m, profile).seed != int(seed)}
-        if over:
-            kw["train_overrides"] = over
-    ctx = Context(profile=profile, **kw)
+    over = {m: {"seed": int(seed)} for m in MODELS if seed is not None and recipe_for(m, profile).seed != int(seed)}
+    ctx = Context(profile=profile, device=device, progress=False, train_overrides=over,
+                  published_dir=default_published_dir() if mode is None else None)
     in_build = bool(os.environ.get(NO_COMPUTE_ENV))
     if in_build or (mode is None and profile == "paper"):
         r = experiments.find_result(name, ctx=ctx)
@@ -245,27 +242,25 @@ def show_figure(fig, name: str, caption: str, alt: str, message: str) -> None:
     (22 inline figures make a 14 MB page): ``figures/<name>-page.png`` at :data:`PAGE_DPI`, loaded lazily, with
     the full-size PNG and the PDF it links to beside it in the book's static files. Outside the build the figure
     is inline (a notebook has no files beside it)."""
-    static = os.environ.get(STATIC_ENV)
-    if not static:
-        _display(figure_html(fig, name, caption, alt, message, linked=False), "HTML")
-        return
-    d = Path(static) / "figures"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / f"{name}.png").write_bytes(png_bytes(fig))
-    (d / f"{name}-page.png").write_bytes(png_bytes(fig, dpi=PAGE_DPI))
-    fig.savefig(d / f"{name}.pdf", format="pdf")
-    _display(figure_html(fig, name, caption, alt, message, linked=True, src=f"../_static/figures/{name}-page.png"),
-             "HTML")
+    static, src = os.environ.get(STATIC_ENV), None
+    if static:
+        d = Path(static) / "figures"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{name}.png").write_bytes(png_bytes(fig))
+        (d / f"{name}-page.png").write_bytes(png_bytes(fig, dpi=PAGE_DPI))
+        fig.savefig(d / f"{name}.pdf", format="pdf")
+        src = f"../_static/figures/{name}-page.png"
+    _display(figure_html(fig, name, caption, alt, message, linked=bool(static), src=src), "HTML")
 
 
-def figure(name: str, result, part: str, caption: str, alt: str | None = None) -> None:
+def figure(name: str, result, part: str, caption: str) -> None:
     """Draw one part of a result's figure (:func:`curvature_gap.experiments.plot`) and show it, its caption
     opening with the message computed from the result's numbers (:func:`curvature_gap.experiments.message`)."""
     msg = experiments.message(name, part, result)
     fig = experiments.plot(name, result, part)
     doc = (experiments.spec(name).plots[part].__doc__ or "").strip().splitlines()[0]
     plain = re.sub(r"[${}]", "", re.sub(r"\\(\w+)", r"\1", caption))  # the alt text has no TeX
-    show_figure(fig, f"{name}-{part}-{result.config.get('profile')}", caption, alt or f"{doc} ({plain})", msg)
+    show_figure(fig, f"{name}-{part}-{result.config.get('profile')}", caption, f"{doc} ({plain})", msg)
 
 
 # ---------------------------------------------------------------------------------------------- rows, verdicts
@@ -275,8 +270,7 @@ _ROWS: dict = {}
 def published_rows() -> list[Row]:
     """The committed rows of ``curvature-gap verify`` (``published/paper/verify.json``, every search): what the
     paper book renders. :class:`StaleResults` when missing or computed by other code, saying what to do."""
-    pub = default_published_dir()
-    path = (pub / "paper" / "verify.json") if pub is not None else Path("published/paper/verify.json")
+    path = (default_published_dir() or Path("published")) / "paper" / "verify.json"
     try:
         return checks.published_rows(path)
     except UnusableResult as exc:
@@ -408,16 +402,14 @@ def scaling_md(r: Row) -> str:
     return md_table(["as it varies", "smallest bound/exact found", "law"], body) if body else ""
 
 
-def _row_title(r: Row) -> str:
-    """A bound row in words: its title (:data:`curvature_gap.bounds.titles.INEQUALITIES`), else what it compares."""
-    return INEQUALITIES[r.id][0] if r.id in INEQUALITIES else re.split(r" vs |; ", r.what, maxsplit=1)[0]
-
-
 def show_scaling(rs: list[Row], caption: str = "") -> None:
     """For each failing row of ``rs`` that has one, its scaling table (:func:`scaling_md`), headed by the
-    inequality in words (its id in a hover)."""
-    parts = [f"{check_words(_row_title(r), r.id, strong=True)}\n\n{scaling_md(r)}" for r in rs
-             if r.verdict == "fails" and scaling_md(r)]
+    inequality in words (its title, :data:`curvature_gap.bounds.titles.INEQUALITIES`, else what it compares; its
+    id in a hover)."""
+    parts = []
+    for r in (r for r in rs if r.verdict == "fails" and scaling_md(r)):
+        title = INEQUALITIES[r.id][0] if r.id in INEQUALITIES else re.split(r" vs |; ", r.what, maxsplit=1)[0]
+        parts.append(f"{check_words(title, r.id, strong=True)}\n\n{scaling_md(r)}")
     show_markdown((f"{caption}\n\n" if caption else "") + ("\n\n".join(parts) or "*No failing step has a scaling table.*"))
 
 
@@ -515,16 +507,6 @@ def _first_clause(text: str) -> tuple[str, str]:
     return text, ""
 
 
-def computed_on(key: str) -> str:
-    """What the verdict of experiment ``key`` was computed on, in words: the model, dataset and arithmetic of its
-    paper profile (its settings' ``experiments.Variant``); "" for a result of no trained model."""
-    variant = getattr(experiments.SPECS.get(key), "variant", None)
-    if variant is None:
-        return ""
-    on = "the authors' model (" if variant.model == "authors" else "the theorem's block (the Table 1 model, "
-    return f"On {on}{model_words(key)})."
-
-
 def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     """The verdict line of a result as a marked HTML element (the book's checks find it by its class and
     ``data-verdict``); the same element on a result's page and on the generated pages."""
@@ -534,20 +516,19 @@ def verdict_html(key: str, profile: str, rs: list[Row] | None = None) -> str:
     cls = "cg-smoke-note" if smoke else f"cg-verdict cg-{f.css}"
     body = html_math(verdict_text(key, profile, rs)).replace("**", "")
     if not smoke:
-        # every verdict says what it was computed on: model, dataset and arithmetic (read from its settings)
-        on = computed_on(key)
-        head = f"<strong>Verdict: {html.escape(f.verdict)}.</strong>" + (f" <em>{on}</em>" if on else "")
+        # every verdict says what it was computed on: the model, dataset and arithmetic of its paper profile (its
+        # settings' experiments.Variant), where it has a trained model
+        variant = getattr(experiments.SPECS.get(key), "variant", None)
+        on = "" if variant is None else " <em>On {}{}).</em>".format(
+            "the authors' model (" if variant.model == "authors" else "the theorem's block (the Table 1 model, ",
+            model_words(key))
+        head = f"<strong>Verdict: {html.escape(f.verdict)}.</strong>{on}"
         # short: the verdict and the first clause of its evidence; the rest folded
         first, rest = _first_clause(body.partition(".")[2])
         body = head + first + (f".<details class=\"cg-more\"><summary>The evidence in full</summary>{sentence(rest)}"
                                "</details>" if rest else "")
     return (f'<div class="{cls}" data-result="{key}" data-verdict="{"" if smoke else html.escape(f.verdict)}">'
             f"{body}</div>")
-
-
-def show_verdict(key: str, profile: str) -> None:
-    """Show :func:`verdict_html` of a result on its page."""
-    _display(verdict_html(key, profile), "HTML")
 
 
 def agreement_text(key: str, profile: str, why: str = "", rs: list[Row] | None = None) -> str:
@@ -580,16 +561,20 @@ def second_reading_text(ids, profile: str, rs: list[Row] | None = None) -> str:
             + "; ".join(parts) + ".*") if parts else ""
 
 
-def show_second_reading(ids, profile: str) -> None:
-    """Show :func:`second_reading_text` (nothing where it is empty)."""
-    if text := second_reading_text(ids, profile):
-        show_markdown(text)
+def _shown(text_of, kind: str = "Markdown"):
+    """The function that shows what ``text_of`` returns for the same arguments (nothing where it is empty), as
+    MyST (:func:`show_markdown`) or as HTML."""
+    def show(*args, **kwargs) -> None:
+        if text := text_of(*args, **kwargs):
+            show_markdown(text) if kind == "Markdown" else _display(text, kind)
+    show.__name__ = show.__qualname__ = "show_" + text_of.__name__.rsplit("_", 1)[0]  # verdict_html: show_verdict
+    show.__doc__ = f"Show :func:`{text_of.__name__}` (nothing where it is empty)."
+    return show
 
 
-def show_agreement(key: str, profile: str, why: str = "") -> None:
-    """Show :func:`agreement_text` (nothing where it is empty)."""
-    if text := agreement_text(key, profile, why):
-        show_markdown(text)
+show_verdict = _shown(verdict_html, "HTML")  # a result's verdict on its page
+show_agreement = _shown(agreement_text)
+show_second_reading = _shown(second_reading_text)
 
 
 # ---------------------------------------------------------------------------------------------- figure tables
@@ -617,8 +602,6 @@ def show_values_larger(result) -> None:
     """Fig. 3's claim, the caption's comparative: in each statistic, the diagonal blocks of $W_Q$, $W_K$ and $W_V$ and
     $W_V$'s over the larger of the other two (:func:`~curvature_gap.experiments.heatmaps.v_over_qk`); on the authors'
     model also the same count on every initialisation its verdict counts over."""
-    from .experiments.heatmaps import COMPARED, v_over_qk  # noqa: PLC0415 - the page's reading, as the row's
-
     stats = result.meta["unit_stats"]
     ratio = v_over_qk(stats)
     body = [[md_escape(label)] + [f"{stats[u][st]:.3g}" for u in (*COMPARED, "W_V")]
@@ -639,8 +622,6 @@ def show_kv_readings(result, name: str) -> None:
     """Fig. 5: every reading its verdict counts (the row's details,
     :func:`~curvature_gap.experiments.norms.keys_values`), its blocks largest first, the largest other over the
     smaller of Keys and Values, and whether the sentence holds."""
-    from .experiments.norms import keys_values  # noqa: PLC0415
-
     d = keys_values(result, experiments.spec(name)).details
     runs = len({r["run"] for r in d["readings"]}) > 1
     ffn = any("holds_with_ffn_weights" in r for r in d["readings"])
@@ -658,8 +639,6 @@ def show_kv_readings(result, name: str) -> None:
 def show_batch_spread(result) -> None:
     """Fig. 5 on the authors' model: at the last step, each list's Hessian norm on each of the five batches their
     notebook's sections draw (``spread_*``); nothing where the result has none."""
-    from .experiments.trajectory import LISTS  # noqa: PLC0415 - their legend's order (a stored meta is key-sorted)
-
     lists = [g for g in LISTS if g in result.meta["lists"] and f"spread_{g}" in result.arrays]
     if not lists:
         return
@@ -695,11 +674,8 @@ def show_seed_leads(result) -> None:
 def show_dynamics_summary(results: dict, figures: dict, profile: str) -> None:
     """Figs. 7–11 in one figure (:func:`curvature_gap.plotting.plot_dynamics_summary`), its caption the message:
     which group's Hessian block is largest at the first and at the last snapshot, and how much each grew."""
-    from .plotting import plot_dynamics_summary  # noqa: PLC0415
-
     labels = {"queries": "$W_Q$", "keys": "$W_K$", "values": "$W_V$", "LayerNorm": "LayerNorms", "feed-forward": "FFN"}
-    first = next(iter(results.values()))
-    steps = [int(s) for s in first["steps"]]
+    steps = [int(s) for s in next(iter(results.values()))["steps"]]
     series = {labels.get(figures[f], figures[f]): [float(v) for v in results[f]["hess_fro"]] for f in figures}
     leaders = [max(series, key=lambda k, i=i: series[k][i]) for i in range(len(steps))]
     spans = []  # each stretch of snapshots with the same largest block

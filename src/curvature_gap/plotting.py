@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from matplotlib.text import Text
 
 # the math layers' constants that their figures need (they never import this module: no cycle)
 from .bounds.sweeps import THEOREM1_SETTINGS
+from .io import atomic_write_bytes
 from .theory.block import BLOCK_PARAMS
 
 __all__ = ["WIDTH", "MIN_FONT", "STYLE", "new_figure", "min_font_size", "png_bytes", "save_figure",
@@ -61,25 +60,14 @@ def png_bytes(fig: Figure, dpi: int = 150) -> bytes:
 
 
 def save_figure(fig: Figure, stem, dpi: int = 150) -> list[str]:
-    """Write ``stem.pdf`` and ``stem.png`` atomically; returns their paths."""
-    stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for ext in ("pdf", "png"):
-        target = stem.with_suffix(f".{ext}")
-        fd, tmp = tempfile.mkstemp(dir=stem.parent, prefix=f".{target.name}.", suffix=f".{ext}")
-        os.close(fd)
-        try:
-            if ext == "png":
-                Path(tmp).write_bytes(png_bytes(fig, dpi))
-            else:
-                with matplotlib.rc_context(STYLE):
-                    fig.savefig(tmp, format="pdf", metadata={"Title": stem.name, "Creator": "curvature-gap"})
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        paths.append(str(target))
+    """Write ``stem.pdf`` and ``stem.png`` atomically (:func:`curvature_gap.io.atomic_write_bytes`); returns their
+    paths."""
+    stem, pdf = Path(stem), io.BytesIO()
+    with matplotlib.rc_context(STYLE):
+        fig.savefig(pdf, format="pdf", metadata={"Title": stem.name, "Creator": "curvature-gap"})
+    paths = [str(stem.with_suffix(".pdf")), str(stem.with_suffix(".png"))]
+    atomic_write_bytes(paths[0], pdf.getvalue())
+    atomic_write_bytes(paths[1], png_bytes(fig, dpi))
     return paths
 
 

@@ -9,8 +9,10 @@ non-zero only if a result failed.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
+import multiprocessing
 import os
 import shlex
 import sys
@@ -26,7 +28,7 @@ import torch
 from . import checks
 from . import experiments
 from .config import ConfigError
-from .cost import RunCost, training_cost
+from .cost import training_cost
 from .data import DataUnavailable
 from .device import resolve_device
 from .experiments.report import compare, report_md
@@ -71,19 +73,6 @@ def parse_only(only, profile: str = "paper") -> list[str]:
     return [n for n in valid if n in names]
 
 
-def _run_cost(ctx: experiments.Context, cfg, step) -> RunCost:
-    """:func:`cost.training_cost` of ``cfg``'s run up to ``step`` (None: all of it) on the context's device,
-    measured once per model shape, batch and precision in a reproduction (the seed does not change it)."""
-    key = ("cost", cfg.model, tuple(cfg.model_overrides), cfg.batch_size, getattr(cfg, "precision", "float32"),
-           str(ctx.torch_device))
-    if key not in ctx._cache:
-        # two timed steps after one untimed: enough to tell a run over LONG_RUN_S, cheap where it is only quoted
-        ctx._cache[key] = training_cost(cfg, ctx.torch_device, run_steps=1, steps=2, warmup=1)
-    measured = ctx._cache[key]
-    steps = measured.steps_per_epoch * cfg.epochs if step is None else int(step)
-    return dataclasses.replace(measured, seed=cfg.seed, steps=steps)
-
-
 def _runs(name: str, ctx: experiments.Context) -> list[tuple]:
     """The training runs computing ``name`` may start: those it and the results it depends on declare
     (``experiments.runs_of``), ``(variant, step, seed)`` each, without initialisations (nothing to train) and
@@ -106,9 +95,18 @@ def _runs(name: str, ctx: experiments.Context) -> list[tuple]:
 
 def _long_run(name: str, ctx: experiments.Context) -> str:
     """A message when computing ``name`` would start a training run longer than LONG_RUN_S, else "". A run whose
-    dataset is missing raises DataUnavailable ("blocked"), its message naming the run and its measured cost."""
+    dataset is missing raises DataUnavailable ("blocked"), its message naming the run and its measured cost: the
+    run's :func:`cost.training_cost`, measured once per model shape, batch and precision in a reproduction (the seed
+    does not change it) in two timed steps after one untimed (enough to tell a run over LONG_RUN_S)."""
     for v, step, seed, _ in experiments.furthest(_runs(name, ctx), ctx):
-        cost = _run_cost(ctx, ctx.recipe(v, seed), step)
+        cfg = ctx.recipe(v, seed)
+        key = ("cost", cfg.model, tuple(cfg.model_overrides), cfg.batch_size, getattr(cfg, "precision", "float32"),
+               str(ctx.torch_device))
+        if key not in ctx._cache:
+            ctx._cache[key] = training_cost(cfg, ctx.torch_device, run_steps=1, steps=2, warmup=1)
+        measured = ctx._cache[key]
+        cost = dataclasses.replace(measured, seed=cfg.seed,
+                                   steps=measured.steps_per_epoch * cfg.epochs if step is None else int(step))
         try:
             ctx.data(v)
         except DataUnavailable as exc:  # blocked: say what the run would cost once the data is there
@@ -157,9 +155,6 @@ def train_in_parallel(names: list[str], ctx: experiments.Context, allow_long: bo
     jobs = _runs_to_train(names, ctx, allow_long) if workers > 1 else []
     if len(jobs) < 2:
         return
-    import concurrent.futures
-    import multiprocessing
-
     kwargs = dict(profile=ctx.profile, device=ctx.device, data_dir=ctx.data_dir, runs_dir=str(ctx.runs_dir),
                   verify_md5=ctx.verify_md5)
     print(f"training {len(jobs)} runs side by side ({min(workers, len(jobs))} processes, one thread each): "

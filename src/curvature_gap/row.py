@@ -188,10 +188,7 @@ class Row:
 
     def number(self) -> float | None:
         """The row's headline number: the error, the ratio or the value."""
-        for v in (self.rel_err, self.min_ratio, self.value):
-            if v is not None:
-                return v
-        return None
+        return next((v for v in (self.rel_err, self.min_ratio, self.value) if v is not None), None)
 
 
 def _schema() -> dict:
@@ -223,9 +220,7 @@ def format_table(rows: list[Row]) -> str:
     head = f"{'id':<{w}}  {'verdict':<17}  {'number':>9}  {'':9}  what"
     lines = [head, "-" * len(head)]
     for r in rows:
-        flag = "finding" if r.finding else ""
-        if not r.as_expected:
-            flag = f"EXPECTED {r.expected}"
+        flag = f"EXPECTED {r.expected}" if not r.as_expected else "finding" if r.finding else ""
         lines.append(f"{r.id:<{w}}  {r.verdict:<17}  {_num(r.number()):>9}  {flag:9}  {r.what}")
     return "\n".join(lines)
 

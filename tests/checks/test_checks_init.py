@@ -148,8 +148,8 @@ def test_cached_rows_are_computed_once_per_key_and_recomputed_when_a_result_appe
     first = checks.run_cached(results_dir=tmp_path / "results", published_dir=pub)
     again = checks.run_cached(results_dir=tmp_path / "results", published_dir=pub)
     assert len(calls) == 1 and [r.to_json() for r in again] == [r.to_json() for r in first]
-    monkeypatch.setattr(checks, "_found", lambda ctx: {n: (object() if n == "fig3" else None)
-                                                        for n in checks.DATA_RESULTS})
+    monkeypatch.setattr(checks, "_found", lambda *where: {n: (object() if n == "fig3" else None)
+                                                           for n in checks.DATA_RESULTS})
     checks.run_cached(results_dir=tmp_path / "results", published_dir=pub)
     assert calls[-1] == ["fig3"], "a result found since is a new key: the rows that read it are computed"
     monkeypatch.setattr(checks, "verify_code_hash", lambda: "changed")

@@ -14,6 +14,7 @@ import time
 import warnings
 from pathlib import Path
 
+from ..findings import findings
 from ..experiments import SPECS, Context, UnusableResult, config_hash_of, default_published_dir, find_result, spec
 from ..io import atomic_write_json
 from ..provenance import git_commit, software
@@ -41,18 +42,12 @@ def data_results() -> tuple:
 DATA_RESULTS = data_results()
 
 
-def _in_profile(name: str, ctx: Context) -> bool:
-    """Whether result ``name`` exists under ``ctx.profile`` (all do under "paper"; the rows reading one that
-    does not are ``not run``)."""
-    return ctx.profile in spec(name).profiles
-
-
 def rows_meta(quick: bool, results_dir="results", profile: str = "paper") -> dict:
     """What determines the rows: the code that computes them, ``quick``, and the config hash of each
     result they read (of ``profile``). Two verify runs with the same meta give the same rows (to rounding)."""
-    ctx = Context(profile=profile, results_dir=results_dir, progress=False)
+    ctx = Context(profile=profile, results_dir=results_dir, progress=False)  # a result not in it: its rows not run
     return {"code": verify_code_hash(), "quick": quick,
-            "results": {n: config_hash_of(n, ctx=ctx) if _in_profile(n, ctx) else None for n in data_results()}}
+            "results": {n: config_hash_of(n, ctx=ctx) if profile in spec(n).profiles else None for n in data_results()}}
 
 
 def verify_code_hash() -> str:
@@ -69,13 +64,11 @@ def _link_errata(rows: list[Row]) -> None:
                 by_id[rid].errata.append(e["id"])
 
 
-def _context(results_dir, published_dir, profile: str) -> Context:
-    return Context(profile=profile, results_dir=results_dir, progress=False,
-                   published_dir=published_dir if published_dir is not None else default_published_dir())
-
-
-def _found(ctx: Context) -> dict:
-    return {n: find_result(n, ctx=ctx) if _in_profile(n, ctx) else None for n in data_results()}
+def _found(results_dir, published_dir, profile: str) -> dict:
+    """Each result the rows read: the cache's or the published one of ``profile``, else None."""
+    ctx = Context(profile=profile, results_dir=results_dir, progress=False,
+                  published_dir=published_dir if published_dir is not None else default_published_dir())
+    return {n: find_result(n, ctx=ctx) if profile in spec(n).profiles else None for n in data_results()}
 
 
 def run(quick: bool = False, results_dir="results", published_dir=None, log=None, profile: str = "paper",
@@ -83,7 +76,7 @@ def run(quick: bool = False, results_dir="results", published_dir=None, log=None
     """Every row (see module doc). ``quick``: fewer random instances and no adversarial search (same row ids);
     the trained model's rows read the results of ``profile`` (:data:`curvature_gap.config.PROFILES`), or
     ``res`` (name -> result or None, as :func:`run_cached` found them)."""
-    res = res if res is not None else _found(_context(results_dir, published_dir, profile))
+    res = res if res is not None else _found(results_dir, published_dir, profile)
     inputs = Inputs(quick=quick, results=res, log=log)
     rows = [row for t in TOPICS for row in t.run(inputs)]
     _link_errata(rows)
@@ -94,8 +87,7 @@ def run_cached(quick: bool = True, results_dir="results", published_dir=None, pr
     """:func:`run`, kept in ``<results_dir>/verify/`` under what determines the rows: :func:`rows_meta` (the
     code, ``quick``, each result's config hash) and which results were found, so a stale row is never returned
     (each notebook page outside the book build renders rows)."""
-    ctx = _context(results_dir, published_dir, profile)
-    res = _found(ctx)
+    res = _found(results_dir, published_dir, profile)
     meta = dict(rows_meta(quick, results_dir, profile), profile=profile,
                 found=sorted(n for n, r in res.items() if r is not None))
     key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
@@ -145,8 +137,7 @@ def quick_note(published_dir=None) -> str:
     """:data:`QUICK_NOTE` with what the published full run says of itself (read from ``verify.json`` of the paper
     profile): how long it took and the smallest ratio of the repaired Theorem 1 it found; without it, the note alone."""
     root = Path(published_dir) if published_dir is not None else default_published_dir()
-    path = root / "paper" / "verify.json" if root is not None else None
-    if path is None or not path.is_file():
+    if root is None or not (path := root / "paper" / "verify.json").is_file():
         return QUICK_NOTE + "."
     doc = json.loads(path.read_text())
     secs = doc.get("provenance", {}).get("seconds")
@@ -157,20 +148,25 @@ def quick_note(published_dir=None) -> str:
     return QUICK_NOTE + (": " + "; ".join(parts) if parts else "") + "."
 
 
-def main(json_path=None, quick: bool = False, results_dir="results", published_dir=None, profile: str = "paper") -> int:
-    """Print the rows, optionally write them as JSON; exit status 1 when a row has a verdict the software
-    does not expect (a regression), 0 otherwise (findings about the paper are results, not failures)."""
+def main(json_path=None, quick: bool = False, results_dir="results", published_dir=None, profile: str = "paper",
+         verdicts: bool = False) -> int:
+    """Print the rows (``verdicts``: one verdict per result of the paper instead), optionally write them as JSON;
+    exit status 1 when a row has a verdict the software does not expect (a regression), 0 otherwise (findings
+    about the paper are results, not failures)."""
     rows = run(quick, results_dir, published_dir, profile=profile)
-    print(format_table(rows))
-    print()
-    print(summary_line(rows))
-    if quick:
-        print(quick_note(published_dir))
-    not_run = [r for r in rows if not r.ran]
-    if not_run:
-        cmds = sorted({r.command for r in not_run if r.command})
-        print(f"{len(not_run)} rows not run (they need results of the trained model); to compute them: "
-              + "; ".join(cmds))
+    if verdicts:
+        for f in findings(rows):
+            print(f"{f.title:58s} {f.verdict}\n{'':58s} {f.evidence}")
+        if quick:
+            print("\n" + quick_note(published_dir))
+    else:
+        print(f"{format_table(rows)}\n\n{summary_line(rows)}")
+        if quick:
+            print(quick_note(published_dir))
+        not_run = [r for r in rows if not r.ran]
+        if not_run:
+            print(f"{len(not_run)} rows not run (they need results of the trained model); to compute them: "
+                  + "; ".join(sorted({r.command for r in not_run if r.command})))
     if json_path:
         atomic_write_json(json_path, [r.to_json() for r in rows], indent=1)
     return exit_status(rows)

@@ -16,7 +16,7 @@ from ..row import Declared, Row
 from .battery import Inputs, Topic
 
 __all__ = ["COUNTEREXAMPLES", "run", "TOPIC", "REPLAY", "replay_committed", "rows_from_summary", "trained_rows",
-           "trained_checks", "synthetic_records", "REPLAY_RTOL"]
+           "trained_checks", "REPLAY_RTOL"]
 
 COUNTEREXAMPLES = sweeps.COMMITTED
 REPLAY_RTOL = 1e-6
@@ -26,14 +26,6 @@ REPLAY = Declared("bounds.counterexamples.replay", "software", "software", role=
 def trained_checks() -> tuple[str, ...]:
     """The bounds also reported at the trained MNIST block (declared ``trained=True``)."""
     return tuple(c for c, b in registry.BOUNDS.items() if b.trained)
-
-
-def synthetic_records(quick: bool, log=None) -> list[dict]:
-    """Records of the synthetic sweeps (and, unless ``quick``, of the worst-case search of every bound)."""
-    recs = [r for s in sweeps.definitions(quick=True, mini=quick) for r in sweeps.run_sweep(s, log=log)[0]]
-    if not quick:
-        recs += search.records_of(search.search_all(search.objectives(), log=log))[0]
-    return recs
 
 
 def replay_committed(directory: Path = COUNTEREXAMPLES) -> tuple[list[dict], Row]:
@@ -46,11 +38,6 @@ def replay_committed(directory: Path = COUNTEREXAMPLES) -> tuple[list[dict], Row
                      verdict="holds" if not bad else "fails", value=float(n), tolerance=REPLAY_RTOL,
                      instances=f"{n} files in curvature_gap/bounds/counterexamples", note="; ".join(bad) or "all replayed")
     return recs, row
-
-
-def _evidence(cid: str, replayed: list[dict]) -> list[str]:
-    return [f"curvature_gap/bounds/counterexamples/{r['file']}" for r in replayed
-            if r["check"] == cid and "file" in r]
 
 
 def rows_from_summary(summary: list[dict], replayed: list[dict], profile: str = "synthetic",
@@ -91,7 +78,9 @@ def rows_from_summary(summary: list[dict], replayed: list[dict], profile: str = 
         out.append(Row(id=prefix + s["id"], result=s["result"], kind="bound", role=s["role"], what=s["what"],
                        verdict=s["verdict"], expected=s["expect"] if expected else None, claim=s["claim"],
                        min_ratio=s["min_ratio"], median_ratio=s["median_ratio"], tolerance=registry.RTOL,
-                       errata=list(s["errata"]), evidence=_evidence(s["id"], replayed), profile=profile,
+                       errata=list(s["errata"]), profile=profile,
+                       evidence=[f"curvature_gap/bounds/counterexamples/{r['file']}" for r in replayed
+                                 if r["check"] == s["id"] and "file" in r],
                        instances=f"{s['n_records']} records; worst {shapes}" if shapes else f"{s['n_records']} records",
                        note=note, details=details))
     return out
@@ -115,8 +104,12 @@ def trained_rows(result) -> list[Row]:
 
 
 def run(inputs: Inputs) -> list[Row]:
-    """The bound rows (see module doc); the trained model's from ``inputs.results["trained_bounds"]`` (or not run)."""
-    recs = synthetic_records(inputs.quick, inputs.log)
+    """The bound rows (see module doc): of the synthetic sweeps and, unless ``quick``, the worst-case search of every
+    bound; the trained model's from ``inputs.results["trained_bounds"]`` (or not run)."""
+    quick, log = inputs.quick, inputs.log
+    recs = [r for s in sweeps.definitions(quick=True, mini=quick) for r in sweeps.run_sweep(s, log=log)[0]]
+    if not quick:
+        recs += search.records_of(search.search_all(search.objectives(), log=log))[0]
     rep, status = replay_committed()
     summary = sweeps.summarize(recs + rep)
     return rows_from_summary(summary, rep) + trained_rows(inputs.results.get("trained_bounds")) + [status]

@@ -22,11 +22,10 @@ from ..exact import layers
 from ..hessian.layers import layer_hessian
 from ..row import Declared, OneRow, Row
 from .battery import Inputs, Topic
-from .theory import quiet_single_thread
+from .theory import TOL, quiet_single_thread  # the closed forms' tolerance against autograd
 
 __all__ = ["run", "TOPIC", "LayerCheck", "LAYERS", "TRAPS", "MH_CHECKS", "TOL", "TRAP_TOL", "RESULT", "SHAPE"]
 
-TOL = 1e-10
 TRAP_TOL = 1e-6
 RESULT = "encoder_layer"
 SHAPE = dict(L=5, d_model=8, dim_feedforward=6)

@@ -7,7 +7,7 @@ from ..landscape.theorem7 import IDENTITY_TOL, STATEMENT, T0_FLOOR, cannot_fail,
 from ..row import Declared, Row
 from .battery import Inputs, Topic
 
-__all__ = ["run", "TOPIC", "sa_rows", "SA_CHECKS", "IDENTITY"]
+__all__ = ["run", "TOPIC", "SA_CHECKS", "IDENTITY"]
 
 # Theorem 7 with M from Theorem 1 as printed (the statement), repaired, and exact at w* (the informative reference)
 SA_CHECKS = {name: Declared(f"thm7.sa.{name}", "thm7", "bound", role=role, claim=claim, expected="holds")
@@ -18,10 +18,11 @@ _LABELS = {"printed": "M = max_i of Theorem 1 as printed", "repaired": "M = max_
            "exact_at_w_star": "M = max_i ‖∇²l_i(w*)‖ (exact, at w* only)"}
 
 
-def sa_rows(res: dict | None = None) -> list[Row]:
+def run(inputs: Inputs) -> list[Row]:
     """Theorem 7 for one attention layer at an exact minimiser: min rhs/lhs over k, the path and the
-    adversarial search, for M from Theorem 1 (printed, repaired) and the exact Hessian at w*."""
-    res = res or sa_check()
+    adversarial search, for M from Theorem 1 (printed, repaired) and the exact Hessian at w* (the same rows with
+    ``inputs.quick``)."""
+    res = sa_check()
     inst = f"N={res['N']} sequences, L={res['L']}, d_V={res['d_V']}; w* with ‖∇L_N(w*)‖ = {res['grad_norm_full']:.1e}"
     rows = []
     for name, check in SA_CHECKS.items():
@@ -42,11 +43,6 @@ def sa_rows(res: dict | None = None) -> list[Row]:
                              verdict="holds" if resid <= IDENTITY_TOL else "fails", value=resid, tolerance=IDENTITY_TOL,
                              instances=inst))
     return rows
-
-
-def run(inputs: Inputs) -> list[Row]:
-    """The synthetic Theorem 7 rows (the same with ``inputs.quick``)."""
-    return sa_rows()
 
 
 TOPIC = Topic("Theorem 7, one attention layer", run, checks=lambda: (*SA_CHECKS.values(), IDENTITY))

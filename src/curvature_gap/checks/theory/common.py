@@ -81,14 +81,11 @@ class Accumulator:
 
     def shapes(self, n_inst: int | None = None) -> str:
         """E.g. ``"16 inst: L∈{3,5} dV∈{4,6} dK=3 dff∈{6,8}; compared (900, 30)"``."""
-        if self.dims:
-            parts = []
-            for name, vals in zip(("L", "dV", "dK", "dff"), zip(*self.dims)):
-                u = sorted(set(vals))
-                parts.append(f"{name}={u[0]}" if len(u) == 1 else f"{name}∈{{{','.join(map(str, u))}}}")
-            dims = " ".join(parts)
-        else:
-            dims = "random matrices"
+        def axis(name: str, vals) -> str:
+            u = sorted(set(vals))
+            return f"{name}={u[0]}" if len(u) == 1 else f"{name}∈{{{','.join(map(str, u))}}}"
+        dims = (" ".join(axis(n, v) for n, v in zip(("L", "dV", "dK", "dff"), zip(*self.dims))) if self.dims
+                else "random matrices")
         k = f"{n_inst} inst: " if n_inst else ""
         return f"{k}{dims}; compared {self.obj}" if self.obj else f"{k}{dims}"
 
