@@ -69,8 +69,8 @@ def copy(tmp_path, monkeypatch):
 UNCHANGED = {
     "plotting helper": ("plotting.py", "def new_figure(width: float = WIDTH, height: float = 4.2) -> Figure:",
                         "def new_figure(width: float = WIDTH, height: float = 4.5) -> Figure:"),
-    "a result's drawing helper": ("experiments/norms.py", "def _bars(ax, labels, a, b, ylabel):",
-                                  "def _bars(ax, labels, a, b, ylabel, width=0.8):"),
+    "a result's drawing helper": ("experiments/norms.py", "def _plot_unit_bars(result, key: str, statistic: str,",
+                                  "def _plot_unit_bars(result, key: str, statistic: str, /,"),
     "progress message": ("experiments/assumption.py", 'ctx.log(f"gradient norms of L_k', 'ctx.log(f"the gradient norms of L_k'),
     "error message": ("data.py", "could not be read ({exc}); ", "cannot be read ({exc}); "),
     "docstring": ("hessian/__init__.py", '"""', '"""Edited. '),

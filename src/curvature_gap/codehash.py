@@ -21,6 +21,7 @@ import ast
 import copy
 import functools
 import hashlib
+import importlib.util
 import inspect
 import sys
 import types
@@ -37,6 +38,7 @@ BOUNDARY_MODULES = (f"{PACKAGE}.experiments", f"{PACKAGE}.experiments.store", f"
                     f"{PACKAGE}.codehash")
 # calls whose arguments are messages (progress lines, warnings), not computation
 MESSAGE_CALLS = frozenset({"log", "print", "warn", "write", "info", "debug", "set_description", "set_postfix"})
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)  # an `async def` is a definition like any other
 
 
 def not_in_code_hash(reason: str):
@@ -58,11 +60,8 @@ def code_hash(*roots, via: tuple = ()) -> str:
     outside the package, what they reach is followed inside it only). ``via``: ``((name, cls), ...)``: an
     attribute ``name.attr`` anywhere in the walk is followed to ``cls.attr`` (``("ctx", Context)``: a computation
     reaches the methods of its context that it calls). Cached per process: it runs the code it imported."""
-    h = hashlib.sha256()
-    for dump in sorted(reached(*roots, via=via).values()):
-        h.update(dump.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:16]
+    dumps = sorted(reached(*roots, via=via).values())
+    return hashlib.sha256(b"".join(d.encode() + b"\0" for d in dumps)).hexdigest()[:16]
 
 
 def reached(*roots, via: tuple = ()) -> dict[str, str]:
@@ -132,38 +131,32 @@ def _module_tree(module: types.ModuleType) -> ast.Module:
 def _find(body: list, name: str):
     """The definition of ``name`` among ``body``'s statements (looking inside if/try blocks too)."""
     for node in body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+        if isinstance(node, (*_FUNCS, ast.ClassDef)) and node.name == name:
             return node
         if isinstance(node, (ast.If, ast.Try)):
-            for sub in (node.body, node.orelse, getattr(node, "finalbody", []),
-                        *[h.body for h in getattr(node, "handlers", [])]):
-                hit = _find(sub, name)
+            subs = (node.body, node.orelse, getattr(node, "finalbody", []),
+                    *[h.body for h in getattr(node, "handlers", [])])
+            for hit in (_find(sub, name) for sub in subs):
                 if hit is not None:
                     return hit
     return None
 
 
-def _assignment(tree: ast.Module, name: str) -> list:
-    """The top-level assignments binding ``name``."""
-    def binds(node) -> bool:
-        if isinstance(node, ast.Assign):
-            return any(isinstance(n, ast.Name) and n.id == name for t in node.targets for n in ast.walk(t))
-        return isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name) \
-            and node.target.id == name
-    return [node for node in tree.body if binds(node)]
+def _binds(node: ast.stmt, name: str) -> bool:
+    """Whether the statement ``node`` assigns ``name`` (``=``, ``: T =``, ``+=``)."""
+    targets = [n for t in node.targets for n in ast.walk(t)] if isinstance(node, ast.Assign) else \
+        [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+    return any(isinstance(n, ast.Name) and n.id == name for n in targets)
 
 
 def _definition(obj, root: bool = False):
-    """(key, syntax-tree node, module) of a package function, class or lambda; None where the object is
-    not hashed (outside the package, drawing code, marked, or inside a boundary module)."""
-    if isinstance(obj, _Constant):
-        return obj.definition()
-    if isinstance(obj, (staticmethod, classmethod)):
-        obj = obj.__func__
-    if isinstance(obj, property):
-        obj = obj.fget
-    if isinstance(obj, functools.partial):
-        obj = obj.func
+    """(key, syntax-tree node, module) of a package function, class or lambda, or of a constant ``(module,
+    name)``; None where the object is not hashed (outside the package, drawing code, marked, or inside a boundary
+    module)."""
+    if isinstance(obj, tuple):
+        return _constant(*obj)
+    for kind, inner in (((staticmethod, classmethod), "__func__"), (property, "fget"), (functools.partial, "func")):
+        obj = getattr(obj, inner) if isinstance(obj, kind) else obj
     if callable(obj) and not isinstance(obj, type):
         obj = inspect.unwrap(obj)
     if not (inspect.isfunction(obj) or inspect.isclass(obj)) or getattr(obj, "__not_in_code_hash__", None) is not None \
@@ -174,9 +167,7 @@ def _definition(obj, root: bool = False):
     tree = _module_tree(module)
     parts = obj.__qualname__.split(".")
     if "<locals>" in parts:  # a nested function or lambda: its enclosing top-level definition holds it
-        outer = module
-        for p in parts[:parts.index("<locals>")]:
-            outer = getattr(outer, p, None)
+        outer = functools.reduce(lambda o, p: getattr(o, p, None), parts[:parts.index("<locals>")], module)
         if outer is None or outer is obj:
             return None
         return _definition(outer, root=root)
@@ -197,35 +188,23 @@ def _definition(obj, root: bool = False):
     return f"{modname}:{obj.__qualname__}", node, module
 
 
-class _Constant:
-    """A module-level non-callable object of the package, hashed through the statement that binds it."""
-
-    def __init__(self, module: types.ModuleType, name: str):
-        self.module, self.name = module, name
-
-    def definition(self):
-        if not _in_package(self.module) or self.module.__name__ in BOUNDARY_MODULES + CONFIG_MODULES:
-            return None
-        tree = _module_tree(self.module)
-        hits = _assignment(tree, self.name)
-        if hits:
-            return f"{self.module.__name__}:{self.name}", ast.Module(body=hits, type_ignores=[]), self.module
-        for node in tree.body:  # imported from a sibling module: follow the import
-            if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == self.name for a in node.names):
-                src = _imported_module(self.module, node)
-                orig = next(a.name for a in node.names if (a.asname or a.name) == self.name)
-                if src is not None:
-                    return _Constant(src, orig).definition()
+def _constant(module: types.ModuleType, name: str):
+    """:func:`_definition` of the module-level non-callable object ``module.name`` of the package: the statements
+    that bind it (followed through ``from .x import name``)."""
+    if not _in_package(module) or module.__name__ in BOUNDARY_MODULES + CONFIG_MODULES:
         return None
-
-
-def _imported_module(module: types.ModuleType, node: ast.ImportFrom):
-    pkg = module.__name__ if hasattr(module, "__path__") else module.__name__.rpartition(".")[0]
-    base = pkg
-    for _ in range(max(node.level - 1, 0)):
-        base = base.rpartition(".")[0]
-    name = (f"{base}.{node.module}" if node.module else base) if node.level else node.module
-    return sys.modules.get(name)
+    tree = _module_tree(module)
+    hits = [node for node in tree.body if _binds(node, name)]
+    if hits:
+        return f"{module.__name__}:{name}", ast.Module(body=hits, type_ignores=[]), module
+    for node in tree.body:  # imported from a sibling module: follow the import
+        orig = next((a.name for a in getattr(node, "names", ()) if isinstance(node, ast.ImportFrom)
+                     and (a.asname or a.name) == name), None)
+        src = orig and sys.modules.get(
+            importlib.util.resolve_name("." * node.level + (node.module or ""), module.__package__))
+        if src is not None:
+            return _constant(src, orig)
+    return None
 
 
 def _references(node: ast.AST, module: types.ModuleType) -> list:
@@ -242,7 +221,7 @@ def _references(node: ast.AST, module: types.ModuleType) -> list:
                 callable(v) and inspect.isfunction(inspect.unwrap(v))):
             out.append(v)
         elif not isinstance(v, (types.ModuleType, types.BuiltinFunctionType)) and _in_package(mod):
-            out.append(_Constant(mod, name))
+            out.append((mod, name))
 
     for n in ast.walk(node):
         if isinstance(n, ast.Name) and n.id in g and not isinstance(n.ctx, ast.Store):  # a bound name is no use
@@ -253,9 +232,9 @@ def _references(node: ast.AST, module: types.ModuleType) -> list:
                 add(base, n.attr)
         elif isinstance(n, ast.arg) and n.annotation is not None:
             out += _annotation_refs(n.annotation, g)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns is not None:
+        elif isinstance(n, _FUNCS) and n.returns is not None:
             out += _annotation_refs(n.returns, g)
-    return [o for o in out if isinstance(o, _Constant) or _in_package(o)]
+    return [o for o in out if isinstance(o, tuple) or _in_package(o)]
 
 
 def _attribute_base(value: ast.AST, g: dict):
@@ -271,16 +250,12 @@ def _attribute_base(value: ast.AST, g: dict):
 
 def _annotation_refs(ann: ast.AST, g: dict) -> list:
     """Package classes named in an annotation (a string under ``from __future__ import annotations``)."""
-    names = []
     if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
         try:
             ann = ast.parse(ann.value, mode="eval")
         except SyntaxError:
             return []
-    for n in ast.walk(ann):
-        if isinstance(n, ast.Name) and inspect.isclass(g.get(n.id)):
-            names.append(g[n.id])
-    return names
+    return [g[n.id] for n in ast.walk(ann) if isinstance(n, ast.Name) and inspect.isclass(g.get(n.id))]
 
 
 # ------------------------------------------------------------------------------------- normalising
@@ -292,8 +267,7 @@ class _Normalise(ast.NodeTransformer):
         if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
                 and isinstance(body[0].value.value, str):
             body = body[1:]
-        body = [b for b in body if not (isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef))
-                                        and b.name.lstrip("_").startswith("plot"))]
+        body = [b for b in body if not (isinstance(b, _FUNCS) and b.name.lstrip("_").startswith("plot"))]
         node.body = body or [ast.Pass()]
         return self.generic_visit(node)
 

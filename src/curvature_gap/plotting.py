@@ -22,7 +22,7 @@ from .bounds.sweeps import THEOREM1_SETTINGS
 from .io import atomic_write_bytes
 from .theory.block import BLOCK_PARAMS
 
-__all__ = ["WIDTH", "MIN_FONT", "STYLE", "new_figure", "min_font_size", "png_bytes", "save_figure",
+__all__ = ["WIDTH", "MIN_FONT", "STYLE", "new_figure", "new_axes", "min_font_size", "png_bytes", "save_figure",
            "pooled_log_image", "group_axes", "SHORT", "short_label", "tensor_label",
            "plot_diagonal_norms_under_input_scaling", "plot_second_difference_along_W1",
            "plot_norms_as_row_flattens", "plot_theorem1_sweeps"]
@@ -41,6 +41,12 @@ def new_figure(width: float = WIDTH, height: float = 4.2) -> Figure:
     """A matplotlib Figure (no pyplot state) in the package style, constrained layout."""
     with matplotlib.rc_context(STYLE):
         return Figure(figsize=(width, height), layout="constrained")
+
+
+def new_axes(width: float, height: float, *grid, **kw) -> tuple:
+    """(fig, axes): :func:`new_figure` and its ``Figure.subplots(*grid, **kw)``."""
+    fig = new_figure(width, height)
+    return fig, fig.subplots(*grid, **kw)
 
 
 def min_font_size(fig: Figure) -> float:
@@ -143,8 +149,7 @@ def plot_diagonal_norms_under_input_scaling(data: dict):
     """Figure: the diagonal blocks' spectral norms against the input scale
     (:func:`curvature_gap.theory.block.diagonal_norms_under_input_scaling`), each curve labelled at its right end."""
     names = {"1": "$W_1$", "2": "$W_2$", "K": "$W_K$", "Q": "$W_Q$", "V": "$W_V$"}
-    fig = new_figure(height=4.0)
-    ax = fig.add_subplot()
+    fig, ax = new_axes(WIDTH, 4.0)
     s = data["scale"]
     ends = {}
     for p in BLOCK_PARAMS:
@@ -170,8 +175,7 @@ def plot_diagonal_norms_under_input_scaling(data: dict):
 
 def plot_second_difference_along_W1(scan: dict):
     """Figure: ``s(t)`` and its second difference (:func:`curvature_gap.theory.ffn.second_difference_along_W1`), kinks dotted."""
-    fig = new_figure(height=4.6)
-    top, bottom = fig.subplots(2, 1, sharex=True)
+    fig, (top, bottom) = new_axes(WIDTH, 4.6, 2, 1, sharex=True)
     top.plot(scan["t"], scan["s"], lw=1.5)
     bottom.plot(scan["t_inner"], scan["d2"], lw=1.2)
     for ax in (top, bottom):
@@ -189,8 +193,7 @@ def plot_second_difference_along_W1(scan: dict):
 
 def plot_norms_as_row_flattens(data: dict):
     """Figure: ‖J_LN‖_2 and ‖H_LN‖_2 against σ_min as one row flattens (:func:`curvature_gap.theory.layernorm.norms_as_row_flattens`)."""
-    fig = new_figure(height=3.6)
-    ax = fig.add_subplot()
+    fig, ax = new_axes(WIDTH, 3.6)
     s = data["sigma_min"]
     i = len(s) // 3
     for key, marker, label, offset, ha, va in (
@@ -209,8 +212,7 @@ def plot_norms_as_row_flattens(data: dict):
 def plot_theorem1_sweeps(records: list[dict]):
     """Theorem 1's bound / exact ``‖H_i‖_2`` against the Q/K balance ``a``, as printed and repaired, for the
     sweeps of :func:`curvature_gap.bounds.sweeps.theorem1_sweeps` (one line per sweep and variant; below 1 the bound is violated)."""
-    fig = new_figure(WIDTH, 4.0)
-    ax = fig.subplots()
+    fig, ax = new_axes(WIDTH, 4.0)
     colors = {"balance": "tab:blue", "minimiser": "tab:green", "uniform": "tab:purple"}
     handles = []  # printed first, then repaired: the legend's two columns
     for check, ls, mk, what in (("thm1.printed", "-", "o", "printed"), ("thm1.repaired", "--", "s", "repaired")):
@@ -238,8 +240,7 @@ def plot_theorem1_sweeps(records: list[dict]):
 def plot_dynamics_summary(steps, series: dict):
     """Figs. 7–11 in one panel: the Frobenius norm of each parameter group's Hessian block against the training
     step (log scale), one line per group; ``series`` maps a group's label to its norms at ``steps``."""
-    fig = new_figure(WIDTH, 3.6)
-    ax = fig.add_subplot()
+    fig, ax = new_axes(WIDTH, 3.6)
     for label, values in series.items():
         ax.plot(steps, values, marker="o", ms=3.5, lw=1.6, label=label)
     ax.set_yscale("log")

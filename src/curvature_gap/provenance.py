@@ -61,9 +61,7 @@ def software() -> dict:
             out[p] = version(p)
         except PackageNotFoundError:
             out[p] = None
-    out["torch"] = torch.__version__
-    out["numpy"] = np.__version__
-    return out
+    return dict(out, torch=torch.__version__, numpy=np.__version__)  # the running ones, in their places
 
 
 def git_commit(root: str | os.PathLike | None = None, ignore: tuple[str, ...] = ()) -> dict:

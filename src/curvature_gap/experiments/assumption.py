@@ -12,13 +12,13 @@ with … a larger number of samples" on every model (:func:`curvature_gap.landsc
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .. import captions
 from ..landscape.assumption1 import measure, validity_increases
-from ..plotting import WIDTH, loglog_axes, new_figure
+from ..plotting import WIDTH, loglog_axes, new_axes
 from ..row import Row
 from .claims import claim_row, not_run
 from .context import Context
@@ -75,8 +75,7 @@ def plot_assumption(result):
     a, meta = result.arrays, result.meta
     if not on_loader(result):
         k = a["k"]
-        fig = new_figure(WIDTH, 5.6)
-        ax = fig.subplots()
+        fig, ax = new_axes(WIDTH, 5.6)
         for i, row in enumerate(a["grad_norms"]):
             ax.plot(k, row, color="tab:blue", lw=0.6, alpha=0.4, label="random orders" if i == 0 else None)
         ax.plot(k, a["rms_exact"], color="k", lw=2, label=r"$\sqrt{E\|\nabla\mathcal{L}_k\|^2}$ over all orders")
@@ -89,8 +88,7 @@ def plot_assumption(result):
     # 4.6 in: narrow enough to be seen whole on a phone with its smallest text at 7 pt (notebook.phone_min_width:
     # 7 × 4.6 × 96 / 9.5 pt = 326 px); its point, where the two sums part (the largest k, at the right), and both
     # legend entries are then on a 390 px screen without scrolling
-    fig = new_figure(4.6, 4.9)
-    ax = fig.subplots()
+    fig, ax = new_axes(4.6, 4.9)
     g = a["grad_samples"]
     dtype = "bf16" if meta.get("precision") == "bf16" else "float32"
     for key, label, color, ls in (("grad_norm_theirs", f"summed in {dtype}, as their code sums it", "tab:red", "-"),
@@ -171,9 +169,8 @@ def assumption_rows(result, standin=None) -> list[Row]:
                   "‖∇L_k(w*)‖ over all orders of the data against k, over k ≤ N/10 (negative: reproduced; the "
                   "CIFAR-100 model of Table 1)")
     if measured is None:
-        cmd = "curvature-gap reproduce --only fig12_mnist (needs MNIST; trains the model if needed)"
-        return [Row(id="assumption1.zero", result="assumption1", kind="identity", claim="holds", verdict="not run",
-                    what="∇L_k(w*) = 0 for every k", profile="paper", command=cmd),
+        zero = not_run("assumption1.zero", "assumption1", "∇L_k(w*) = 0 for every k", "fig12_mnist")
+        return [replace(zero, kind="identity", claim="holds"),
                 not_run("fig12.validity_increases", "fig12", claim_what, "fig12_mnist")]
     m = measured.meta
     rel = m["grad_norm_full"] / m["rms_per_sample_grad_norm"]

@@ -21,7 +21,7 @@ from ..config import recipe_for
 from ..landscape.losses import loss_differences, per_sample_losses
 from ..landscape.theorem7 import rhs
 from .context import Context
-from ..plotting import WIDTH, loglog_axes, new_figure
+from ..plotting import WIDTH, loglog_axes, new_axes
 from ..row import Row
 from .. import captions
 from .claims import claim_row, not_run
@@ -114,8 +114,7 @@ def plot_convergence(result):
     b = meta["batch_size"]
     fit = meta["fit"]
     loader = on_loader(result)
-    fig = new_figure(WIDTH, 5.2 if loader else 5.8)
-    ax = fig.subplots()
+    fig, ax = new_axes(WIDTH, 5.2 if loader else 5.8)
     if loader:
         keep = slice(0, len(a["delta"]) - meta.get("drop_last", 0))
         x = a["n_samples"][keep]

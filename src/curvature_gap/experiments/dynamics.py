@@ -15,7 +15,7 @@ from .dynamics_blocks import TYPES
 from .settings import TRAJECTORY
 from .spec import FigureSpec, Finding, Point
 from .trajectory import AUTHORS_NEEDS, AUTHORS_SETTINGS, lists_of
-from ..plotting import WIDTH, new_figure, tensor_label
+from ..plotting import WIDTH, new_axes, tensor_label
 
 __all__ = ["compute_type", "plot_entries", "plot_hessian_blocks", "plot_list_hessian", "plot_norms", "SPECS"]
 
@@ -64,8 +64,7 @@ def plot_entries(result):
     mats = [_entry_matrix(result, steps.index(st)) for st in shown]
     lim = max(float(np.abs(m).max()) for m, _ in mats)
     tall = mats[0][0].shape[0] > 2 * mats[0][0].shape[1]
-    fig = new_figure(WIDTH, 3.6 if not tall else 5.0)
-    axs = fig.subplots(1, len(shown))
+    fig, axs = new_axes(WIDTH, 3.6 if not tall else 5.0, 1, len(shown))
     for ax, st, (M, how) in zip(axs, shown, mats):
         im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
         ax.set_title(f"step {st}" + (" (all 0)" if not np.any(M) else ""))
@@ -98,11 +97,9 @@ def _hessian_panels(fig, axs, steps, images, n: int, edges=()):
 def plot_hessian_blocks(result):
     """The theorem's model: log10 |H| of the block type's Hessian at the displayed steps."""
     meta = result.meta
-    fig = new_figure(WIDTH, 3.4)
-    axs = fig.subplots(1, len(meta["display_steps"]))
-    n = sum(int(np.prod(t["shape"])) for t in meta["tensors"])
+    fig, axs = new_axes(WIDTH, 3.4, 1, len(meta["display_steps"]))
     edges = np.cumsum([0] + [int(np.prod(t["shape"])) for t in meta["tensors"]])
-    _hessian_panels(fig, axs, meta["display_steps"], result.arrays["img"], n, edges[1:-1])
+    _hessian_panels(fig, axs, meta["display_steps"], result.arrays["img"], int(edges[-1]), edges[1:-1])
     pool = f" (means over {meta['pool']}×{meta['pool']} cells)" if meta["pool"] > 1 else ""
     fig.suptitle(", ".join(tensor_label(t["name"]) for t in meta["tensors"]) + pool)
     return fig
@@ -113,9 +110,8 @@ def plot_list_hessian(result, g: str):
     a, info = result.arrays, result.meta["lists"][g]
     cols = 3
     rows = -(-len(a[f"img_{g}"]) // cols)
-    fig = new_figure(WIDTH, 2.5 * rows + 0.9)
-    axs = np.atleast_1d(fig.subplots(rows, cols)).ravel()
-    _hessian_panels(fig, axs, a["steps"], a[f"img_{g}"], info["n"])
+    fig, axs = new_axes(WIDTH, 2.5 * rows + 0.9, rows, cols, squeeze=False)
+    _hessian_panels(fig, axs.ravel(), a["steps"], a[f"img_{g}"], info["n"])
     pool = f", means over {info['pool']}×{info['pool']} cells" if info["pool"] > 1 else ""
     fig.suptitle(f"{info['label']}: {info['n']} parameters{pool}")
     return fig
@@ -143,8 +139,7 @@ def _list_parts(g: str) -> tuple:
 def plot_norms(result):
     """Parameter norm and Hessian-block norms over the first training steps."""
     a = result.arrays
-    fig = new_figure(WIDTH, 4.0)
-    ax1, ax2 = fig.subplots(1, 2)
+    fig, (ax1, ax2) = new_axes(WIDTH, 4.0, 1, 2)
     ax1.plot(a["steps"], a["param_fro"], marker="o", ms=3)
     ax1.set_ylabel(r"$\|W\|_F$")
     ax2.plot(a["steps"], a["hess_fro"], marker="o", ms=3, label=r"$\|H\|_F$")

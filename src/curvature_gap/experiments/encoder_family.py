@@ -24,7 +24,7 @@ from torch import nn
 
 from ..hessian.layers import layer_hessian
 from .context import Context
-from ..plotting import WIDTH, new_figure
+from ..plotting import WIDTH, new_axes
 from .hessians import unit_statistics
 from .spec import FigureSpec, Point
 
@@ -190,8 +190,7 @@ def plot_encoder_family(result):
     and trained"""
     meta, fro = result.meta, result.arrays["fro"]
     n_cfg, n_t, n_u = fro.shape
-    fig = new_figure(WIDTH, 3.9)
-    axes = fig.subplots(1, n_t, sharey=True)
+    fig, axes = new_axes(WIDTH, 3.9, 1, n_t, sharey=True)
     colors = {"W_Q": "#4c72b0", "W_K": "#64b5cd", "W_V": "#c44e52", "W_O": "#dd8452", "W_1": "#55a868",
               "W_2": "#8fbc8f", "LN": "#8172b3", "biases": "#937860"}
     w = 0.8 / n_u
@@ -263,11 +262,8 @@ def ranking_text(result) -> str:
 
 def key_numbers(r) -> dict:
     fro = r.arrays["fro"]
-    out = {}
-    for i, c in enumerate(r.meta["configs"]):
-        for t, when in enumerate(r.meta["times"]):
-            out[f"largest block Frobenius norm, {c}, {when}"] = float(fro[i, t].max())
-    return out
+    return {f"largest block Frobenius norm, {c}, {when}": float(fro[i, t].max())
+            for i, c in enumerate(r.meta["configs"]) for t, when in enumerate(r.meta["times"])}
 
 
 # ----------------------------------------------------------------------------- the results of this module

@@ -16,7 +16,7 @@ from .. import captions
 from ..params import authors_hessian_order, param_groups, param_slices
 from ..precision import frozen_at_one
 from ..train import evaluate
-from ..plotting import WIDTH, group_axes, new_figure, pooled_log_image, short_label
+from ..plotting import WIDTH, group_axes, new_axes, pooled_log_image, short_label
 from ..row import Row
 from .claims import claim_row, claim_verdict, not_run
 from .context import Context
@@ -233,8 +233,7 @@ def _plot_image(result, key: str, span: tuple, idx: list, title: str):
     own = (np.concatenate([a["image"].astype(np.float64).ravel(), a["attention"].astype(np.float64).ravel()])
            if "shared" in meta.get("colour", "") else img)
     vmin = max(np.log10(result.config["settings"]["eps"]), float(np.nanpercentile(own, 1)))
-    fig = new_figure(WIDTH, 6.4)
-    ax = fig.subplots()
+    fig, ax = new_axes(WIDTH, 6.4)
     im = ax.imshow(img, extent=(a0, a1, a1, a0), cmap="viridis", vmin=vmin, vmax=float(np.nanmax(own)))
     group_axes(ax, [meta["group_starts"][i] for i in idx], [meta["group_stops"][i] for i in idx],
                [labels[i] for i in idx])
@@ -275,8 +274,7 @@ def plot_attention(result):
 def group_pair_image(M: np.ndarray, labels, height: float, title: str, label: str, **imshow):
     """(figure, axes) of a (group, group) matrix ``M`` as an image, the groups ``labels`` on both axes, with a colour
     bar named ``label``."""
-    fig = new_figure(WIDTH, height)
-    ax = fig.subplots()
+    fig, ax = new_axes(WIDTH, height)
     im = ax.imshow(M, **imshow)
     ax.set_xticks(range(len(labels)), labels, rotation=90)
     ax.set_yticks(range(len(labels)), labels)

@@ -20,7 +20,7 @@ from ..bounds.registry import RTOL
 from ..landscape.theorem7 import IDENTITY_TOL, STATEMENT, T0_FLOOR, cannot_fail, moved, vit_check
 from ..row import Declared, Row
 from .context import Context
-from ..plotting import WIDTH, new_figure
+from ..plotting import WIDTH, new_axes
 from .settings import Variant
 from .spec import FigureSpec, Point
 
@@ -92,8 +92,7 @@ def compute_trained_bounds(ctx: Context, s: TrainedBoundsSettings) -> tuple[dict
 def plot_theorem7(result):
     """Smallest rhs/lhs over k along w = w* + t u, per direction and choice of M."""
     meta = result.meta
-    fig = new_figure(WIDTH, 4.6)
-    ax = fig.subplots()
+    fig, ax = new_axes(WIDTH, 4.6)
     names = {"exact": r"$M = \max_i\,\|\nabla^2 l_i(w^*)\|_2$", "thm6_ce": r"$M$ of Theorem 6 (cross-entropy)"}
     for name, ls in (("exact", "-"), ("thm6_ce", "--")):
         for d, color in (("random", "tab:blue"), ("max-grad", "tab:orange")):

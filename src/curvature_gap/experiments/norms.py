@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import captions
 from ..params import param_groups
-from ..plotting import WIDTH, new_figure, short_label
+from ..plotting import WIDTH, new_axes, short_label
 from ..row import Row
 from .claims import claim_row, not_run
 from .context import Context
@@ -79,8 +79,7 @@ def _plot_unit_bars(result, key: str, statistic: str, ylabel: str, title: str):
     """Bars of ``meta[key][state][unit][statistic]`` per parameter unit, initialised beside trained."""
     meta = result.meta
     u = meta["units"]
-    fig = new_figure(WIDTH, 4.2)
-    ax = fig.subplots()
+    fig, ax = new_axes(WIDTH, 4.2)
     x = np.arange(len(u))
     ax.bar(x - 0.2, [meta[key]["init"][v][statistic] for v in u], 0.4, label="initialisation", color="tab:blue")
     ax.bar(x + 0.2, [meta[key]["trained"][v][statistic] for v in u], 0.4, label="trained", color="tab:orange")
@@ -106,8 +105,7 @@ def plot_hessians(result):
 def _plot_group_lines(result, key: str, ylabel: str, title: str):
     """One line per group of the block (and the head) of ``arrays[key]`` (steps, groups) over training."""
     a, meta = result.arrays, result.meta
-    fig = new_figure(WIDTH, 4.4)
-    ax = fig.subplots()
+    fig, ax = new_axes(WIDTH, 4.4)
     cmap = matplotlib.colormaps["tab10"]
     for i, g in enumerate(meta["groups"]):
         ax.plot(a["steps"], a[key][:, i], color=cmap(i % 10), lw=1.4, marker="o", ms=3, label=short_label(g))
@@ -135,8 +133,7 @@ def plot_lists(result):
     """Their Fig. 5: the lists' parameter norms (left) and Hessian spectral norms (right) against the step;
     their five lines solid, the feed-forward weights (not in their figure) dashed."""
     a, meta = result.arrays, result.meta
-    fig = new_figure(WIDTH, 4.4)
-    axs = fig.subplots(1, 2)
+    fig, axs = new_axes(WIDTH, 4.4, 1, 2)
     for ax, key, title, ylabel in ((axs[0], "param", "Parameters' norm", r"$\|W\|_F$"),
                                    (axs[1], "spec", "Hessians' norm", r"$\|H\|_2$")):
         for g in (g for g in LISTS if g in meta["lists"]):  # their legend's order (a stored meta is key-sorted)

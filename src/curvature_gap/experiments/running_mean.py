@@ -23,7 +23,7 @@ from .settings import AUTHORS_RUN_SEEDS, Variant
 from .spec import FigureSpec, Finding, Point
 
 __all__ = ["LoaderPassSettings", "GradientSums", "loader_pass", "compute_loader_pass", "fit_loglog", "smooth",
-           "ewm", "accumulation_summary", "on_loader", "pass_title", "authors_pass", "figure_runs",
+           "accumulation_summary", "on_loader", "pass_title", "authors_pass", "figure_runs",
            "loader_figure", "MNIST_SETTINGS", "MNIST_EXACT_SETTINGS",
            "SMOKE", "ACCUM_TOL", "DRIFT_FROM", "MNIST_NEEDS", "CIFAR_NEEDS", "CIFAR_STANDIN", "LOADER_PASS", "SPECS"]
 
@@ -163,7 +163,9 @@ def compute_loader_pass(ctx: Context, s: LoaderPassSettings) -> tuple[dict, dict
     k = np.arange(1, len(delta) + 1)
     positive = np.maximum(delta, np.finfo(float).tiny)
     fit = fit_loglog(k, positive, s.fit_k_min, s.fit_points)
-    arrays = dict(n_samples=p["n_seen"][1:], k=k, delta=delta, running_loss=running, ewm=ewm(delta, s.ewm_alpha))
+    # pandas' Series.ewm(alpha, adjust=False).mean(): y₀ = x₀, yₜ = (1 − α) yₜ₋₁ + α xₜ
+    arrays = dict(n_samples=p["n_seen"][1:], k=k, delta=delta, running_loss=running,
+                  ewm=smooth(delta, 1 - s.ewm_alpha, s.ewm_alpha))
     at_one, n_gamma, max_dev = frozen_at_one(model)
     meta = dict(profile=ctx.profile, model=s.model_key, seed=cfg.seed, run_seeds=[c.seed for _, _, c in runs], step=s.step,
                 epochs=s.epochs, arithmetic=s.arithmetic, precision=cfg.precision,
@@ -234,11 +236,6 @@ def smooth(x: np.ndarray, keep: float, take: float) -> np.ndarray:
     for t, v in enumerate(x):
         y[t] = float(v) if t == 0 else keep * y[t - 1] + take * float(v)
     return y
-
-
-def ewm(x: np.ndarray, alpha: float) -> np.ndarray:
-    """pandas' ``Series.ewm(alpha=alpha, adjust=False).mean()``: y₀ = x₀, yₜ = (1 − α) yₜ₋₁ + α xₜ."""
-    return smooth(x, 1 - alpha, alpha)
 
 
 def pass_title(meta) -> str:

@@ -34,7 +34,7 @@ from .ops.tokens import Add, Scale
 from .program import Node, Program, State, blocks as program_blocks, dense, hvp
 
 __all__ = ["layer_hessian", "layer_hvp", "attention_mask", "LayerHessian", "SUPPORTED", "activation_name",
-           "layer_nodes", "no_dropout_in_training", "assemble", "loss_node", "requested_pairs", "is_class",
+           "layer_nodes", "no_dropout_in_training", "assemble", "requested_pairs", "is_class",
            "layernorm_of", "first_parameter", "program_state"]
 
 SUPPORTED = {
@@ -415,19 +415,6 @@ def requested_pairs(blocks, names) -> list | None:
     return list(dict.fromkeys(pairs))
 
 
-def loss_node(loss, out: str, names=("mse",)) -> Node:
-    """The loss of a program's output value ``out``: one of ``names`` (``"mse"``, ``"cross_entropy"``: to the
-    input ``target``) or a pair ``(dl_dZ, d2l_dZ2)``."""
-    if isinstance(loss, str):
-        if loss not in names:
-            raise ValueError(f"loss={loss!r} is not supported: {' or '.join(map(repr, names))} or a pair "
-                             "(dl_dZ, d2l_dZ2)")
-        return Node("loss", {"mse": MSE, "cross_entropy": CrossEntropy}[loss](), (out, "target"), "loss")
-    if not (isinstance(loss, (tuple, list)) and len(loss) == 2):
-        raise ValueError("loss must be 'mse' or a pair (dl_dZ, d2l_dZ2) of tensors or callables of Z")
-    return Node("loss", GivenLoss(*loss), (out,), "loss")
-
-
 def first_parameter(module: nn.Module) -> torch.Tensor:
     """The module's first parameter (ValueError if it has none: nothing to differentiate)."""
     w = next(module.parameters(), None)
@@ -436,30 +423,45 @@ def first_parameter(module: nn.Module) -> torch.Tensor:
     return w
 
 
-def program_state(module: nn.Module, nodes: list, loss: Node, data: dict) -> State:
-    """The program ``nodes + [loss]`` over ``module.named_parameters()`` (detached, in that order), run on the
-    inputs ``data``."""
+def program_state(module: nn.Module, nodes: list, out: str, data: dict, loss, target, what: str,
+                  names=("mse",)) -> State:
+    """The program ``nodes`` + the loss of its output value ``out`` over ``module.named_parameters()`` (detached,
+    in that order), run on the inputs ``data`` and ``target`` (in the engine's layout; None: none). ``loss``: one
+    of ``names`` (``"mse"``, ``"cross_entropy"``: to ``target``) or a pair ``(dl_dZ, d2l_dZ2)``; ``what``: the
+    module's kind in the error messages."""
+    if isinstance(loss, str):
+        if loss not in names:
+            raise ValueError(f"loss={loss!r} is not supported: {' or '.join(map(repr, names))} or a pair "
+                             "(dl_dZ, d2l_dZ2)")
+        if target is None:
+            raise ValueError(f"loss={loss!r} needs target, of the shape of the {what}'s output")
+        node = Node("loss", {"mse": MSE, "cross_entropy": CrossEntropy}[loss](), (out, "target"), "loss")
+    elif not (isinstance(loss, (tuple, list)) and len(loss) == 2):
+        raise ValueError("loss must be 'mse' or a pair (dl_dZ, d2l_dZ2) of tensors or callables of Z")
+    else:
+        node = Node("loss", GivenLoss(*loss), (out,), "loss")
+    data = data if target is None else {**data, "target": target}
     params = {n: p.detach() for n, p in module.named_parameters()}
-    return State(Program(nodes + [loss], {n: p.shape for n, p in params.items()}, list(params)), params, data)
+    return State(Program(nodes + [node], {n: p.shape for n, p in params.items()}, list(params)), params, data)
 
 
-def assemble(state: State, blocks=None, chunk: int | None = 128, output: str = "Z", layout=lambda Z: Z) -> LayerHessian:
-    """The :class:`LayerHessian` of a program's ``state``: dense, or the ``blocks`` asked for (names or pairs)."""
+def assemble(state: State, blocks=None, chunk: int | None = 128, layout=lambda Z: Z) -> LayerHessian:
+    """The :class:`LayerHessian` of a program's ``state``: dense, or the ``blocks`` asked for (names or pairs);
+    ``.Z`` the loss's input in ``layout``."""
     prog = state.program
     names = tuple(prog.order)
     sizes = tuple(prog.sizes[n] for n in names)
     pairs = requested_pairs(blocks, names)
     grad = state.gradient()
     gradient = torch.cat([grad[n].reshape(-1) for n in names])
-    Z = layout(state.values[output])
+    Z = layout(state.values[prog.nodes[-1].ins[0]])
     if pairs is None:
-        H = dense(state, chunk)
-        sl = prog.slices
-        return LayerHessian(H, names, sizes, {(a, b): H[sl[a], sl[b]] for a in names for b in names}, Z, gradient,
-                            state.loss)
-    got = program_blocks(state, pairs, chunk)
-    out = {p: (0.5 * (blk + blk.T) if p[0] == p[1] else blk) for p, blk in got.items()}
-    return LayerHessian(None, names, sizes, out, Z, gradient, state.loss)
+        H, sl = dense(state, chunk), prog.slices
+        out = {(a, b): H[sl[a], sl[b]] for a in names for b in names}
+    else:
+        H, got = None, program_blocks(state, pairs, chunk)
+        out = {p: (0.5 * (blk + blk.T) if p[0] == p[1] else blk) for p, blk in got.items()}
+    return LayerHessian(H, names, sizes, out, Z, gradient, state.loss)
 
 
 def _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss):
@@ -486,15 +488,11 @@ def _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss):
     nodes, out, width = layer_nodes(layer, "", "X", M)
     if d != width:
         raise ValueError(f"X has width {d}; {type(layer).__name__} expects {width}")
-    inputs = {"X": Xb}
-    if target is not None:
-        if tuple(target.shape) != tuple(X.shape):
-            raise ValueError(f"target of shape {tuple(target.shape)} must have the shape of X (the layer's output), "
-                             f"{tuple(X.shape)}")
-        inputs["target"] = to_layout(target, False)
-    elif loss == "mse":
-        raise ValueError("loss='mse' needs target, of the shape of the layer's output")
-    return program_state(layer, nodes, loss_node(loss, out), inputs), to_layout, out
+    if target is not None and tuple(target.shape) != tuple(X.shape):
+        raise ValueError(f"target of shape {tuple(target.shape)} must have the shape of X (the layer's output), "
+                         f"{tuple(X.shape)}")
+    target = None if target is None else to_layout(target, False)
+    return program_state(layer, nodes, out, {"X": Xb}, loss, target, "layer"), to_layout
 
 
 def layer_hessian(layer: nn.Module, X: torch.Tensor, loss="mse", target: torch.Tensor | None = None, blocks=None,
@@ -519,8 +517,8 @@ def layer_hessian(layer: nn.Module, X: torch.Tensor, loss="mse", target: torch.T
     ``ValueError`` naming what is not supported (another class, qk-norm, a gated or GLU MLP, an activation
     without a second-order rule, dropout in training mode, a mask it cannot express).
     """
-    state, to_layout, out = _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss)
-    return assemble(state, blocks, chunk, out, to_layout)
+    state, to_layout = _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss)
+    return assemble(state, blocks, chunk, to_layout)
 
 
 def layer_hvp(layer: nn.Module, X: torch.Tensor, v: dict, loss="mse", target: torch.Tensor | None = None,
@@ -529,5 +527,4 @@ def layer_hvp(layer: nn.Module, X: torch.Tensor, v: dict, loss="mse", target: to
     """Hessian-vector product ``H v`` of :func:`layer_hessian`'s loss, without forming H: ``v`` maps parameter
     names to directions of the parameters' shapes (or (B, *shape) for B directions at once; a name left out is
     a zero direction); returns ``{name: (H v)[name]}`` for every parameter, in ``named_parameters()`` order."""
-    state, _, _ = _prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss)
-    return hvp(state, v)
+    return hvp(_prepare(layer, X, target, attn_mask, key_padding_mask, is_causal, loss)[0], v)

@@ -23,7 +23,7 @@ from torch import nn
 
 from . import layers
 from .layers import (LayerHessian, _Builder, assemble, check_reads, first_parameter, is_class, layer_nodes,
-                     loss_node, no_dropout_in_training, program_state, supported_kind)
+                     no_dropout_in_training, program_state, supported_kind)
 from .ops.activation import Activation
 from .ops.linear import Linear
 from .ops.tokens import Add, AddParam, Embed, Pool, Patches, Prepend
@@ -172,11 +172,9 @@ def _state(model, inputs, loss, target, output, kw) -> tuple[State, callable]:
     if loss == "cross_entropy" and (target is None or target.dtype not in (torch.int64, torch.int32)
                                     or target.dim() != 1):
         raise ValueError("loss='cross_entropy' needs target: the labels (B,) as integers")
-    if loss == "mse" and target is None:
-        raise ValueError("loss='mse' needs target, of the shape of the model's output")
-    if loss in ("mse", "cross_entropy"):
-        data["target"] = target[:, None] if loss == "mse" and sq and target.dim() == 2 else target
-    state = program_state(model, nodes, loss_node(loss, out, ("cross_entropy", "mse")), data)
+    if loss == "mse" and sq and target is not None and target.dim() == 2:
+        target = target[:, None]
+    state = program_state(model, nodes, out, data, loss, target, "model", ("cross_entropy", "mse"))
     return state, (lambda Z: Z[:, 0] if sq else Z)
 
 
@@ -194,7 +192,7 @@ def model_hessian(model: nn.Module, inputs: torch.Tensor, loss, target: torch.Te
     in ``named_parameters()`` order, ``.blocks``, ``.gradient``, ``.Z`` the output, ``.loss``).
     """
     state, layout = _state(model, inputs, loss, target, output, kw)
-    return assemble(state, blocks, chunk, state.program.nodes[-1].ins[0], layout)
+    return assemble(state, blocks, chunk, layout)
 
 
 def model_hvp(model: nn.Module, inputs: torch.Tensor, v: dict, loss, target: torch.Tensor | None = None,
@@ -202,8 +200,7 @@ def model_hvp(model: nn.Module, inputs: torch.Tensor, v: dict, loss, target: tor
     """``H v`` of :func:`model_hessian`'s loss without forming H: ``v`` maps parameter names to directions of
     their shapes, or (m, *shape) for m directions (a name left out is zero); returns {name: (H v)[name]} for every
     parameter, in ``named_parameters()`` order."""
-    state, _ = _state(model, inputs, loss, target, output, kw)
-    return hvp(state, v)
+    return hvp(_state(model, inputs, loss, target, output, kw)[0], v)
 
 
 def describe(module: nn.Module) -> list[dict]:

@@ -317,7 +317,7 @@ def block_columns(state: State, col: str, rows: list, chunk: int | None, sample_
     return {r: torch.cat(parts[r]).T for r in rows}
 
 
-def dense(state: State, chunk: int | None = 128, sample_chunk: int | None = None) -> torch.Tensor:
+def dense(state: State, chunk: int | None = 128) -> torch.Tensor:
     """The dense Hessian (P, P) in ``program.order``: for each group in the order it enters, the passes of its unit
     directions with the rows of the groups at or after it (the block triangle), then :func:`fill`."""
     prog = state.program
@@ -329,7 +329,7 @@ def dense(state: State, chunk: int | None = 128, sample_chunk: int | None = None
     for gi, g in enumerate(order):
         if prog.position(g)[0] >= len(prog.nodes):
             continue  # no node reads it: zero rows and columns
-        for r, blk in block_columns(state, g, order[gi:], chunk, sample_chunk).items():
+        for r, blk in block_columns(state, g, order[gi:], chunk).items():
             H[slices[r], slices[g]] = blk
             done.add((r, g))
     return fill(H, done, slices)
@@ -351,8 +351,7 @@ def orientation(prog: Program, row: str, col: str) -> tuple[str, str]:
     return (row, col) if cost(col, row) <= cost(row, col) else (col, row)
 
 
-def blocks(state: State, pairs: list, chunk: int | None = 128, sample_chunk: int | None = None,
-           chunks=None) -> dict:
+def blocks(state: State, pairs: list, chunk: int | None = 128, chunks=None) -> dict:
     """``{(row, col): H[row, col]}`` (|row|, |col|) for pairs of group names, each from the passes of one
     group, in the cheaper orientation (:func:`orientation`); ``chunks(group) -> (chunk, sample_chunk)`` may set
     the pass sizes per tangent group."""
@@ -363,7 +362,7 @@ def blocks(state: State, pairs: list, chunk: int | None = 128, sample_chunk: int
             if name not in prog.groups:
                 raise KeyError(f"unknown parameter group {name!r}; groups: {list(prog.groups)}")
         r, c = orientation(prog, row, col)
-        blk = block_columns(state, c, [r], *(chunks(c) if chunks is not None else (chunk, sample_chunk)))[r]
+        blk = block_columns(state, c, [r], *(chunks(c) if chunks is not None else (chunk,)))[r]
         out[(row, col)] = blk if (r, c) == (row, col) else blk.T.contiguous()
     return out
 
