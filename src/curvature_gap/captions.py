@@ -1,11 +1,10 @@
 """What each figure shows, in one sentence computed from the numbers it draws: a caption's message.
 
-A figure's caption opens with its message (shown in bold by :func:`curvature_gap.notebook.figure`). Computed
-from the figure's result, it stays true at every profile and changes when the numbers do. Each result declares
-the message function of each figure part (``FigureSpec.messages``: ``result.meta``/``result.arrays`` in,
-TeX-in-``$…$`` text out; :func:`curvature_gap.experiments.message` looks them up); the theory pages' figures
-have the functions named for them below, given the same data. Parameter groups are written in the book's one
-notation (:func:`unit_tex`).
+A figure's caption opens with its message (shown in bold by :func:`curvature_gap.notebook.figure`). Computed from the
+figure's result, it stays true at every profile and changes when the numbers do. Each result declares the message
+function of each figure part (``FigureSpec.messages``: ``result.meta``/``result.arrays`` in, TeX-in-``$…$`` text out;
+:func:`curvature_gap.experiments.message` looks them up); the theory pages' figures have the functions named for them
+below, given the same data. Parameter groups are written in the book's one notation (:func:`unit_tex`).
 """
 from __future__ import annotations
 
@@ -93,8 +92,7 @@ def plural(n: int, word: str) -> str:
 
 
 def unit_tex(unit: str) -> str:
-    """A parameter group's name in the book's one notation (TeX, no ``$``): ``W_V`` as ``W_{V}``, ``LN1``
-    upright."""
+    """A parameter group's name in the book's one notation (TeX, no ``$``): ``W_V`` as ``W_{V}``, ``LN1`` upright."""
     m = re.fullmatch(r"([A-Za-z])_\{?(\w+?)\}?", unit)
     if m:
         return f"{m.group(1)}_{{{m.group(2)}}}"

@@ -150,9 +150,8 @@ def _binds(node: ast.stmt, name: str) -> bool:
 
 
 def _definition(obj, root: bool = False):
-    """(key, syntax-tree node, module) of a package function, class or lambda, or of a constant ``(module,
-    name)``; None where the object is not hashed (outside the package, drawing code, marked, or inside a boundary
-    module)."""
+    """(key, syntax-tree node, module) of a package function, class or lambda, or of a constant ``(module, name)``; None
+    where the object is not hashed (outside the package, drawing code, marked, or inside a boundary module)."""
     if isinstance(obj, tuple):
         return _constant(*obj)
     for kind, inner in (((staticmethod, classmethod), "__func__"), (property, "fget"), (functools.partial, "func")):

@@ -44,9 +44,8 @@ VARIANT_FIELDS = ("norm", "n_heads", "activation", "qkv_bias", "out_proj", "out_
 class ModelConfig:
     """A ViT and its block variant. ``d_model`` is the paper's d_V; ``d_k`` the total query/key width.
 
-    The defaults are the paper's theorem block (Eq. 1) as built for Table 1: post-norm, one head, ReLU,
-    no Q/K/V biases and no W_O, FFN biases, a patch embedding with bias, learned positions, a head with
-    bias, N(0, 1/fan_in) initialisation.
+    The defaults are the paper's theorem block (Eq. 1) as built for Table 1: post-norm, one head, ReLU, no Q/K/V biases
+    and no W_O, FFN biases, a patch embedding, head and their biases, learned positions, N(0, 1/fan_in) initialisation.
 
     * ``norm``: ``"post"`` Y = LN(X + f(X)) per sub-layer; ``"pre"`` Y = X + f(LN(X)), with a final
       LayerNorm before pooling;
@@ -57,8 +56,7 @@ class ModelConfig:
     * ``pos_encoding``: ``"learned"`` (a parameter), ``"sinusoidal"`` (the fixed sin/cos table of
       Vaswani et al., a buffer) or ``"none"``;
     * ``init``: ``"normal"``: matrices N(0, 1/fan_in), biases 0; ``"torch"``: ``nn.Linear``'s default,
-      weights and biases U(−1/√fan_in, 1/√fan_in). LayerNorms start at γ = 1, β = 0 in both.
-    """
+      weights and biases U(−1/√fan_in, 1/√fan_in). LayerNorms start at γ = 1, β = 0 in both."""
 
     name: str
     image_size: int
@@ -177,14 +175,12 @@ class Recipe:
     Table 1's runs (``TABLE1_RECIPES``) and the authors' (:func:`authors_recipe` of ``AUTHORS_RECIPES``) are
     values of this one class. Per optimiser step ``s`` of ``total``:
 
-    * the batch: ``batch_size`` images of the training split (``train_subset`` of it, normalised by
-      ``normalize`` = (mean, std) per channel of torchvision's ``Normalize`` after ``ToTensor``) in the order
-      ``shuffle`` names — ``"epoch"``: a permutation per epoch seeded by ``(seed, epoch)``; ``"dataloader"``:
-      the order ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed))`` draws, epoch after
-      epoch, as the authors' loaders do;
+    * the batch: ``batch_size`` images of the training split (``train_subset`` of it, normalised by ``normalize`` =
+      (mean, std) per channel of torchvision's ``Normalize`` after ``ToTensor``) in the order ``shuffle`` names
+      (``"epoch"`` or ``"dataloader"``, as the authors' loaders: ``train.ORDERS``);
     * its augmentation (``train.augment``, seeded by ``(seed, s)``): a random crop of the image padded by
-      ``crop_padding`` black pixels, a rotation by U(−d, d) degrees with ``d = rotation_degrees``, a horizontal
-      flip with probability 1/2 when ``hflip`` (0 / False: none);
+      ``crop_padding`` black pixels, a rotation by U(−d, d) degrees with ``d = rotation_degrees``, a horizontal flip
+      with probability 1/2 when ``hflip`` (0 / False: none);
     * the step: ``optimizer`` (Adam or AdamW with ``betas``, ``adam_eps``, ``weight_decay``) at learning rate
       ``lr`` × the ``schedule`` (``"constant"``, or ``"cosine"`` decay to 0 over the run) × ``min(1,
       s / warmup_steps)`` (``train.warmup_factor``; 0: no warm-up), gradients clipped to global 2-norm
@@ -196,8 +192,7 @@ class Recipe:
       run of its own), and every ``train()`` call compiles anew (timings: ``benchmarks/bf16_cpu.json``).
 
     Not part of the weights (``NOT_WEIGHTS``): ``profile`` and ``source`` (names), ``ckpt_every`` (the resumable
-    ``last.pt``) and ``snapshot_every`` (weights kept in ``snapshots/`` every that many steps; 0: none).
-    """
+    ``last.pt``) and ``snapshot_every`` (weights kept in ``snapshots/`` every that many steps; 0: none)."""
 
     model: str = "mnist"
     profile: str = "paper"

@@ -2,9 +2,8 @@
 
 The one place where the time of a training run is measured (``curvature-gap reproduce``'s long-run guard,
 ``benchmarks/training_cost.py``, ``benchmarks/gpu_check.py``): a few optimiser steps of
-:func:`~curvature_gap.train.train` (the run's recipe, augmentation and precision included) after untimed
-warm-up steps. The compute of a step does not depend on the pixel values, so random images cost what the real
-dataset costs.
+:func:`~curvature_gap.train.train` (the run's recipe, augmentation and precision included) after untimed warm-up steps.
+The compute of a step does not depend on the pixel values, so random images cost what the real dataset costs.
 """
 from __future__ import annotations
 

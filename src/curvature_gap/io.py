@@ -1,8 +1,7 @@
 """Atomic, verifiable files: nothing half-written is ever read as complete.
 
-Every file the package writes (checkpoints, results, manifests, JSON rows) goes through a temporary
-file in the same directory, ``fsync`` and ``os.replace``; :func:`file_lock` serialises work on one
-output between processes.
+Every file the package writes (checkpoints, results, manifests, JSON rows) goes through a temporary file in the same
+directory, ``fsync`` and ``os.replace``; :func:`file_lock` serialises work on one output between processes.
 """
 from __future__ import annotations
 

@@ -1,18 +1,18 @@
 """The paper's Vision Transformer (Table 1) and the variants a ``ModelConfig`` names, written out in full.
 
-Shapes: images (B, C, H, W) -> patches X (B, n, p) -> tokens (B, n, d_V) -> blocks -> mean over
-tokens (B, d_V) -> logits (B, classes). The default block is the theorem's (paper Eq. 1):
+Shapes: images (B, C, H, W) -> patches X (B, n, p) -> tokens (B, n, d_V) -> blocks -> mean over tokens (B, d_V) ->
+logits (B, classes). The default block is the theorem's (paper Eq. 1):
 
     Y = LN(X + A(X) X W_V),   Z = LN(Y + ReLU(Y W_1 + b_1) W_2 + b_2),
     A(X) = softmax(X W_Q W_Kᵀ Xᵀ / √d_K)   (row-wise).
 
-The variants are those of :class:`curvature_gap.config.ModelConfig`; ``MODEL_CONFIGS["authors_mnist"]`` is
-the authors' model and :func:`from_authors_state_dict` loads their checkpoints.
+The variants are those of :class:`curvature_gap.config.ModelConfig`; ``MODEL_CONFIGS["authors_mnist"]`` is the
+authors' model and :func:`from_authors_state_dict` loads their checkpoints.
 
-Weights are stored in the paper's orientation (``X @ W``), so vec_r of a parameter is its
-row-major flattening and Hessian blocks map one-to-one onto the theory's formulas.
-Attention is written out (no fused kernel: curvlinops needs forward-mode AD) and LayerNorm is
-hand-written (forward-over-reverse through the fused kernel gives wrong second derivatives, see ``tests/hessian/test_hessian_generic.py``).
+Weights are stored in the paper's orientation (``X @ W``), so vec_r of a parameter is its row-major flattening and
+Hessian blocks map one-to-one onto the theory's formulas. Attention is written out (no fused kernel: curvlinops needs
+forward-mode AD) and LayerNorm is hand-written (forward-over-reverse through the fused kernel gives wrong second
+derivatives, see ``tests/hessian/test_hessian_generic.py``).
 """
 from __future__ import annotations
 
@@ -58,9 +58,8 @@ def _merge_heads(t: torch.Tensor) -> torch.Tensor:
 
 
 def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
-    """The fixed positional table of Vaswani et al. (n, d): row t is
-    (sin t ω_0, cos t ω_0, sin t ω_1, cos t ω_1, ...) with ω_i = 10000^(−2i/d), in the default dtype
-    (float32), as the authors' module computes it."""
+    """The fixed positional table of Vaswani et al. (n, d): row t is (sin t ω_0, cos t ω_0, sin t ω_1, cos t ω_1, ...)
+    with ω_i = 10000^(−2i/d), in the default dtype (float32), as the authors' module computes it."""
     t = torch.arange(n).unsqueeze(1)
     omega = torch.exp(torch.arange(0, d, 2) * -(math.log(10000.0) / d))
     table = torch.zeros(n, d)
@@ -101,9 +100,8 @@ def attention_matrix(x: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> t
 
 
 def layer_norm_parts(u: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(n̂, r) with n̂ = (u − mean u) r and r = (var u + ε)^(-1/2), row-wise over the last axis,
-    population variance. With ``eps = 0`` a zero-variance row violates the paper's Assumption 2 and
-    raises instead of returning NaN."""
+    """(n̂, r) with n̂ = (u − mean u) r and r = (var u + ε)^(-1/2), row-wise over the last axis, population variance.
+    With ``eps = 0`` a zero-variance row violates the paper's Assumption 2 and raises instead of returning NaN."""
     uc = u - u.mean(-1, keepdim=True)
     var = (uc * uc).mean(-1, keepdim=True)
     # a functorch wrapper's `.any()` cannot be read: only an ordinary tensor is checked
@@ -125,8 +123,7 @@ class BlockParts:
     """Intermediate values of one post-norm block for input x (..., n, d).
 
     u1 = x + A x W_V, y = γ₁ n̂₁ + β₁ with (n̂₁, r₁) = layer_norm_parts(u1), h = y W_1 + b_1,
-    r = ReLU(h) = h ∘ mask, u2 = y + r W_2 + b_2, out = γ₂ n̂₂ + β₂.
-    """
+    r = ReLU(h) = h ∘ mask, u2 = y + r W_2 + b_2, out = γ₂ n̂₂ + β₂."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -149,8 +146,7 @@ def block_forward(x, W_Q, W_K, W_V, W_1, W_2, b_1=None, b_2=None, ln1=(None, Non
                   eps=(0.0, 0.0)) -> BlockParts:
     """The post-norm block (paper Eq. "transformer") with all its intermediate values.
 
-    ``ln1``/``ln2`` are the (γ, β) of the two LayerNorms (None: γ = 1, β = 0), ``eps`` their ε.
-    """
+    ``ln1``/``ln2`` are the (γ, β) of the two LayerNorms (None: γ = 1, β = 0), ``eps`` their ε."""
     q, k = x @ W_Q, x @ W_K
     A = attention_probs(q, k)
     ax = A @ x
@@ -171,8 +167,7 @@ class LayerNorm(nn.Module):
 
     With ``eps = 0`` this is exactly the paper's LayerNorm (Assumption 2 then requires σ² > 0,
     which is checked). ``fused=True`` routes through ``torch.nn.functional.layer_norm`` instead:
-    only for demonstrating its wrong curvature, never for reported Hessians.
-    """
+    only for demonstrating its wrong curvature, never for reported Hessians."""
 
     def __init__(self, d: int, eps: float = 1e-12, fused: bool = False):
         super().__init__()
@@ -191,8 +186,7 @@ class Block(nn.Module):
 
     Parameters (stored for ``X @ W``): ``query``, ``key`` (d_V, d_K), ``value`` (d_V, d_V), optional
     ``query_bias``/``key_bias``/``value_bias``, ``out`` = W_O (d_V, d_V) and ``out_bias``; ``ln1``,
-    ``ffn1`` (W_1, b_1), ``ffn2`` (W_2, b_2), ``ln2``. Absent ones are ``None``.
-    """
+    ``ffn1`` (W_1, b_1), ``ffn2`` (W_2, b_2), ``ln2``. Absent ones are ``None``."""
 
     def __init__(self, cfg: ModelConfig, fused_ln: bool = False):
         super().__init__()
@@ -215,8 +209,7 @@ class Block(nn.Module):
         """The attention branch, x (..., n, d) -> (..., n, d): A x W_V (+ b_V), then W_O (+ b_O) if present.
 
         Rows of A sum to one, so A (x W_V + b_V) = (A x) W_V + b_V; the product is taken as (A x) W_V,
-        the order of the theory's formulas and of :func:`block_forward`.
-        """
+        the order of the theory's formulas and of :func:`block_forward`."""
         q = _linear(x, self.query, self.query_bias)
         k = _linear(x, self.key, self.key_bias)
         h = self.cfg.n_heads
@@ -262,8 +255,7 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
 
 
 def _linear_module(fan_in: int, fan_out: int, bias: bool, init: str) -> nn.Linear:
-    """An ``nn.Linear`` (weight (out, in)) initialised as :func:`_matrix` and :func:`_bias` say (``"torch"``: its
-    own default)."""
+    """An ``nn.Linear`` (weight (out, in)) initialised by :func:`_matrix`, :func:`_bias` (``"torch"``: its default)."""
     lin = nn.Linear(fan_in, fan_out, bias=bias)
     if init == "normal":
         nn.init.normal_(lin.weight, std=1 / math.sqrt(fan_in))
@@ -308,8 +300,7 @@ def build_model(name: str, seed: int | None = 0, fused_ln: bool = False, **overr
     ``"authors_cifar100"``: the authors' code), with optional config overrides.
 
     ``seed`` fixes the initialisation (``None`` uses the global RNG). ``fused_ln=True`` swaps in
-    ``torch.nn.functional.layer_norm`` (for the curvature-pitfall comparison only).
-    """
+    ``torch.nn.functional.layer_norm`` (for the curvature-pitfall comparison only)."""
     check_choice("model", name, tuple(MODEL_CONFIGS))
     cfg = dataclasses.replace(MODEL_CONFIGS[name], **overrides)
     if seed is None:
@@ -324,10 +315,9 @@ def from_authors_state_dict(state_dict: dict, model: str = "mnist", dtype: torch
     """Our ViT of the authors' variant (``MODEL_CONFIGS["authors_" + model]``) holding the weights of a state
     dict saved by the authors' code (``model.state_dict()``, their names and shapes, bf16 or float32).
 
-    ``model`` is ``"mnist"`` or ``"cifar100"``; ``overrides`` change sizes (e.g. ``n_blocks``) but not the
-    variant. The result is in ``dtype``; bf16 weights are widened exactly. Its logits are theirs up to
-    rounding (the same arithmetic with the hand-written LayerNorm). A missing or unexpected key or a
-    wrong shape raises a ConfigError naming the key.
+    ``model`` is ``"mnist"`` or ``"cifar100"``; ``overrides`` change sizes (e.g. ``n_blocks``) but not the variant. The
+    result is in ``dtype``; bf16 weights are widened exactly. Its logits are theirs up to rounding (the same arithmetic
+    with the hand-written LayerNorm). A missing or unexpected key or a wrong shape raises a ConfigError naming the key.
     """
     check_choice("authors' model", model, tuple(AUTHORS_MODELS))
     base = MODEL_CONFIGS[AUTHORS_MODELS[model]]

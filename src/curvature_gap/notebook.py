@@ -1,10 +1,9 @@
 """The few helpers the notebooks call: check parameters, load a result, show a figure, a table, a verdict.
 
-Inside the book build (``tools/book``) three environment variables steer them: :data:`VERIFY_ENV` (the
-``curvature-gap verify`` rows the build renders from), :data:`STATIC_ENV` (where figure files go, for
-click-to-enlarge and PDF links) and :data:`NO_COMPUTE_ENV` (the paper book never computes: a stale or missing
-result stops the build with the command that refreshes it). Outside the build the same calls compute what is
-missing.
+Inside the book build (``tools/book``) three environment variables steer them: :data:`VERIFY_ENV` (the ``curvature-gap
+verify`` rows the build renders from), :data:`STATIC_ENV` (where figure files go, for click-to-enlarge and PDF links)
+and :data:`NO_COMPUTE_ENV` (the paper book never computes: a stale or missing result stops the build with the command
+that refreshes it). Outside the build the same calls compute what is missing.
 """
 from __future__ import annotations
 
@@ -403,9 +402,8 @@ def scaling_md(r: Row) -> str:
 
 
 def show_scaling(rs: list[Row], caption: str = "") -> None:
-    """For each failing row of ``rs`` that has one, its scaling table (:func:`scaling_md`), headed by the
-    inequality in words (its title, :data:`curvature_gap.bounds.titles.INEQUALITIES`, else what it compares; its
-    id in a hover)."""
+    """For each failing row of ``rs`` that has one, its scaling table (:func:`scaling_md`), headed by the inequality in
+    words (its title, :data:`curvature_gap.bounds.titles.INEQUALITIES`, else what it compares; its id in a hover)."""
     parts = []
     for r in (r for r in rs if r.verdict == "fails" and scaling_md(r)):
         title = INEQUALITIES[r.id][0] if r.id in INEQUALITIES else re.split(r" vs |; ", r.what, maxsplit=1)[0]
@@ -443,9 +441,8 @@ def note_html(note: str, ids=()) -> str:
 
 
 def rows_md(rs: list[Row], caption: str = "", ids=None) -> str:
-    """A compact table of rows (what is compared, verdict, number), the details of each row folded below it
-    (what it compares in full, its note, its id small); ``ids``: the check ids a note may name (all of ``rs``'s
-    by default)."""
+    """A compact table of rows (what is compared, verdict, number), the details of each row folded below it (what it
+    compares in full, its note, its id small); ``ids``: the check ids a note may name (all of ``rs``'s by default)."""
     if not rs:
         return "*No row of `curvature-gap verify` matches this result.*"
     ids = [r.id for r in rs] if ids is None else list(ids)

@@ -66,8 +66,7 @@ def png_bytes(fig: Figure, dpi: int = 150) -> bytes:
 
 
 def save_figure(fig: Figure, stem, dpi: int = 150) -> list[str]:
-    """Write ``stem.pdf`` and ``stem.png`` atomically (:func:`curvature_gap.io.atomic_write_bytes`); returns their
-    paths."""
+    """Write ``stem.pdf``, ``stem.png`` atomically (:func:`curvature_gap.io.atomic_write_bytes`); returns the paths."""
     stem, pdf = Path(stem), io.BytesIO()
     with matplotlib.rc_context(STYLE):
         fig.savefig(pdf, format="pdf", metadata={"Title": stem.name, "Creator": "curvature-gap"})

@@ -65,11 +65,10 @@ def software() -> dict:
 
 
 def git_commit(root: str | os.PathLike | None = None, ignore: tuple[str, ...] = ()) -> dict:
-    """HEAD commit of the checkout containing ``root`` (default: the package's own directory, which is in
-    the checkout for an editable install, else the current directory) and whether its tracked files
-    differ from it, leaving out the top-level paths ``ignore`` (the rows computed *from* freshly written
-    ``published/`` results are not made dirty by them: those results enter by their config hashes);
-    ``{"commit": None, "dirty": None}`` outside a git checkout."""
+    """HEAD commit of the checkout containing ``root`` (default: the package's own directory, which is in the checkout
+    for an editable install, else the current directory) and whether its tracked files differ from it, leaving out the
+    top-level paths ``ignore`` (the rows computed *from* freshly written ``published/`` results are not made dirty by
+    them: those results enter by their config hashes); ``{"commit": None, "dirty": None}`` outside a git checkout."""
     for cwd in ([Path(root)] if root else [PACKAGE_DIR, Path.cwd()]):
         try:
             head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=20)

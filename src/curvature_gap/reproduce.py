@@ -1,11 +1,10 @@
 """``curvature-gap reproduce``: recompute every result, draw every figure, and report against the published numbers.
 
 For each result: load or compute its numbers (``experiments.load_results``), draw its figures into
-``figures/<stem>_<part>.pdf|png`` and record them in ``figures/manifest.json``. A result whose data cannot
-be obtained here (e.g. CIFAR-100 offline) is ``blocked``; one whose training would take longer than
-``LONG_RUN_S`` on the chosen device is ``skipped`` unless ``allow_long`` is set; neither is a failure. The
-run ends with the reproduction report (:mod:`curvature_gap.experiments.report`). The exit status is
-non-zero only if a result failed.
+``figures/<stem>_<part>.pdf|png`` and record them in ``figures/manifest.json``. A result whose data cannot be obtained
+here (e.g. CIFAR-100 offline) is ``blocked``; one whose training would take longer than ``LONG_RUN_S`` on the chosen
+device is ``skipped`` unless ``allow_long`` is set; neither is a failure. The run ends with the reproduction report
+(:mod:`curvature_gap.experiments.report`). The exit status is non-zero only if a result failed.
 """
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
-"""Training: one loop (:func:`train`) for every :class:`~curvature_gap.config.Recipe`, seeded, resumable,
-deterministic on CPU.
+"""Training: one seeded, resumable loop (:func:`train`) for every :class:`~curvature_gap.config.Recipe`.
 
 Table 1's runs and the authors' are two values of the recipe (``config.RECIPES``). The loop's shape is
 nanoGPT's: the batch (:func:`batch_at`: the recipe's order, augmentation and normalisation), the learning
 rate (:func:`lr_at`: schedule × warm-up), one step in the recipe's precision (:func:`train_step`).
 
-Determinism: the initialisation is seeded; the training order is seeded (:data:`ORDERS`) and the
-augmentation at step ``s`` by ``(seed, s)``, so a run resumed from any checkpoint replays exactly the
-batches an uninterrupted run would see. A run lives in ``runs/<model>-<key>``, where the key
-(:func:`run_key`) hashes what determines its weights: the recipe's values and the training code the recipe
-runs. Checkpoints are written atomically and carry the key; a checkpoint of another key is refused.
+Determinism (on CPU): the initialisation and the training order (:data:`ORDERS`) are seeded, the augmentation at
+step ``s`` by ``(seed, s)``, so a run resumed from any checkpoint replays exactly the batches an uninterrupted run
+would see. A run lives in ``runs/<model>-<key>`` (:func:`run_key`). Checkpoints are written atomically and carry the
+key; a checkpoint of another key is refused.
 """
 from __future__ import annotations
 
@@ -68,10 +66,9 @@ class Datasets:
 
 
 def load_datasets(recipe: Recipe, root=None, datasets: Datasets | None = None) -> Datasets:
-    """Train and test split of the recipe's dataset (``config.DATASET_OF``), subset as the recipe says and
-    normalised by ``recipe.normalize``. ``datasets`` (whole splits as the data files give them, normalised to
-    [-1, 1]) are used instead of the files when given. Neither split is augmented here (the training loop
-    augments its batches)."""
+    """Train and test split of the recipe's dataset (``config.DATASET_OF``), subset as the recipe says and normalised
+    by ``recipe.normalize``, unaugmented. ``datasets`` (whole splits as the data files give them, normalised to
+    [-1, 1]) are used instead of the files when given."""
     if datasets is None:
         name = DATASET_OF[recipe.model]
         datasets = Datasets(data_mod.load(name, root, train=True), data_mod.load(name, root, train=False))
@@ -86,8 +83,7 @@ def _generator(*key: int) -> torch.Generator:
 
 # ----------------------------------------------------------------------------- the training order
 class EpochOrder:
-    """``shuffle="epoch"``: epoch ``e`` is ``torch.randperm(n)`` from a generator seeded by ``(seed, e)``, so
-    any epoch is reached directly."""
+    """``shuffle="epoch"``: epoch ``e`` is ``torch.randperm(n)`` seeded by ``(seed, e)``, reached directly."""
 
     def __init__(self, n: int, batch_size: int, seed: int):
         self.n, self.seed = n, int(seed)
@@ -142,7 +138,7 @@ def rotate_nearest(images: torch.Tensor, degrees: torch.Tensor, fill: torch.Tens
     torchvision's ``rotate`` (``RandomRotation``'s default ``InterpolationMode.NEAREST``, ``expand=False``,
     centre of the image); then flipped left to right where ``flip`` (B,) bool is set. One ``grid_sample``
     (``align_corners=False``) samples the image and a channel of ones beside it, whose zeros mark the pixels
-    that came from outside; a flip reverses the sampling grid's columns (each output pixel is sampled alone)."""
+    that came from outside; a flip reverses the sampling grid's columns."""
     b, c, h, w = images.shape
     a = torch.deg2rad(degrees.to(torch.float64))
     cos, sin = torch.cos(a), torch.sin(a)
@@ -162,8 +158,7 @@ def rotate_nearest(images: torch.Tensor, degrees: torch.Tensor, fill: torch.Tens
 def crop_padded(images: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, padding: int, fill: torch.Tensor,
                 flip: torch.Tensor | None = None) -> torch.Tensor:
     """Each image ``images[i]`` (B, C, H, W) padded by ``padding`` pixels of ``fill`` (C,) and cropped back to H × W
-    at offset (``dy[i]``, ``dx[i]``) of the padded image, flipped left to right where ``flip`` (B,) bool is set:
-    one gather from the padded batch."""
+    at offset (``dy[i]``, ``dx[i]``), flipped left to right where ``flip`` (B,) bool is set: one gather."""
     b, c, h, w = images.shape
     p = padding
     padded = fill.to(images).view(1, c, 1, 1).expand(b, c, h + 2 * p, w + 2 * p).clone()
@@ -179,16 +174,13 @@ def augment(images: torch.Tensor, g: torch.Generator, crop_padding: int, rotatio
             fill: torch.Tensor) -> torch.Tensor:
     """The training augmentation, per image, from generator ``g``, on normalised images (B, C, H, W).
 
-    In order (the order of the authors' ``_build_transforms``): a random crop of the image padded by
-    ``crop_padding`` pixels of ``fill`` (offsets uniform on 0..2·padding in each direction, as
-    ``RandomCrop.get_params``); a rotation by an angle uniform on [−d, d] degrees, ``d = rotation_degrees``
-    (as ``RandomRotation(d, fill=0)``); a horizontal flip with probability 1/2 (``RandomHorizontalFlip()``).
-    Each step is skipped when its parameter is 0 / False. ``fill`` (C,) is a zero pixel after normalisation
-    (:func:`zero_pixel`): crop and nearest-neighbour rotation only move and fill pixels, so doing them after
-    ``Normalize`` with that fill equals doing them before it, as torchvision does. The random numbers are drawn
-    in that order (offsets, angles, flips); the crop is one gather (:func:`crop_padded`), the rotation one
-    ``grid_sample`` (:func:`rotate_nearest`), the flip reverses the columns the last of them reads.
-    """
+    In order (the order of the authors' ``_build_transforms``): a random crop of the image padded by ``crop_padding``
+    pixels of ``fill`` (offsets uniform on 0..2·padding in each direction, as ``RandomCrop.get_params``); a rotation by
+    an angle uniform on [−d, d] degrees, ``d = rotation_degrees`` (as ``RandomRotation(d, fill=0)``); a horizontal flip
+    with probability 1/2 (``RandomHorizontalFlip()``). Each step is skipped when its parameter is 0 / False. ``fill``
+    (C,) is a zero pixel after normalisation (:func:`zero_pixel`): crop and nearest-neighbour rotation only move and
+    fill pixels, so doing them after ``Normalize`` with that fill equals doing them before it, as torchvision does. The
+    random numbers are drawn in that order (offsets, angles, flips)."""
     b = images.shape[0]
     p = crop_padding
     dy, dx = (torch.randint(0, 2 * p + 1, (b,), generator=g) for _ in range(2)) if p else (None, None)
@@ -244,11 +236,10 @@ def loader(recipe: Recipe, ds: Datasets, epochs: int):
 
 
 def pass_batches(recipe: Recipe, ds: Datasets, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The first batch of each of the first ``n`` passes over the recipe's training loader: what ``next(iter(
-    loader))`` gives when called ``n`` times on one seeded loader, as the authors' notebooks do once per section
-    (each ``iter`` draws the next permutation of the generator). Pass ``j`` is epoch ``j``'s order, its batch
-    augmented as :func:`train` sees it at step ``j × batches per epoch``; pass 0 is the first batch :func:`train`
-    trains on."""
+    """The first batch of each of the first ``n`` passes over the recipe's training loader: what ``next(iter(loader))``
+    gives when called ``n`` times on one seeded loader, as the authors' notebooks do once per section (each ``iter``
+    draws the next permutation of the generator). Pass ``j`` is epoch ``j``'s order, its batch augmented as
+    :func:`train` sees it at step ``j × batches per epoch``; pass 0 is the first batch :func:`train` trains on."""
     per_epoch, orders, aug, fill = _epochs(recipe, len(ds.train))
     return [batch_at(recipe, ds.train, orders.order(j), 0, j * per_epoch, fill, aug) for j in range(n)]
 
@@ -257,8 +248,7 @@ def pass_batches(recipe: Recipe, ds: Datasets, n: int) -> list[tuple[torch.Tenso
 def warmup_factor(step: int, warmup_steps: int) -> float:
     """``min(1, step / warmup_steps)`` (1 when ``warmup_steps`` is 0): the learning-rate factor of the step taken
     after ``step`` earlier ones. This is transformers' ``get_constant_schedule_with_warmup`` stepped after
-    every optimiser step, as the authors do (their ``src/train/vit_classification.py``): its first step runs at
-    rate 0, step ``s`` at ``lr · s / W``, and every step from ``W`` on at ``lr``."""
+    every optimiser step, as the authors do (``src/train/vit_classification.py``): its first step runs at rate 0."""
     return 1.0 if warmup_steps <= 0 else min(1.0, step / warmup_steps)
 
 
@@ -302,8 +292,7 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y:
 @torch.no_grad()
 def evaluate(model: nn.Module, ds: data_mod.TensorDataset, device, batch_size: int = 1000, logits=module_logits,
              cross_entropy=nn.functional.cross_entropy) -> tuple[float, float]:
-    """(mean cross-entropy, accuracy) of ``model`` on ``ds``, in the arithmetic of ``logits`` and ``cross_entropy``
-    (``precision.arithmetic_for``; default: the model's own forward)."""
+    """(mean cross-entropy, accuracy) of ``model`` on ``ds`` in the arithmetic of ``precision.arithmetic_for``."""
     model.eval()
     loss, correct = 0.0, 0
     for i in range(0, len(ds), batch_size):
@@ -344,8 +333,7 @@ def train(recipe: Recipe, out_dir, device: str = "auto", data_root=None, dataset
     in ``snapshots/`` (bf16 widened exactly to float32). ``max_steps`` stops after that many steps in total and
     returns ``{"interrupted_at_step": step, "loop": ...}`` (a later call continues). ``datasets``: whole splits
     as ``data.load`` gives them. ``loop`` (also in the metrics): the steps this call took and the wall seconds
-    of their loop bodies (batch and :func:`train_step`; no setup, checkpoint, snapshot or evaluation).
-    """
+    of their loop bodies (batch and :func:`train_step`; no setup, checkpoint, snapshot or evaluation)."""
     if not isinstance(recipe, Recipe):
         raise TypeError(f"train runs a config.Recipe, got {type(recipe).__name__}")
     out = Path(out_dir)
@@ -493,9 +481,8 @@ def verify_checkpoint(directory, key: str) -> tuple[dict | None, str]:
 
 
 def load_snapshot(directory, step: int, key: str) -> dict | None:
-    """The weights saved after ``step`` training steps by the run of key ``key``, or None: when there is no
-    such file, or (with a :class:`StaleCheckpointWarning` naming the file) when it cannot be read or belongs to
-    another run or step."""
+    """The weights saved after ``step`` training steps by the run of key ``key``, or None: when there is no such file,
+    or (with a :class:`StaleCheckpointWarning` naming it) when it cannot be read or belongs to another run or step."""
     p = Path(directory) / SNAPSHOT_DIR / f"step_{step:07d}.pt"
     if not p.exists():
         return None
@@ -546,9 +533,8 @@ def ensure(recipe: Recipe, runs_dir="runs", step: int | None = None, device: str
       continues it), saving ``snapshot_steps`` too. A run already past ``k`` without that snapshot is replayed
       to ``k`` apart, its snapshot kept and the replay dropped.
 
-    ``datasets``: whole splits (as ``data.load`` gives them), else the files under ``./data``. Safe to call
-    from several processes at once (a file lock). Where this call trained, the description has :func:`train`'s
-    ``loop``."""
+    ``datasets``: whole splits (as ``data.load`` gives them), else the files under ``./data``. Safe to call from several
+    processes at once (a file lock). Where this call trained, the description has :func:`train`'s ``loop``."""
     if step == 0:
         return load_run(recipe, runs_dir, 0)
     key, out = run_key(recipe), run_dir(recipe, runs_dir)

@@ -34,15 +34,14 @@ Terms = Callable[[dict], list]  # q -> [(sub, bound, exact), ...]
 class Bound:
     """One bound (or intermediate lemma) of the paper, or of this companion, and everything the software does with it.
 
-    ``terms(q)`` gives ``[(sub, bound, exact), ...]`` from the exact quantities ``q`` of its ``part``
-    (:data:`PARTS`): the one place where the bound's two sides are read, by the rows and by the search alike.
-    ``fails`` is ``None`` for a bound expected to hold, else why the software expects it to fail (each such bound
-    is a finding about the paper, with a committed counter-example in ``bounds/counterexamples/``); a bound that
-    changes its verdict is a regression either way. ``claim`` is what the paper implies ("holds"; ``None`` for the
-    companion's own checks: roles "repair" and "reference"); ``errata`` are the ids (:mod:`curvature_gap.theory.errata`)
-    its verdict depends on. ``title`` and ``tex`` are what the errata page shows of it (a failing bound with a claim
-    needs both). Every bound of a part with synthetic instances is searched by :mod:`.search` (the quantities it
-    needs are read off its terms)."""
+    ``terms(q)`` gives ``[(sub, bound, exact), ...]`` from the exact quantities ``q`` of its ``part`` (:data:`PARTS`):
+    the one place where the bound's two sides are read, by the rows and by the search alike. ``fails`` is ``None`` for a
+    bound expected to hold, else why the software expects it to fail (each such bound is a finding about the paper, with
+    a committed counter-example in ``bounds/counterexamples/``); a bound that changes its verdict is a regression either
+    way. ``claim`` is what the paper implies ("holds"; ``None`` for the companion's own checks: roles "repair" and
+    "reference"); ``errata`` are the ids (:mod:`curvature_gap.theory.errata`) its verdict depends on. ``title`` and
+    ``tex`` are what the errata page shows of it (a failing bound with a claim needs both). Every bound of a part with
+    synthetic instances is searched by :mod:`.search` (the quantities it needs are read off its terms)."""
 
     id: str
     part: str
@@ -82,7 +81,7 @@ class Bound:
 
     @property
     def row_ids(self) -> tuple[str, ...]:
-        """Its rows: ``bounds.<id>`` (synthetic instances, :data:`SYNTHETIC_PARTS`) and, declared ``trained``,
+        """Its rows: ``bounds.<id>`` (synthetic instances, :data:`SYNTHETIC_PARTS`) and, if ``trained``,
         ``bounds.mnist.<id>``."""
         synthetic = (f"bounds.{self.id}",) if self.part in SYNTHETIC_PARTS else ()
         return synthetic + ((f"bounds.mnist.{self.id}",) if self.trained else ())

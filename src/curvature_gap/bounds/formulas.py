@@ -1,20 +1,17 @@
 """The paper's bounds, as functions of the spectral norms of ``X``, the weights and the target.
 
 Notation: ``nX = ‖X‖_2``, ``nQ, nK, nV = ‖W_Q‖_2, ‖W_K‖_2, ‖W_V‖_2``, ``n1, n2 = ‖W_1‖_2, ‖W_2‖_2``,
-``nT = ‖Target‖_2``, ``L`` tokens, widths ``d_V, d_K, d_ff``.  No constant here is changed from the
-paper (arXiv:2510.16927, LaTeX source ``paper/paper.tex``); where the statement and the proof
-differ, both are implemented.
+``nT = ‖Target‖_2``, ``L`` tokens, widths ``d_V, d_K, d_ff``.  No constant here is changed from the paper
+(arXiv:2510.16927, LaTeX source ``paper/paper.tex``); where the statement and the proof differ, both are implemented.
 
 Theorem 1 (single self-attention layer, ``‖H_i(w*)‖_2 ≤ M``):
 
-* :func:`theorem1` ``variant="printed"`` — the statement in §3.1:
-  ``M = 3 max(VV, QQ, VQ, QK)`` with ``VV = 2L/d_V nX²``,
-  ``QQ = 8/(L³ d_V d_K) nK² nV² nX⁶ + 12/(d_V d_K) √min(L,d_V) (L nX nV + nT) nV nK² nX⁵``,
+* :func:`theorem1` ``variant="printed"`` — the statement in §3.1: ``M = 3 max(VV, QQ, VQ, QK)`` with
+  ``VV = 2L/d_V nX²``, ``QQ = 8/(L³ d_V d_K) nK² nV² nX⁶ + 12/(d_V d_K) √min(L,d_V) (L nX nV + nT) nV nK² nX⁵``,
   ``VQ = 4/(L d_V √d_K) nV nK nX⁴ + 4√min(L,d_V)/(L²√d_K) (L nX nV + nT) nK nX³``,
   ``QK = 8/(L³ d_V d_K) nK nQ nV² nX⁶ + 4√min(L,d_V)(L nX nV + nT)/(L d_V √d_K) nV (3L nK nQ nX⁵ + d_V/L nX³)``.
-* ``variant="proof"`` — the final expression at the end of App. C.1: the constants 8, 4, 4, 8, 4
-  become 2, 2, 2, 2, 2, the factors ``√min(L,d_V)`` become ``√rank(F − Target)`` and two
-  ``√d_K`` become ``√(d_V d_K)``.
+* ``variant="proof"`` — the final expression at the end of App. C.1: the constants 8, 4, 4, 8, 4 become 2, 2, 2, 2, 2,
+  the factors ``√min(L,d_V)`` become ``√rank(F − Target)`` and two ``√d_K`` become ``√(d_V d_K)``.
 * :func:`theorem1_terms` — the per-term inequalities derived in the proof (``‖H_o(i,j)‖`` and
   ``‖H_f(i,j)‖`` separately), for locating which step fails; :func:`sa_lemmas` — the proof's intermediate
   inequalities, and two of the companion's own (``‖∂A/∂T‖ ≤ 1/2``, ``‖A‖ ≤ √L``).
@@ -27,15 +24,14 @@ i.e. ``σ_min = min_i σ_i`` (reading ``"std"``).  Both are evaluated.
 Proposition (:func:`proposition`): ``‖Y‖ ≤ √(L d_V)``, ``‖FFN(Y)‖ ≤ √min(L,d_ff) ‖Y‖ n1 n2``,
 ``‖S‖ ≤ √(L d_V)(1 + √min(L,d_ff) n1 n2)``.
 
-Theorem 6 (:func:`theorem6_block`, :func:`theorem6_full`, :func:`theorem6_explicit`):
-per block ``‖H_tr^{(i,j)}‖ ≤ ‖J_Z‖ ‖ξ_ij‖ + ‖B_i‖ ‖H_Z‖ ‖B_j‖`` and
-``‖H‖ ≤ M_tr = 5 max_ij (2/(L d_V) ‖∂Z/∂W_i‖ ‖∂Z/∂W_j‖ + ‖R^tr‖ ‖H_tr^{(i,j)}‖)``, with the
-ingredients either exact (measured) or replaced by the App. C.6 estimates (``"explicit"``:
-:func:`jacobian_bounds`, :func:`phi_bounds` and the ξ, B estimates in :func:`theorem6_explicit`; ``Φ_KK``,
-``Φ_VK``, ``Φ_KQ``, ``Φ_QV``, ``Φ_KV`` "by symmetry", i.e. with ``Q ↔ K`` exchanged), ``‖Y‖`` and ``‖S‖`` from the
-Proposition, ``‖J‖, ‖H‖`` of both LayerNorms from Lemma 4 (reading ``"stated"``), ``‖∂Z/∂W_i‖ ≤ ‖J_Z‖ ‖B_i‖``
-(Theorem 4) and ``‖R^tr‖ = ‖Z − Target‖_F`` measured.  Pairs the paper does not instantiate
-(``(k,1)``, ``(k,2)``) take the bound of ``(1,k)``, ``(2,k)`` by the paper's symmetry statement.
+Theorem 6 (:func:`theorem6_block`, :func:`theorem6_full`, :func:`theorem6_explicit`): per block
+``‖H_tr^{(i,j)}‖ ≤ ‖J_Z‖ ‖ξ_ij‖ + ‖B_i‖ ‖H_Z‖ ‖B_j‖`` and
+``‖H‖ ≤ M_tr = 5 max_ij (2/(L d_V) ‖∂Z/∂W_i‖ ‖∂Z/∂W_j‖ + ‖R^tr‖ ‖H_tr^{(i,j)}‖)``, with the ingredients either exact
+(measured) or replaced by the App. C.6 estimates (``"explicit"``: :func:`jacobian_bounds`, :func:`phi_bounds` and the ξ,
+B estimates in :func:`theorem6_explicit`; ``Φ_KK``, ``Φ_VK``, ``Φ_KQ``, ``Φ_QV``, ``Φ_KV`` "by symmetry", i.e. with
+``Q ↔ K`` exchanged), ``‖Y‖`` and ``‖S‖`` from the Proposition, ``‖J‖, ‖H‖`` of both LayerNorms from Lemma 4 (reading
+``"stated"``), ``‖∂Z/∂W_i‖ ≤ ‖J_Z‖ ‖B_i‖`` (Theorem 4) and ``‖R^tr‖ = ‖Z − Target‖_F`` measured.  Pairs the paper does
+not instantiate (``(k,1)``, ``(k,2)``) take the bound of ``(1,k)``, ``(2,k)`` by the paper's symmetry statement.
 """
 from __future__ import annotations
 
@@ -55,9 +51,8 @@ PAIRS = [(i, j) for i in BLOCK_ORDER for j in BLOCK_ORDER]
 
 
 def largest(values):
-    """``max(values)`` of numbers or 0-d tensors: a tensor maximum as soon as one is a tensor, so that the
-    formulas stay differentiable and can be batched (``torch.func.vmap``) by the worst-case search, which
-    has no Python ``max`` of tensors."""
+    """``max(values)`` of numbers or 0-d tensors: a tensor maximum as soon as one is a tensor, so that the formulas stay
+    differentiable and batchable (``torch.func.vmap``) in the worst-case search (no Python ``max`` of tensors)."""
     values = list(values)
     if not any(isinstance(v, torch.Tensor) for v in values):
         return max(values)
@@ -77,15 +72,13 @@ def _resid(nX, nV, nT, L):
 def theorem1(nX, nQ, nK, nV, nT, L, d_V, d_K, rank=None, variant="printed") -> dict:
     """Theorem 1's ``M`` and its rows (see module doc).
 
-    ``variant`` is ``"printed"`` (main-text statement), ``"proof"`` (end of App. C.1, with
-    ``rank = rank(F − Target)``; ``None`` uses ``min(L, d_V)``) or ``"repaired"``: the printed
-    statement with the two defects of its proof removed,
+    ``variant`` is ``"printed"`` (main-text statement), ``"proof"`` (end of App. C.1, with ``rank = rank(F − Target)``;
+    ``None`` uses ``min(L, d_V)``) or ``"repaired"``: the printed statement with the two defects of its proof removed,
 
-    * every factor ``1/L`` that the proof takes from ``‖∂A/∂T‖_2 ≤ 1/L`` (true only for exactly uniform
-      attention) replaced by ``1/2``, the bound that holds for every row-softmax Jacobian: by
-      Gershgorin, row j of ``diag(a) − a aᵀ`` has diagonal ``a_j − a_j²`` and off-diagonal sum
-      ``a_j (1 − a_j)``, so its eigenvalues lie in ``[0, 2 a_j (1 − a_j)] ⊂ [0, 1/2]``; hence
-      ``‖Z_1‖ ≤ ‖X‖³/2``; and
+    * every factor ``1/L`` that the proof takes from ``‖∂A/∂T‖_2 ≤ 1/L`` (true only for exactly uniform attention)
+      replaced by ``1/2``, the bound that holds for every row-softmax Jacobian: by Gershgorin, row j of
+      ``diag(a) − a aᵀ`` has diagonal ``a_j − a_j²`` and off-diagonal sum ``a_j (1 − a_j)``, so its eigenvalues lie in
+      ``[0, 2 a_j (1 − a_j)] ⊂ [0, 1/2]``; hence ``‖Z_1‖ ≤ ‖X‖³/2``; and
     * the rows the statement leaves out added by the symmetry ``Q ↔ K`` of ``T = X W_Q W_Kᵀ Xᵀ/√d_K``:
       ``KK`` (``QQ`` with ``‖W_K‖ → ‖W_Q‖``) and ``VK`` (``VQ`` with ``‖W_K‖ → ‖W_Q‖``),
 
@@ -214,10 +207,9 @@ def theorem6_block(q: dict, i: str, j: str) -> float:
 def theorem6_full(q: dict, L: int, d_V: int, out_curv: float | None = None) -> tuple[float, dict]:
     """Eq. (full_bound_transformer): ``M_tr = 5 max_ij(c ‖∂Z/∂W_i‖ ‖∂Z/∂W_j‖ + ‖R‖ ‖H_tr^{ij}‖)``.
 
-    ``q`` holds ``dZ_i``, ``R`` (the norm multiplying the output curvature ``H_tr``: ``‖Z − Target‖_F`` as
-    printed for the MSE, ``‖∂l/∂Z‖`` for another loss) and ``Htr_ij``; ``c = ‖∂²l/∂Z²‖`` is the MSE's
-    ``2/(L d_V)`` by default (for cross-entropy through the head: see :mod:`.ce`). Returns
-    ``(M_tr, {pair: term})``.
+    ``q`` holds ``dZ_i``, ``R`` (the norm multiplying the output curvature ``H_tr``: ``‖Z − Target‖_F`` as printed for
+    the MSE, ``‖∂l/∂Z‖`` for another loss) and ``Htr_ij``; ``c = ‖∂²l/∂Z²‖`` is the MSE's ``2/(L d_V)`` by default (for
+    cross-entropy through the head: see :mod:`.ce`). Returns ``(M_tr, {pair: term})``.
     """
     c = 2 / (L * d_V) if out_curv is None else out_curv
     terms = {(i, j): c * q[f"dZ_{i}"] * q[f"dZ_{j}"] + q["R"] * q[f"Htr_{i}{j}"] for i, j in PAIRS}
@@ -248,12 +240,11 @@ def theorem6_explicit(n: dict, L: int, d_V: int, d_K: int, d_ff: int, nrelu: flo
                       lnU: dict, lnS_sigma: float, out_curv: float | None = None, mirror_21: bool = False) -> dict:
     """App. C.6 instantiated: every ingredient of Theorem 6 replaced by its printed estimate.
 
-    ``n`` holds ``X, Q, K, V, 1, 2`` spectral norms; ``nrelu = ‖σ(Y W_1)‖`` (``‖B_2‖``, printed as
-    an equality); ``R = ‖Z − Target‖_F``; ``lnU`` the first LayerNorm's input data
-    (``norm``, ``row_norm_min``, ``m``, ``n``); ``lnS_sigma`` the second input's smallest centred row
-    norm (Lemma 4 "stated"), ``‖S‖`` being taken from the Proposition.  Returns the ingredient
-    bounds (keys as in :func:`curvature_gap.bounds.quantities.block_exact`), the per-pair bounds
-    ``pair_{i}{j}`` and ``M_tr``.
+    ``n`` holds ``X, Q, K, V, 1, 2`` spectral norms; ``nrelu = ‖σ(Y W_1)‖`` (``‖B_2‖``, printed as an equality);
+    ``R = ‖Z − Target‖_F``; ``lnU`` the first LayerNorm's input data (``norm``, ``row_norm_min``, ``m``, ``n``);
+    ``lnS_sigma`` the second input's smallest centred row norm (Lemma 4 "stated"), ``‖S‖`` being taken from the
+    Proposition.  Returns the ingredient bounds (keys as in :func:`curvature_gap.bounds.quantities.block_exact`), the
+    per-pair bounds ``pair_{i}{j}`` and ``M_tr``.
     """
     nX, nQ, nK, nV, n1, n2 = (n[k] for k in ("X", "Q", "K", "V", "1", "2"))
     prop = proposition(L, d_V, d_ff, math.sqrt(L * d_V), n1, n2)

@@ -1,25 +1,21 @@
 """Exact counterparts of the quantities the paper bounds, by automatic differentiation in float64.
 
-The left-hand side of every inequality of Theorems 1 and 6, Lemma 4 and the Proposition, from
-``torch.func`` derivatives of the theory's forward pass (:mod:`curvature_gap.exact.forward`, written
-out by hand: never differentiated through ``torch.nn.LayerNorm``, whose fused kernel has wrong second
-derivatives). Layout follows the paper (§2): ``vec_r`` of a row-major tensor is its ``reshape(-1)``,
-Jacobians are ``(out, in)``, second derivatives ``(out · n_i, n_j)``.
+The left-hand side of every inequality of Theorems 1 and 6, Lemma 4 and the Proposition, from ``torch.func`` derivatives
+of the theory's forward pass (:mod:`curvature_gap.exact.forward`, written out by hand: never differentiated through
+``torch.nn.LayerNorm``, whose fused kernel has wrong second derivatives). Layout follows the paper (§2): ``vec_r`` of a
+row-major tensor is its ``reshape(-1)``, Jacobians are ``(out, in)``, second derivatives ``(out · n_i, n_j)``.
 
-Self-attention layer (Theorem 1, Eq. 1), one sequence ``X ∈ R^{L×d_V}``:
-``T = X W_Q W_Kᵀ Xᵀ/√d_K``, ``A = softmax_rows(T)``, ``F = A X W_V`` and
-``l = ‖F − Target‖_F² / (L d_V)``.  :func:`sa_exact` returns the per-sample Hessian of ``l`` w.r.t.
-``(W_Q, W_K, W_V)``, its ``3 × 3`` block norms, the outer-product / functional split
-``H = H_o + H_f`` (``H_o = (2/(L d_V)) G_iᵀ G_j`` with ``G_i = ∂F/∂W_i``), and the intermediate
-objects of the proof: ``‖∂A/∂T‖``, ``‖Z_1‖``, ``‖∂²A/∂T²‖``, ``‖Z_2‖``, ``‖A‖``, ``‖M_1‖``,
-``‖R_m‖ = ‖F − Target‖_F``, ``‖S‖``.
+Self-attention layer (Theorem 1, Eq. 1), one sequence ``X ∈ R^{L×d_V}``: ``T = X W_Q W_Kᵀ Xᵀ/√d_K``,
+``A = softmax_rows(T)``, ``F = A X W_V`` and ``l = ‖F − Target‖_F² / (L d_V)``.  :func:`sa_exact` returns the per-sample
+Hessian of ``l`` w.r.t. ``(W_Q, W_K, W_V)``, its ``3 × 3`` block norms, the outer-product / functional split
+``H = H_o + H_f`` (``H_o = (2/(L d_V)) G_iᵀ G_j`` with ``G_i = ∂F/∂W_i``), and the intermediate objects of the proof:
+``‖∂A/∂T‖``, ``‖Z_1‖``, ``‖∂²A/∂T²‖``, ``‖Z_2‖``, ``‖A‖``, ``‖M_1‖``, ``‖R_m‖ = ‖F − Target‖_F``, ``‖S‖``.
 
-Transformer block (Theorems 4–6, Eq. "transformer"): ``U = X + F``, ``Y = LN(U)``,
-``S = ReLU(Y W_1) W_2 + Y``, ``Z = LN(S)``, loss ``‖Z − Target‖_F²/(L d_V)``.  :func:`block_exact`
-returns ``‖J_Y‖, ‖H_Y‖, ‖J_Z‖, ‖H_Z‖`` (LayerNorm Jacobians/Hessians at ``U`` and ``S``),
-``‖J_SY‖``, ``‖G_k‖``, ``‖B_i‖``, ``‖∂Z/∂W_i‖``, ``‖ξ_ij‖ = ‖∂B_i/∂W_j‖``,
-``‖H_tr^{(i,j)}‖ = ‖∂²Z/∂W_i∂W_j‖``, ``‖Φ_kl‖ = ‖∂²F/∂W_k∂W_l‖`` and the loss Hessian over
-``{W_1, W_2, W_K, W_Q, W_V}`` (full and per block).
+Transformer block (Theorems 4–6, Eq. "transformer"): ``U = X + F``, ``Y = LN(U)``, ``S = ReLU(Y W_1) W_2 + Y``,
+``Z = LN(S)``, loss ``‖Z − Target‖_F²/(L d_V)``.  :func:`block_exact` returns ``‖J_Y‖, ‖H_Y‖, ‖J_Z‖, ‖H_Z‖`` (LayerNorm
+Jacobians/Hessians at ``U`` and ``S``), ``‖J_SY‖``, ``‖G_k‖``, ``‖B_i‖``, ``‖∂Z/∂W_i‖``, ``‖ξ_ij‖ = ‖∂B_i/∂W_j‖``,
+``‖H_tr^{(i,j)}‖ = ‖∂²Z/∂W_i∂W_j‖``, ``‖Φ_kl‖ = ‖∂²F/∂W_k∂W_l‖`` and the loss Hessian over ``{W_1, W_2, W_K, W_Q, W_V}``
+(full and per block).
 """
 from __future__ import annotations
 
@@ -178,9 +174,9 @@ _LN_GROUPS = {k: k for k in LN_PARTS}
 
 def group_of(part: str, key: str) -> str | None:
     """The group of quantity ``key`` of ``part`` ("sa", "ln", "prop" or "block"; :func:`sa_quantities`,
-    :func:`layernorm_quantities`, :func:`block_quantities`), None for one that is always computed. A pair's
-    second derivative (``xi_12``, ``Htr_KQ``, ``Phi_VK``) is a group of its own; ``H_QK`` (a block of the
-    self-attention Hessian) belongs to ``H``."""
+    :func:`layernorm_quantities`, :func:`block_quantities`), None for one always computed. A pair's second derivative
+    (``xi_12``, ``Htr_KQ``, ``Phi_VK``) is a group of its own; ``H_QK`` (a block of the self-attention Hessian) belongs
+    to ``H``."""
     if part in ("prop", "block") and key.split("_")[0] in ("xi", "Htr", "Phi"):
         return key
     if part == "sa" and key.split("_")[0] in ("Phi", "H", "Ho", "Hf") and "_" in key:
@@ -236,10 +232,10 @@ def sa_quantities(X, W_Q, W_K, W_V, Target, need, rank, exact: bool = False) -> 
 
 def _pair_norm_tensors(fn: Callable, args: list, order, pairs: set) -> dict:
     """``{(i, j): ‖∂²fn/∂W_i∂W_j‖_2}`` (the matrix (out · n_i, n_j)) for the weight pairs ``pairs`` as tensors
-    (``order`` unused: the weights are taken in ``fn``'s argument order): one second derivative over the flat
-    vector of the weights the pairs touch (forward over reverse when the output is smaller than that vector, else
-    forward over forward: the cheaper of out · P and P² passes), each norm the root of the largest eigenvalue of its
-    n_j × n_j Gram."""
+    (``order`` unused: the weights are taken in ``fn``'s argument order): one second derivative over the flat vector of
+    the weights the pairs touch (forward over reverse when the output is smaller than that vector, else forward over
+    forward: the cheaper of out · P and P² passes), each norm the root of the largest eigenvalue of its n_j × n_j
+    Gram."""
     used = sorted({n for p in pairs for n in p}, key=_BLK_IDX.get)
     if not used:
         return {}

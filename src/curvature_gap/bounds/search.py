@@ -275,8 +275,7 @@ def instance_of(t: dict) -> Instance:
 
 
 def objective(check: str) -> Objective:
-    """The engine's view of bound ``check`` of the registry (:mod:`.declarations`); the same object for the same
-    declaration."""
+    """The engine's view of bound ``check`` of the registry (:mod:`.declarations`), one object per declaration."""
     return _objective(check, id(registry.BOUNDS[check]))
 
 
@@ -314,8 +313,7 @@ _DECLARED = frozenset(registry.BOUNDS)  # the bounds a fresh process knows: thos
 
 def objectives() -> list[Objective]:
     """Every searchable bound of the registry, in declaration order: all but those that cannot fail with exact
-    ingredients (:attr:`.bound.Bound.by_construction`: a search could only confirm the triangle inequality; their
-    rows say so)."""
+    ingredients (:attr:`.bound.Bound.by_construction`: a search would only confirm the triangle inequality)."""
     return [objective(c) for c, b in registry.BOUNDS.items() if b.part in _SPACE_OF_PART and not b.by_construction]
 
 

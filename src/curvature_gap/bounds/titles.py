@@ -15,8 +15,7 @@ __all__ = ["INEQUALITIES", "shown", "step_title"]
 
 
 def shown(row_id: str) -> tuple[str, str]:
-    """(title in words, inequality in TeX) of a failing bound row; a row without an entry is an error that
-    names the fix."""
+    """(title in words, inequality in TeX) of a failing bound row; a row without one is an error naming the fix."""
     try:
         return INEQUALITIES[row_id]
     except KeyError:

@@ -1,16 +1,14 @@
 """Training time: the bounds at the paper's MNIST ViT, at initialisation and after training.
 
-Per sample (one test image ``x_i``): the tokens entering block 0, ``X_i = model.tokens(x_i)``
-(L = 49, d_V = 16), and block 0's five weight matrices form an :class:`~curvature_gap.exact.instances.Instance` of the
-*theory block* (no FFN biases, LayerNorm γ = 1, β = 0; a named choice, the theorems' setting).  The
-MSE target is ``"perturbed"``: the output of the same layer (Theorem 1: ``F``; Theorem 6: ``Z``)
-with every weight multiplied entrywise by ``1 + 0.1 N(0,1)`` (seed ``i``), i.e. an instance near
-its minimiser, as Theorem 1's ``w*`` suggests.
+Per sample (one test image ``x_i``): the tokens entering block 0, ``X_i = model.tokens(x_i)`` (L = 49, d_V = 16), and
+block 0's five weight matrices form an :class:`~curvature_gap.exact.instances.Instance` of the *theory block* (no FFN
+biases, LayerNorm γ = 1, β = 0; a named choice, the theorems' setting).  The MSE target is ``"perturbed"``: the output
+of the same layer (Theorem 1: ``F``; Theorem 6: ``Z``) with every weight multiplied entrywise by ``1 + 0.1 N(0,1)``
+(seed ``i``), i.e. an instance near its minimiser, as Theorem 1's ``w*`` suggests.
 
-Batch rows (``thm1.printed.batch``, ``thm6.full.explicit.batch``): the Hessian of the mean MSE
-over ``n`` samples, ``‖(1/n) Σ_i H_i‖_2``, by Lanczos on curvlinops' ``HessianLinearOperator``,
-against the largest per-sample bound ``max_i M_i`` (a valid bound for the mean by the triangle
-inequality).
+Batch rows (``thm1.printed.batch``, ``thm6.full.explicit.batch``): the Hessian of the mean MSE over ``n`` samples,
+``‖(1/n) Σ_i H_i‖_2``, by Lanczos on curvlinops' ``HessianLinearOperator``, against the largest per-sample bound
+``max_i M_i`` (a valid bound for the mean by the triangle inequality).
 """
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """``curvature-gap verify``: every check of the package as one list of :class:`~.row.Row`, from one battery.
 
-:data:`TOPICS` is the battery (:mod:`.battery`), in the order of the rows: the closed forms (:mod:`.theory`), the
-bounds (:mod:`.bounds`), Theorem 7 on one attention layer (:mod:`.landscape`), the figures' claims (:mod:`.figures`)
-and ``nn.TransformerEncoderLayer`` (:mod:`.encoder_layer`). Rows that need a trained model are read from results
-(the cache, else ``published/``), never computed here; without one they are ``not run`` and name the command that
-computes them.
+:data:`TOPICS` is the battery (:mod:`.battery`), in the order of the rows: the closed forms (:mod:`.theory`), the bounds
+(:mod:`.bounds`), Theorem 7 on one attention layer (:mod:`.landscape`), the figures' claims (:mod:`.figures`) and
+``nn.TransformerEncoderLayer`` (:mod:`.encoder_layer`). Rows that need a trained model are read from results (the cache,
+else ``published/``), never computed here; without one they are ``not run`` and name the command that computes them.
 """
 from __future__ import annotations
 

@@ -19,9 +19,8 @@ _LABELS = {"printed": "M = max_i of Theorem 1 as printed", "repaired": "M = max_
 
 
 def run(inputs: Inputs) -> list[Row]:
-    """Theorem 7 for one attention layer at an exact minimiser: min rhs/lhs over k, the path and the
-    adversarial search, for M from Theorem 1 (printed, repaired) and the exact Hessian at w* (the same rows with
-    ``inputs.quick``)."""
+    """Theorem 7 for one attention layer at an exact minimiser: min rhs/lhs over k, the path and the adversarial search,
+    for M from Theorem 1 (printed, repaired) and the exact Hessian at w* (the same rows with ``inputs.quick``)."""
     res = sa_check()
     inst = f"N={res['N']} sequences, L={res['L']}, d_V={res['d_V']}; w* with ‖∇L_N(w*)‖ = {res['grad_norm_full']:.1e}"
     rows = []

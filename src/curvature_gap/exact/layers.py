@@ -2,14 +2,13 @@
 modules, built from configs, differentiated twice.
 
 The layers are those of the libraries themselves (``torch.nn.TransformerEncoderLayer``, timm's
-``vision_transformer.Block``, Hugging Face's ``ViTLayer`` and ``BertLayer``), built from a configuration
-object only (nothing is downloaded), every parameter drawn at random from a seed (:func:`randomize`: PyTorch
-and the libraries initialise biases to 0 and LayerNorm γ to 1, which would hide their curvature terms).
-The reference is reverse-over-reverse ``torch.autograd`` through the module's own ``forward`` under the
-MATH attention backend (:func:`autograd_hessian`, the one autograd Hessian of the package's references:
-:mod:`curvature_gap.exact.encoder_layer` says why this route). Hugging Face layers are built with
-``attn_implementation="sdpa"``: the ``"eager"`` one computes the softmax in float32 even in a float64
-model (:func:`eager_softmax_error` measures it).
+``vision_transformer.Block``, Hugging Face's ``ViTLayer`` and ``BertLayer``), built from a configuration object only
+(nothing is downloaded), every parameter drawn at random from a seed (:func:`randomize`: PyTorch and the libraries
+initialise biases to 0 and LayerNorm γ to 1, which would hide their curvature terms). The reference is
+reverse-over-reverse ``torch.autograd`` through the module's own ``forward`` under the MATH attention backend
+(:func:`autograd_hessian`, the package's one autograd Hessian reference: :mod:`curvature_gap.exact.encoder_layer` says
+why this route). Hugging Face layers are built with ``attn_implementation="sdpa"``: the ``"eager"`` one computes the
+softmax in float32 even in a float64 model (:func:`eager_softmax_error` measures it).
 """
 from __future__ import annotations
 
@@ -72,7 +71,7 @@ def available(kind: str) -> bool:
 def check(kind: str, cfg: dict, L: int, closed_form, N: int = 2, seed: int = 0, fd: bool = False, **mask) -> dict:
     """One point of :data:`GRID`: ``closed_form`` (:func:`curvature_gap.layer_hessian`, given by the caller: the
     references do not import what they check) against :func:`hessian_autograd` through the module;
-    ``{"P", "rel_err", "seconds_closed", "seconds_autograd"}``, and with ``fd`` also ``"fd_err"``
+    ``{"P", "rel_err", "seconds_closed", "seconds_autograd"}``, with ``fd`` also ``"fd_err"``
     (:func:`fd_column_error`)."""
     import time
 
@@ -200,9 +199,8 @@ BUILDERS = {"torch": torch_layer, "timm": timm_block, "vit": vit_layer, "bert": 
 
 def timm_vit(img: int = 8, patch: int = 4, chans: int = 1, classes: int = 5, d: int = 8, depth: int = 2,
              heads: int = 2, seed: int = 0, dtype=torch.float64, **kw):
-    """timm's ``VisionTransformer`` from its arguments (``kw``: class_token, global_pool, reg_tokens,
-    no_embed_class, fc_norm, pre_norm, init_values, qkv_bias, ...; every dropout rate 0.1, eval mode), random
-    parameters."""
+    """timm's ``VisionTransformer`` from its arguments (``kw``: class_token, global_pool, reg_tokens, no_embed_class,
+    fc_norm, pre_norm, init_values, qkv_bias, ...; every dropout rate 0.1, eval mode), random parameters."""
     from timm.models.vision_transformer import VisionTransformer
 
     rates = dict(drop_rate=0.1, pos_drop_rate=0.1, attn_drop_rate=0.1, proj_drop_rate=0.1, drop_path_rate=0.1)
@@ -213,8 +211,8 @@ def timm_vit(img: int = 8, patch: int = 4, chans: int = 1, classes: int = 5, d: 
 
 def bert_model(d: int = 8, heads: int = 2, d_ff: int = 16, layers: int = 2, vocab: int = 11, positions: int = 8,
                act: str = "gelu", pooler: bool = True, attn: str = "sdpa", seed: int = 0, dtype=torch.float64, **kw):
-    """Hugging Face ``BertModel(BertConfig(...))`` (dropout 0.1, eval mode; ``pooler``: add_pooling_layer),
-    random parameters."""
+    """Hugging Face ``BertModel(BertConfig(...))``, random parameters (dropout 0.1, eval mode; ``pooler``:
+    add_pooling_layer)."""
     from transformers import BertConfig, BertModel
 
     cfg = _hf_config(BertConfig, d, heads, d_ff, act, attn, layers, vocab_size=vocab,
@@ -369,9 +367,9 @@ def _grad(layer, X, target, **kw):
 
 def block_autograd(layer, X, target, pairs, chunk: int | None = None, **kw) -> dict:
     """The blocks ``{(a, b): H[a, b]}`` by reverse-over-reverse autograd *block by block*: one gradient with
-    ``create_graph=True``; each pair is taken from the side of the smaller parameter r, and for each such r one
-    batched second backward of its gradient along its unit vectors (``chunk`` per call) into every parameter
-    it is paired with."""
+    ``create_graph=True``; each pair taken from the side of the smaller parameter r, and for each such r one batched
+    second backward of its gradient along its unit vectors (``chunk`` per call) into every parameter it is paired
+    with."""
     named, g = _grad(layer, X, target, **kw)
     by_row: dict = {}
     for a, b in pairs:
@@ -430,9 +428,9 @@ def fd_column_error(layer, X, target, H: torch.Tensor, h: float = 1e-5, loss_fn=
 
 
 def eager_softmax_error(d: int = 8, heads: int = 2, L: int = 5, seed: int = 0) -> float:
-    """``max|Z_eager − Z_sdpa| / max|Z_sdpa|`` of one float64 ``ViTLayer``: Hugging Face's eager attention
-    computes the softmax in float32 (``softmax(..., dtype=torch.float32)``), so the eager layer agrees with the
-    exact one to float32 rounding only."""
+    """``max|Z_eager − Z_sdpa| / max|Z_sdpa|`` of one float64 ``ViTLayer``: Hugging Face's eager attention computes the
+    softmax in float32 (``softmax(..., dtype=torch.float32)``), so it agrees with the exact layer to float32 rounding
+    only."""
     eager = vit_layer(d, heads, attn="eager", seed=seed)
     sdpa = vit_layer(d, heads, attn="sdpa", seed=seed)
     X = torch.randn(1, L, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)

@@ -77,8 +77,7 @@ def sym_abs_max(H: torch.Tensor) -> torch.Tensor:
 
 
 def gram_roots(G: torch.Tensor) -> torch.Tensor:
-    """``sqrt(λ_max(G))`` of each Gram matrix ``G = Kᵀ K`` of ``G (..., n, n)`` (= ``‖K‖_2``; rounding
-    below 0 clamped)."""
+    """``sqrt(λ_max(G)) = ‖K‖_2`` of each Gram matrix ``G = Kᵀ K`` of ``G (..., n, n)`` (rounding below 0 clamped)."""
     return top_eigenvalues(G).clamp_min(0).sqrt()
 
 
@@ -124,10 +123,9 @@ def second_derivative_tensor(f: Callable, args: Sequence[torch.Tensor], i: int, 
 
 def second_derivative_norm(f: Callable, args: Sequence[torch.Tensor], i: int, j: int,
                            dense_limit: float = DENSE_LIMIT) -> float:
-    """Spectral norm of ``∂²f/∂W_i∂W_j ∈ R^{(out·n_i) × n_j}`` (``W = args``): with ``K_a = ∂²f_a/∂W_i∂W_j``
-    (n_i × n_j) per output a, ``sqrt(λ_max(Σ_a K_aᵀ K_a))``. Formed densely (``jacfwd(jacrev)``) up to
-    ``dense_limit`` entries, else matrix-free (a JVP of the Jacobian for ``M v``, a VJP for ``Mᵀ u``, Lanczos on
-    the Gram operator)."""
+    """Spectral norm of ``∂²f/∂W_i∂W_j ∈ R^{(out·n_i) × n_j}`` (``W = args``): with ``K_a = ∂²f_a/∂W_i∂W_j`` (n_i × n_j)
+    per output a, ``sqrt(λ_max(Σ_a K_aᵀ K_a))``. Formed densely (``jacfwd(jacrev)``) up to ``dense_limit`` entries, else
+    matrix-free (a JVP of the Jacobian for ``M v``, a VJP for ``Mᵀ u``, Lanczos on the Gram operator)."""
     args = list(args)
     out = f(*args).numel()
     ni, nj = args[i].numel(), args[j].numel()

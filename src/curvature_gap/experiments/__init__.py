@@ -250,8 +250,7 @@ def load_results(name: str, profile: str | None = None, ctx: Context | None = No
 
     ``profile`` is "smoke" or "paper"; other keywords build the ``Context`` (device, data_dir,
     results_dir, runs_dir, published_dir, progress, recompute, ...). Results it depends on are loaded
-    (or computed) only when this one must be computed. Safe to call from several processes at once.
-    """
+    (or computed) only when this one must be computed. Safe to call from several processes at once."""
     ctx = _context(profile, ctx, kwargs)
     s, settings, config, chash = _config(name, ctx)
     store = ResultStore(ctx.results_dir)

@@ -25,15 +25,14 @@ __all__ = ["Context"]
 @dataclass
 class Context:
     """Where and how figures are computed, with one method per need of a result, each taking the
-    :class:`~.settings.Variant` it is computed on: its run's recipe, its data, the batches it reads and its weights
-    at any step (:meth:`model`, which only loads them: the runner trains them first with :meth:`train`).
+    :class:`~.settings.Variant` it is computed on: its run's recipe, its data, the batches it reads and its weights at
+    any step (:meth:`model`, which only loads them: the runner trains them first with :meth:`train`).
 
     ``datasets`` (model key or dataset name -> ``train.Datasets``, whole splits normalised to [-1, 1]),
-    ``train_overrides`` (model key, ``Variant.model_key`` -> Recipe overrides) and ``settings_overrides`` (result
-    -> settings overrides) let tests run every figure on small, test-written data; overrides enter the config
-    hash like any other setting. ``published_dir`` holds the results committed to the repository, one directory
-    per profile (read when the cache has none for the current configuration).
-    """
+    ``train_overrides`` (model key, ``Variant.model_key`` -> Recipe overrides) and ``settings_overrides`` (result ->
+    settings overrides) let tests run every figure on small, test-written data; overrides enter the config hash like any
+    other setting. ``published_dir`` holds the results committed to the repository, one directory per profile (read when
+    the cache has none for the current configuration)."""
 
     profile: str = "smoke"
     device: str = "auto"
@@ -64,8 +63,7 @@ class Context:
 
     def recipe(self, v: Variant, seed: int | None = None) -> Recipe:
         """The recipe that trains ``v``'s model (``config.recipe_for`` of ``v.model_key`` under this profile) in
-        ``v.arithmetic``, with the context's overrides; ``seed``: a run of it with another seed (None: the
-        recipe's)."""
+        ``v.arithmetic``, with the context's overrides; ``seed``: a run of it with another seed (None: the recipe's)."""
         return recipe_for(v.model_key, self.profile, **{**self.train_overrides.get(v.model_key, {}),
                                                         **({} if seed is None else {"seed": int(seed)}),
                                                         "precision": precision_of(v.arithmetic)})
@@ -118,8 +116,7 @@ class Context:
         return self._cache[key]
 
     def data(self, v: Variant) -> Datasets:
-        """Train/test sets as ``v``'s recipe reads them: its subsets, its normalisation, not augmented.
-        Raises DataUnavailable."""
+        """Train/test sets as ``v``'s recipe reads them: subsets, normalisation, no augmentation; DataUnavailable."""
         return load_datasets(self.recipe(v), datasets=self._raw_datasets(v))
 
     def first_images(self, v: Variant, n: int) -> tuple[torch.Tensor, torch.Tensor]:

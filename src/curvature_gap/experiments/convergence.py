@@ -7,9 +7,8 @@ w = w* drawn over it; the x-axis is k × batch size (the caption: "the number of
 model: one pass of their loader at w* (:mod:`.running_mean`), drawn as their notebook draws it (``fig6_authors``:
 their loss_landscape_convergence.yaml; ``fig6_authors_mnist*``: the MNIST stand-ins, cut from the shared passes).
 
-The trend is a least-squares line in log-log space (:func:`.running_mean.fit_loglog`; theory: slope −1, from
-L_{k+1} − L_k = (b_{k+1} − L_k)/(k+1), b_{k+1} the (k+1)-th batch mean), read by one rule on every model
-(:func:`slope_verdict`).
+The trend is a least-squares line in log-log space (:func:`.running_mean.fit_loglog`; theory: slope −1, from L_{k+1} −
+L_k = (b_{k+1} − L_k)/(k+1), b_{k+1} the (k+1)-th batch mean), read by one rule on every model (:func:`slope_verdict`).
 """
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ def loglog_ema(k: np.ndarray, y: np.ndarray, beta: float, per_decade: int = 20) 
     """EMA of log10 y taken along log-spaced k (``per_decade`` points per decade of k).
 
     On log-log axes an EMA over consecutive k lags by a growing fraction of a decade at small k;
-    along log-spaced k its lag is the same everywhere (beta / (1 − beta) points).
-    """
+    along log-spaced k its lag is the same everywhere (beta / (1 − beta) points)."""
     k = np.asarray(k, dtype=np.float64)
     n = max(2, int(np.ceil(np.log10(k[-1] / k[0]) * per_decade)) + 1)
     kk = np.geomspace(k[0], k[-1], n)

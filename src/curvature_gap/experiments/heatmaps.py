@@ -33,11 +33,10 @@ __all__ = ["compute_heatmap", "heatmap_runs", "FIG3", "FIG4", "group_table", "pl
 
 @dataclass(frozen=True)
 class HeatmapSettings(Variant):
-    """Figs. 3 and 4: one dense exact Hessian on one batch, of the theorem's block (as the paper describes it) or
-    of the authors' model (as their code computes it: ``config.AUTHORS_RECIPES``, their
-    notebooks/hessian_visualization.ipynb). On the authors' model the Hessian is float32 of the checkpoint's
-    weights whatever the run's ``arithmetic``, as their notebook takes it; at step 0 both arithmetics are the same
-    float32 initialisation."""
+    """Figs. 3 and 4: one dense exact Hessian on one batch, of the theorem's block (as the paper describes it) or of the
+    authors' model (as their code computes it: ``config.AUTHORS_RECIPES``, their notebooks/hessian_visualization.ipynb).
+    On the authors' model the Hessian is float32 of the checkpoint's weights whatever the run's ``arithmetic``, as their
+    notebook takes it; at step 0 both arithmetics are the same float32 initialisation."""
 
     # the run's step: 0 its initialisation (Fig. 3); None the end of the run (Fig. 4 on the theorem's block); their
     # notebooks/hessian_visualization.ipynb loads step 20,000 for Fig. 4
@@ -103,13 +102,12 @@ def heatmap_runs(s: HeatmapSettings, ctx: Context) -> list[tuple]:
 
 
 def compute_heatmap(ctx: Context, s: HeatmapSettings, traj: TrajectorySettings | None) -> tuple[dict, dict]:
-    """Figs. 3/4 on ``s``'s model after ``s.step`` steps of its run. The theorem's block: the first
-    ``batch_size`` training images, every parameter in :func:`~curvature_gap.params.param_groups` order; at step 0
-    also step 0 of the training-dynamics trajectory (same model, same batch; ``traj``: its settings). The
-    authors' model as they computed it: the first batch of their shuffled, augmented loader, the image over their
-    parameter list in their order (:func:`curvature_gap.params.authors_hessian_order`). The Hessian is exact
-    (hand-written LayerNorm); the statistics of each diagonal block do not depend on which other parameters are
-    included."""
+    """Figs. 3/4 on ``s``'s model after ``s.step`` steps of its run. The theorem's block: the first ``batch_size``
+    training images, every parameter in :func:`~curvature_gap.params.param_groups` order; at step 0 also step 0 of the
+    training-dynamics trajectory (same model, same batch; ``traj``: its settings). The authors' model as they computed
+    it: the first batch of their shuffled, augmented loader, the image over their parameter list in their order
+    (:func:`curvature_gap.params.authors_hessian_order`). The Hessian is exact (hand-written LayerNorm); the statistics
+    of each diagonal block do not depend on which other parameters are included."""
     model, info = ctx.model(s, s.step)
     if s.model == "authors":
         return _authors_heatmap(ctx, s, model, info)
@@ -170,12 +168,11 @@ def _seed_leads(ctx: Context, s: HeatmapSettings, batch, units, known: dict) -> 
 
 def _heatmap(ctx: Context, s, model, info, batch, state: str, display=None, attention=None,
              clip: bool = False) -> tuple[dict, dict, np.ndarray]:
-    """What both heatmap results keep: the exact Hessian cross-checked against curvlinops, the image at page
-    resolution, the attention block at full resolution, every diagonal block's and group pair's statistics.
-    ``display`` = (flat indices, [(group, entries)]) draws the image over those parameters in that order
-    (default: all, in ``param_groups`` order); ``attention``: the groups of the attention image (default
-    :data:`ATTENTION`); ``clip``: images of log10(max(|H|, ε)) on shared colour limits, as the authors' notebook
-    draws them, instead of log10(|H| + ε)."""
+    """What both heatmap results keep: the exact Hessian cross-checked against curvlinops, the image at page resolution,
+    the attention block at full resolution, every diagonal block's and group pair's statistics. ``display`` = (flat
+    indices, [(group, entries)]) draws the image over those parameters in that order (default: all, in ``param_groups``
+    order); ``attention``: the groups of the attention image (default :data:`ATTENTION`); ``clip``: images of
+    log10(max(|H|, ε)) on shared colour limits, as the authors' notebook draws them, instead of log10(|H| + ε)."""
     gt = group_table(model)
     ctx.log(f"exact Hessian: {gt['n_parameters']} parameters, {len(batch[1])} images ({state} model)")
     with ctx.phase("hessian"):

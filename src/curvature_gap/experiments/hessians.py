@@ -116,9 +116,8 @@ def cross_check(model, batch, H: torch.Tensor, columns, small_batch: int, chunk:
     """Agreement of the fast exact Hessian ``H`` (the figure's, in its dtype) with curvlinops on ``columns``
     (all columns when None), and of the two methods in float64 on the first ``small_batch`` images.
 
-    Returns ``{"float32": {...}, "float64": {...}}`` with the max relative difference
-    ``max|H_ours − H_curvlinops| / max|H_curvlinops|`` over the columns, the worst group, the number of
-    columns and the seconds each side took."""
+    Returns ``{"float32": {...}, "float64": {...}}`` with the max relative difference ``max|H_ours − H_curvlinops| /
+    max|H_curvlinops|`` over the columns, the worst group, the number of columns and the seconds each side took."""
     groups = param_groups(model)
     cols = None if columns is None else np.asarray(columns)
     t0 = time.perf_counter()
@@ -157,8 +156,7 @@ def unit_statistics(H: np.ndarray, units: dict[str, np.ndarray], statistics=tupl
 
 
 def rankings(stats: dict[str, dict[str, float]]) -> dict:
-    """``{set: {statistic: [units largest first]}}`` over :data:`SETS` (the units of ``stats`` only) and
-    :data:`STATISTICS`."""
+    """``{set: {statistic: [units largest first]}}`` over :data:`SETS` (``stats``'s units) and :data:`STATISTICS`."""
     out = {}
     for set_name, (_, members) in SETS.items():
         members = [u for u in members if u in stats]

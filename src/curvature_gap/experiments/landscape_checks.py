@@ -65,10 +65,9 @@ def compute_theorem7(ctx: Context, s: Theorem7Settings) -> tuple[dict, dict]:
 
 
 def compute_trained_bounds(ctx: Context, s: TrainedBoundsSettings) -> tuple[dict, dict]:
-    # On the CPU whatever --device says, by design: every sample becomes a small dense float64 instance of
-    # the theory block (L x d_V matrices; targets from the CPU generator, norms by NumPy eigensolves), and
-    # the ViT's only work here is one forward pass for the tokens. ctx.device still decides where the
-    # model is trained (ctx.model).
+    # On the CPU whatever --device says, by design: every sample becomes a small dense float64 instance of the theory
+    # block (L x d_V matrices; targets from the CPU generator, norms by NumPy eigensolves), and the ViT's only work here
+    # is one forward pass for the tokens. ctx.device still decides where the model is trained (ctx.model).
     init = ctx.model(s, 0)[0].cpu()
     trained, info = ctx.model(s)
     trained = trained.cpu()

@@ -1,10 +1,9 @@
 """Fig. 5: parameter-block and Hessian-block norms, on either model, and the sentence it supports.
 
-On the theorem's model (``fig5``): the norms of every parameter unit at initialisation and trained (the Hessians
-of Figs. 3 and 4) and of the block's groups over the first training steps. On the authors' model
-(``fig5_authors``, ``fig5_authors_exact``): their figure, the parameter and Hessian norms of their five parameter
-lists against the step (:mod:`.trajectory`). One claim rule reads both (:func:`keys_values`). Norms are Frobenius
-unless marked spectral.
+On the theorem's model (``fig5``): the norms of every parameter unit at initialisation and trained (the Hessians of
+Figs. 3 and 4) and of the block's groups over the first training steps. On the authors' model (``fig5_authors``,
+``fig5_authors_exact``): their figure, the parameter and Hessian norms of their five parameter lists against the step
+(:mod:`.trajectory`). One claim rule reads both (:func:`keys_values`). Norms are Frobenius unless marked spectral.
 """
 from __future__ import annotations
 
@@ -244,8 +243,7 @@ def _readings_table(groups: dict, orders: dict, ratios: dict, labels: dict) -> l
 def keys_values(result, spec) -> Row:
     """Fig. 5's sentence on the result of ``spec`` (a :class:`~.spec.ResultSpec`: on the theorem's model its weight
     matrices in each panel and statistic; on the authors' model their figure, their five lists at each step, on
-    each run), by one rule (:func:`kv_reading` in each reading, :func:`kv_verdict` over all readings of all runs;
-    "much smaller" as the comment on :data:`MUCH_SMALLER` reads it)."""
+    each run), by one rule (:func:`kv_reading` in each reading, :func:`kv_verdict` over all readings of all runs)."""
     name, model = spec.name, spec.settings["paper"].model
     what = ("'the highest magnitude corresponds to the Keys and Values, while the other blocks exhibit much "
             "smaller absolute entries': W_K and W_V are the two largest of the weight matrices, and each of the "

@@ -142,9 +142,8 @@ def loader_pass(model, cfg, ds, epochs: int, log_every: int, gradients: bool, de
 
 def compute_loader_pass(ctx: Context, s: LoaderPassSettings) -> tuple[dict, dict]:
     """The passes of :func:`loader_pass`, one per run of ``s.run_seeds`` (none given: the run of ``s.run_seed``), each
-    at step ``s.step`` of its run trained in ``s.arithmetic`` and over its run's loader, with Fig. 6's
-    |L_{k+1} − L_k| and its log-log trend (the first run), and (``s.gradients``) Fig. 12's gradient norms of every
-    pass, both sums."""
+    at step ``s.step`` of its run trained in ``s.arithmetic`` and over its run's loader, with Fig. 6's |L_{k+1} − L_k|
+    and its log-log trend (the first run), and (``s.gradients``) Fig. 12's gradient norms of every pass, both sums."""
     ds = ctx.data(s)
     passes, runs = [], []
     for run_seed in tuple(s.run_seeds) or (s.run_seed,):

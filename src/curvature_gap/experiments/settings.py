@@ -34,11 +34,10 @@ assert {m: DATASET_OF[m] for m in MODEL_KEYS.values()} == {k: d for (_, d), k in
 class Variant:
     """What a result is computed on: the base of the settings of every result that reads a trained model.
 
-    ``model``: whose model (:data:`MODELS`), and with it whose protocol: the theorem's block as the paper describes
-    each figure, or the authors' model as their code computes it; ``dataset``: the data it is trained on and read
-    with; ``arithmetic``: the arithmetic of its training run (``precision.ARITHMETICS``: ``"exact"`` float32,
-    ``"authors"`` their bf16). The run itself is the recipe of :attr:`model_key` under the profile
-    (``experiments.Context.recipe``)."""
+    ``model``: whose model (:data:`MODELS`) and protocol: the theorem's block as the paper describes each figure, or the
+    authors' model as their code computes it; ``dataset``: the data it is trained on and read with; ``arithmetic``: the
+    arithmetic of its training run (``precision.ARITHMETICS``: ``"exact"`` float32, ``"authors"`` their bf16). The run
+    is the recipe of :attr:`model_key` under the profile (``experiments.Context.recipe``)."""
 
     model: str = "table1"
     dataset: str = "mnist"

@@ -1,11 +1,10 @@
 """What a result module declares: one :class:`FigureSpec` per figure over its grid of variants, and the
 :class:`Job` its compute function gets.
 
-A module declares its figures in a module-level tuple ``SPECS``; each :class:`Point` of a figure's grid (the
-theorem's block or the authors' model, a stand-in dataset, another arithmetic) is one result, whose id is derived
-from its settings (:func:`result_id`), never read back out of it. The registries (``experiments.SPECS``, the
-results ``verify`` reads, ``findings.RESULTS``) are built from those tuples. The recipe for adding one is in
-``CONTRIBUTING.md``.
+A module declares its figures in a module-level tuple ``SPECS``; each :class:`Point` of a figure's grid (the theorem's
+block or the authors' model, a stand-in dataset, another arithmetic) is one result, whose id is derived from its
+settings (:func:`result_id`), never read back out of it. The registries (``experiments.SPECS``, the results ``verify``
+reads, ``findings.RESULTS``) are built from those tuples. The recipe for adding one is in ``CONTRIBUTING.md``.
 """
 from __future__ import annotations
 
@@ -91,18 +90,18 @@ class Finding:
 
 @dataclass(frozen=True)
 class Point:
-    """One variant of a figure's grid: the settings of one result per profile (each a :class:`~.settings.Variant`
-    where it reads a trained model; its id is derived from the paper profile's, :func:`result_id`), and what this
-    variant alone declares.
+    """One variant of a figure's grid: the settings of one result per profile (each a :class:`~.settings.Variant` where
+    it reads a trained model; its id is derived from the paper profile's, :func:`result_id`), and what this variant
+    alone declares.
 
-    ``finding``: the entry of ``findings.RESULTS`` its claim rows are evidence for; ``standin``: its rows also read
-    the same variant on :data:`STANDIN` (the MNIST stand-in of a CIFAR-100 figure); ``needs``: what it needs to run,
-    for reports; ``depends`` / ``reads``: figures whose results (``Job.deps``) / settings (``Job.reads``) on the same
-    variant its computation reads; ``trains``: False where it reads no run of its own (its numbers are cut from
-    those of ``depends``), so the figure's ``runs`` are not trained for it; ``override_key``: a second name under
-    which ``Context(settings_overrides=...)`` reaches its settings; ``verify_reads``: its figure's rows read its numbers though it states no claim
-    (Theorem 7 on the trained ViT); ``plots``, ``messages``, ``key_numbers``: where this variant's result is drawn or
-    cited otherwise than the figure's (another protocol's arrays)."""
+    ``finding``: the entry of ``findings.RESULTS`` its claim rows are evidence for; ``standin``: its rows also read the
+    same variant on :data:`STANDIN` (the MNIST stand-in of a CIFAR-100 figure); ``needs``: what it needs to run, for
+    reports; ``depends`` / ``reads``: figures whose results (``Job.deps``) / settings (``Job.reads``) on the same
+    variant its computation reads; ``trains``: False where it reads no run of its own (its numbers are cut from those of
+    ``depends``), so the figure's ``runs`` are not trained for it; ``override_key``: a second name under which
+    ``Context(settings_overrides=...)`` reaches its settings; ``verify_reads``: its figure's rows read its numbers
+    though it states no claim (Theorem 7 on the trained ViT); ``plots``, ``messages``, ``key_numbers``: where this
+    variant's result is drawn or cited otherwise than the figure's (another protocol's arrays)."""
 
     settings: dict
     finding: Finding | None = None
@@ -126,8 +125,7 @@ class FigureSpec:
     ``runs(settings, ctx) -> [(step, seed), ...]``: the training runs of the settings' variant a computation reads
     (``step`` None: the whole run; 0: the initialisation; ``seed`` None: the recipe's), trained by the runner before
     it starts; ``rows(results) -> [Row]``: the claim rows of all its results (``results``: id -> paper-profile result
-    or None); ``key_numbers(result) -> {name: number}``: what a reader would cite (the reproduction report).
-    """
+    or None); ``key_numbers(result) -> {name: number}``: what a reader would cite (the reproduction report)."""
 
     name: str
     paper: str  # the paper's figure number, "beyond the paper", or "check"
@@ -167,9 +165,8 @@ class FigureSpec:
 
     @property
     def figure(self) -> int | None:
-        """The paper's figure the book places it under (its order): the first number of a ``paper`` that names
-        figures; None for a label that names none: beyond the paper (:data:`BEYOND_THE_PAPER`) or, any other, a
-        check."""
+        """The paper's figure the book places it under (its order): the first number of a ``paper`` that names figures;
+        None for a label that names none: beyond the paper (:data:`BEYOND_THE_PAPER`) or, any other, a check."""
         m = _PAPER_LABEL.fullmatch(self.paper)
         return int(m.group(1)) if m else None
 

@@ -168,11 +168,10 @@ class PublishedStore(ResultStore):
         return r
 
     def publish(self, result: Result) -> Result:
-        """Copy ``result`` (json + npz, the npz compressed) into this store. A republish whose numbers did not
-        change rewrites nothing: where the published ``.npz`` holds the same arrays (names, dtypes, shapes, every
-        bit) it is kept byte for byte (a compressed archive records when it was written, so writing the same
-        numbers again would make a new file), and where the rest of the result is also the same, its ``.json``
-        too, with its date."""
+        """Copy ``result`` (json + npz, the npz compressed) into this store. A republish whose numbers did not change
+        rewrites nothing: where the published ``.npz`` holds the same arrays (names, dtypes, shapes, every bit) it is
+        kept byte for byte (a compressed archive records when it was written, so writing the same numbers again would
+        make a new file), and where the rest of the result is also the same, its ``.json`` too, with its date."""
         extra = {"provenance": {k: v for k, v in result.provenance.items() if k != "created"}}
         try:
             old = self.read(result.figure, "")

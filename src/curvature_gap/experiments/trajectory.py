@@ -1,5 +1,4 @@
-"""The trajectory of the first training steps behind Figs. 5 and 7-11, for either model: one computation, whose
-protocol is the run's (``Recipe.source``).
+"""The trajectory of the first training steps behind Figs. 5 and 7-11, for either model (protocol: ``Recipe.source``).
 
 **The theorem's model** (Table 1's runs). The trajectory follows the very training run the trained model comes
 from: the weights after each snapshot step are saved while it trains (a run trained without them is replayed
@@ -126,9 +125,8 @@ def _total_steps(ctx: Context, s: TrajectorySettings) -> int:
 
 
 def trajectory_runs(s, ctx: Context) -> list[tuple]:
-    """The runs a trajectory reads: the theorem's block's whole run (which saves the snapshots) and each snapshot
-    of :func:`snapshot_steps`; the authors' model at each of ``s.steps``, on the recipe's seed and each of
-    ``s.run_seeds``."""
+    """The runs a trajectory reads: the theorem's block's whole run (which saves the snapshots) and each snapshot of
+    :func:`snapshot_steps`; the authors' model at each of ``s.steps``, on the recipe's seed and each ``s.run_seeds``."""
     if s.model == "authors":
         return [(step, seed) for seed in (None, *s.run_seeds) for step in sorted(s.steps)]
     return [(None, None)] + [(step, None) for step in snapshot_steps(s, _total_steps(ctx, s))]

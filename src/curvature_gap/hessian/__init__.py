@@ -1,9 +1,8 @@
 """Exact loss Hessians of the paper's ViT (Figs. 3–5) and block spectra.
 
-The loss is the empirical risk ``L(w) = (1/B) Σ_n ℓ(model(x_n; w), y_n)`` on one batch (cross-entropy,
-batch mean, as ``nn.CrossEntropyLoss()``). Parameters are the flat vector
-``parameters_to_vector(model.parameters())`` (P entries), grouped by
-:func:`curvature_gap.param_groups` (``pos`` if learned, ``embed``, ``block0.query`` … ``block0.ln2``,
+The loss is the empirical risk ``L(w) = (1/B) Σ_n ℓ(model(x_n; w), y_n)`` on one batch (cross-entropy, batch mean, as
+``nn.CrossEntropyLoss()``). Parameters are the flat vector ``parameters_to_vector(model.parameters())`` (P entries),
+grouped by :func:`curvature_gap.param_groups` (``pos`` if learned, ``embed``, ``block0.query`` … ``block0.ln2``,
 ``head``; a bias stored beside its weight is in the weight's group, e.g. ``block0.out`` = (W_O, b_O)).
 
 Entry points
@@ -15,10 +14,9 @@ Entry points
 
 Methods (all exact; they differ in cost only)
 
-* ``"vit"`` — the engine's forward-over-reverse passes (:mod:`.program`, the op rules of :mod:`.ops`) over
-  the program of :class:`curvature_gap.model.ViT` with cross-entropy, block-triangular, with the exact speed
-  shortcuts of :mod:`._vit` (the last FFN block in closed form, the scores' bilinear form, the embedding from
-  the positions' pass).
+* ``"vit"`` — the engine's forward-over-reverse passes (:mod:`.program`, the op rules of :mod:`.ops`) over the program
+  of :class:`curvature_gap.model.ViT` with cross-entropy, block-triangular, with the exact speed shortcuts of
+  :mod:`._vit` (the last FFN block in closed form, the scores' bilinear form, the embedding from the positions' pass).
 * ``"functorch"`` — the same block-triangular scheme with ``torch.func`` ``vmap(jvp(grad))`` for
   any ``nn.Module`` and loss.
 * ``"curvlinops"`` — ``curvlinops.HessianLinearOperator @ I`` in column chunks (the paper's tool).
@@ -115,9 +113,8 @@ def hessian_block(model: nn.Module, data, row_group: str, col_group: str, loss="
                   method: str = "auto", dtype: torch.dtype | None = None, **kw) -> torch.Tensor:
     """One block ``H[row_group, col_group]`` of shape (|row|, |col|), e.g. ``("block0.value", "block0.value")``.
 
-    Computed directly, a fraction of the dense cost: tangents on one group and rows of the other,
-    in whichever orientation is cheaper (transposed if needed); the last block's FFN pair in
-    closed form.
+    Computed directly, a fraction of the dense cost: tangents on one group and rows of the other, in whichever
+    orientation is cheaper (transposed if needed); the last block's FFN pair in closed form.
     """
     return hessian(model, data, loss, blocks=(row_group, col_group), method=method, dtype=dtype, **kw)
 

@@ -16,12 +16,10 @@ With one head ``A (a W_V + b_V) = (A a) W_V + b_V`` (the rows of A sum to one): 
 the order of :func:`curvature_gap.model.block_forward`, so its values are the model's bit for bit.
 
 Speed shortcuts over the engine's passes, all exact: the last FFN block in closed form
-(:meth:`ViTSecondOrder.last_ffn_hessian`); with one head, the query's and key's passes replaced by one over the
-scores' bilinear form ``M = W̃_Q W̃_Kᵀ`` (:func:`bilinear_blocks`, :func:`scores_to_qk`); with learned positions,
-the patch embedding's columns mixed from the positions' pass (:func:`embed_from_pos`); tangents and samples per
-pass sized for the cache (:func:`_chunks`), a pass's orientation by its cost
-(:func:`curvature_gap.hessian.program.orientation`).
-
+(:meth:`ViTSecondOrder.last_ffn_hessian`); with one head, one pass over the scores' bilinear form ``M = W̃_Q W̃_Kᵀ`` in
+place of the query's and key's (:func:`bilinear_blocks`, :func:`scores_to_qk`); with learned positions, the patch
+embedding's columns mixed from the positions' pass (:func:`embed_from_pos`); tangents and samples per pass sized for the
+cache (:func:`_chunks`), each pass in its cheaper orientation (:func:`curvature_gap.hessian.program.orientation`).
 Shapes: B images, n tokens, d = d_V, d_K, d_ff, K classes, c tangent directions. Parameters keep their stored
 orientation (``X @ W`` for block weights, ``nn.Linear``'s (out, in) for embedding and head); rows are flattened
 row-major per parameter, in ``param_groups`` order.
@@ -138,8 +136,7 @@ class ViTSecondOrder(State):
     runs in ``dtype`` (default: the model's) on the images' device; the model is not modified.
 
     Attributes besides :class:`~curvature_gap.hessian.program.State`'s: ``cfg``, ``groups`` (the
-    :func:`~curvature_gap.params.param_groups`), ``n_blocks``, ``xp`` (the patches), ``p``
-    (the parameters by name)."""
+    :func:`~curvature_gap.params.param_groups`), ``n_blocks``, ``xp`` (the patches), ``p`` (the parameters by name)."""
 
     def __init__(self, model: ViT, images: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype | None = None):
         if not isinstance(model, ViT):
@@ -340,14 +337,13 @@ EMBED_FROM_POS_BYTES = 512 * 2 ** 20
 def embed_from_pos(so: ViTSecondOrder, chunk: int, sample_chunk: int | None) -> bool:
     """Whether the patch embedding's columns come from the learned positions' pass.
 
-    The tokens are x0[b, t] = E x_p[b, t] + e + pos[t], so a tangent on E[k, j] moves sample b's token t by
-    x_p[b, t, j] e_k, and one on e[k] by e_k at every token: each is, sample by sample, a weighted sum of
-    the position tangents e_(t, k). The loss is a sum over samples, so with R_b[(t, k)] the per-sample rows of
-    the positions' pass (all groups from the embedding on; ∂²x0/∂E² = 0 adds no term)
-    H[:, E[k, j]] = Σ_b Σ_t x_p[b, t, j] R_b[(t, k)] and H[:, e[k]] = Σ_b Σ_t R_b[(t, k)]: the positions'
-    pass computes its rows per sample and mixes them with these weights (:meth:`ViTSecondOrder.columns`'s
-    ``mix``), and the embedding needs no pass. Needs learned positions, and is used while the per-sample
-    rows fit in :data:`EMBED_FROM_POS_BYTES`.
+    The tokens are x0[b, t] = E x_p[b, t] + e + pos[t], so a tangent on E[k, j] moves sample b's token t by x_p[b, t, j]
+    e_k, and one on e[k] by e_k at every token: each is, sample by sample, a weighted sum of the position tangents e_(t,
+    k). The loss is a sum over samples, so with R_b[(t, k)] the per-sample rows of the positions' pass (all groups from
+    the embedding on; ∂²x0/∂E² = 0 adds no term) H[:, E[k, j]] = Σ_b Σ_t x_p[b, t, j] R_b[(t, k)] and H[:, e[k]] = Σ_b
+    Σ_t R_b[(t, k)]: the positions' pass computes its rows per sample and mixes them with these weights
+    (:meth:`ViTSecondOrder.columns`'s ``mix``), and the embedding needs no pass. Needs learned positions, and is used
+    while the per-sample rows fit in :data:`EMBED_FROM_POS_BYTES`.
     """
     P = so.groups[-1].stop
     return {"pos", "embed"} <= {g.name for g in so.groups} and \
@@ -358,14 +354,13 @@ def dense_plan(so: ViTSecondOrder, closed_form: list[str], bilinear: list[int] =
                embed_mixed: bool = False) -> list[tuple[str, list[str]]]:
     """(column group, row groups) passes that together cover every pair of groups once.
 
-    In forward order (the positions first, then the embedding: :func:`embed_from_pos` takes the embedding's
-    columns from the positions' pass) each group's pass computes the rows of the groups after it (block
-    triangle); groups in ``closed_form`` get no pass: their rows are added to every other group's pass and
-    their own block comes from :meth:`ViTSecondOrder.last_ffn_hessian`. For the blocks in ``bilinear``
-    the query and key passes are one pass over the virtual group ``block{i}.scores``
-    (:func:`bilinear_blocks`), with the rows of the groups after the key (all after the attention in forward
-    order, which the bilinear form needs: a tangent of M reaches no earlier input through x̃). With
-    ``embed_mixed`` the embedding has no pass.
+    In forward order (the positions first, then the embedding: :func:`embed_from_pos` takes the embedding's columns from
+    the positions' pass) each group's pass computes the rows of the groups after it (block triangle); groups in
+    ``closed_form`` get no pass: their rows are added to every other group's pass and their own block comes from
+    :meth:`ViTSecondOrder.last_ffn_hessian`. For the blocks in ``bilinear`` the query and key passes are one pass over
+    the virtual group ``block{i}.scores`` (:func:`bilinear_blocks`), with the rows of the groups after the key (all
+    after the attention in forward order, which the bilinear form needs: a tangent of M reaches no earlier input through
+    x̃). With ``embed_mixed`` the embedding has no pass.
     """
     order = sorted((g.name for g in so.groups), key=so.program.position)
     if "pos" in order and "embed" in order:
@@ -432,10 +427,9 @@ def scores_to_qk(so: ViTSecondOrder, i: int, H_M: dict[str, torch.Tensor]) -> di
 
 def dense(so: ViTSecondOrder, chunk, sample_chunk, closed_form: bool = True, bilinear: bool = True,
           embed_mixed: bool = True) -> torch.Tensor:
-    """The dense Hessian by the passes of :func:`dense_plan` (``closed_form``: the last FFN block from
-    :meth:`ViTSecondOrder.last_ffn_hessian`; ``bilinear``: query and key columns from the scores' bilinear
-    form, :func:`bilinear_blocks`; ``embed_mixed``: the embedding's columns from the positions' pass,
-    :func:`embed_from_pos`; all exact, False computes those columns by their own passes)."""
+    """The dense Hessian by the passes of :func:`dense_plan`. ``closed_form`` (:func:`closed_form_groups`), ``bilinear``
+    (:func:`bilinear_blocks`) and ``embed_mixed`` (:func:`embed_from_pos`) switch on the module doc's exact shortcuts;
+    False computes those columns by their own passes."""
     groups = {g.name: g for g in so.groups}
     P = so.groups[-1].stop
     H = torch.empty(P, P, dtype=so.dtype, device=so.device)

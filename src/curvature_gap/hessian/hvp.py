@@ -55,8 +55,7 @@ class HessianOperator:
 
     # ------------------------------------------------------------------ the loss and its products
     def _loss(self, differentiated: Sequence[str]):
-        """:func:`.loss.model_loss` with the parameters not in ``differentiated`` and the buffers held at their
-        values."""
+        """:func:`.loss.model_loss` with the parameters not in ``differentiated`` and the buffers held fixed."""
         diff = set(differentiated)
         return model_loss(self.model, self.loss, {**{n: v for n, v in self.values.items() if n not in diff},
                                                   **self.buffers})

@@ -58,8 +58,7 @@ SUPPORTED = {
 
 
 def is_class(obj, module: str, name: str) -> bool:
-    """Whether ``obj`` is exactly of the class ``module.name`` (False where that module is not loaded: no layer of
-    it can exist)."""
+    """Whether ``obj`` is exactly of the class ``module.name`` (False where that module is not loaded: module doc)."""
     cls = getattr(sys.modules.get(module), name, None)
     return cls is not None and type(obj) is cls
 
@@ -125,8 +124,7 @@ def activation_name(act, where: str) -> str:
 
 
 class _Builder:
-    """Nodes of one module's program: parameter names ``prefix + name``, values ``prefix + name`` (unique in a
-    whole model)."""
+    """Nodes of one module's program: parameter names and values ``prefix + name`` (unique in a whole model)."""
 
     def __init__(self, module: nn.Module, prefix: str):
         self.m, self.pre, self.nodes = module, prefix, []
@@ -135,8 +133,8 @@ class _Builder:
         return operator.attrgetter(path)(self.m)
 
     def params(self, mod: str, slots=("weight", "bias"), rename=None, rows=None) -> dict:
-        """``{slot: parameter name}`` of the submodule ``mod`` (absent parameters left out); ``rows``: read only
-        those rows of each."""
+        """``{slot: parameter name}`` of the submodule ``mod`` (absent parameters left out); ``rows``: only those rows
+        of each."""
         m = self.m.get_submodule(mod)
         rename = rename or {}
         out = {}
@@ -361,10 +359,10 @@ def attention_mask(N: int, L: int, attn_mask=None, key_padding_mask=None, is_cau
 
 
 def _causal_hint(N: int, L: int, attn_mask: torch.Tensor, ref: torch.Tensor) -> None:
-    """PyTorch's ``TransformerEncoderLayer`` reads ``is_causal=True`` as a hint that ``src_mask`` *is* the causal
-    mask: it attends causally and ignores ``src_mask`` (or, with a key padding mask, uses ``src_mask`` and not the
-    causal mask), where :func:`attention_mask` adds the two. They agree only when ``attn_mask`` is the causal mask;
-    ValueError otherwise."""
+    """PyTorch's ``TransformerEncoderLayer`` reads ``is_causal=True`` as a hint that ``src_mask`` *is* the causal mask:
+    it attends causally and ignores ``src_mask`` (or, with a key padding mask, uses ``src_mask`` and not the causal
+    mask), where :func:`attention_mask` adds the two. They agree only when ``attn_mask`` is the causal mask; ValueError
+    otherwise."""
     causal = attention_mask(N, L, is_causal=True, ref=ref).expand(N, L, L)
     if not torch.equal(attention_mask(N, L, attn_mask, ref=ref).expand(N, L, L), causal):
         raise ValueError("is_causal=True with an attn_mask that is not the causal mask: nn.TransformerEncoderLayer "
@@ -500,18 +498,17 @@ def layer_hessian(layer: nn.Module, X: torch.Tensor, loss="mse", target: torch.T
                   is_causal: bool = False, chunk: int | None = 128) -> LayerHessian:
     """Exact Hessian of ``l(layer(X))`` with respect to ``layer.named_parameters()``, by the engine's op rules.
 
-    ``layer``: ``torch.nn.TransformerEncoderLayer``, timm's ``vision_transformer.Block`` or Hugging Face's
-    ``ViTLayer`` / ``BertLayer`` (exactly these classes; eval mode or no dropout; :data:`SUPPORTED` lists what
-    each supports). ``X``: one sequence (L, d) or a batch (N, L, d) ((L, N, d) for a PyTorch layer with
-    ``batch_first=False``), the dtype and device of the layer. ``loss="mse"`` with ``target`` of X's shape:
-    ``l = mean((layer(X) − target)²)`` over all N L d entries; or ``loss=(dl_dZ, d2l_dZ2)``, tensors or
-    callables of the stacked output rows Z (N L, d): ``∂l/∂Z`` (N L, d) and ``∂²l/∂Z²`` (N L d, N L d).
-    ``blocks``: None (the dense (P, P) Hessian, ``.dense``) or parameter names (every block among them) or
-    ``(name_a, name_b)`` pairs (just those): ``.blocks[(a, b)]`` is the (n_a, n_b) block, each parameter
-    flattened row-major (as ``p.reshape(-1)``). ``attn_mask``, ``key_padding_mask``, ``is_causal``:
-    :func:`attention_mask` (``is_causal=True`` alone: the causal mask; on a PyTorch layer, with an ``attn_mask``
-    that must be the causal mask, as the layer's hint reads it). ``chunk``: directions per pass (memory; None: a
-    parameter's all at once).
+    ``layer``: ``torch.nn.TransformerEncoderLayer``, timm's ``vision_transformer.Block`` or Hugging Face's ``ViTLayer``
+    / ``BertLayer`` (exactly these classes; eval mode or no dropout; :data:`SUPPORTED` lists what each supports). ``X``:
+    one sequence (L, d) or a batch (N, L, d) ((L, N, d) for a PyTorch layer with ``batch_first=False``), the dtype and
+    device of the layer. ``loss="mse"`` with ``target`` of X's shape: ``l = mean((layer(X) − target)²)`` over all N L d
+    entries; or ``loss=(dl_dZ, d2l_dZ2)``, tensors or callables of the stacked output rows Z (N L, d): ``∂l/∂Z`` (N L,
+    d) and ``∂²l/∂Z²`` (N L d, N L d). ``blocks``: None (the dense (P, P) Hessian, ``.dense``) or parameter names (every
+    block among them) or ``(name_a, name_b)`` pairs (just those): ``.blocks[(a, b)]`` is the (n_a, n_b) block, each
+    parameter flattened row-major (as ``p.reshape(-1)``). ``attn_mask``, ``key_padding_mask``, ``is_causal``:
+    :func:`attention_mask` (``is_causal=True`` alone: the causal mask; on a PyTorch layer, with an ``attn_mask`` that
+    must be the causal mask, as the layer's hint reads it). ``chunk``: directions per pass (memory; None: a parameter's
+    all at once).
 
     Also returns ``.gradient`` (P,), ``.Z`` (the layer's output, X's layout) and ``.loss`` (MSE). Raises
     ``ValueError`` naming what is not supported (another class, qk-norm, a gated or GLU MLP, an activation

@@ -204,9 +204,8 @@ def model_hvp(model: nn.Module, inputs: torch.Tensor, v: dict, loss, target: tor
 
 
 def describe(module: nn.Module) -> list[dict]:
-    """What :func:`curvature_gap.layer_hessian` or :func:`model_hessian` reads from ``module``: its program in
-    forward order, each step as ``{"submodule", "op", "inputs", "output", "parameters"}`` (ValueError if it is not
-    supported)."""
+    """What :func:`curvature_gap.layer_hessian` or :func:`model_hessian` reads from ``module``: its program in forward
+    order, each step as ``{"submodule", "op", "inputs", "output", "parameters"}`` (ValueError if unsupported)."""
     nodes = (model_nodes(module, None) if any(is_class(module, *cls) for _, cls, _ in _MODELS) else
              layer_nodes(module))[0]
 

@@ -63,13 +63,12 @@ def top_eigenvalues(model: nn.Module, data, groups: list[str] | None = None, ite
                     method: str = "auto", vmap_chunk: int | None = 8, micro_batch: int | None = None) -> Spectra:
     """λ_max, λ_min and ‖·‖₂ of each diagonal block H_gg (and of H if ``overall``) by Lanczos.
 
-    ``data`` is ``(images, labels)`` or a dataset with ``.images``/``.labels`` (one batch, on its
-    device). ``groups`` defaults to every parameter group (``param_groups`` names). ``iters`` Lanczos
-    steps per block (capped at the block size, where the result is exact to rounding).
-    Hessian-vector products run in ``dtype`` (default: the model's). ``method="vit"`` (auto for the
-    project's ViT with cross-entropy) uses the hand-written products of :mod:`._vit` (a block product
-    stops its backward pass at the block); ``"functorch"`` uses ``vmap(jvp(grad))`` for any model,
-    with ``vmap_chunk`` blocks per vectorised product and ``micro_batch`` samples per pass.
+    ``data`` is ``(images, labels)`` or a dataset with ``.images``/``.labels`` (one batch, on its device). ``groups``
+    defaults to every parameter group (``param_groups`` names). ``iters`` Lanczos steps per block (capped at the block
+    size, where the result is exact to rounding). Hessian-vector products run in ``dtype`` (default: the model's).
+    ``method="vit"`` (auto for the project's ViT with cross-entropy) uses the hand-written products of :mod:`._vit` (a
+    block product stops its backward pass at the block); ``"functorch"`` uses ``vmap(jvp(grad))`` for any model, with
+    ``vmap_chunk`` blocks per vectorised product and ``micro_batch`` samples per pass.
     """
     images, labels = _unpack(data)
     all_groups = {g.name: g for g in groups_of(model)}

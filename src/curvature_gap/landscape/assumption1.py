@@ -1,17 +1,15 @@
 """Assumption 1 (Fig. 12): how far ``∇L_k(w*)`` is from 0 at the trained weights, against k.
 
-Assumption 1 reads ``∇L_{k−1}(w*) = ∇L_k(w*) = 0`` for the empirical losses ``L_k`` of the first k
-samples. At the trained ``w*`` (an approximate minimiser of ``L_N``, all N training samples) we measure
-``‖∇L_k(w*)‖_2`` for random orders of the data on a log grid of k (:func:`order_gradient_norms`), and
-its mean square over *all* orders exactly: with per-sample gradients ``g_i``, ``ḡ = ∇L_N`` and
-``σ² = (1/N) Σ‖g_i − ḡ‖²``, drawing k of N without replacement gives
+Assumption 1 reads ``∇L_{k−1}(w*) = ∇L_k(w*) = 0`` for the empirical losses ``L_k`` of the first k samples. At the
+trained ``w*`` (an approximate minimiser of ``L_N``, all N training samples) we measure ``‖∇L_k(w*)‖_2`` for random
+orders of the data on a log grid of k (:func:`order_gradient_norms`), and its mean square over *all* orders exactly:
+with per-sample gradients ``g_i``, ``ḡ = ∇L_N`` and ``σ² = (1/N) Σ‖g_i − ḡ‖²``, drawing k of N without replacement gives
 
     E‖∇L_k‖² = ‖ḡ‖² + σ² (N − k) / (k (N − 1)),
 
 which decays like ``k^(−1/2)`` until ``k ≈ σ²/‖ḡ‖²``, where it meets the floor ``‖∇L_N(w*)‖``
-(:func:`expected_grad_norm_sq`). The assumption holds exactly only where the gradient is 0; the
-paper's reading "its validity increases with more samples" is tested as a negative log-log slope at
-small k (:func:`claim_test`).
+(:func:`expected_grad_norm_sq`). The assumption holds exactly only where the gradient is 0; the paper's reading "its
+validity increases with more samples" is tested as a negative log-log slope at small k (:func:`claim_test`).
 """
 from __future__ import annotations
 

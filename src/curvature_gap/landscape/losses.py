@@ -1,11 +1,10 @@
 """Per-sample losses, running means and their differences (Fig. 6, Theorem 7).
 
-With per-sample losses ``ℓ_1 … ℓ_N`` at fixed weights, in the order given by a permutation, the
-empirical loss over the first k samples is ``L_k = (1/k) Σ_{i≤k} ℓ_i`` and the paper plots
-``|L_{k+1} − L_k|`` against k on log-log axes. Since ``L_{k+1} − L_k = (ℓ_{k+1} − L_k)/(k+1)``, the
-whole curve costs one forward pass over the data plus a cumulative sum: O(N), not the O(N²) of
-re-evaluating the mean loss on every prefix. "Batch-by-batch" (the paper's wording) is the same with
-k counting batches: ``L_j`` is the mean of the first j batch means.
+With per-sample losses ``ℓ_1 … ℓ_N`` at fixed weights, in the order given by a permutation, the empirical loss over the
+first k samples is ``L_k = (1/k) Σ_{i≤k} ℓ_i`` and the paper plots ``|L_{k+1} − L_k|`` against k on log-log axes. Since
+``L_{k+1} − L_k = (ℓ_{k+1} − L_k)/(k+1)``, the whole curve costs one forward pass over the data plus a cumulative sum:
+O(N), not the O(N²) of re-evaluating the mean loss on every prefix. "Batch-by-batch" (the paper's wording) is the same
+with k counting batches: ``L_j`` is the mean of the first j batch means.
 """
 from __future__ import annotations
 

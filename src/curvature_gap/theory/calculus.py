@@ -128,8 +128,7 @@ def _kron_shuffle(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 def d_kron_wrt_first(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     """Property "Kronecker-Product derivative", first factor.
 
-    ``d(X ⊗ Y)/dX = (I_n ⊗ K_{p,q} ⊗ I_r)(I_{nq} ⊗ vec_r Y)`` for X (n, q), Y (p, r);
-    result shape (n*p*q*r, n*q).
+    ``d(X ⊗ Y)/dX = (I_n ⊗ K_{p,q} ⊗ I_r)(I_{nq} ⊗ vec_r Y)`` for X (n, q), Y (p, r); result shape (n*p*q*r, n*q).
     """
     return _kron_shuffle(X, Y) @ kron(eye(X.numel(), X), vec_r(Y).reshape(-1, 1))
 
@@ -137,8 +136,7 @@ def d_kron_wrt_first(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
 def d_kron_wrt_second(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     """Property "Kronecker-Product derivative", second factor.
 
-    ``d(X ⊗ Y)/dY = (I_n ⊗ K_{p,q} ⊗ I_r)(vec_r X ⊗ I_{pr})`` for X (n, q), Y (p, r);
-    result shape (n*p*q*r, p*r).
+    ``d(X ⊗ Y)/dY = (I_n ⊗ K_{p,q} ⊗ I_r)(vec_r X ⊗ I_{pr})`` for X (n, q), Y (p, r); result shape (n*p*q*r, p*r).
     """
     return _kron_shuffle(X, Y) @ kron(vec_r(X).reshape(-1, 1), eye(Y.numel(), X))
 

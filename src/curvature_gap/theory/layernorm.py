@@ -30,9 +30,8 @@ __all__ = ["check_assumption2", "layernorm_printed_definition", "center", "sigma
 def check_assumption2(X: torch.Tensor) -> None:
     """Raise ``ValueError`` if a row of ``X`` (L, d_V) has (numerically) zero variance.
 
-    Assumption 2 of the paper requires ``min_i σ_i^2 > 0`` for every LayerNorm input;
-    LayerNorm without ε is undefined (0/0) on a constant row.  A row counts as
-    constant when its standard deviation is below 64 ulp of its largest entry.
+    Assumption 2 of the paper requires ``min_i σ_i^2 > 0`` for every LayerNorm input; LayerNorm without ε is undefined
+    (0/0) on a constant row.  A row counts as constant when its standard deviation is below 64 ulp of its largest entry.
     """
     M = X - X.mean(dim=1, keepdim=True)
     std = M.pow(2).mean(dim=1).sqrt()
@@ -111,8 +110,7 @@ def dsigma_dX(X: torch.Tensor) -> torch.Tensor:
 def dP_dX(X: torch.Tensor) -> torch.Tensor:
     """Theorem 2 (detailed): ``∂P/∂X = (1/√d_V)(-D^{-1} ⊗ D^{-T}) E (A_2 J A_3 G)``; (L^2, L d_V).
 
-    ``D = diag(σ)``, ``E = (e_1 ⊗ e_1, ..., e_L ⊗ e_L)``; the paper's symbol for this
-    matrix in Theorem 3 is ``H``.
+    ``D = diag(σ)``, ``E = (e_1 ⊗ e_1, ..., e_L ⊗ e_L)``; the paper's symbol for this matrix in Theorem 3 is ``H``.
     """
     L, d = X.shape
     dsqrt_tau = _factors(X)[-1]

@@ -1,5 +1,4 @@
-"""Rows of ``curvature-gap verify`` for §2 and Theorems 2–3: the LayerNorm definition, its Jacobian and its
-Hessian."""
+"""Rows of ``curvature-gap verify`` for §2 and Theorems 2–3: the LayerNorm definition, its Jacobian and its Hessian."""
 from __future__ import annotations
 
 import torch
@@ -46,8 +45,7 @@ CHECKS = (
 
 
 def measure(quick: bool, insts: list[Instance], A: dict[str, Accumulator]) -> None:
-    """At the inputs U = X + F(X) of the instances and one instance with L = d_V (finite differences: quick, the
-    first only)."""
+    """At the inputs U = X + F(X) of the instances and one with L = d_V (finite differences: quick, the first only)."""
     Xs = [(inst.X + fw.sa_forward(inst.X, inst.W_Q, inst.W_K, inst.W_V), inst) for inst in insts]
     # one instance with L = d_V, where the printed I_L form of ∂(P⊗I)/∂X is computable
     eq = check_instance(4, 4, 3, 6, seed=5)

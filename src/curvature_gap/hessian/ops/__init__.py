@@ -35,9 +35,8 @@ class Op:
     * ``vjp(ctx, p, d_y, need) -> [δx_i]``: ``δx_i = (∂y/∂x_i)ᵀ δy``; stores in ctx what the backward tangent reads;
     * ``jvp(ctx, p, dxs, dp, c) -> (ẏ, t)``: ``ẏ = Σ_i ∂y/∂x_i ẋ_i + ∂y/∂θ θ̇`` and the tangents ``t`` (a dict) the
       backward tangent reads;
-    * ``vjp_tangent(ctx, p, t, dd_y, dp, c, need) -> [δẋ_i]``: the tangent of the adjoints (forward over
-      reverse), ``δẋ_i = (∂y/∂x_i)ᵀ δẏ + (δy · ∂²y/∂x_i ∂(x, θ))[ẋ, θ̇]``; ``t`` is empty where no tangent
-      reached the op;
+    * ``vjp_tangent(ctx, p, t, dd_y, dp, c, need) -> [δẋ_i]``: the tangent of the adjoints (forward over reverse),
+      ``δẋ_i = (∂y/∂x_i)ᵀ δẏ + (δy · ∂²y/∂x_i ∂(x, θ))[ẋ, θ̇]``; ``t`` is empty where no tangent reached the op;
     * ``rows(ctx, p, t, dd_y, dp, c, slots, per_sample) -> {slot: rows}``: the Hessian rows of the parameters in
       ``slots``, the tangent of their gradient, (c, *shape) or each sample's (B, c, *shape);
     * ``grads(ctx, p, slots) -> {slot: ∂L/∂θ}``.

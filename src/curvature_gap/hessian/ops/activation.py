@@ -1,6 +1,5 @@
 """Elementwise activation ``r = act(h)``: ReLU (the theorem's block), GELU in its exact-erf form (the authors',
-``nn.GELU()``) and its tanh approximation (``nn.GELU("tanh")``, Hugging Face's ``gelu_new``), and tanh (BERT's
-pooler).
+``nn.GELU()``) and its tanh approximation (``nn.GELU("tanh")``, Hugging Face's ``gelu_new``), and tanh (BERT's pooler).
 
 With ``a1 = act'(h)`` and ``a2 = act''(h)``: forward tangent ``ṙ = a1 ∘ ḣ``; adjoint ``δh = a1 ∘ δr``; adjoint
 tangent ``δḣ = a1 ∘ δṙ + a2 ∘ ḣ ∘ δr``.
@@ -29,8 +28,8 @@ NAMES = ("relu", "gelu", "gelu_tanh", "tanh")
 
 def parts(h: torch.Tensor, name: str):
     """(act(h), act'(h), act''(h) or None (zero a.e.)). ReLU's and GELU's values are the model's
-    (:data:`curvature_gap.model.ACTIVATIONS`), the others PyTorch's; the derivatives are the formulas above in
-    h's dtype."""
+    (:data:`curvature_gap.model.ACTIVATIONS`), the others PyTorch's; the derivatives are the formulas above in h's
+    dtype."""
     if name == "relu":
         return ACTIVATIONS["relu"](h), (h > 0).to(h.dtype), None
     if name == "gelu":

@@ -19,11 +19,10 @@ With one head the scores may also be read as a bilinear form of the input x: ``T
 forward tangent ``Ṫ = s x̃ Ṁ x̃ᵀ``, the rows ``Σ x̃ᵀ (s δṪ) x̃`` and the gradient ``Σ x̃ᵀ (s δT) x̃``
 (:mod:`curvature_gap.hessian._vit` maps them to the query's and key's columns).
 
-Layouts: tangents of q, k, v, ax in the token layout (B, n, c, ·); tangents of T and A in the row layout
-(B, n, c, n) (query token i, tangent, key token j). In that layout every product with a token-layout tensor is
-one batched GEMM over the samples whose output is already in its destination layout ((B, n·c, n) @ (B, n, ·),
-(B, n, ·) @ (B, ·, c·n)): no tangent-sized attention tensor is ever permuted; only the token-sized v̇, k̇ and two
-results are.
+Layouts: tangents of q, k, v, ax in the token layout (B, n, c, ·); tangents of T and A in the row layout (B, n, c, n)
+(query token i, tangent, key token j). In that layout every product with a token-layout tensor is one batched GEMM over
+the samples whose output is already in its destination layout ((B, n·c, n) @ (B, n, ·), (B, n, ·) @ (B, ·, c·n)): no
+tangent-sized attention tensor is ever permuted; only the token-sized v̇, k̇ and two results are.
 """
 from __future__ import annotations
 
